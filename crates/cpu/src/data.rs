@@ -1,0 +1,291 @@
+//! Host tensors named by the program's buffers.
+
+use half::{bf16, f16};
+use lanefold_ir::{BufferKind, DType};
+use lanefold_plan::Problem;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tensor {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+    I64(Vec<i64>),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DataError {
+    #[error("missing input '{0}'")]
+    Missing(String),
+    #[error("'{name}' has {got} elements, expected {expected} ({what})")]
+    Length {
+        name: String,
+        got: usize,
+        expected: usize,
+        what: String,
+    },
+    #[error("'{name}' has dtype {got}, expected {expected}")]
+    DType {
+        name: String,
+        got: String,
+        expected: String,
+    },
+    #[error("'{name}': target index {value} at row {row} is out of range [0, {n}) and is not the ignore index -100")]
+    TargetOutOfRange {
+        name: String,
+        row: usize,
+        value: i64,
+        n: usize,
+    },
+    #[error("unexpected buffer '{0}': the program declares no such input")]
+    Unexpected(String),
+}
+
+impl Tensor {
+    pub fn len(&self) -> usize {
+        match self {
+            Tensor::F32(v) => v.len(),
+            Tensor::Bf16(v) => v.len(),
+            Tensor::F16(v) => v.len(),
+            Tensor::I64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dtype_name(&self) -> &'static str {
+        match self {
+            Tensor::F32(_) => "f32",
+            Tensor::Bf16(_) => "bf16",
+            Tensor::F16(_) => "f16",
+            Tensor::I64(_) => "i64",
+        }
+    }
+
+    /// Element i widened to f32 (indices converted; exact below 2^24).
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            Tensor::F32(v) => v[i],
+            Tensor::Bf16(v) => v[i].to_f32(),
+            Tensor::F16(v) => v[i].to_f32(),
+            Tensor::I64(v) => v[i] as f32,
+        }
+    }
+
+    pub fn index(&self, i: usize) -> i64 {
+        match self {
+            Tensor::I64(v) => v[i],
+            other => other.get(i) as i64,
+        }
+    }
+
+    pub fn to_f64(&self) -> Vec<f64> {
+        (0..self.len()).map(|i| self.get(i) as f64).collect()
+    }
+
+    /// A tensor of `len` elements of `dtype`, every one NaN: any element a
+    /// kernel fails to write is caught by validation.
+    pub fn poisoned(dtype: DType, len: usize) -> Tensor {
+        match dtype {
+            DType::F32 => Tensor::F32(vec![f32::NAN; len]),
+            DType::Bf16 => Tensor::Bf16(vec![bf16::NAN; len]),
+            DType::F16 => Tensor::F16(vec![f16::NAN; len]),
+        }
+    }
+
+    pub fn from_f32(dtype: DType, values: &[f32]) -> Tensor {
+        match dtype {
+            DType::F32 => Tensor::F32(values.to_vec()),
+            DType::Bf16 => Tensor::Bf16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
+            DType::F16 => Tensor::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
+        }
+    }
+
+    /// Store an f32 result with the storage dtype's rounding.
+    pub fn set(&mut self, i: usize, x: f32) {
+        match self {
+            Tensor::F32(v) => v[i] = x,
+            Tensor::Bf16(v) => v[i] = bf16::from_f32(x),
+            Tensor::F16(v) => v[i] = f16::from_f32(x),
+            Tensor::I64(v) => v[i] = x as i64,
+        }
+    }
+
+    /// Raw little-endian bytes (for device upload).
+    pub fn as_bytes(&self) -> Vec<u8> {
+        match self {
+            Tensor::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Replace the contents from raw little-endian bytes of the same layout.
+    pub fn copy_from_bytes(&mut self, bytes: &[u8]) {
+        match self {
+            Tensor::F32(v) => {
+                for (x, c) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *x = f32::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+            Tensor::Bf16(v) => {
+                for (x, c) in v.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *x = bf16::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+            Tensor::F16(v) => {
+                for (x, c) in v.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *x = f16::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+            Tensor::I64(v) => {
+                for (x, c) in v.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *x = i64::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+        }
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            Tensor::F32(v) => v.len() * 4,
+            Tensor::Bf16(v) => v.len() * 2,
+            Tensor::F16(v) => v.len() * 2,
+            Tensor::I64(v) => v.len() * 8,
+        }
+    }
+}
+
+/// Named tensors: the program's inputs or outputs.
+pub type Buffers = BTreeMap<String, Tensor>;
+
+/// Elements a buffer of `kind` holds for the problem.
+pub fn expected_len(kind: BufferKind, rows: usize, n: usize) -> usize {
+    match kind {
+        BufferKind::Row => rows * n,
+        BufferKind::Column => n,
+        BufferKind::RowIndex | BufferKind::RowScalar => rows,
+    }
+}
+
+/// Seeded inputs: values uniform in [-2, 2) (rounded to the storage dtype),
+/// weights near 1, targets in range with about one row in eight ignored.
+pub fn random_inputs(problem: &Problem, seed: u64) -> Buffers {
+    let (rows, n) = (problem.shape.rows, problem.shape.n);
+    let mut out = Buffers::new();
+    for (k, decl) in problem.program.inputs.iter().enumerate() {
+        let len = expected_len(decl.kind, rows, n);
+        let stream = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(k as u64);
+        let tensor = match decl.kind {
+            BufferKind::RowIndex => {
+                let mut rng = ChaCha8Rng::seed_from_u64(stream);
+                Tensor::I64(
+                    (0..len)
+                        .map(|_| {
+                            if rng.random_range(0..8) == 0 {
+                                lanefold_ir::IGNORE_INDEX
+                            } else {
+                                rng.random_range(0..n as i64)
+                            }
+                        })
+                        .collect(),
+                )
+            }
+            kind => {
+                let (lo, hi) = if kind == BufferKind::Column {
+                    (0.5f32, 1.5f32)
+                } else {
+                    (-2.0, 2.0)
+                };
+                // Parallel in blocks, each with its own seeded stream.
+                const BLOCK: usize = 1 << 16;
+                let mut values = vec![0f32; len];
+                values
+                    .par_chunks_mut(BLOCK)
+                    .enumerate()
+                    .for_each(|(b, chunk)| {
+                        let mut rng = ChaCha8Rng::seed_from_u64(stream ^ ((b as u64) << 32));
+                        for x in chunk {
+                            *x = rng.random_range(lo..hi);
+                        }
+                    });
+                Tensor::from_f32(problem.dtype, &values)
+            }
+        };
+        out.insert(decl.name.clone(), tensor);
+    }
+    out
+}
+
+/// NaN-filled outputs in the storage dtype.
+pub fn poisoned_outputs(problem: &Problem) -> Buffers {
+    let (rows, n) = (problem.shape.rows, problem.shape.n);
+    problem
+        .program
+        .outputs
+        .iter()
+        .map(|d| {
+            (
+                d.name.clone(),
+                Tensor::poisoned(problem.dtype, expected_len(d.kind, rows, n)),
+            )
+        })
+        .collect()
+}
+
+/// Check names, lengths, dtypes and target ranges before anything runs.
+pub fn check_inputs(problem: &Problem, inputs: &Buffers) -> Result<(), DataError> {
+    let (rows, n) = (problem.shape.rows, problem.shape.n);
+    for name in inputs.keys() {
+        if problem.program.input(name).is_none() {
+            return Err(DataError::Unexpected(name.clone()));
+        }
+    }
+    for decl in &problem.program.inputs {
+        let t = inputs
+            .get(&decl.name)
+            .ok_or_else(|| DataError::Missing(decl.name.clone()))?;
+        let expected = expected_len(decl.kind, rows, n);
+        if t.len() != expected {
+            return Err(DataError::Length {
+                name: decl.name.clone(),
+                got: t.len(),
+                expected,
+                what: format!("{:?} buffer of shape {}", decl.kind, problem.shape).to_lowercase(),
+            });
+        }
+        let want = if decl.kind == BufferKind::RowIndex {
+            "i64"
+        } else {
+            problem.dtype.name()
+        };
+        if t.dtype_name() != want {
+            return Err(DataError::DType {
+                name: decl.name.clone(),
+                got: t.dtype_name().into(),
+                expected: want.into(),
+            });
+        }
+        if let Tensor::I64(v) = t {
+            for (row, &value) in v.iter().enumerate() {
+                if value != lanefold_ir::IGNORE_INDEX && !(0..n as i64).contains(&value) {
+                    return Err(DataError::TargetOutOfRange {
+                        name: decl.name.clone(),
+                        row,
+                        value,
+                        n,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,321 @@
+//! The exact-order executor: runs any legal plan and reproduces its FP32
+//! addition order (each worker's recurrence in chunk/element order, then the
+//! butterfly tree over lanes, warps and cluster groups), so it is an oracle
+//! for the GPU's reduction order as well as a CPU path.
+
+use crate::data::{check_inputs, expected_len, Buffers, DataError, Tensor};
+use lanefold_ir::{BinaryOp, BufferKind, Instr, ReduceOp, UnaryOp};
+use lanefold_plan::{Layout, Plan, TreeLevels};
+use rayon::prelude::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("output '{name}' has {got} elements, expected {expected}")]
+    OutputLength {
+        name: String,
+        got: usize,
+        expected: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum Val {
+    Tile(Vec<f32>),
+    Scalar(f32),
+    Index(i64),
+    Effect,
+}
+
+impl Val {
+    fn tile(&self) -> &[f32] {
+        match self {
+            Val::Tile(t) => t,
+            _ => unreachable!("verified program: tile expected"),
+        }
+    }
+    fn scalar(&self) -> f32 {
+        match self {
+            Val::Scalar(s) => *s,
+            _ => unreachable!("verified program: scalar expected"),
+        }
+    }
+    fn index(&self) -> i64 {
+        match self {
+            Val::Index(i) => *i,
+            _ => unreachable!("verified program: index expected"),
+        }
+    }
+}
+
+fn unary(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Recip => 1.0 / x,
+        UnaryOp::Square => x * x,
+    }
+}
+
+fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Max => a.max(b),
+    }
+}
+
+fn butterfly(vals: &mut [f32], op: ReduceOp) -> f32 {
+    let mut off = vals.len() / 2;
+    while off >= 1 {
+        let prev = vals.to_vec();
+        for (l, v) in vals.iter_mut().enumerate() {
+            *v = op.combine(prev[l], prev[l ^ off]);
+        }
+        off /= 2;
+    }
+    vals[0]
+}
+
+/// Combine per-worker accumulators (worker order) through the plan's tree:
+/// xor butterflies within each warp's lanes, then over the warps of a
+/// group, then over the groups of a cluster.
+pub fn reduce_tree(workers: &[f32], op: ReduceOp, tree: TreeLevels) -> f32 {
+    let mut level: Vec<f32> = workers.to_vec();
+    for width in [tree.lanes, tree.warps, tree.groups] {
+        let width = width as usize;
+        level = level
+            .chunks_mut(width)
+            .map(|seg| butterfly(seg, op))
+            .collect();
+    }
+    debug_assert_eq!(level.len(), 1);
+    level[0]
+}
+
+fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, tree: TreeLevels) -> f32 {
+    let n = tile.len();
+    let (w, v) = (layout.workers as usize, layout.pack as usize);
+    let mut acc = vec![op.identity(); w];
+    for chunk in 0..layout.chunks(n) {
+        for (worker, a) in acc.iter_mut().enumerate() {
+            for element in 0..v {
+                let i = layout.logical(chunk, worker, element);
+                if i < n {
+                    *a = op.combine(*a, tile[i]);
+                }
+            }
+        }
+    }
+    reduce_tree(&acc, op, tree)
+}
+
+/// Run `plan` over `inputs`, writing every element of `outputs`.
+pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(), ExecError> {
+    let problem = &plan.problem;
+    check_inputs(problem, inputs)?;
+    let (rows, n) = (problem.shape.rows, problem.shape.n);
+    let program = &problem.program;
+    for decl in &program.outputs {
+        let expected = expected_len(decl.kind, rows, n);
+        let t = outputs
+            .entry(decl.name.clone())
+            .or_insert_with(|| Tensor::poisoned(problem.dtype, expected));
+        if t.len() != expected {
+            return Err(ExecError::OutputLength {
+                name: decl.name.clone(),
+                got: t.len(),
+                expected,
+            });
+        }
+    }
+    let dtype = problem.dtype;
+    let eval_row = |row: usize| -> Vec<(usize, Val)> {
+        let mut vals: Vec<Val> = Vec::with_capacity(program.body.len());
+        let mut stored = vec![];
+        for instr in &program.body {
+            let v = match instr {
+                Instr::Load { buffer } => {
+                    let decl = program.input(buffer).expect("verified");
+                    let t = &inputs[buffer];
+                    match decl.kind {
+                        BufferKind::Row => Val::Tile((0..n).map(|i| t.get(row * n + i)).collect()),
+                        BufferKind::Column => Val::Tile((0..n).map(|i| t.get(i)).collect()),
+                        BufferKind::RowIndex => Val::Index(t.index(row)),
+                        BufferKind::RowScalar => unreachable!("not an input kind"),
+                    }
+                }
+                Instr::Const(c) => Val::Scalar(*c),
+                Instr::RowLen => Val::Scalar(n as f32),
+                Instr::Unary { op, arg } => match &vals[arg.index()] {
+                    Val::Tile(t) => Val::Tile(t.iter().map(|&x| unary(*op, x)).collect()),
+                    s => Val::Scalar(unary(*op, s.scalar())),
+                },
+                Instr::Binary { op, lhs, rhs } => match (&vals[lhs.index()], &vals[rhs.index()]) {
+                    (Val::Tile(a), Val::Tile(b)) => {
+                        Val::Tile(a.iter().zip(b).map(|(&x, &y)| binary(*op, x, y)).collect())
+                    }
+                    (a, b) => Val::Scalar(binary(*op, a.scalar(), b.scalar())),
+                },
+                Instr::Broadcast(s) => Val::Tile(vec![vals[s.index()].scalar(); n]),
+                Instr::Reduce { op, arg } => Val::Scalar(reduce_row(
+                    vals[arg.index()].tile(),
+                    *op,
+                    &plan.layout,
+                    plan.tree,
+                )),
+                Instr::RoundToStorage(v) => match &vals[v.index()] {
+                    Val::Tile(t) => Val::Tile(t.iter().map(|&x| dtype.round(x)).collect()),
+                    s => Val::Scalar(dtype.round(s.scalar())),
+                },
+                Instr::MaskIndex { tile, index } => {
+                    let idx = vals[index.index()].index();
+                    let t = vals[tile.index()].tile();
+                    Val::Tile(
+                        (0..n)
+                            .map(|i| if i as i64 == idx { t[i] } else { 0.0 })
+                            .collect(),
+                    )
+                }
+                Instr::SelectIndexEq {
+                    index,
+                    sentinel,
+                    if_eq,
+                    otherwise,
+                } => {
+                    let pick = if vals[index.index()].index() == *sentinel {
+                        if_eq
+                    } else {
+                        otherwise
+                    };
+                    Val::Scalar(vals[pick.index()].scalar())
+                }
+                Instr::Store { buffer, value } => {
+                    let slot = program
+                        .outputs
+                        .iter()
+                        .position(|b| &b.name == buffer)
+                        .unwrap();
+                    stored.push((slot, vals[value.index()].clone()));
+                    Val::Effect
+                }
+            };
+            vals.push(v);
+        }
+        stored
+    };
+
+    // Rows in parallel, a block at a time so memory stays bounded.
+    const ROW_BLOCK: usize = 256;
+    for start in (0..rows).step_by(ROW_BLOCK) {
+        let end = (start + ROW_BLOCK).min(rows);
+        let results: Vec<Vec<(usize, Val)>> = (start..end).into_par_iter().map(eval_row).collect();
+        for (k, stored) in results.into_iter().enumerate() {
+            let row = start + k;
+            for (slot, val) in stored {
+                let out = outputs.get_mut(&program.outputs[slot].name).unwrap();
+                match val {
+                    Val::Tile(t) => {
+                        for (i, x) in t.into_iter().enumerate() {
+                            out.set(row * n + i, x);
+                        }
+                    }
+                    Val::Scalar(s) => out.set(row, s),
+                    Val::Index(_) | Val::Effect => unreachable!("verified store"),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{poisoned_outputs, random_inputs};
+    use lanefold_ir::{DType, Operator, OperatorOptions};
+    use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+
+    fn run(op: Operator, shape: &str, w: u32, v: u32, dtype: DType) -> (Plan, Buffers, Buffers) {
+        let problem = Problem::operator(
+            op,
+            OperatorOptions::default(),
+            dtype,
+            shape.parse().unwrap(),
+        );
+        let request = LayoutRequest {
+            workers: w,
+            pack: v,
+            ..Default::default()
+        };
+        let plan = plan(&problem, &Target::cpu(), &request).unwrap();
+        let inputs = random_inputs(&problem, 7);
+        let mut outputs = poisoned_outputs(&problem);
+        execute(&plan, &inputs, &mut outputs).unwrap();
+        (plan, inputs, outputs)
+    }
+
+    #[test]
+    fn sum_with_one_worker_equals_a_sequential_loop_bit_for_bit() {
+        let (_, inputs, outputs) = run(Operator::Sum, "5x4103", 1, 1, DType::F32);
+        let (x, y) = (&inputs["x"], &outputs["y"]);
+        for row in 0..5 {
+            let mut s = 0f32;
+            for i in 0..4103 {
+                s += x.get(row * 4103 + i);
+            }
+            assert_eq!(s.to_bits(), y.get(row).to_bits(), "row {row}");
+        }
+    }
+
+    #[test]
+    fn wider_trees_change_the_bits_but_not_the_value() {
+        let (_, inputs, seq) = run(Operator::Sum, "3x4096", 1, 1, DType::F32);
+        let (_, _, tree) = run(Operator::Sum, "3x4096", 256, 4, DType::F32);
+        let x = &inputs["x"];
+        let mut differs = false;
+        for row in 0..3 {
+            let exact: f64 = (0..4096).map(|i| x.get(row * 4096 + i) as f64).sum();
+            let (a, b) = (seq["y"].get(row), tree["y"].get(row));
+            differs |= a.to_bits() != b.to_bits();
+            assert!((a as f64 - exact).abs() < 1e-3 && (b as f64 - exact).abs() < 1e-3);
+        }
+        assert!(
+            differs,
+            "a 256-worker tree should reorder at least one of three sums"
+        );
+    }
+
+    #[test]
+    fn reduce_tree_is_the_butterfly_order() {
+        // Four lanes: ((a+c) + (b+d)) in the xor order off=2 then off=1.
+        let tree = TreeLevels {
+            lanes: 4,
+            warps: 1,
+            groups: 1,
+        };
+        let (a, b, c, d) = (1e8f32, 1.0f32, -1e8f32, 1.0f32);
+        let got = reduce_tree(&[a, b, c, d], ReduceOp::Sum, tree);
+        assert_eq!(got, (a + c) + (b + d));
+        assert_ne!(got, ((a + b) + c) + d);
+    }
+
+    #[test]
+    fn every_output_element_is_written() {
+        for op in Operator::SIX {
+            let (_, _, outputs) = run(op, "5x257", 32, 4, DType::Bf16);
+            for (name, t) in &outputs {
+                assert!(
+                    (0..t.len()).all(|i| !t.get(i).is_nan()),
+                    "{op}: {name} has NaN"
+                );
+            }
+        }
+    }
+}

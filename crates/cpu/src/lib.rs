@@ -1,0 +1,13 @@
+//! The CPU side of lanefold: host tensors, an executor that reproduces a
+//! plan's exact FP32 addition order, a plainly written float64 reference,
+//! and validation of any backend's outputs against it.
+
+pub mod data;
+mod exec;
+pub mod npy;
+pub mod reference;
+mod validate;
+
+pub use data::{Buffers, DataError, Tensor};
+pub use exec::{execute, reduce_tree, ExecError};
+pub use validate::{validate, OutputCheck, Validation};

@@ -1,0 +1,299 @@
+//! The six operators, written as row programs (plus `add`, an element-only
+//! program used as a copy-bandwidth baseline and to exercise refusals).
+
+use crate::program::{BufferKind, Builder, Program, ReduceOp, UnaryOp};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+pub const RMSNORM_EPS: f32 = 1e-6;
+pub const LAYERNORM_EPS: f32 = 1e-5;
+pub const IGNORE_INDEX: i64 = -100;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operator {
+    Sum,
+    Softmax,
+    Rmsnorm,
+    Layernorm,
+    ResidualLayernorm,
+    CrossEntropy,
+    /// y = x + r: element-only.
+    Add,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add)")]
+pub struct ParseOperatorError(pub String);
+
+/// Optional per-column inputs. PyTorch's defaults have both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorOptions {
+    pub weight: bool,
+    pub bias: bool,
+}
+
+impl Default for OperatorOptions {
+    fn default() -> Self {
+        OperatorOptions {
+            weight: true,
+            bias: true,
+        }
+    }
+}
+
+impl Operator {
+    /// The six reduction operators of the mission.
+    pub const SIX: [Operator; 6] = [
+        Operator::Sum,
+        Operator::Softmax,
+        Operator::Rmsnorm,
+        Operator::Layernorm,
+        Operator::ResidualLayernorm,
+        Operator::CrossEntropy,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Operator::Sum => "sum",
+            Operator::Softmax => "softmax",
+            Operator::Rmsnorm => "rmsnorm",
+            Operator::Layernorm => "layernorm",
+            Operator::ResidualLayernorm => "residual_layernorm",
+            Operator::CrossEntropy => "cross_entropy",
+            Operator::Add => "add",
+        }
+    }
+
+    pub fn program(self, opts: OperatorOptions) -> Program {
+        let mut b = Builder::new(self.name());
+        match self {
+            Operator::Sum => {
+                let x = b.input("x", BufferKind::Row);
+                let s = b.reduce(ReduceOp::Sum, x);
+                b.output("y", BufferKind::RowScalar, s);
+            }
+            Operator::Softmax => {
+                let x = b.input("x", BufferKind::Row);
+                let m = b.reduce(ReduceOp::Max, x);
+                let mb = b.broadcast(m);
+                let d = b.sub(x, mb);
+                let e = b.unary(UnaryOp::Exp, d);
+                let s = b.reduce(ReduceOp::Sum, e);
+                let sb = b.broadcast(s);
+                let y = b.div(e, sb);
+                b.output("y", BufferKind::Row, y);
+            }
+            Operator::Rmsnorm => {
+                let x = b.input("x", BufferKind::Row);
+                let sq = b.unary(UnaryOp::Square, x);
+                let ss = b.reduce(ReduceOp::Sum, sq);
+                let n = b.row_len();
+                let ms = b.div(ss, n);
+                let eps = b.constant(RMSNORM_EPS);
+                let v = b.add(ms, eps);
+                let r = b.unary(UnaryOp::Rsqrt, v);
+                let rb = b.broadcast(r);
+                let mut y = b.mul(x, rb);
+                if opts.weight {
+                    let w = b.input("weight", BufferKind::Column);
+                    y = b.mul(y, w);
+                }
+                b.output("y", BufferKind::Row, y);
+            }
+            Operator::Layernorm | Operator::ResidualLayernorm => {
+                let x = b.input("x", BufferKind::Row);
+                let h = if self == Operator::ResidualLayernorm {
+                    let r = b.input("residual", BufferKind::Row);
+                    let sum = b.add(x, r);
+                    // PyTorch materializes h in the storage dtype first.
+                    let h = b.round_to_storage(sum);
+                    b.output("h", BufferKind::Row, h);
+                    h
+                } else {
+                    x
+                };
+                layer_norm_body(&mut b, h, opts);
+            }
+            Operator::CrossEntropy => {
+                let x = b.input("x", BufferKind::Row);
+                let t = b.input("target", BufferKind::RowIndex);
+                let m = b.reduce(ReduceOp::Max, x);
+                let mb = b.broadcast(m);
+                let d = b.sub(x, mb);
+                let e = b.unary(UnaryOp::Exp, d);
+                let s = b.reduce(ReduceOp::Sum, e);
+                let ls = b.unary(UnaryOp::Log, s);
+                let lse = b.add(ls, m);
+                let picked = b.mask_index(x, t);
+                let xt = b.reduce(ReduceOp::Sum, picked);
+                let loss = b.sub(lse, xt);
+                let zero = b.constant(0.0);
+                let out = b.select_index_eq(t, IGNORE_INDEX, zero, loss);
+                b.output("loss", BufferKind::RowScalar, out);
+            }
+            Operator::Add => {
+                let x = b.input("x", BufferKind::Row);
+                let r = b.input("residual", BufferKind::Row);
+                let y = b.add(x, r);
+                b.output("y", BufferKind::Row, y);
+            }
+        }
+        b.finish()
+    }
+}
+
+fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions) {
+    let n = b.row_len();
+    let s = b.reduce(ReduceOp::Sum, x);
+    let mean = b.div(s, n);
+    let mb = b.broadcast(mean);
+    let c = b.sub(x, mb);
+    let sq = b.unary(UnaryOp::Square, c);
+    let ss = b.reduce(ReduceOp::Sum, sq);
+    let var = b.div(ss, n);
+    let eps = b.constant(LAYERNORM_EPS);
+    let ve = b.add(var, eps);
+    let rstd = b.unary(UnaryOp::Rsqrt, ve);
+    let rb = b.broadcast(rstd);
+    let mut y = b.mul(c, rb);
+    if opts.weight {
+        let w = b.input("weight", BufferKind::Column);
+        y = b.mul(y, w);
+    }
+    if opts.bias {
+        let bias = b.input("bias", BufferKind::Column);
+        y = b.add(y, bias);
+    }
+    b.output("y", BufferKind::Row, y);
+}
+
+impl fmt::Display for Operator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Operator {
+    type Err = ParseOperatorError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let all = Operator::SIX.iter().chain([Operator::Add].iter());
+        all.copied()
+            .find(|o| o.name() == s.trim())
+            .ok_or_else(|| ParseOperatorError(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::Instr;
+    use crate::verify::VerifyError;
+
+    #[test]
+    fn every_operator_verifies() {
+        for op in Operator::SIX.iter().chain([Operator::Add].iter()) {
+            for weight in [false, true] {
+                let p = op.program(OperatorOptions { weight, bias: true });
+                p.verify()
+                    .unwrap_or_else(|e| panic!("{op}: {e}\n{}", p.to_text()));
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_keeps_only_its_input_resident_and_has_three_phases() {
+        let p = Operator::Softmax.program(OperatorOptions::default());
+        let a = p.verify().unwrap();
+        assert_eq!(a.num_phases, 3);
+        assert_eq!(a.resident.len(), 1);
+        assert!(matches!(&p.body[a.resident[0].index()], Instr::Load { buffer } if buffer == "x"));
+    }
+
+    #[test]
+    fn sum_and_add_keep_nothing_resident() {
+        for op in [Operator::Sum, Operator::Add] {
+            let a = op.program(OperatorOptions::default()).verify().unwrap();
+            assert!(a.resident.is_empty(), "{op}");
+        }
+        let add = Operator::Add.program(OperatorOptions::default());
+        assert!(!add.verify().unwrap().has_reduction());
+    }
+
+    #[test]
+    fn layernorm_weight_is_read_in_one_phase_only() {
+        let p = Operator::Layernorm.program(OperatorOptions::default());
+        let a = p.verify().unwrap();
+        let w = p
+            .body
+            .iter()
+            .position(|i| matches!(i, Instr::Load { buffer } if buffer == "weight"))
+            .unwrap();
+        assert_eq!(a.demanded[w].len(), 1);
+    }
+
+    #[test]
+    fn verifier_refuses_impure_aliased_and_escaping_programs() {
+        // Reading an output.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        b.output("y", BufferKind::Row, x);
+        let mut p = b.finish();
+        p.body.insert(1, Instr::Load { buffer: "y".into() });
+        assert!(matches!(p.verify(), Err(VerifyError::ReadsOutput { .. })));
+
+        // Writing an input.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        b.store("x", x);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::WritesInput { .. })
+        ));
+
+        // Same name as input and output.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        b.output("x", BufferKind::Row, x);
+        assert!(matches!(b.finish().verify(), Err(VerifyError::Alias(_))));
+
+        // A tile stored into a per-row scalar.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        b.output("s", BufferKind::RowScalar, x);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::TileEscape { .. })
+        ));
+
+        // Tile plus scalar without a broadcast.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        let c = b.constant(1.0);
+        let y = b.add(x, c);
+        b.output("y", BufferKind::Row, y);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::KindMismatch { .. })
+        ));
+
+        // An output never stored.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        b.output("y", BufferKind::Row, x);
+        b.declare_output("z", BufferKind::Row);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::StoreCount(..))
+        ));
+    }
+
+    #[test]
+    fn parse_names_round_trip() {
+        for op in Operator::SIX {
+            assert_eq!(op.name().parse::<Operator>().unwrap(), op);
+        }
+        assert!("gelu".parse::<Operator>().is_err());
+    }
+}

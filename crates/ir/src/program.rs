@@ -1,0 +1,308 @@
+use serde::{Deserialize, Serialize};
+
+/// An SSA value: the index of the instruction that defines it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Value(pub u32);
+
+impl Value {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What a named buffer holds for one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferKind {
+    /// N elements per row, in the problem's storage dtype.
+    Row,
+    /// N elements shared by every row (weight, bias), storage dtype.
+    Column,
+    /// One i64 per row (a class index).
+    RowIndex,
+    /// One element per row, storage dtype (outputs only).
+    RowScalar,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferDecl {
+    pub name: String,
+    pub kind: BufferKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Recip,
+    Square,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    /// FP32 addition: its order matters, so it needs the program's permission
+    /// to be reassociated.
+    Sum,
+    /// `fmaxf` semantics (a NaN operand is ignored); exact in any order.
+    Max,
+}
+
+impl ReduceOp {
+    pub fn identity(self) -> f32 {
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+        }
+    }
+
+    pub fn combine(self, a: f32, b: f32) -> f32 {
+        match self {
+            ReduceOp::Sum => a + b,
+            ReduceOp::Max => a.max(b),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Instr {
+    /// Read the named input at the evaluated element (Row, Column) or the
+    /// row's index (RowIndex), converted to f32 / i64.
+    Load {
+        buffer: String,
+    },
+    /// A scalar constant.
+    Const(f32),
+    /// The row length N as a scalar.
+    RowLen,
+    Unary {
+        op: UnaryOp,
+        arg: Value,
+    },
+    /// Both operands of one kind: tile with tile, scalar with scalar.
+    Binary {
+        op: BinaryOp,
+        lhs: Value,
+        rhs: Value,
+    },
+    /// A per-row scalar repeated over the tile.
+    Broadcast(Value),
+    /// Tile to per-row scalar; the only way one worker sees another's data.
+    Reduce {
+        op: ReduceOp,
+        arg: Value,
+    },
+    /// Round through the problem's storage dtype (identity for f32).
+    RoundToStorage(Value),
+    /// Element i of `tile` where i == index, 0 elsewhere.
+    MaskIndex {
+        tile: Value,
+        index: Value,
+    },
+    /// Scalar select on a row index: `if_eq` where index == sentinel.
+    SelectIndexEq {
+        index: Value,
+        sentinel: i64,
+        if_eq: Value,
+        otherwise: Value,
+    },
+    /// Write a tile to a Row output or a scalar to a RowScalar output.
+    Store {
+        buffer: String,
+        value: Value,
+    },
+}
+
+impl Instr {
+    /// The SSA operands, in order.
+    pub fn operands(&self) -> Vec<Value> {
+        match self {
+            Instr::Load { .. } | Instr::Const(_) | Instr::RowLen => vec![],
+            Instr::Unary { arg, .. }
+            | Instr::Broadcast(arg)
+            | Instr::Reduce { arg, .. }
+            | Instr::RoundToStorage(arg) => vec![*arg],
+            Instr::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Instr::MaskIndex { tile, index } => vec![*tile, *index],
+            Instr::SelectIndexEq {
+                index,
+                if_eq,
+                otherwise,
+                ..
+            } => vec![*index, *if_eq, *otherwise],
+            Instr::Store { value, .. } => vec![*value],
+        }
+    }
+}
+
+/// A row program. Construct it with [`Builder`]; check it with
+/// [`Program::verify`] before planning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    pub name: String,
+    pub inputs: Vec<BufferDecl>,
+    pub outputs: Vec<BufferDecl>,
+    pub body: Vec<Instr>,
+    /// May the FP32 sums be evaluated in an order other than sequential?
+    pub reassociation: bool,
+}
+
+impl Program {
+    pub fn input(&self, name: &str) -> Option<&BufferDecl> {
+        self.inputs.iter().find(|b| b.name == name)
+    }
+
+    pub fn output(&self, name: &str) -> Option<&BufferDecl> {
+        self.outputs.iter().find(|b| b.name == name)
+    }
+
+    /// The same program without permission to reorder its sums.
+    pub fn exact(mut self) -> Program {
+        self.reassociation = false;
+        self
+    }
+}
+
+/// Builds a program instruction by instruction.
+pub struct Builder {
+    program: Program,
+}
+
+impl Builder {
+    pub fn new(name: &str) -> Self {
+        Builder {
+            program: Program {
+                name: name.to_string(),
+                inputs: vec![],
+                outputs: vec![],
+                body: vec![],
+                reassociation: true,
+            },
+        }
+    }
+
+    fn push(&mut self, instr: Instr) -> Value {
+        self.program.body.push(instr);
+        Value((self.program.body.len() - 1) as u32)
+    }
+
+    pub fn declare_input(&mut self, name: &str, kind: BufferKind) {
+        self.program.inputs.push(BufferDecl {
+            name: name.into(),
+            kind,
+        });
+    }
+
+    pub fn declare_output(&mut self, name: &str, kind: BufferKind) {
+        self.program.outputs.push(BufferDecl {
+            name: name.into(),
+            kind,
+        });
+    }
+
+    /// Declare and load an input in one step.
+    pub fn input(&mut self, name: &str, kind: BufferKind) -> Value {
+        self.declare_input(name, kind);
+        self.load(name)
+    }
+
+    pub fn load(&mut self, name: &str) -> Value {
+        self.push(Instr::Load {
+            buffer: name.into(),
+        })
+    }
+
+    pub fn constant(&mut self, c: f32) -> Value {
+        self.push(Instr::Const(c))
+    }
+
+    pub fn row_len(&mut self) -> Value {
+        self.push(Instr::RowLen)
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, arg: Value) -> Value {
+        self.push(Instr::Unary { op, arg })
+    }
+
+    pub fn binary(&mut self, op: BinaryOp, lhs: Value, rhs: Value) -> Value {
+        self.push(Instr::Binary { op, lhs, rhs })
+    }
+
+    pub fn add(&mut self, a: Value, b: Value) -> Value {
+        self.binary(BinaryOp::Add, a, b)
+    }
+    pub fn sub(&mut self, a: Value, b: Value) -> Value {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+    pub fn mul(&mut self, a: Value, b: Value) -> Value {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+    pub fn div(&mut self, a: Value, b: Value) -> Value {
+        self.binary(BinaryOp::Div, a, b)
+    }
+
+    pub fn broadcast(&mut self, scalar: Value) -> Value {
+        self.push(Instr::Broadcast(scalar))
+    }
+
+    pub fn reduce(&mut self, op: ReduceOp, tile: Value) -> Value {
+        self.push(Instr::Reduce { op, arg: tile })
+    }
+
+    pub fn round_to_storage(&mut self, v: Value) -> Value {
+        self.push(Instr::RoundToStorage(v))
+    }
+
+    pub fn mask_index(&mut self, tile: Value, index: Value) -> Value {
+        self.push(Instr::MaskIndex { tile, index })
+    }
+
+    pub fn select_index_eq(
+        &mut self,
+        index: Value,
+        sentinel: i64,
+        if_eq: Value,
+        otherwise: Value,
+    ) -> Value {
+        self.push(Instr::SelectIndexEq {
+            index,
+            sentinel,
+            if_eq,
+            otherwise,
+        })
+    }
+
+    /// Declare an output (if new) and store `value` into it.
+    pub fn output(&mut self, name: &str, kind: BufferKind, value: Value) {
+        if self.program.output(name).is_none() {
+            self.declare_output(name, kind);
+        }
+        self.store(name, value);
+    }
+
+    pub fn store(&mut self, name: &str, value: Value) {
+        self.push(Instr::Store {
+            buffer: name.into(),
+            value,
+        });
+    }
+
+    pub fn finish(self) -> Program {
+        self.program
+    }
+}

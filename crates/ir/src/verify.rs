@@ -1,0 +1,291 @@
+use crate::program::{BufferKind, Instr, Program, ReduceOp, Value};
+use std::collections::{BTreeSet, HashSet};
+
+/// The kind of an SSA value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// One f32 per logical element, owned by the element's worker.
+    Tile,
+    /// One f32 per row, the same in every worker.
+    Scalar,
+    /// One i64 per row.
+    Index,
+    /// A store: no value.
+    Effect,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifyError {
+    #[error("%{at}: operand %{operand} is not defined before its use")]
+    UndefinedValue { at: usize, operand: u32 },
+    #[error("%{at}: {what}")]
+    KindMismatch { at: usize, what: String },
+    #[error("%{at}: buffer '{buffer}' is not declared")]
+    UnknownBuffer { at: usize, buffer: String },
+    #[error("impure: %{at} reads output buffer '{buffer}'")]
+    ReadsOutput { at: usize, buffer: String },
+    #[error("impure: %{at} writes input buffer '{buffer}'")]
+    WritesInput { at: usize, buffer: String },
+    #[error(
+        "aliasing: buffer '{0}' is declared more than once (inputs and outputs must be distinct)"
+    )]
+    Alias(String),
+    #[error("buffer '{name}': a {role} cannot be of kind {kind:?}")]
+    BadBufferKind {
+        name: String,
+        role: &'static str,
+        kind: BufferKind,
+    },
+    #[error("escape: %{at} stores a tile into per-row scalar output '{buffer}'")]
+    TileEscape { at: usize, buffer: String },
+    #[error("output '{0}' is stored {1} times (exactly once required)")]
+    StoreCount(String, usize),
+}
+
+/// What the planner and the backends need to know about a verified program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Analysis {
+    pub kinds: Vec<Kind>,
+    /// Phase at which each value becomes available. A reduction over a tile
+    /// of phase p completes at the end of phase p, so its result is phase p+1.
+    pub phase: Vec<usize>,
+    /// For each tile value, the phases in which a consumer needs it.
+    pub demanded: Vec<BTreeSet<usize>>,
+    pub num_phases: usize,
+    /// Reductions in program order.
+    pub reductions: Vec<Value>,
+    /// Loads needed in more than one phase: kept in private slots (or
+    /// re-read from memory when they do not fit).
+    pub resident: Vec<Value>,
+}
+
+impl Analysis {
+    pub fn has_reduction(&self) -> bool {
+        !self.reductions.is_empty()
+    }
+
+    /// Reductions whose result is ready at the start of `phase`, accumulated
+    /// in `phase - 1`.
+    pub fn reductions_of_phase(&self, phase: usize) -> impl Iterator<Item = Value> + '_ {
+        self.reductions
+            .iter()
+            .copied()
+            .filter(move |r| self.phase[r.index()] == phase + 1)
+    }
+}
+
+impl Program {
+    /// Check types, purity, aliasing and non-escape; compute phases.
+    pub fn verify(&self) -> Result<Analysis, VerifyError> {
+        let mut names = HashSet::new();
+        for b in self.inputs.iter().chain(&self.outputs) {
+            if !names.insert(b.name.as_str()) {
+                return Err(VerifyError::Alias(b.name.clone()));
+            }
+        }
+        for b in &self.inputs {
+            if b.kind == BufferKind::RowScalar {
+                return Err(VerifyError::BadBufferKind {
+                    name: b.name.clone(),
+                    role: "input",
+                    kind: b.kind,
+                });
+            }
+        }
+        for b in &self.outputs {
+            if !matches!(b.kind, BufferKind::Row | BufferKind::RowScalar) {
+                return Err(VerifyError::BadBufferKind {
+                    name: b.name.clone(),
+                    role: "output",
+                    kind: b.kind,
+                });
+            }
+        }
+
+        let n = self.body.len();
+        let mut kinds = Vec::with_capacity(n);
+        let mut phase = Vec::with_capacity(n);
+        let mut reductions = vec![];
+        let mut store_counts = vec![0usize; self.outputs.len()];
+        for (at, instr) in self.body.iter().enumerate() {
+            for op in instr.operands() {
+                if op.index() >= at {
+                    return Err(VerifyError::UndefinedValue { at, operand: op.0 });
+                }
+                if kinds[op.index()] == Kind::Effect {
+                    return Err(mismatch(at, "a store has no value to use"));
+                }
+            }
+            let k = |v: &Value| kinds[v.index()];
+            let ph = |v: &Value| phase[v.index()];
+            let (kind, p) = match instr {
+                Instr::Load { buffer } => {
+                    let decl = match self.input(buffer) {
+                        Some(d) => d,
+                        None if self.output(buffer).is_some() => {
+                            return Err(VerifyError::ReadsOutput {
+                                at,
+                                buffer: buffer.clone(),
+                            })
+                        }
+                        None => {
+                            return Err(VerifyError::UnknownBuffer {
+                                at,
+                                buffer: buffer.clone(),
+                            })
+                        }
+                    };
+                    let kind = match decl.kind {
+                        BufferKind::Row | BufferKind::Column => Kind::Tile,
+                        BufferKind::RowIndex => Kind::Index,
+                        BufferKind::RowScalar => unreachable!("checked above"),
+                    };
+                    (kind, 0)
+                }
+                Instr::Const(_) | Instr::RowLen => (Kind::Scalar, 0),
+                Instr::Unary { arg, .. } => match k(arg) {
+                    Kind::Tile | Kind::Scalar => (k(arg), ph(arg)),
+                    _ => return Err(mismatch(at, "unary operand must be a tile or scalar")),
+                },
+                Instr::Binary { lhs, rhs, .. } => {
+                    if k(lhs) != k(rhs) || !matches!(k(lhs), Kind::Tile | Kind::Scalar) {
+                        return Err(mismatch(
+                            at,
+                            "binary operands must both be tiles or both scalars (broadcast explicitly)",
+                        ));
+                    }
+                    (k(lhs), ph(lhs).max(ph(rhs)))
+                }
+                Instr::Broadcast(s) => {
+                    if k(s) != Kind::Scalar {
+                        return Err(mismatch(at, "broadcast takes a per-row scalar"));
+                    }
+                    (Kind::Tile, ph(s))
+                }
+                Instr::Reduce { arg, .. } => {
+                    if k(arg) != Kind::Tile {
+                        return Err(mismatch(at, "reduce takes a tile"));
+                    }
+                    reductions.push(Value(at as u32));
+                    (Kind::Scalar, ph(arg) + 1)
+                }
+                Instr::RoundToStorage(v) => match k(v) {
+                    Kind::Tile | Kind::Scalar => (k(v), ph(v)),
+                    _ => return Err(mismatch(at, "round takes a tile or scalar")),
+                },
+                Instr::MaskIndex { tile, index } => {
+                    if k(tile) != Kind::Tile || k(index) != Kind::Index {
+                        return Err(mismatch(at, "mask_index takes a tile and a row index"));
+                    }
+                    (Kind::Tile, ph(tile).max(ph(index)))
+                }
+                Instr::SelectIndexEq {
+                    index,
+                    if_eq,
+                    otherwise,
+                    ..
+                } => {
+                    if k(index) != Kind::Index
+                        || k(if_eq) != Kind::Scalar
+                        || k(otherwise) != Kind::Scalar
+                    {
+                        return Err(mismatch(
+                            at,
+                            "select_index_eq takes a row index and two scalars",
+                        ));
+                    }
+                    (Kind::Scalar, ph(index).max(ph(if_eq)).max(ph(otherwise)))
+                }
+                Instr::Store { buffer, value } => {
+                    let Some(slot) = self.outputs.iter().position(|b| &b.name == buffer) else {
+                        if self.input(buffer).is_some() {
+                            return Err(VerifyError::WritesInput {
+                                at,
+                                buffer: buffer.clone(),
+                            });
+                        }
+                        return Err(VerifyError::UnknownBuffer {
+                            at,
+                            buffer: buffer.clone(),
+                        });
+                    };
+                    store_counts[slot] += 1;
+                    match (self.outputs[slot].kind, k(value)) {
+                        (BufferKind::Row, Kind::Tile) | (BufferKind::RowScalar, Kind::Scalar) => {}
+                        (BufferKind::RowScalar, Kind::Tile) => {
+                            return Err(VerifyError::TileEscape {
+                                at,
+                                buffer: buffer.clone(),
+                            })
+                        }
+                        _ => {
+                            return Err(mismatch(
+                                at,
+                                "a row output takes a tile, a per-row scalar output a scalar",
+                            ))
+                        }
+                    }
+                    (Kind::Effect, ph(value))
+                }
+            };
+            kinds.push(kind);
+            phase.push(p);
+        }
+        for (decl, count) in self.outputs.iter().zip(&store_counts) {
+            if *count != 1 {
+                return Err(VerifyError::StoreCount(decl.name.clone(), *count));
+            }
+        }
+
+        // Demand: a tile is needed wherever a consumer evaluates. Stores and
+        // reductions consume at their operand's own phase; element-wise
+        // consumers pass their demand on. Walk users before definitions.
+        let mut demanded: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+        for at in (0..n).rev() {
+            let instr = &self.body[at];
+            let own: BTreeSet<usize> = match instr {
+                Instr::Store { value, .. } => [phase[value.index()]].into(),
+                Instr::Reduce { arg, .. } => [phase[arg.index()]].into(),
+                _ => demanded[at].clone(),
+            };
+            for op in instr.operands() {
+                if kinds[op.index()] == Kind::Tile {
+                    demanded[op.index()].extend(own.iter().copied());
+                }
+            }
+        }
+        let resident = (0..n)
+            .filter(|&i| matches!(self.body[i], Instr::Load { .. }) && demanded[i].len() > 1)
+            .map(|i| Value(i as u32))
+            .collect();
+        let num_phases = phase.iter().copied().max().unwrap_or(0) + 1;
+        Ok(Analysis {
+            kinds,
+            phase,
+            demanded,
+            num_phases,
+            reductions,
+            resident,
+        })
+    }
+
+    /// Does any sum (whose order matters) appear?
+    pub fn has_sum(&self) -> bool {
+        self.body.iter().any(|i| {
+            matches!(
+                i,
+                Instr::Reduce {
+                    op: ReduceOp::Sum,
+                    ..
+                }
+            )
+        })
+    }
+}
+
+fn mismatch(at: usize, what: &str) -> VerifyError {
+    VerifyError::KindMismatch {
+        at,
+        what: what.to_string(),
+    }
+}

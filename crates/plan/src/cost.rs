@@ -1,0 +1,193 @@
+//! Cost policies: a prediction of a plan's time from its features.
+
+use crate::mapper::{Plan, Residency};
+use crate::target::Target;
+use lanefold_ir::{BufferKind, Instr};
+use serde::{Deserialize, Serialize};
+
+/// The features a policy may use (DESIGN.md §3).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Features {
+    pub pack: u32,
+    pub workers: u32,
+    /// Workers of a row that own at least one element.
+    pub live_lanes: u32,
+    /// Live lanes over launched lanes (idle lanes of packed warps count).
+    pub lane_utilization: f64,
+    pub groups: u64,
+    /// Groups resident at once across the machine.
+    pub concurrent_groups: u64,
+    pub waves: f64,
+    pub private_slots: usize,
+    /// Inputs read once plus outputs written once.
+    pub bytes_moved: u64,
+    /// Bytes actually read and written, re-reads of streamed tiles included.
+    pub bytes_traffic: u64,
+    /// Traffic over bytes moved: 1.0 when every input is read once.
+    pub passes: f64,
+    pub phases: usize,
+    /// Bytes per vector access (V times the element size).
+    pub access_bytes: u32,
+}
+
+impl Features {
+    pub fn of(plan: &Plan, target: &Target) -> Features {
+        let shape = plan.shape();
+        let esize = plan.dtype().size_bytes() as u64;
+        let (rows, n) = (shape.rows as u64, shape.n as u64);
+        let program = &plan.problem.program;
+        let bytes_of = |kind: BufferKind| match kind {
+            BufferKind::Row => rows * n * esize,
+            BufferKind::Column => n * esize,
+            BufferKind::RowIndex => rows * 8,
+            BufferKind::RowScalar => rows * esize,
+        };
+        let bytes_moved: u64 = program
+            .inputs
+            .iter()
+            .chain(&program.outputs)
+            .map(|b| bytes_of(b.kind))
+            .sum();
+        let mut reread = 0u64;
+        if plan.residency == Residency::Stream {
+            for v in &plan.analysis.resident {
+                if let Instr::Load { buffer } = &program.body[v.index()] {
+                    let kind = program
+                        .input(buffer)
+                        .map(|d| d.kind)
+                        .unwrap_or(BufferKind::Row);
+                    reread += (plan.analysis.demanded[v.index()].len() as u64 - 1) * bytes_of(kind);
+                }
+            }
+        }
+        let l = &plan.layout;
+        let live = l.live_workers(shape.n) as u32;
+        let launched_lanes = l.workers.max(1).next_power_of_two();
+        let threads = plan.threads_per_group as u64;
+        let per_mp_by_threads = target.max_threads_per_multiprocessor as u64 / threads.max(1);
+        let per_mp_by_regs =
+            target.registers_per_group as u64 / (plan.registers as u64 * threads).max(1);
+        let per_mp = per_mp_by_threads.min(per_mp_by_regs).clamp(1, 32);
+        let concurrent = per_mp * target.multiprocessors as u64;
+        Features {
+            pack: l.pack,
+            workers: l.workers,
+            live_lanes: live,
+            lane_utilization: live as f64 / launched_lanes as f64,
+            groups: plan.groups,
+            concurrent_groups: concurrent,
+            waves: plan.groups as f64 / concurrent as f64,
+            private_slots: plan.slot_bound,
+            bytes_moved,
+            bytes_traffic: bytes_moved + reread,
+            passes: (bytes_moved + reread) as f64 / bytes_moved.max(1) as f64,
+            phases: plan.analysis.num_phases,
+            access_bytes: l.pack * esize as u32,
+        }
+    }
+}
+
+/// A policy scores legal plans; lower predicted time is better.
+pub trait CostPolicy {
+    fn name(&self) -> &'static str;
+    /// Predicted GPU time of one launch, µs.
+    fn predict_us(&self, features: &Features, plan: &Plan, target: &Target) -> f64;
+}
+
+/// First model: memory traffic over copy bandwidth, derated by access
+/// width, idle lanes and machine fill; a latency floor per wave of groups
+/// for each phase and tree level; plus the launch.
+pub struct RooflinePolicy;
+
+impl CostPolicy for RooflinePolicy {
+    fn name(&self) -> &'static str {
+        "roofline-v1"
+    }
+
+    fn predict_us(&self, f: &Features, plan: &Plan, target: &Target) -> f64 {
+        let access = match f.access_bytes {
+            b if b >= 16 => 1.0,
+            8 => 0.92,
+            4 => 0.85,
+            _ => 0.6,
+        };
+        let threads_in_flight =
+            (f.groups.min(f.concurrent_groups) * plan.threads_per_group as u64) as f64;
+        // Half the threads an SM can hold keep enough bytes in flight.
+        let fill = (threads_in_flight / (target.multiprocessors as f64 * 512.0)).min(1.0);
+        let efficiency = access * f.lane_utilization.max(0.05) * fill.max(0.02);
+        let bytes_per_us = target.copy_gbps * 1e3;
+        let stream_us = f.bytes_traffic as f64 / (bytes_per_us * efficiency);
+        // Each phase costs a dependent memory round trip and a tree descent.
+        let t = &plan.tree;
+        let tree_us = (t.lanes as f64).log2() * 0.02
+            + if t.warps > 1 { 0.3 } else { 0.0 }
+            + if t.groups > 1 { 0.8 } else { 0.0 };
+        let per_wave_us = f.phases as f64 * (0.8 + tree_us)
+            + plan.slot_bound as f64 / plan.layout.unroll as f64 * 0.004;
+        let latency_us = f.waves.ceil().max(1.0) * per_wave_us;
+        target.launch_us + stream_us.max(latency_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapper::{plan, LayoutRequest, Problem};
+    use lanefold_ir::{DType, Operator, OperatorOptions};
+
+    fn predict(op: Operator, shape: &str, w: u32, v: u32) -> (Features, f64) {
+        let t = Target::h200();
+        let p = Problem::operator(
+            op,
+            OperatorOptions::default(),
+            DType::F32,
+            shape.parse().unwrap(),
+        );
+        let r = LayoutRequest {
+            workers: w,
+            pack: v,
+            ..Default::default()
+        };
+        let plan = plan(&p, &t, &r).unwrap();
+        let f = Features::of(&plan, &t);
+        let us = RooflinePolicy.predict_us(&f, &plan, &t);
+        (f, us)
+    }
+
+    #[test]
+    fn bytes_moved_counts_inputs_once_and_outputs_once() {
+        let (f, _) = predict(Operator::Rmsnorm, "1024x4096", 256, 4);
+        // x read, y written, weight read once.
+        assert_eq!(f.bytes_moved, 2 * 1024 * 4096 * 4 + 4096 * 4);
+        assert_eq!(f.passes, 1.0);
+    }
+
+    #[test]
+    fn large_problems_are_predicted_near_copy_bandwidth_and_wider_access_helps() {
+        let (f4, us4) = predict(Operator::Rmsnorm, "32768x4096", 256, 4);
+        let (_, us1) = predict(Operator::Rmsnorm, "32768x4096", 256, 1);
+        let floor = f4.bytes_moved as f64 / (4250.0 * 1e3);
+        assert!(us4 >= floor && us4 < 1.3 * floor, "{us4} vs floor {floor}");
+        assert!(us1 > us4);
+    }
+
+    #[test]
+    fn streaming_costs_more_passes() {
+        let t = Target::h200();
+        let p = Problem::operator(
+            Operator::Softmax,
+            OperatorOptions::default(),
+            DType::F32,
+            "64x262144".parse().unwrap(),
+        );
+        let r = LayoutRequest {
+            workers: 32,
+            pack: 4,
+            ..Default::default()
+        };
+        let plan = plan(&p, &t, &r).unwrap();
+        let f = Features::of(&plan, &t);
+        assert!(f.passes > 1.9, "{}", f.passes);
+    }
+}

@@ -1,0 +1,18 @@
+//! From a verified row program and a problem shape to a checked plan:
+//! the consecutive-worker ownership layout, the machine description, the
+//! fail-closed mapper and the cost policies that rank candidates.
+
+mod cost;
+mod layout;
+mod mapper;
+mod shape;
+mod target;
+
+pub use cost::{CostPolicy, Features, RooflinePolicy};
+pub use layout::{Layout, TreeLevels, VALID_PACKS};
+pub use mapper::{
+    enumerate, plan, Candidate, LayoutRequest, Plan, Problem, ReductionOrder, Refusal, Residency,
+    ResidencyRequest,
+};
+pub use shape::{Shape, ShapeError};
+pub use target::Target;

@@ -1,0 +1,594 @@
+//! The mapper: resolves a layout request for a problem on a target into a
+//! checked plan, or refuses it with a reason. Nothing is scored before it
+//! is legal.
+
+use crate::layout::{Layout, TreeLevels, VALID_PACKS};
+use crate::shape::Shape;
+use crate::target::Target;
+use lanefold_ir::{Analysis, DType, Operator, OperatorOptions, Program};
+use serde::{Deserialize, Serialize};
+
+/// Registers a worker needs besides its private slots (addresses, loop
+/// state, reduction scratch): a conservative allowance.
+const BASE_REGISTERS: u32 = 40;
+/// Elements per worker the automatic mapping aims for.
+const AUTO_ELEMENTS_PER_WORKER: usize = 8;
+/// Threads per group the automatic mapping aims for when packing rows.
+const AUTO_GROUP_THREADS: u32 = 256;
+
+/// A program applied to a shape in a storage dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub program: Program,
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+impl Problem {
+    pub fn operator(op: Operator, options: OperatorOptions, dtype: DType, shape: Shape) -> Self {
+        Problem {
+            program: op.program(options),
+            dtype,
+            shape,
+        }
+    }
+
+    /// The named operator, when the program is one of ours.
+    pub fn operator_kind(&self) -> Option<Operator> {
+        self.program.name.parse().ok()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReductionOrder {
+    /// Per-worker recurrences, then the butterfly tree: needs permission.
+    Tree,
+    /// Sequential element order (W = 1): always allowed.
+    Sequential,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResidencyRequest {
+    #[default]
+    Auto,
+    Registers,
+    Stream,
+}
+
+/// Where tiles needed in several phases live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residency {
+    /// In each worker's private slots (registers): memory is read once.
+    Registers,
+    /// Re-read from memory in each phase that needs them.
+    Stream,
+}
+
+/// What the user asks for; 0 means automatic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayoutRequest {
+    pub workers: u32,
+    pub pack: u32,
+    pub unroll: u32,
+    pub rows_per_group: u32,
+    /// None: the program's own permission decides (tree when permitted).
+    pub order: Option<ReductionOrder>,
+    pub residency: ResidencyRequest,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("invalid width: {0}")]
+    InvalidWidth(String),
+    #[error("missing reassociation permission: {0}")]
+    MissingPermission(String),
+    #[error("resource overflow: {resource} needs {needed}, limit {limit} ({detail})")]
+    ResourceOverflow {
+        resource: &'static str,
+        needed: u64,
+        limit: u64,
+        detail: String,
+    },
+    #[error("reduction layout asked of an element-only program: {0}")]
+    ElementOnly(String),
+    #[error("program does not verify: {0}")]
+    Unverified(String),
+}
+
+/// A legal, fully resolved plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub problem: Problem,
+    pub analysis: Analysis,
+    pub layout: Layout,
+    pub residency: Residency,
+    pub order: ReductionOrder,
+    pub tree: TreeLevels,
+    pub threads_per_group: u32,
+    pub groups_per_row: u32,
+    /// Groups launched in total (clusters count each of their groups).
+    pub groups: u64,
+    pub slot_bound: usize,
+    pub resident_slots: usize,
+    pub registers: u32,
+    pub shared_bytes: u32,
+    pub target: String,
+}
+
+impl Plan {
+    pub fn shape(&self) -> Shape {
+        self.problem.shape
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.problem.dtype
+    }
+
+    /// One-line description: `W=256 V=4 U=1 G=1 registers`.
+    pub fn describe(&self) -> String {
+        let l = &self.layout;
+        let mut s = format!(
+            "W={} V={} U={} G={} {:?}",
+            l.workers, l.pack, l.unroll, l.rows_per_group, self.residency
+        )
+        .to_lowercase();
+        if self.groups_per_row > 1 {
+            s += &format!(" cluster={}", self.groups_per_row);
+        }
+        s
+    }
+}
+
+/// One enumerated candidate: its request and what the mapper made of it.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub request: LayoutRequest,
+    pub outcome: Result<Plan, Refusal>,
+}
+
+fn width(msg: String) -> Refusal {
+    Refusal::InvalidWidth(msg)
+}
+
+/// Resolve `request` for `problem` on `target`, failing closed.
+pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let analysis = problem
+        .program
+        .verify()
+        .map_err(|e| Refusal::Unverified(e.to_string()))?;
+    let n = problem.shape.n;
+    let rows = problem.shape.rows;
+
+    if let (Some(order), false) = (request.order, analysis.has_reduction()) {
+        return Err(Refusal::ElementOnly(format!(
+            "'{}' has no reduction, so a reduction order ({order:?}) cannot apply",
+            problem.program.name
+        )));
+    }
+    let pack = if request.pack == 0 { 1 } else { request.pack };
+    if !VALID_PACKS.contains(&pack) {
+        return Err(width(format!("V={pack}: V must be one of 1, 2, 4, 8")));
+    }
+    let unroll = if request.unroll == 0 {
+        1
+    } else {
+        request.unroll
+    };
+    if !(1..=8).contains(&unroll) {
+        return Err(width(format!("U={unroll}: U must be from 1 to 8")));
+    }
+    let max_w = target.max_workers();
+    if request.workers != 0 && (!request.workers.is_power_of_two() || request.workers > max_w) {
+        return Err(width(format!(
+            "W={}: W must be a power of two from 1 to {max_w} on {}",
+            request.workers, target.name
+        )));
+    }
+
+    // Sequential order is W = 1; any wider tree reorders the FP32 sums.
+    let sums_reorderable =
+        problem.program.reassociation && request.order != Some(ReductionOrder::Sequential);
+    let order = if problem.program.has_sum() && !sums_reorderable {
+        ReductionOrder::Sequential
+    } else {
+        request.order.unwrap_or(ReductionOrder::Tree)
+    };
+    if order == ReductionOrder::Sequential && request.workers > 1 {
+        let why = if problem.program.reassociation {
+            "an exact (sequential) order was requested"
+        } else {
+            "the program grants no reassociation"
+        };
+        return Err(Refusal::MissingPermission(format!(
+            "W={} splits each FP32 sum over {} workers, but {why}; only W=1 keeps sequential order",
+            request.workers, request.workers
+        )));
+    }
+
+    let resident_tiles = analysis.resident.len();
+    let budget = |threads: u32| -> usize {
+        let per_thread = target
+            .max_registers_per_thread
+            .min(target.registers_per_group / threads.max(1));
+        per_thread.saturating_sub(BASE_REGISTERS + 4 * pack) as usize
+    };
+    let workers = if request.workers != 0 {
+        request.workers
+    } else if order == ReductionOrder::Sequential {
+        1
+    } else {
+        auto_workers(n, pack, resident_tiles, target, &budget)
+    };
+    let layout_for = |g: u32| Layout {
+        workers,
+        pack,
+        unroll,
+        rows_per_group: g,
+    };
+    let rows_per_group = if request.rows_per_group != 0 {
+        request.rows_per_group
+    } else {
+        auto_rows_per_group(workers, rows, target)
+    };
+    let layout = layout_for(rows_per_group);
+    let groups_per_row = layout.groups_per_row(target);
+    if groups_per_row > 1 && rows_per_group != 1 {
+        return Err(width(format!(
+            "G={rows_per_group}: a row spanning a cluster ({groups_per_row} groups) cannot share its groups"
+        )));
+    }
+    let threads = layout.threads_per_group(target);
+    if groups_per_row == 1
+        && (workers as u64 * rows_per_group as u64) > target.max_threads_per_group as u64
+    {
+        return Err(width(format!(
+            "G x W = {rows_per_group} x {workers} threads exceeds the group limit {}",
+            target.max_threads_per_group
+        )));
+    }
+
+    let slot_bound = layout.slot_bound(n);
+    let needed_slots = resident_tiles * slot_bound;
+    let fits = needed_slots <= budget(threads);
+    let residency = match request.residency {
+        ResidencyRequest::Stream => Residency::Stream,
+        ResidencyRequest::Registers if resident_tiles > 0 && !fits => {
+            return Err(Refusal::ResourceOverflow {
+                resource: "private slots",
+                needed: needed_slots as u64,
+                limit: budget(threads) as u64,
+                detail: format!(
+                    "{resident_tiles} resident tile(s) x {slot_bound} slots per worker at {threads} threads per group"
+                ),
+            });
+        }
+        ResidencyRequest::Registers => Residency::Registers,
+        ResidencyRequest::Auto if resident_tiles > 0 && !fits => Residency::Stream,
+        ResidencyRequest::Auto => Residency::Registers,
+    };
+    let resident_slots = if residency == Residency::Registers {
+        needed_slots
+    } else {
+        0
+    };
+    let registers = BASE_REGISTERS + 4 * pack + resident_slots as u32;
+    let register_file = registers as u64 * threads as u64;
+    if registers > target.max_registers_per_thread
+        || register_file > target.registers_per_group as u64
+    {
+        return Err(Refusal::ResourceOverflow {
+            resource: "registers",
+            needed: register_file,
+            limit: target.registers_per_group as u64,
+            detail: format!("{registers} per thread x {threads} threads"),
+        });
+    }
+    let tree = layout.tree(target);
+    // One f32 per warp per reduction, per row of the group; clusters add
+    // one slot per group of the cluster.
+    let shared_bytes = 4
+        * analysis.reductions.len() as u32
+        * (rows_per_group * tree.warps
+            + if groups_per_row > 1 {
+                groups_per_row
+            } else {
+                0
+            });
+    if shared_bytes > target.shared_bytes_per_group {
+        return Err(Refusal::ResourceOverflow {
+            resource: "shared memory",
+            needed: shared_bytes as u64,
+            limit: target.shared_bytes_per_group as u64,
+            detail: format!("{} reductions", analysis.reductions.len()),
+        });
+    }
+    let groups = if groups_per_row > 1 {
+        rows as u64 * groups_per_row as u64
+    } else {
+        rows.div_ceil(rows_per_group as usize) as u64
+    };
+    Ok(Plan {
+        problem: problem.clone(),
+        analysis,
+        layout,
+        residency,
+        order,
+        tree,
+        threads_per_group: threads,
+        groups_per_row,
+        groups,
+        slot_bound,
+        resident_slots,
+        registers,
+        shared_bytes,
+        target: target.name.clone(),
+    })
+}
+
+/// Aim for a few elements per worker; widen into a cluster while resident
+/// tiles would not fit in registers.
+fn auto_workers(
+    n: usize,
+    pack: u32,
+    resident_tiles: usize,
+    target: &Target,
+    budget: &dyn Fn(u32) -> usize,
+) -> u32 {
+    let want = n.div_ceil(pack as usize * AUTO_ELEMENTS_PER_WORKER);
+    let mut w = (want.next_power_of_two() as u32).clamp(1, target.max_threads_per_group);
+    let layout = |w: u32| Layout {
+        workers: w,
+        pack,
+        unroll: 1,
+        rows_per_group: 1,
+    };
+    while resident_tiles > 0
+        && w < target.max_workers()
+        && resident_tiles * layout(w).slot_bound(n) > budget(layout(w).threads_per_group(target))
+    {
+        w *= 2;
+    }
+    w
+}
+
+/// Pack short rows so groups have about 256 threads, but keep at least one
+/// group per multiprocessor when there are enough rows for that.
+fn auto_rows_per_group(workers: u32, rows: usize, target: &Target) -> u32 {
+    if workers >= target.max_threads_per_group {
+        return 1;
+    }
+    let mut g = (AUTO_GROUP_THREADS / workers).max(1);
+    g = g.min((rows as u32).next_power_of_two());
+    while g > 1 && rows.div_ceil(g as usize) < target.multiprocessors as usize {
+        g /= 2;
+    }
+    g
+}
+
+/// The Cartesian product of W, V and U lists (0 = automatic) over `base`.
+pub fn enumerate(
+    problem: &Problem,
+    target: &Target,
+    base: &LayoutRequest,
+    workers: &[u32],
+    packs: &[u32],
+    unrolls: &[u32],
+) -> Vec<Candidate> {
+    let mut out = vec![];
+    for &w in workers {
+        for &v in packs {
+            for &u in unrolls {
+                let request = LayoutRequest {
+                    workers: w,
+                    pack: v,
+                    unroll: u,
+                    ..*base
+                };
+                out.push(Candidate {
+                    request,
+                    outcome: plan(problem, target, &request),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanefold_ir::{BufferKind, Builder};
+
+    fn problem(op: Operator, shape: &str) -> Problem {
+        Problem::operator(
+            op,
+            OperatorOptions::default(),
+            DType::F32,
+            shape.parse().unwrap(),
+        )
+    }
+
+    fn req(w: u32, v: u32) -> LayoutRequest {
+        LayoutRequest {
+            workers: w,
+            pack: v,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn invalid_widths_are_refused() {
+        let p = problem(Operator::Rmsnorm, "4x4096");
+        let t = Target::h200();
+        for r in [req(48, 1), req(32, 3), req(16384, 1)] {
+            assert!(
+                matches!(plan(&p, &t, &r), Err(Refusal::InvalidWidth(_))),
+                "{r:?}"
+            );
+        }
+        let too_many = LayoutRequest {
+            rows_per_group: 8,
+            ..req(256, 1)
+        };
+        assert!(matches!(
+            plan(&p, &t, &too_many),
+            Err(Refusal::InvalidWidth(_))
+        ));
+    }
+
+    #[test]
+    fn missing_permission_is_refused_and_auto_falls_back_to_one_worker() {
+        let exact = Problem {
+            program: Operator::Sum.program(OperatorOptions::default()).exact(),
+            ..problem(Operator::Sum, "4x4096")
+        };
+        let t = Target::h200();
+        let err = plan(&exact, &t, &req(32, 1)).unwrap_err();
+        assert!(matches!(err, Refusal::MissingPermission(_)), "{err}");
+        let auto = plan(&exact, &t, &LayoutRequest::default()).unwrap();
+        assert_eq!(auto.layout.workers, 1);
+        assert_eq!(auto.order, ReductionOrder::Sequential);
+        // An explicit exact request on a permitting program is honoured too.
+        let seq = LayoutRequest {
+            order: Some(ReductionOrder::Sequential),
+            ..req(64, 1)
+        };
+        assert!(matches!(
+            plan(&problem(Operator::Sum, "4x4096"), &t, &seq),
+            Err(Refusal::MissingPermission(_))
+        ));
+    }
+
+    #[test]
+    fn max_only_programs_need_no_permission() {
+        let mut b = Builder::new("rowmax");
+        let x = b.input("x", BufferKind::Row);
+        let m = b.reduce(lanefold_ir::ReduceOp::Max, x);
+        b.output("m", BufferKind::RowScalar, m);
+        let p = Problem {
+            program: b.finish().exact(),
+            dtype: DType::F32,
+            shape: "2x100".parse().unwrap(),
+        };
+        assert!(plan(&p, &Target::h200(), &req(32, 1)).is_ok());
+    }
+
+    #[test]
+    fn resource_overflow_is_refused() {
+        let t = Target::h200();
+        let p = problem(Operator::Layernorm, "2x262144");
+        let forced = LayoutRequest {
+            residency: ResidencyRequest::Registers,
+            ..req(32, 4)
+        };
+        let err = plan(&p, &t, &forced).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Refusal::ResourceOverflow {
+                    resource: "private slots",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // Automatic residency streams instead of refusing.
+        let auto = plan(&p, &t, &req(32, 4)).unwrap();
+        assert_eq!(auto.residency, Residency::Stream);
+
+        let tiny = Target {
+            shared_bytes_per_group: 8,
+            ..Target::h200()
+        };
+        let err = plan(&problem(Operator::Softmax, "4x4096"), &tiny, &req(1024, 1)).unwrap_err();
+        assert!(matches!(
+            err,
+            Refusal::ResourceOverflow {
+                resource: "shared memory",
+                ..
+            }
+        ));
+
+        let few_registers = Target {
+            registers_per_group: 16 * 1024,
+            ..Target::h200()
+        };
+        let err = plan(
+            &problem(Operator::Sum, "4x4096"),
+            &few_registers,
+            &req(1024, 8),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            Refusal::ResourceOverflow {
+                resource: "registers",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn element_only_program_refuses_a_reduction_layout() {
+        let p = problem(Operator::Add, "4x4096");
+        let r = LayoutRequest {
+            order: Some(ReductionOrder::Sequential),
+            ..Default::default()
+        };
+        assert!(matches!(
+            plan(&p, &Target::h200(), &r),
+            Err(Refusal::ElementOnly(_))
+        ));
+        assert!(plan(&p, &Target::h200(), &LayoutRequest::default()).is_ok());
+    }
+
+    #[test]
+    fn auto_mapping_packs_short_rows_and_spans_clusters_for_long_ones() {
+        let t = Target::h200();
+        let short = plan(
+            &problem(Operator::Rmsnorm, "32768x127"),
+            &t,
+            &LayoutRequest::default(),
+        )
+        .unwrap();
+        assert!(short.layout.rows_per_group > 1, "{}", short.describe());
+        assert_eq!(short.layout.pack, 1);
+        let few = plan(
+            &problem(Operator::Rmsnorm, "17x257"),
+            &t,
+            &LayoutRequest::default(),
+        )
+        .unwrap();
+        assert_eq!(few.layout.rows_per_group, 1);
+        let long = plan(
+            &problem(Operator::Softmax, "64x262144"),
+            &t,
+            &LayoutRequest::default(),
+        )
+        .unwrap();
+        assert!(long.groups_per_row > 1, "{}", long.describe());
+        assert_eq!(long.residency, Residency::Registers);
+        assert_eq!(
+            long.tree.lanes * long.tree.warps * long.tree.groups,
+            long.layout.workers
+        );
+    }
+
+    #[test]
+    fn enumerate_is_the_cartesian_product() {
+        let p = problem(Operator::Rmsnorm, "64x4096");
+        let c = enumerate(
+            &p,
+            &Target::h200(),
+            &LayoutRequest::default(),
+            &[0, 32, 128, 256],
+            &[1, 2, 4],
+            &[1],
+        );
+        assert_eq!(c.len(), 12);
+        assert!(c.iter().all(|c| c.outcome.is_ok()));
+    }
+}

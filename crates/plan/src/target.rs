@@ -1,0 +1,84 @@
+use serde::{Deserialize, Serialize};
+
+/// What the mapper and the cost policy know about a machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub name: String,
+    pub warp_size: u32,
+    pub max_threads_per_group: u32,
+    /// Largest thread-block cluster (1: no clusters).
+    pub max_cluster_groups: u32,
+    /// Threads of each group when a row spans a cluster: smaller than the
+    /// group limit so each worker keeps enough registers for its slots.
+    pub cluster_group_threads: u32,
+    pub max_registers_per_thread: u32,
+    pub registers_per_group: u32,
+    pub shared_bytes_per_group: u32,
+    pub multiprocessors: u32,
+    pub max_threads_per_multiprocessor: u32,
+    /// Measured device-to-device copy bandwidth (read + write), GB/s.
+    pub copy_gbps: f64,
+    /// Launch cost of one kernel node in a replayed graph, µs.
+    pub launch_us: f64,
+}
+
+impl Target {
+    /// NVIDIA H200 (sm_90): 132 SMs, 64K registers and 227 KiB of shared
+    /// memory per block, clusters of up to 16 blocks (non-portable size); copy bandwidth and
+    /// graph-node cost as measured on our machine (DEVELOPERS.md, issue 6).
+    pub fn h200() -> Target {
+        Target {
+            name: "h200".into(),
+            warp_size: 32,
+            max_threads_per_group: 1024,
+            max_cluster_groups: 16,
+            cluster_group_threads: 512,
+            max_registers_per_thread: 255,
+            registers_per_group: 65536,
+            shared_bytes_per_group: 227 * 1024,
+            multiprocessors: 132,
+            max_threads_per_multiprocessor: 2048,
+            copy_gbps: 4250.0,
+            launch_us: 0.9,
+        }
+    }
+
+    /// The CPU executor's target: it emulates the same worker hierarchy
+    /// (warps of 32, groups, clusters) so any GPU plan also runs here.
+    pub fn cpu() -> Target {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1);
+        Target {
+            name: "cpu".into(),
+            warp_size: 32,
+            max_threads_per_group: 1024,
+            max_cluster_groups: 16,
+            cluster_group_threads: 512,
+            max_registers_per_thread: 255,
+            registers_per_group: 65536,
+            shared_bytes_per_group: 227 * 1024,
+            multiprocessors: cores,
+            max_threads_per_multiprocessor: 2048,
+            copy_gbps: 10.0,
+            launch_us: 5.0,
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<Target> {
+        match name {
+            "h200" | "cuda" => Some(Target::h200()),
+            "cpu" => Some(Target::cpu()),
+            _ => None,
+        }
+    }
+
+    /// Widest row: a full cluster of full groups.
+    pub fn max_workers(&self) -> u32 {
+        if self.max_cluster_groups > 1 {
+            self.cluster_group_threads * self.max_cluster_groups
+        } else {
+            self.max_threads_per_group
+        }
+    }
+}
