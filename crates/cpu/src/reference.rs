@@ -7,7 +7,18 @@ use lanefold_plan::Problem;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
-pub type Reference = BTreeMap<String, Vec<f64>>;
+/// One output's float64 values, and the magnitude its error is measured
+/// against: |value| for well-conditioned outputs, the sum of |x| for a sum
+/// (the forward-error bound of any summation order scales with it, so a row
+/// whose sum cancels to near zero is not judged by its tiny result).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expected {
+    pub values: Vec<f64>,
+    /// None: |values| (kept implicit so large outputs are not copied).
+    pub scale: Option<Vec<f64>>,
+}
+
+pub type Reference = BTreeMap<String, Expected>;
 
 /// Reference outputs for `problem`; None for a program that is not one of
 /// lanefold's operators.
@@ -43,7 +54,10 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     let per_row: Vec<Vec<Vec<f64>>> = (0..rows)
         .into_par_iter()
         .map(|r| match op {
-            Operator::Sum => vec![vec![row("x", r).iter().sum()]],
+            Operator::Sum => {
+                let x = row("x", r);
+                vec![vec![x.iter().sum()], vec![x.iter().map(|v| v.abs()).sum()]]
+            }
             Operator::Softmax => {
                 let x = row("x", r);
                 let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -89,8 +103,9 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
         .collect();
     let mut out = Reference::new();
     for (k, decl) in problem.program.outputs.iter().enumerate() {
-        let flat: Vec<f64> = per_row.iter().flat_map(|r| r[k].iter().copied()).collect();
-        out.insert(decl.name.clone(), flat);
+        let values: Vec<f64> = per_row.iter().flat_map(|r| r[k].iter().copied()).collect();
+        let scale = (op == Operator::Sum).then(|| per_row.iter().map(|r| r[1][0]).collect());
+        out.insert(decl.name.clone(), Expected { values, scale });
     }
     Some(out)
 }

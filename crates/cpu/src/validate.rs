@@ -13,7 +13,7 @@ pub struct OutputCheck {
     /// (an unwritten, poisoned element lands here).
     pub nonfinite: usize,
     pub max_abs_err: f64,
-    /// ||out - ref||_2 / ||ref||_2.
+    /// ||out - ref||_2 / ||scale||_2 (scale = |ref|, or sum |x| for sums).
     pub rel_err: f64,
     pub tolerance: f64,
     pub pass: bool,
@@ -36,12 +36,13 @@ impl Validation {
 pub fn validate(dtype: DType, outputs: &Buffers, reference: &Reference) -> Validation {
     let tolerance = dtype.tolerance();
     let mut checks = vec![];
-    for (name, want) in reference {
+    for (name, expected) in reference {
+        let want = &expected.values;
         let Some(got) = outputs.get(name) else {
             checks.push(OutputCheck {
                 name: name.clone(),
                 elements: 0,
-                nonfinite: want.len(),
+                nonfinite: expected.values.len(),
                 max_abs_err: f64::INFINITY,
                 rel_err: f64::INFINITY,
                 tolerance,
@@ -52,6 +53,7 @@ pub fn validate(dtype: DType, outputs: &Buffers, reference: &Reference) -> Valid
         let (mut diff2, mut ref2, mut max_abs, mut nonfinite) = (0f64, 0f64, 0f64, 0usize);
         let length_ok = got.len() == want.len();
         for (i, &r) in want.iter().enumerate().take(got.len()) {
+            let scale = expected.scale.as_ref().map_or(r.abs(), |s| s[i]);
             let g = got.get(i) as f64;
             if !g.is_finite() && r.is_finite() {
                 nonfinite += 1;
@@ -59,7 +61,7 @@ pub fn validate(dtype: DType, outputs: &Buffers, reference: &Reference) -> Valid
             }
             let d = g - r;
             diff2 += d * d;
-            ref2 += r * r;
+            ref2 += scale * scale;
             max_abs = max_abs.max(d.abs());
         }
         // An all-zero reference (e.g. every row ignored) is judged absolutely.

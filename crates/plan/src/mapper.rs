@@ -8,9 +8,15 @@ use crate::target::Target;
 use lanefold_ir::{Analysis, DType, Operator, OperatorOptions, Program};
 use serde::{Deserialize, Serialize};
 
-/// Registers a worker needs besides its private slots (addresses, loop
-/// state, reduction scratch): a conservative allowance.
-const BASE_REGISTERS: u32 = 40;
+/// Registers a worker needs besides its private slots and load staging
+/// (addresses, loop state, reduction scratch): an allowance.
+const BASE_REGISTERS: u32 = 32;
+
+/// Registers besides private slots: the base plus one 32-bit register per
+/// word of a pack being loaded.
+fn overhead_registers(pack: u32, dtype: DType) -> u32 {
+    BASE_REGISTERS + (pack * dtype.size_bytes() as u32).div_ceil(4)
+}
 /// Elements per worker the automatic mapping aims for.
 const AUTO_ELEMENTS_PER_WORKER: usize = 8;
 /// Threads per group the automatic mapping aims for when packing rows.
@@ -130,11 +136,14 @@ impl Plan {
     /// One-line description: `W=256 V=4 U=1 G=1 registers`.
     pub fn describe(&self) -> String {
         let l = &self.layout;
+        let residency = match self.residency {
+            Residency::Registers => "registers",
+            Residency::Stream => "stream",
+        };
         let mut s = format!(
-            "W={} V={} U={} G={} {:?}",
-            l.workers, l.pack, l.unroll, l.rows_per_group, self.residency
-        )
-        .to_lowercase();
+            "W={} V={} U={} G={} {residency}",
+            l.workers, l.pack, l.unroll, l.rows_per_group
+        );
         if self.groups_per_row > 1 {
             s += &format!(" cluster={}", self.groups_per_row);
         }
@@ -213,7 +222,7 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
         let per_thread = target
             .max_registers_per_thread
             .min(target.registers_per_group / threads.max(1));
-        per_thread.saturating_sub(BASE_REGISTERS + 4 * pack) as usize
+        per_thread.saturating_sub(overhead_registers(pack, problem.dtype)) as usize
     };
     let workers = if request.workers != 0 {
         request.workers
@@ -274,7 +283,7 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
     } else {
         0
     };
-    let registers = BASE_REGISTERS + 4 * pack + resident_slots as u32;
+    let registers = overhead_registers(pack, problem.dtype) + resident_slots as u32;
     let register_file = registers as u64 * threads as u64;
     if registers > target.max_registers_per_thread
         || register_file > target.registers_per_group as u64

@@ -1,0 +1,128 @@
+//! The harness behind the `lanefold` command: one way to run a case on the
+//! CPU executor or on CUDA, validate it against float64, and the selftest
+//! matrices built from it.
+
+use anyhow::{Context, Result};
+use lanefold_codegen::CodegenOptions;
+use lanefold_cpu::data::{poisoned_outputs, random_inputs};
+use lanefold_cpu::reference::reference;
+use lanefold_cpu::{Buffers, Validation};
+use lanefold_cuda::CudaBackend;
+use lanefold_ir::{DType, Operator, OperatorOptions};
+use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Refusal, Shape, Target};
+
+pub mod selftest;
+pub mod speed;
+
+/// Where a plan runs.
+pub enum Backend {
+    Cpu,
+    Cuda(Box<CudaBackend>),
+}
+
+impl Backend {
+    pub fn name(&self) -> String {
+        match self {
+            Backend::Cpu => "cpu".into(),
+            Backend::Cuda(c) => format!("cuda ({})", c.device_name()),
+        }
+    }
+
+    pub fn target(&self) -> Target {
+        match self {
+            Backend::Cpu => Target::cpu(),
+            Backend::Cuda(_) => Target::h200(),
+        }
+    }
+
+    /// Open CUDA, with a clear error when there is no driver.
+    pub fn cuda() -> Result<Backend> {
+        let b = CudaBackend::open(0).context("--backend cuda")?;
+        Ok(Backend::Cuda(Box::new(b)))
+    }
+
+    /// CUDA when a GPU is present, the CPU otherwise (the reason is returned).
+    pub fn detect() -> (Backend, Option<String>) {
+        match CudaBackend::open(0) {
+            Ok(b) => (Backend::Cuda(Box::new(b)), None),
+            Err(e) => (Backend::Cpu, Some(e.to_string())),
+        }
+    }
+
+    pub fn execute(
+        &self,
+        plan: &Plan,
+        options: &CodegenOptions,
+        inputs: &Buffers,
+        outputs: &mut Buffers,
+    ) -> Result<()> {
+        match self {
+            Backend::Cpu => lanefold_cpu::execute(plan, inputs, outputs)?,
+            Backend::Cuda(c) => c.execute(plan, options, inputs, outputs)?,
+        }
+        Ok(())
+    }
+}
+
+/// One case: a problem and a layout request.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub op: Operator,
+    pub dtype: DType,
+    pub shape: Shape,
+    pub request: LayoutRequest,
+    pub seed: u64,
+}
+
+impl Case {
+    pub fn problem(&self) -> Problem {
+        Problem::operator(self.op, OperatorOptions::default(), self.dtype, self.shape)
+    }
+}
+
+pub struct Outcome {
+    pub plan: Plan,
+    pub validation: Validation,
+    pub outputs: Buffers,
+    pub inputs: Buffers,
+}
+
+/// Plan, generate seeded inputs, poison the outputs, execute on `backend`
+/// and validate every element against float64. A refusal comes back as
+/// an error that downcasts to [`Refusal`].
+pub fn run_case(backend: &Backend, case: &Case, options: &CodegenOptions) -> Result<Outcome> {
+    let problem = case.problem();
+    let plan = plan(&problem, &backend.target(), &case.request)?;
+    let inputs = random_inputs(&problem, case.seed);
+    run_plan(backend, plan, inputs, options)
+}
+
+/// Execute an already resolved plan on given inputs and validate.
+pub fn run_plan(
+    backend: &Backend,
+    plan: Plan,
+    inputs: Buffers,
+    options: &CodegenOptions,
+) -> Result<Outcome> {
+    let problem = &plan.problem;
+    lanefold_cpu::data::check_inputs(problem, &inputs)?;
+    let mut outputs = poisoned_outputs(problem);
+    backend.execute(&plan, options, &inputs, &mut outputs)?;
+    let want = reference(problem, &inputs).context("no float64 reference for this program")?;
+    let validation = lanefold_cpu::validate(problem.dtype, &outputs, &want);
+    Ok(Outcome {
+        plan,
+        validation,
+        outputs,
+        inputs,
+    })
+}
+
+/// Exit code for an error: 2 for a refused plan, 1 otherwise.
+pub fn exit_code(err: &anyhow::Error) -> i32 {
+    if err.downcast_ref::<Refusal>().is_some() {
+        2
+    } else {
+        1
+    }
+}

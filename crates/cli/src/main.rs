@@ -1,0 +1,541 @@
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use lanefold::selftest::{self, Report};
+use lanefold::{exit_code, run_case, run_plan, Backend, Case};
+use lanefold_codegen::CodegenOptions;
+use lanefold_cpu::data::{expected_len, random_inputs};
+use lanefold_cpu::npy::{self, Element};
+use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
+use lanefold_plan::{
+    enumerate, plan, CostPolicy, Features, LayoutRequest, Problem, ReductionOrder,
+    ResidencyRequest, RooflinePolicy, Shape, Target,
+};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "lanefold",
+    version,
+    about = "Compiler, autotuner and checker for fused GPU row reductions"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The six operators on the seed's shapes, planned, executed and validated.
+    Demo {
+        #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+        backend: BackendArg,
+    },
+    /// Show the plan (or every candidate of a search space) with features,
+    /// legality and predicted cost.
+    Plan(PlanArgs),
+    /// Execute one problem on seeded or `.npy` inputs and validate it.
+    Run(RunArgs),
+    /// The correctness matrix; its last line is `N passed, N failed`.
+    Selftest {
+        #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+        backend: BackendArg,
+        /// CUDA only: skip the long-row shapes.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// First speed table on CUDA: GPU µs per op (events around a batch,
+    /// L2 warm) and effective GB/s, every timed plan validated first.
+    Speed(SpeedArgs),
+}
+
+#[derive(Args)]
+struct SpeedArgs {
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape, default_value = "32768x4096,4096x32768,4096x131072")]
+    shapes: Vec<Shape>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32,bf16")]
+    dtypes: Vec<DType>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_operator, default_value = "sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy")]
+    ops: Vec<Operator>,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+    /// Target GPU time per sample's batch, µs.
+    #[arg(long, default_value_t = 20000.0)]
+    batch_us: f64,
+    /// Directory for results.json (raw samples) and results.md.
+    #[arg(long)]
+    output: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OrderArg {
+    Tree,
+    Exact,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ResidencyArg {
+    Auto,
+    Registers,
+    Stream,
+}
+
+#[derive(Args, Clone)]
+struct ProblemArgs {
+    #[arg(long, value_parser = parse_operator)]
+    op: Operator,
+    /// ROWSxN, e.g. 64x4096.
+    #[arg(long, value_parser = parse_shape)]
+    shape: Shape,
+    #[arg(long, value_parser = parse_dtype, default_value = "f32")]
+    dtype: DType,
+    /// Leave out the per-column weight (rmsnorm, layernorm).
+    #[arg(long)]
+    no_weight: bool,
+    /// Leave out the per-column bias (layernorm).
+    #[arg(long)]
+    no_bias: bool,
+    /// Withdraw the program's permission to reorder FP32 sums.
+    #[arg(long)]
+    no_reassociate: bool,
+}
+
+impl ProblemArgs {
+    fn problem(&self) -> Problem {
+        let options = OperatorOptions {
+            weight: !self.no_weight,
+            bias: !self.no_bias,
+        };
+        let mut p = Problem::operator(self.op, options, self.dtype, self.shape);
+        if self.no_reassociate {
+            p.program = p.program.exact();
+        }
+        p
+    }
+}
+
+#[derive(Args, Clone)]
+struct LayoutArgs {
+    /// W: workers per row, a power of two (0: automatic).
+    #[arg(long, default_value_t = 0)]
+    workers: u32,
+    /// V: consecutive elements per worker, 1, 2, 4 or 8 (0: automatic).
+    #[arg(long, default_value_t = 0)]
+    pack: u32,
+    /// U: stripe unroll, 1 to 8 (0: automatic).
+    #[arg(long, default_value_t = 0)]
+    unroll: u32,
+    /// G: rows per group (0: automatic).
+    #[arg(long, default_value_t = 0)]
+    rows_per_group: u32,
+    /// Ask for a reduction order explicitly.
+    #[arg(long, value_enum)]
+    order: Option<OrderArg>,
+    #[arg(long, value_enum, default_value_t = ResidencyArg::Auto)]
+    residency: ResidencyArg,
+}
+
+impl LayoutArgs {
+    fn request(&self) -> LayoutRequest {
+        LayoutRequest {
+            workers: self.workers,
+            pack: self.pack,
+            unroll: self.unroll,
+            rows_per_group: self.rows_per_group,
+            order: self.order.map(|o| match o {
+                OrderArg::Tree => ReductionOrder::Tree,
+                OrderArg::Exact => ReductionOrder::Sequential,
+            }),
+            residency: match self.residency {
+                ResidencyArg::Auto => ResidencyRequest::Auto,
+                ResidencyArg::Registers => ResidencyRequest::Registers,
+                ResidencyArg::Stream => ResidencyRequest::Stream,
+            },
+        }
+    }
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    /// h200 or cpu.
+    #[arg(long, default_value = "h200")]
+    target: String,
+    /// Print the row program in text form.
+    #[arg(long)]
+    print_ir: bool,
+    /// Candidate lists (comma separated, 0 = automatic): enumerate their product.
+    #[arg(long, value_delimiter = ',')]
+    tune_workers: Vec<u32>,
+    #[arg(long, value_delimiter = ',')]
+    tune_pack: Vec<u32>,
+    #[arg(long, value_delimiter = ',')]
+    tune_unroll: Vec<u32>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    problem: ProblemArgs,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    backend: BackendArg,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// NAME=PATH.npy for an input buffer (others are seeded random).
+    #[arg(long, value_parser = parse_input)]
+    input: Vec<(String, PathBuf)>,
+    /// Write each output as DIR/NAME.npy.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// CUDA: compile with fused multiply-add off.
+    #[arg(long)]
+    no_fma: bool,
+}
+
+fn parse_operator(s: &str) -> Result<Operator, String> {
+    s.parse()
+        .map_err(|e: lanefold_ir::ParseOperatorError| e.to_string())
+}
+fn parse_shape(s: &str) -> Result<Shape, String> {
+    s.parse()
+        .map_err(|e: lanefold_plan::ShapeError| e.to_string())
+}
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    s.parse()
+        .map_err(|e: lanefold_ir::DTypeError| e.to_string())
+}
+fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    let (name, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}': expected NAME=PATH.npy"))?;
+    Ok((name.to_string(), PathBuf::from(path)))
+}
+
+fn open_backend(arg: BackendArg) -> Result<Backend> {
+    Ok(match arg {
+        BackendArg::Cpu => Backend::Cpu,
+        BackendArg::Cuda => Backend::cuda()?,
+        BackendArg::Auto => {
+            let (b, why) = Backend::detect();
+            if let Some(why) = why {
+                println!("no GPU in use ({why}); running on the CPU executor");
+            }
+            b
+        }
+    })
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo { backend } => demo(backend),
+        Command::Plan(args) => plan_cmd(args),
+        Command::Run(args) => run_cmd(args),
+        Command::Selftest { backend, quick } => selftest_cmd(backend, quick),
+        Command::Speed(args) => lanefold::speed::speed(
+            &args.shapes,
+            &args.dtypes,
+            &args.ops,
+            &args.layout.request(),
+            args.samples,
+            args.batch_us,
+            &args.output,
+        ),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(exit_code(&e));
+    }
+}
+
+fn demo(backend: BackendArg) -> Result<()> {
+    let backend = open_backend(backend)?;
+    let started = Instant::now();
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "operator",
+        "dtype",
+        "shape",
+        "layout",
+        "rel err",
+        "tolerance",
+        "valid",
+        "ms",
+    ]);
+    let mut failures = 0;
+    for (rows, n) in selftest::SEED_SHAPES {
+        for op in Operator::SIX {
+            for dtype in [DType::F32, DType::Bf16] {
+                for pack in [0, 4] {
+                    let case = Case {
+                        op,
+                        dtype,
+                        shape: Shape::new(rows, n)?,
+                        request: LayoutRequest {
+                            pack,
+                            ..Default::default()
+                        },
+                        seed: 42,
+                    };
+                    let t0 = Instant::now();
+                    let out = run_case(&backend, &case, &CodegenOptions::default())
+                        .with_context(|| format!("{op} {dtype} {rows}x{n}"))?;
+                    let ok = out.validation.pass;
+                    failures += usize::from(!ok);
+                    table.add_row([
+                        op.to_string(),
+                        dtype.to_string(),
+                        format!("{rows}x{n}"),
+                        out.plan.describe(),
+                        format!("{:.2e}", out.validation.worst_rel_err()),
+                        format!("{:.0e}", dtype.tolerance()),
+                        if ok { "yes".into() } else { "NO".to_string() },
+                        format!("{:.1}", t0.elapsed().as_secs_f64() * 1e3),
+                    ]);
+                }
+            }
+        }
+    }
+    println!("{table}");
+    println!(
+        "backend {}: {} cases, {} invalid, {:.1} s (times include input generation and validation)",
+        backend.name(),
+        table.row_count(),
+        failures,
+        started.elapsed().as_secs_f64()
+    );
+    if failures > 0 {
+        bail!("{failures} outputs failed validation");
+    }
+    Ok(())
+}
+
+fn plan_cmd(args: PlanArgs) -> Result<()> {
+    let target = Target::by_name(&args.target)
+        .with_context(|| format!("unknown target '{}' (expected h200 or cpu)", args.target))?;
+    let problem = args.problem.problem();
+    if args.print_ir {
+        print!("{}", problem.program.to_text());
+    }
+    let base = args.layout.request();
+    let searching =
+        !(args.tune_workers.is_empty() && args.tune_pack.is_empty() && args.tune_unroll.is_empty());
+    let or_base = |list: &[u32], b: u32| {
+        if list.is_empty() {
+            vec![b]
+        } else {
+            list.to_vec()
+        }
+    };
+    let candidates = if searching {
+        enumerate(
+            &problem,
+            &target,
+            &base,
+            &or_base(&args.tune_workers, base.workers),
+            &or_base(&args.tune_pack, base.pack),
+            &or_base(&args.tune_unroll, base.unroll),
+        )
+    } else {
+        // A single request: a refusal is the command's result (exit 2).
+        let p = plan(&problem, &target, &base)?;
+        vec![lanefold_plan::Candidate {
+            request: base,
+            outcome: Ok(p),
+        }]
+    };
+    let policy = RooflinePolicy;
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "request W/V/U",
+        "layout",
+        "slots",
+        "live lanes",
+        "groups",
+        "waves",
+        "MB moved",
+        "passes",
+        "predicted µs",
+        "legality",
+    ]);
+    for c in &candidates {
+        let r = &c.request;
+        let req = format!("{}/{}/{}", r.workers, r.pack, r.unroll);
+        match &c.outcome {
+            Ok(p) => {
+                let f = Features::of(p, &target);
+                table.add_row([
+                    req,
+                    p.describe(),
+                    p.slot_bound.to_string(),
+                    f.live_lanes.to_string(),
+                    f.groups.to_string(),
+                    format!("{:.2}", f.waves),
+                    format!("{:.2}", f.bytes_moved as f64 / 1e6),
+                    format!("{:.2}", f.passes),
+                    format!("{:.2}", policy.predict_us(&f, p, &target)),
+                    "legal".into(),
+                ]);
+            }
+            Err(e) => {
+                table.add_row([
+                    req,
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    e.to_string(),
+                ]);
+            }
+        }
+    }
+    println!(
+        "{} {} {} on {} (cost policy {})",
+        problem.program.name,
+        problem.dtype,
+        problem.shape,
+        target.name,
+        policy.name()
+    );
+    println!("{table}");
+    Ok(())
+}
+
+fn run_cmd(args: RunArgs) -> Result<()> {
+    let backend = open_backend(args.backend)?;
+    let problem = args.problem.problem();
+    let p = plan(&problem, &backend.target(), &args.layout.request())?;
+    let (rows, n) = (problem.shape.rows as u64, problem.shape.n as u64);
+    let mut inputs = random_inputs(&problem, args.seed);
+    for (name, path) in &args.input {
+        let decl = problem.program.input(name).with_context(|| {
+            format!(
+                "--input {name}: '{}' has no input named '{name}'",
+                problem.program.name
+            )
+        })?;
+        let (element, shape) = match decl.kind {
+            BufferKind::Row => (Element::Float(problem.dtype), vec![rows, n]),
+            BufferKind::Column => (Element::Float(problem.dtype), vec![n]),
+            BufferKind::RowIndex => (Element::Index, vec![rows]),
+            BufferKind::RowScalar => bail!("'{name}' is not an input kind"),
+        };
+        inputs.insert(name.clone(), npy::read(path, element, &shape)?);
+    }
+    let options = CodegenOptions { fma: !args.no_fma };
+    let out = run_plan(&backend, p, inputs, &options)?;
+    println!(
+        "{} {} {} on {}: {}",
+        problem.program.name,
+        problem.dtype,
+        problem.shape,
+        backend.name(),
+        out.plan.describe()
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "output",
+        "elements",
+        "non-finite",
+        "max abs err",
+        "rel err",
+        "tolerance",
+        "valid",
+    ]);
+    for c in &out.validation.outputs {
+        table.add_row([
+            c.name.clone(),
+            c.elements.to_string(),
+            c.nonfinite.to_string(),
+            format!("{:.3e}", c.max_abs_err),
+            format!("{:.3e}", c.rel_err),
+            format!("{:.0e}", c.tolerance),
+            if c.pass {
+                "yes".into()
+            } else {
+                "NO".to_string()
+            },
+        ]);
+    }
+    println!("{table}");
+    if let Some(dir) = &args.output_dir {
+        for decl in &problem.program.outputs {
+            let shape = match decl.kind {
+                BufferKind::Row => vec![rows, n],
+                _ => vec![expected_len(decl.kind, rows as usize, n as usize) as u64],
+            };
+            let path = dir.join(format!("{}.npy", decl.name));
+            npy::write(&path, &out.outputs[&decl.name], &shape)?;
+            println!("wrote {}", path.display());
+        }
+    }
+    if !out.validation.pass {
+        bail!("output failed validation against float64");
+    }
+    Ok(())
+}
+
+fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
+    let backend = match backend {
+        BackendArg::Auto => open_backend(BackendArg::Auto)?,
+        other => open_backend(other)?,
+    };
+    println!("selftest on {}", backend.name());
+    let started = Instant::now();
+    let mut report = Report::default();
+    selftest::refusal_checks(&mut report);
+    selftest::exact_sum_checks(&backend, &mut report);
+    selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
+    println!(
+        "layout matrix done: {} ({:.1} s)",
+        report.summary(),
+        started.elapsed().as_secs_f64()
+    );
+    if let Backend::Cuda(_) = backend {
+        selftest::run_cases(
+            &backend,
+            &selftest::shape_matrix(&selftest::SEED_SHAPES, &[0, 4]),
+            &mut report,
+        );
+        println!(
+            "seed shapes done: {} ({:.1} s)",
+            report.summary(),
+            started.elapsed().as_secs_f64()
+        );
+        if !quick {
+            selftest::run_cases(
+                &backend,
+                &selftest::shape_matrix(&selftest::LONG_SHAPES, &[0]),
+                &mut report,
+            );
+        }
+    }
+    println!("elapsed {:.1} s", started.elapsed().as_secs_f64());
+    println!("{}", report.summary());
+    if report.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}

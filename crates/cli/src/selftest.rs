@@ -1,0 +1,247 @@
+//! Selftest matrices. The CPU matrix runs in CI; the CUDA matrix runs the
+//! same cases (plus long rows) on the device and compares sums with the
+//! CPU executor bit for bit.
+
+use crate::{run_case, Backend, Case};
+use lanefold_codegen::CodegenOptions;
+use lanefold_cpu::data::{poisoned_outputs, random_inputs};
+use lanefold_ir::{DType, Operator, OperatorOptions};
+use lanefold_plan::{plan, LayoutRequest, Problem, ReductionOrder, Refusal, Shape, Target};
+
+#[derive(Default)]
+pub struct Report {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl Report {
+    fn record(&mut self, ok: bool, label: &str, detail: &str) {
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed += 1;
+            println!("FAIL {label}: {detail}");
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        format!("{} passed, {} failed", self.passed, self.failed)
+    }
+}
+
+fn shape(rows: usize, n: usize) -> Shape {
+    Shape::new(rows, n).expect("selftest shapes are valid")
+}
+
+/// 6 ops x V {1,2,4,8} x W {32,128,256} x N {1,31,33,127,128,129,257,4103}
+/// x rows {1,5}, in `dtype`.
+pub fn layout_matrix(dtype: DType) -> Vec<Case> {
+    let mut cases = vec![];
+    let mut seed = 1;
+    for op in Operator::SIX {
+        for pack in [1, 2, 4, 8] {
+            for workers in [32, 128, 256] {
+                for n in [1, 31, 33, 127, 128, 129, 257, 4103] {
+                    for rows in [1, 5] {
+                        seed += 1;
+                        cases.push(Case {
+                            op,
+                            dtype,
+                            shape: shape(rows, n),
+                            request: LayoutRequest {
+                                workers,
+                                pack,
+                                ..Default::default()
+                            },
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// Shapes x the six operators x f32 and bf16 x packs (0 = automatic).
+pub fn shape_matrix(shapes: &[(usize, usize)], packs: &[u32]) -> Vec<Case> {
+    let mut cases = vec![];
+    for &(rows, n) in shapes {
+        for op in Operator::SIX {
+            for dtype in [DType::F32, DType::Bf16] {
+                for &pack in packs {
+                    cases.push(Case {
+                        op,
+                        dtype,
+                        shape: shape(rows, n),
+                        request: LayoutRequest {
+                            pack,
+                            ..Default::default()
+                        },
+                        seed: (rows * 31 + n) as u64 + pack as u64,
+                    });
+                }
+            }
+        }
+    }
+    cases
+}
+
+pub const SEED_SHAPES: [(usize, usize); 4] = [(1, 127), (17, 257), (64, 4096), (1024, 4096)];
+pub const LONG_SHAPES: [(usize, usize); 4] =
+    [(32768, 4096), (4096, 32768), (4096, 131072), (1024, 262144)];
+
+pub fn run_cases(backend: &Backend, cases: &[Case], report: &mut Report) {
+    for case in cases {
+        let label = format!(
+            "{} {} {} W={} V={}",
+            case.op, case.dtype, case.shape, case.request.workers, case.request.pack
+        );
+        let started = std::time::Instant::now();
+        match run_case(backend, case, &CodegenOptions::default()) {
+            Ok(out) => {
+                let worst = out.validation.worst_rel_err();
+                if case.shape.elements() >= 1 << 20 {
+                    println!(
+                        "{label:<44} {:<36} rel err {worst:.2e} {} ({:.1} s)",
+                        out.plan.describe(),
+                        if out.validation.pass { "ok" } else { "INVALID" },
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                let detail = format!(
+                    "{} rel err {worst:.3e} {:?}",
+                    out.plan.describe(),
+                    out.validation.outputs
+                );
+                report.record(out.validation.pass, &label, &detail);
+            }
+            Err(e) => report.record(false, &label, &format!("{e:#}")),
+        }
+    }
+}
+
+/// Sums whose order is fixed by the plan: on the CPU, W=1 equals a plain
+/// sequential loop; on CUDA (FMA off), every plan equals the CPU executor
+/// on the same plan, bit for bit.
+pub fn exact_sum_checks(backend: &Backend, report: &mut Report) {
+    let options = CodegenOptions { fma: false };
+    let mut plans = 0;
+    for (rows, n) in [(3, 1), (5, 127), (4, 4103), (2, 65536), (1, 262144)] {
+        for (workers, pack) in [(1, 1), (32, 1), (32, 4), (256, 2), (1024, 8), (0, 4)] {
+            if workers == 1 && n > 65536 {
+                continue;
+            }
+            let problem = Problem::operator(
+                Operator::Sum,
+                OperatorOptions::default(),
+                DType::F32,
+                shape(rows, n),
+            );
+            let request = LayoutRequest {
+                workers,
+                pack,
+                ..Default::default()
+            };
+            let label = format!("exact sum {rows}x{n} W={workers} V={pack}");
+            let p = match plan(&problem, &backend.target(), &request) {
+                Ok(p) => p,
+                Err(e) => {
+                    report.record(false, &label, &e.to_string());
+                    continue;
+                }
+            };
+            plans += 1;
+            let inputs = random_inputs(&problem, 99 + n as u64);
+            let mut cpu = poisoned_outputs(&problem);
+            lanefold_cpu::execute(&p, &inputs, &mut cpu).expect("cpu executor");
+            let expected: Vec<u32> = (0..rows).map(|r| cpu["y"].get(r).to_bits()).collect();
+            let got: Vec<u32> = match backend {
+                Backend::Cpu => {
+                    // The oracle for W=1 is a sequential f32 loop.
+                    if p.layout.workers != 1 {
+                        plans -= 1;
+                        continue;
+                    }
+                    let x = &inputs["x"];
+                    (0..rows)
+                        .map(|r| (0..n).fold(0f32, |s, i| s + x.get(r * n + i)).to_bits())
+                        .collect()
+                }
+                Backend::Cuda(_) => {
+                    let mut out = poisoned_outputs(&problem);
+                    match backend.execute(&p, &options, &inputs, &mut out) {
+                        Ok(()) => (0..rows).map(|r| out["y"].get(r).to_bits()).collect(),
+                        Err(e) => {
+                            report.record(false, &label, &format!("{e:#}"));
+                            continue;
+                        }
+                    }
+                }
+            };
+            report.record(
+                got == expected,
+                &label,
+                &format!("{} bits {got:x?} vs {expected:x?}", p.describe()),
+            );
+        }
+    }
+    println!("exact-order sums compared on {plans} plans");
+}
+
+/// Each of the four refusals, and an exact request honoured.
+pub fn refusal_checks(report: &mut Report) {
+    let t = Target::h200();
+    let p = |op: Operator, s: (usize, usize)| {
+        Problem::operator(op, OperatorOptions::default(), DType::F32, shape(s.0, s.1))
+    };
+    type Expect = fn(&Refusal) -> bool;
+    let cases: Vec<(&str, Problem, LayoutRequest, Expect)> = vec![
+        (
+            "invalid width",
+            p(Operator::Softmax, (4, 128)),
+            LayoutRequest {
+                workers: 48,
+                ..Default::default()
+            },
+            |r| matches!(r, Refusal::InvalidWidth(_)),
+        ),
+        (
+            "missing permission",
+            Problem {
+                program: Operator::Sum.program(OperatorOptions::default()).exact(),
+                ..p(Operator::Sum, (4, 128))
+            },
+            LayoutRequest {
+                workers: 32,
+                ..Default::default()
+            },
+            |r| matches!(r, Refusal::MissingPermission(_)),
+        ),
+        (
+            "resource overflow",
+            p(Operator::Layernorm, (2, 262144)),
+            LayoutRequest {
+                workers: 32,
+                residency: lanefold_plan::ResidencyRequest::Registers,
+                ..Default::default()
+            },
+            |r| matches!(r, Refusal::ResourceOverflow { .. }),
+        ),
+        (
+            "element-only",
+            p(Operator::Add, (4, 128)),
+            LayoutRequest {
+                order: Some(ReductionOrder::Sequential),
+                ..Default::default()
+            },
+            |r| matches!(r, Refusal::ElementOnly(_)),
+        ),
+    ];
+    for (label, problem, request, expect) in cases {
+        match plan(&problem, &t, &request) {
+            Err(r) => report.record(expect(&r), label, &r.to_string()),
+            Ok(p) => report.record(false, label, &format!("accepted {}", p.describe())),
+        }
+    }
+}

@@ -1,0 +1,917 @@
+//! The CUDA C emitter.
+
+use crate::{CodegenError, CodegenOptions, Kernel, Param, ParamKind};
+use lanefold_ir::{BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, UnaryOp, Value};
+use lanefold_plan::{Plan, Residency};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// `lf_<program>_<dtype>_w<W>_v<V>_u<U>_g<G>[_stream][_c<C>]`.
+pub fn kernel_name(plan: &Plan) -> String {
+    let l = &plan.layout;
+    let mut name = format!(
+        "lf_{}_{}_w{}_v{}_u{}_g{}",
+        ident(&plan.problem.program.name),
+        plan.dtype().name(),
+        l.workers,
+        l.pack,
+        l.unroll,
+        l.rows_per_group
+    );
+    if plan.residency == Residency::Stream && !plan.analysis.resident.is_empty() {
+        name += "_stream";
+    }
+    if plan.groups_per_row > 1 {
+        name += &format!("_c{}", plan.groups_per_row);
+    }
+    name
+}
+
+/// A C identifier made from any text.
+fn ident(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// A float literal that parses back to exactly `x`.
+fn lit(x: f32) -> String {
+    if x.is_finite() {
+        let s = format!("{x:?}");
+        if s.contains(['.', 'e']) {
+            format!("{s}f")
+        } else {
+            format!("{s}.0f")
+        }
+    } else {
+        format!("__int_as_float(0x{:08x})", x.to_bits())
+    }
+}
+
+fn identity(op: ReduceOp) -> String {
+    lit(op.identity())
+}
+
+fn combine(op: ReduceOp, a: &str, b: &str) -> String {
+    match op {
+        ReduceOp::Sum => format!("{a} + {b}"),
+        ReduceOp::Max => format!("fmaxf({a}, {b})"),
+    }
+}
+
+fn unary(op: UnaryOp, a: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("-{a}"),
+        UnaryOp::Exp => format!("expf({a})"),
+        UnaryOp::Log => format!("logf({a})"),
+        UnaryOp::Sqrt => format!("sqrtf({a})"),
+        UnaryOp::Rsqrt => format!("rsqrtf({a})"),
+        UnaryOp::Recip => format!("1.0f / {a}"),
+        UnaryOp::Square => format!("{a} * {a}"),
+    }
+}
+
+fn binary(op: BinaryOp, a: &str, b: &str) -> String {
+    match op {
+        BinaryOp::Add => format!("{a} + {b}"),
+        BinaryOp::Sub => format!("{a} - {b}"),
+        BinaryOp::Mul => format!("{a} * {b}"),
+        BinaryOp::Div => format!("{a} / {b}"),
+        BinaryOp::Max => format!("fmaxf({a}, {b})"),
+    }
+}
+
+/// Storage helpers: `lf_widen` (storage to f32), `lf_narrow` (f32 to
+/// storage, round to nearest even) and `lf_round` (through storage and
+/// back). No headers: the 16-bit conversions are inline PTX.
+fn storage_helpers(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => {
+            "typedef float lf_store_t;
+__device__ __forceinline__ float lf_widen(float x) { return x; }
+__device__ __forceinline__ float lf_narrow(float x) { return x; }
+__device__ __forceinline__ float lf_round(float x) { return x; }
+__device__ __forceinline__ float lf_widen_bits(unsigned b) { return __uint_as_float(b); }
+__device__ __forceinline__ unsigned lf_bits(float x) { return __float_as_uint(x); }
+"
+        }
+        DType::Bf16 => {
+            "typedef unsigned short lf_store_t;
+__device__ __forceinline__ float lf_widen(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ unsigned short lf_narrow(float x) {
+    unsigned short h;
+    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(x));
+    return h;
+}
+__device__ __forceinline__ float lf_round(float x) { return lf_widen(lf_narrow(x)); }
+__device__ __forceinline__ float lf_widen_bits(unsigned b) { return lf_widen((unsigned short)b); }
+__device__ __forceinline__ unsigned lf_bits(float x) { return (unsigned)lf_narrow(x); }
+"
+        }
+        DType::F16 => {
+            "typedef unsigned short lf_store_t;
+__device__ __forceinline__ float lf_widen(unsigned short h) {
+    float x;
+    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(x) : \"h\"(h));
+    return x;
+}
+__device__ __forceinline__ unsigned short lf_narrow(float x) {
+    unsigned short h;
+    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(x));
+    return h;
+}
+__device__ __forceinline__ float lf_round(float x) { return lf_widen(lf_narrow(x)); }
+__device__ __forceinline__ float lf_widen_bits(unsigned b) { return lf_widen((unsigned short)b); }
+__device__ __forceinline__ unsigned lf_bits(float x) { return (unsigned)lf_narrow(x); }
+"
+        }
+    }
+}
+
+const CLUSTER_HELPERS: &str = "// Thread-block cluster helpers (sm_90): barrier and distributed shared memory.
+__device__ __forceinline__ void lf_cluster_sync() {
+    asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");
+    asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\");
+}
+__device__ __forceinline__ float lf_cluster_load(const float* local, unsigned rank) {
+    unsigned long long shared_addr;
+    asm(\"cvta.to.shared.u64 %0, %1;\" : \"=l\"(shared_addr) : \"l\"(local));
+    unsigned remote;
+    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"((unsigned)shared_addr), \"r\"(rank));
+    float v;
+    asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(remote) : \"memory\");
+    return v;
+}
+";
+
+/// Vector access of V elements: 32-bit words per pack and words per access.
+#[derive(Clone, Copy)]
+struct Vector {
+    words: usize,
+    per_access: usize,
+}
+
+impl Vector {
+    fn access_type(&self) -> &'static str {
+        match self.per_access {
+            4 => "uint4",
+            2 => "uint2",
+            _ => "unsigned",
+        }
+    }
+    fn fields(&self) -> &'static [&'static str] {
+        match self.per_access {
+            4 => &["x", "y", "z", "w"],
+            2 => &["x", "y"],
+            _ => &[""],
+        }
+    }
+}
+
+/// Vector loads and stores are used when a pack is at least 4 bytes, a
+/// multiple of 4 bytes, and every row start is aligned to the pack (n % V
+/// == 0, so row * n * size is a multiple of V * size).
+pub(crate) fn vector_access(dtype: DType, pack: usize, n: usize) -> Option<(usize, usize)> {
+    let bytes = pack * dtype.size_bytes();
+    if pack < 2 || !bytes.is_multiple_of(4) || !n.is_multiple_of(pack) {
+        return None;
+    }
+    let words = bytes / 4;
+    Some((words, words.min(4)))
+}
+
+struct Ctx<'a> {
+    plan: &'a Plan,
+    program: &'a Program,
+    kinds: &'a [Kind],
+    phase: &'a [usize],
+    demanded: &'a [BTreeSet<usize>],
+    dtype: DType,
+    v: usize,
+    g: usize,
+    lanes: usize,
+    warps: usize,
+    cluster: usize,
+    full: usize,
+    partial: usize,
+    vector: Option<Vector>,
+    registers: bool,
+    resident: Vec<Value>,
+    /// Index of each reduction in program order, by value.
+    red_index: Vec<Option<usize>>,
+    reductions: usize,
+    out: String,
+    indent: usize,
+}
+
+impl Ctx<'_> {
+    fn line(&mut self, s: &str) {
+        for _ in 0..self.indent {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn open(&mut self, s: &str) {
+        self.line(s);
+        self.indent += 1;
+    }
+
+    fn close(&mut self) {
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    fn name(&self, v: Value) -> String {
+        match self.kinds[v.index()] {
+            Kind::Tile => format!("t{}", v.0),
+            Kind::Scalar => format!("s{}", v.0),
+            Kind::Index => format!("x{}", v.0),
+            Kind::Effect => format!("e{}", v.0),
+        }
+    }
+
+    fn buffer_kind(&self, name: &str) -> BufferKind {
+        self.program
+            .input(name)
+            .or_else(|| self.program.output(name))
+            .map(|d| d.kind)
+            .expect("verified program declares every buffer it uses")
+    }
+
+    fn is_resident(&self, v: Value) -> bool {
+        self.registers && self.resident.contains(&v)
+    }
+
+    fn needed(&self, v: usize, p: usize) -> bool {
+        self.kinds[v] == Kind::Tile && self.demanded[v].contains(&p)
+    }
+
+    /// Does phase `p` read, reduce or store any tile?
+    fn has_tile_work(&self, p: usize) -> bool {
+        self.program
+            .body
+            .iter()
+            .enumerate()
+            .any(|(at, instr)| match instr {
+                Instr::Reduce { arg, .. } => self.phase[arg.index()] == p,
+                Instr::Store { value, .. } => {
+                    self.kinds[value.index()] == Kind::Tile && self.phase[value.index()] == p
+                }
+                _ => self.needed(at, p),
+            })
+    }
+
+    fn reductions_in(&self, p: usize) -> Vec<(usize, Value, ReduceOp, Value)> {
+        self.program
+            .body
+            .iter()
+            .enumerate()
+            .filter_map(|(at, instr)| match instr {
+                Instr::Reduce { op, arg } if self.phase[arg.index()] == p => Some((
+                    self.red_index[at].expect("every reduction is numbered"),
+                    Value(at as u32),
+                    *op,
+                    *arg,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn scalar_expr(&self, instr: &Instr) -> Option<String> {
+        let n = |v: &Value| self.name(*v);
+        Some(match instr {
+            Instr::Const(c) => lit(*c),
+            Instr::RowLen => "(float)LF_N".to_string(),
+            Instr::Unary { op, arg } => unary(*op, &n(arg)),
+            Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
+            Instr::RoundToStorage(v) => format!("lf_round({})", n(v)),
+            Instr::SelectIndexEq {
+                index,
+                sentinel,
+                if_eq,
+                otherwise,
+            } => format!(
+                "({} == {}LL) ? {} : {}",
+                n(index),
+                sentinel,
+                n(if_eq),
+                n(otherwise)
+            ),
+            _ => return None,
+        })
+    }
+
+    /// Per-row scalars and indices of phase `p` (reductions excepted: the
+    /// tree defines them), then the scalar stores of phase `p`.
+    fn emit_scalars(&mut self, p: usize) {
+        for at in 0..self.program.body.len() {
+            if self.phase[at] != p {
+                continue;
+            }
+            let instr = &self.program.body[at];
+            let v = Value(at as u32);
+            match (self.kinds[at], instr) {
+                (Kind::Index, Instr::Load { buffer }) => {
+                    let s = format!(
+                        "const long long {} = p_{}[row_c];",
+                        self.name(v),
+                        ident(buffer)
+                    );
+                    self.line(&s);
+                }
+                (Kind::Scalar, Instr::Reduce { .. }) => {}
+                (Kind::Scalar, _) => {
+                    let e = self
+                        .scalar_expr(instr)
+                        .expect("every scalar instruction has an expression");
+                    let s = format!("const float {} = {e};", self.name(v));
+                    self.line(&s);
+                }
+                _ => {}
+            }
+        }
+        let worker0 = if self.cluster > 1 {
+            "tid == 0 && rank == 0"
+        } else {
+            "w == 0"
+        };
+        for instr in &self.program.body {
+            if let Instr::Store { buffer, value } = instr {
+                if self.kinds[value.index()] == Kind::Scalar && self.phase[value.index()] == p {
+                    let s = format!(
+                        "if (row_ok && {worker0}) p_{}[row] = lf_narrow({});",
+                        ident(buffer),
+                        self.name(*value)
+                    );
+                    self.line(&s);
+                }
+            }
+        }
+    }
+
+    /// One pack of V elements (or the first `count` of a guarded partial
+    /// pack) at chunk `chunk` (a loop variable or a constant).
+    fn emit_pack(&mut self, p: usize, chunk: &str, guarded: Option<usize>) {
+        let body = &self.program.body;
+        let v = self.v;
+        let count = guarded.unwrap_or(v);
+        self.line(&format!("const int i0 = ({chunk} * LF_W + w) * LF_V;"));
+        let vector = if guarded.is_none() { self.vector } else { None };
+
+        // Loads from global memory this phase.
+        let mut global_loads = vec![];
+        for (at, instr) in body.iter().enumerate() {
+            if let Instr::Load { buffer } = instr {
+                if !self.needed(at, p) {
+                    continue;
+                }
+                let val = Value(at as u32);
+                let first = self.demanded[at].first() == Some(&p);
+                if !self.is_resident(val) || first {
+                    global_loads.push((val, buffer.clone()));
+                }
+            }
+        }
+        for (val, buffer) in &global_loads {
+            let base = match self.buffer_kind(buffer) {
+                BufferKind::Row => "row_off + ",
+                _ => "",
+            };
+            let ptr = format!("p_{}", ident(buffer));
+            let arr = format!("l{}", val.0);
+            self.line(&format!("float {arr}[LF_V];"));
+            match vector {
+                Some(vec) => {
+                    let ty = vec.access_type();
+                    self.open("{");
+                    self.line(&format!("unsigned wd[{}];", vec.words));
+                    self.line(&format!(
+                        "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
+                    ));
+                    for k in 0..vec.words / vec.per_access {
+                        self.open("{");
+                        self.line(&format!("const {ty} a = q[{k}];"));
+                        for (f, field) in vec.fields().iter().enumerate() {
+                            let src = if field.is_empty() {
+                                "a".to_string()
+                            } else {
+                                format!("a.{field}")
+                            };
+                            self.line(&format!("wd[{}] = {src};", k * vec.per_access + f));
+                        }
+                        self.close();
+                    }
+                    for e in 0..v {
+                        let word = if self.dtype == DType::F32 {
+                            format!("wd[{e}]")
+                        } else if e % 2 == 0 {
+                            format!("(wd[{}] & 0xffffu)", e / 2)
+                        } else {
+                            format!("(wd[{}] >> 16)", e / 2)
+                        };
+                        self.line(&format!("{arr}[{e}] = lf_widen_bits({word});"));
+                    }
+                    self.close();
+                }
+                None => {
+                    self.line("#pragma unroll");
+                    self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
+                    if guarded.is_some() {
+                        self.line(&format!(
+                            "{arr}[e] = (i0 + e < LF_N) ? lf_widen({ptr}[{base}i0 + e]) : 0.0f;"
+                        ));
+                    } else {
+                        self.line(&format!("{arr}[e] = lf_widen({ptr}[{base}i0 + e]);"));
+                    }
+                    self.close();
+                }
+            }
+        }
+        // Row outputs stored this phase, staged for a vector store.
+        let stores: Vec<(String, Value)> = body
+            .iter()
+            .filter_map(|instr| match instr {
+                Instr::Store { buffer, value }
+                    if self.kinds[value.index()] == Kind::Tile
+                        && self.phase[value.index()] == p =>
+                {
+                    Some((buffer.clone(), *value))
+                }
+                _ => None,
+            })
+            .collect();
+        if vector.is_some() {
+            for (buffer, _) in &stores {
+                self.line(&format!("float o_{}[LF_V];", ident(buffer)));
+            }
+        }
+
+        self.line("#pragma unroll");
+        self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
+        if guarded.is_some() {
+            self.open("if (i0 + e < LF_N) {");
+        }
+        for (at, instr) in body.iter().enumerate() {
+            if !self.needed(at, p) {
+                continue;
+            }
+            let val = Value(at as u32);
+            let t = self.name(val);
+            let n = |x: &Value| self.name(*x);
+            let expr = match instr {
+                Instr::Load { .. } => {
+                    let first = self.demanded[at].first() == Some(&p);
+                    if self.is_resident(val) && !first {
+                        format!("r{}[{chunk} * LF_V + e]", val.0)
+                    } else {
+                        format!("l{}[e]", val.0)
+                    }
+                }
+                Instr::Unary { op, arg } => unary(*op, &n(arg)),
+                Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
+                Instr::Broadcast(s) => n(s),
+                Instr::RoundToStorage(x) => format!("lf_round({})", n(x)),
+                Instr::MaskIndex { tile, index } => {
+                    format!("((long long)(i0 + e) == {}) ? {} : 0.0f", n(index), n(tile))
+                }
+                other => unreachable!("not a tile instruction: {other:?}"),
+            };
+            self.line(&format!("const float {t} = {expr};"));
+            if matches!(instr, Instr::Load { .. })
+                && self.is_resident(val)
+                && self.demanded[at].first() == Some(&p)
+            {
+                self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0));
+            }
+        }
+        for (k, _, op, arg) in self.reductions_in(p) {
+            let acc = format!("a{k}");
+            let c = combine(op, &acc, &self.name(arg));
+            self.line(&format!("{acc} = {c};"));
+        }
+        for (buffer, value) in &stores {
+            let s = if vector.is_some() {
+                format!("o_{}[e] = {};", ident(buffer), self.name(*value))
+            } else {
+                format!(
+                    "if (row_ok) p_{}[row_off + i0 + e] = lf_narrow({});",
+                    ident(buffer),
+                    self.name(*value)
+                )
+            };
+            self.line(&s);
+        }
+        if guarded.is_some() {
+            self.close();
+        }
+        self.close();
+
+        if let Some(vec) = vector {
+            for (buffer, _) in &stores {
+                let ty = vec.access_type();
+                let o = format!("o_{}", ident(buffer));
+                self.open("if (row_ok) {");
+                self.line(&format!(
+                    "{ty}* q = reinterpret_cast<{ty}*>(p_{} + row_off + i0);",
+                    ident(buffer)
+                ));
+                for k in 0..vec.words / vec.per_access {
+                    self.open("{");
+                    self.line(&format!("{ty} a;"));
+                    for (f, field) in vec.fields().iter().enumerate() {
+                        let word = k * vec.per_access + f;
+                        let bits = if self.dtype == DType::F32 {
+                            format!("lf_bits({o}[{word}])")
+                        } else {
+                            format!(
+                                "lf_bits({o}[{}]) | (lf_bits({o}[{}]) << 16)",
+                                2 * word,
+                                2 * word + 1
+                            )
+                        };
+                        let dst = if field.is_empty() {
+                            "a".to_string()
+                        } else {
+                            format!("a.{field}")
+                        };
+                        self.line(&format!("{dst} = {bits};"));
+                    }
+                    self.line(&format!("q[{k}] = a;"));
+                    self.close();
+                }
+                self.close();
+            }
+        }
+    }
+
+    fn emit_tree(&mut self, p: usize) {
+        let reds = self.reductions_in(p);
+        if reds.is_empty() {
+            return;
+        }
+        let lanes = self.lanes;
+        if lanes > 1 {
+            self.line(&format!("// lane level: butterfly over {lanes} lanes"));
+            for (k, _, op, _) in &reds {
+                let mut off = lanes / 2;
+                while off >= 1 {
+                    let c = combine(
+                        *op,
+                        &format!("a{k}"),
+                        &format!("__shfl_xor_sync(lf_mask, a{k}, {off})"),
+                    );
+                    self.line(&format!("a{k} = {c};"));
+                    off /= 2;
+                }
+            }
+        }
+        if self.warps > 1 {
+            let warps = self.warps;
+            let region = self.g * warps;
+            self.line(&format!(
+                "// warp level: {warps} warps through shared memory"
+            ));
+            for (k, ..) in &reds {
+                self.line(&format!(
+                    "if (lane == 0) lf_smem[{} + (tid >> 5)] = a{k};",
+                    k * region
+                ));
+            }
+            self.line("__syncthreads();");
+            for (k, _, op, _) in &reds {
+                self.open("{");
+                self.line(&format!(
+                    "float b = lane < {warps} ? lf_smem[{} + row_in_group * {warps} + lane] : {};",
+                    k * region,
+                    identity(*op)
+                ));
+                let mut off = warps / 2;
+                while off >= 1 {
+                    let c = combine(*op, "b", &format!("__shfl_xor_sync(0xffffffffu, b, {off})"));
+                    self.line(&format!("b = {c};"));
+                    off /= 2;
+                }
+                self.line(&format!("a{k} = __shfl_sync(0xffffffffu, b, 0);"));
+                self.close();
+            }
+        }
+        if self.cluster > 1 {
+            let c = self.cluster;
+            let base = self.reductions * self.g * if self.warps > 1 { self.warps } else { 0 };
+            self.line(&format!(
+                "// group level: {c} groups of the cluster through distributed shared memory"
+            ));
+            for (k, ..) in &reds {
+                self.line(&format!("if (tid == 0) lf_smem[{}] = a{k};", base + k));
+            }
+            self.line("lf_cluster_sync();");
+            for (k, _, op, _) in &reds {
+                self.open("{");
+                self.line(&format!(
+                    "float b = lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : {};",
+                    base + k,
+                    identity(*op)
+                ));
+                let mut off = c / 2;
+                while off >= 1 {
+                    let comb =
+                        combine(*op, "b", &format!("__shfl_xor_sync(0xffffffffu, b, {off})"));
+                    self.line(&format!("b = {comb};"));
+                    off /= 2;
+                }
+                self.line(&format!("a{k} = __shfl_sync(0xffffffffu, b, 0);"));
+                self.close();
+            }
+        }
+        for (k, r, ..) in &reds {
+            let s = format!("const float {} = a{k};", self.name(*r));
+            self.line(&s);
+        }
+    }
+
+    fn emit_phase(&mut self, p: usize) {
+        self.line(&format!("// ---- phase {p} ----"));
+        self.emit_scalars(p);
+        if !self.has_tile_work(p) {
+            return;
+        }
+        for (k, _, op, _) in self.reductions_in(p) {
+            self.line(&format!("float a{k} = {};", identity(op)));
+        }
+        let needs_slots = self.resident.iter().any(|r| self.needed(r.index(), p));
+        if self.full > 0 {
+            if needs_slots {
+                self.line("#pragma unroll");
+            } else {
+                let u = self.plan.layout.unroll;
+                self.line(&format!("#pragma unroll {u}"));
+            }
+            self.open("for (int c = 0; c < LF_FULL; ++c) {");
+            self.emit_pack(p, "c", None);
+            self.close();
+        }
+        if self.partial > 0 {
+            self.open("{ // the partial pack, guarded per element");
+            self.emit_pack(p, "LF_FULL", Some(self.partial));
+            self.close();
+        }
+        self.emit_tree(p);
+    }
+}
+
+pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, CodegenError> {
+    let program = &plan.problem.program;
+    let a = &plan.analysis;
+    let layout = &plan.layout;
+    let (rows, n) = (plan.shape().rows, plan.shape().n);
+    let (w, v, g) = (
+        layout.workers as usize,
+        layout.pack as usize,
+        layout.rows_per_group as usize,
+    );
+    let tree = plan.tree;
+    let cluster = plan.groups_per_row as usize;
+    let threads = plan.threads_per_group as usize;
+    let inconsistent = |m: String| Err(CodegenError::Inconsistent(m));
+
+    if a.kinds.len() != program.body.len() {
+        return inconsistent("analysis does not describe the program".into());
+    }
+    if !w.is_power_of_two() || !v.is_power_of_two() || v > 8 {
+        return inconsistent(format!("W={w} V={v}"));
+    }
+    if (tree.lanes * tree.warps * tree.groups) as usize != w
+        || !(tree.lanes as usize).is_power_of_two()
+        || tree.lanes > 32
+        || (tree.warps > 1 && tree.lanes != 32)
+        || tree.groups as usize != cluster
+    {
+        return inconsistent(format!(
+            "tree {tree:?} does not match W={w}, {cluster} groups per row"
+        ));
+    }
+    if threads == 0 || threads > 1024 {
+        return Err(CodegenError::Unsupported(format!(
+            "{threads} threads per group (at most 1024)"
+        )));
+    }
+    if cluster > 1 {
+        if g != 1
+            || threads * cluster != w
+            || !threads.is_multiple_of(32)
+            || cluster > 16
+            || !cluster.is_power_of_two()
+        {
+            return inconsistent(format!(
+                "cluster of {cluster} groups x {threads} threads for W={w}, G={g}"
+            ));
+        }
+        if tree.warps as usize * 32 != threads {
+            return inconsistent(format!(
+                "{} warps in a group of {threads} threads",
+                tree.warps
+            ));
+        }
+    } else if threads != w * g {
+        return inconsistent(format!("{threads} threads per group for W={w}, G={g}"));
+    }
+    if rows == 0 || n == 0 || n > i32::MAX as usize || rows > i32::MAX as usize {
+        return Err(CodegenError::Unsupported(format!("shape {rows}x{n}")));
+    }
+    let expected_groups = if cluster > 1 {
+        rows as u64 * cluster as u64
+    } else {
+        rows.div_ceil(g) as u64
+    };
+    if plan.groups != expected_groups || plan.groups > i32::MAX as u64 {
+        return inconsistent(format!("{} groups for {rows} rows", plan.groups));
+    }
+
+    // Parameters: buffers named as C identifiers, distinct.
+    let mut params = vec![];
+    let mut sig = vec![];
+    let mut seen = BTreeSet::new();
+    for (decl, kind) in program
+        .inputs
+        .iter()
+        .map(|d| (d, ParamKind::Input))
+        .chain(program.outputs.iter().map(|d| (d, ParamKind::Output)))
+    {
+        let id = ident(&decl.name);
+        if !seen.insert(id.clone()) || id == "rows" || id == "n" {
+            return Err(CodegenError::Unsupported(format!(
+                "buffer name '{}' collides with another kernel parameter",
+                decl.name
+            )));
+        }
+        let c_type = match (decl.kind, kind) {
+            (BufferKind::RowIndex, _) => "const long long*".to_string(),
+            (_, ParamKind::Input) => "const lf_store_t*".to_string(),
+            _ => "lf_store_t*".to_string(),
+        };
+        sig.push(format!("{c_type} __restrict__ p_{id}"));
+        params.push(Param {
+            name: decl.name.clone(),
+            kind,
+            c_type,
+        });
+    }
+    for (name, kind) in [("rows", ParamKind::Rows), ("n", ParamKind::N)] {
+        sig.push(format!("int {name}"));
+        params.push(Param {
+            name: name.into(),
+            kind,
+            c_type: "int".into(),
+        });
+    }
+
+    let reductions = a.reductions.len();
+    let mut red_index = vec![None; program.body.len()];
+    for (k, r) in a.reductions.iter().enumerate() {
+        red_index[r.index()] = Some(k);
+    }
+    let warp_floats = if tree.warps > 1 {
+        reductions * g * tree.warps as usize
+    } else {
+        0
+    };
+    let cluster_floats = if cluster > 1 { reductions } else { 0 };
+    let shared_bytes = 4 * (warp_floats + cluster_floats) as u32;
+    let registers = plan.residency == Residency::Registers;
+    let full = layout.complete_packs(n);
+    let partial = if layout.has_partial_pack(n) {
+        (n % layout.chunk_span()).min(v)
+    } else {
+        0
+    };
+    let vector =
+        vector_access(plan.dtype(), v, n).map(|(words, per_access)| Vector { words, per_access });
+
+    let name = kernel_name(plan);
+    let mut cx = Ctx {
+        plan,
+        program,
+        kinds: &a.kinds,
+        phase: &a.phase,
+        demanded: &a.demanded,
+        dtype: plan.dtype(),
+        v,
+        g,
+        lanes: tree.lanes as usize,
+        warps: tree.warps as usize,
+        cluster,
+        full,
+        partial,
+        vector,
+        registers,
+        resident: a.resident.clone(),
+        red_index,
+        reductions,
+        out: String::new(),
+        indent: 0,
+    };
+
+    let mut head = String::new();
+    let _ = writeln!(
+        head,
+        "// lanefold kernel '{name}' (generated by lanefold-codegen; do not edit)\n\
+         // program {} over {rows}x{n} {}, {}, order {:?}, fma {}\n\
+         // tree: {} lanes x {} warps x {} groups; {threads} threads per group, {} groups",
+        program.name,
+        plan.dtype(),
+        plan.describe(),
+        plan.order,
+        if options.fma { "on" } else { "off" },
+        tree.lanes,
+        tree.warps,
+        tree.groups,
+        plan.groups,
+    );
+    head.push_str(storage_helpers(plan.dtype()));
+    if cluster > 1 {
+        head.push_str(CLUSTER_HELPERS);
+    }
+    let _ = write!(
+        head,
+        "#define LF_N {n}\n#define LF_W {w}\n#define LF_V {v}\n#define LF_FULL {full}\n"
+    );
+    cx.out = head;
+
+    let _ = writeln!(
+        cx.out,
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n    {})\n{{",
+        sig.join(",\n    ")
+    );
+    cx.indent = 1;
+    cx.line("if (n != LF_N) __trap(); // the kernel is specialised for its row length");
+    if shared_bytes > 0 {
+        cx.line("extern __shared__ float lf_smem[];");
+    }
+    cx.line("const int tid = threadIdx.x;");
+    cx.line("const int lane = tid & 31;");
+    cx.line("(void)lane;");
+    if cluster > 1 {
+        cx.line(&format!(
+            "const int rank = blockIdx.x % {cluster}; // this group's rank in the row's cluster"
+        ));
+        cx.line(&format!("const int row = blockIdx.x / {cluster};"));
+        cx.line(&format!("const int w = rank * {threads} + tid;"));
+        cx.line("const int row_in_group = 0;");
+    } else {
+        cx.line("const int w = tid % LF_W;");
+        cx.line("const int row_in_group = tid / LF_W;");
+        cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
+    }
+    cx.line("(void)row_in_group;");
+    cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
+    cx.line("const int row_c = row_ok ? row : rows - 1;");
+    cx.line("const size_t row_off = (size_t)row_c * LF_N;");
+    cx.line("(void)row_off;");
+    if cx.lanes > 1 {
+        if cx.lanes == 32 {
+            cx.line("const unsigned lf_mask = 0xffffffffu;");
+        } else {
+            cx.line(&format!(
+                "const unsigned lf_mask = 0x{:x}u << (lane & ~{}); // this row's {} lanes",
+                (1u64 << cx.lanes) - 1,
+                cx.lanes - 1,
+                cx.lanes
+            ));
+        }
+    }
+    if registers {
+        for r in cx.resident.clone() {
+            let slots = plan.slot_bound;
+            cx.line(&format!(
+                "float r{}[{slots}]; // private slots of a resident tile",
+                r.0
+            ));
+        }
+    }
+    for p in 0..a.num_phases {
+        cx.emit_phase(p);
+    }
+    if cluster > 1 {
+        cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");
+    }
+    cx.indent = 0;
+    cx.line("}");
+
+    Ok(Kernel {
+        name,
+        source: cx.out,
+        grid: (plan.groups as u32, 1, 1),
+        block: (threads as u32, 1, 1),
+        cluster: (cluster > 1).then_some(cluster as u32),
+        shared_bytes,
+        params,
+    })
+}

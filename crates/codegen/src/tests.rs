@@ -1,0 +1,267 @@
+use super::*;
+use lanefold_ir::{DType, Operator, OperatorOptions};
+use lanefold_plan::{plan, LayoutRequest, Problem, ResidencyRequest, Target};
+
+fn make_with(op: Operator, dtype: DType, shape: &str, req: LayoutRequest) -> Plan {
+    let problem = Problem::operator(
+        op,
+        OperatorOptions::default(),
+        dtype,
+        shape.parse().unwrap(),
+    );
+    plan(&problem, &Target::h200(), &req).unwrap_or_else(|e| panic!("{op} {shape}: {e}"))
+}
+
+fn make(op: Operator, dtype: DType, shape: &str, w: u32, v: u32, g: u32) -> Plan {
+    make_with(
+        op,
+        dtype,
+        shape,
+        LayoutRequest {
+            workers: w,
+            pack: v,
+            rows_per_group: g,
+            ..Default::default()
+        },
+    )
+}
+
+fn kernel(plan: &Plan) -> Kernel {
+    generate(plan, &CodegenOptions::default()).unwrap()
+}
+
+/// The snapshot: launch geometry and parameters, then the source.
+fn golden(plan: &Plan) -> String {
+    let k = kernel(plan);
+    let params: Vec<String> = k
+        .params
+        .iter()
+        .map(|p| format!("{} {} ({:?})", p.c_type, p.name, p.kind))
+        .collect();
+    format!(
+        "name: {}\ngrid: {:?}\nblock: {:?}\ncluster: {:?}\nshared_bytes: {}\nparams: {}\n\n{}",
+        k.name,
+        k.grid,
+        k.block,
+        k.cluster,
+        k.shared_bytes,
+        params.join(", "),
+        k.source
+    )
+}
+
+#[test]
+fn golden_sum_f32_w32_v1() {
+    insta::assert_snapshot!(golden(&make(
+        Operator::Sum,
+        DType::F32,
+        "64x4096",
+        32,
+        1,
+        1
+    )));
+}
+
+#[test]
+fn golden_softmax_f32_w256_v4() {
+    insta::assert_snapshot!(golden(&make(
+        Operator::Softmax,
+        DType::F32,
+        "64x4096",
+        256,
+        4,
+        1
+    )));
+}
+
+#[test]
+fn golden_rmsnorm_bf16_w128_v8_g2() {
+    insta::assert_snapshot!(golden(&make(
+        Operator::Rmsnorm,
+        DType::Bf16,
+        "33x4096",
+        128,
+        8,
+        2
+    )));
+}
+
+#[test]
+fn golden_layernorm_f32_stream() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "64x4100",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 2,
+            residency: ResidencyRequest::Stream,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.residency, lanefold_plan::Residency::Stream);
+    insta::assert_snapshot!(golden(&p));
+}
+
+#[test]
+fn golden_cross_entropy_bf16() {
+    insta::assert_snapshot!(golden(&make(
+        Operator::CrossEntropy,
+        DType::Bf16,
+        "64x1003",
+        128,
+        2,
+        1
+    )));
+}
+
+#[test]
+fn golden_residual_layernorm_f16() {
+    insta::assert_snapshot!(golden(&make(
+        Operator::ResidualLayernorm,
+        DType::F16,
+        "16x4096",
+        512,
+        8,
+        1
+    )));
+}
+
+#[test]
+fn golden_softmax_cluster() {
+    let p = make(Operator::Softmax, DType::F32, "1x262144", 0, 0, 0);
+    assert!(p.groups_per_row > 1, "{}", p.describe());
+    insta::assert_snapshot!(golden(&p));
+}
+
+#[test]
+fn vector_loads_only_when_every_row_start_is_aligned() {
+    // n % V == 0: 16-byte loads and stores.
+    let s = kernel(&make(Operator::Softmax, DType::F32, "8x4096", 256, 4, 1)).source;
+    assert!(s.contains("reinterpret_cast<const uint4*>"), "{s}");
+    assert!(s.contains("reinterpret_cast<uint4*>"), "{s}");
+    // n % V != 0: rows start misaligned, so scalar loads only.
+    let s = kernel(&make(Operator::Softmax, DType::F32, "8x4097", 256, 4, 1)).source;
+    assert!(!s.contains("reinterpret_cast"), "{s}");
+    // bf16 V=8 is 16 bytes, V=4 is 8 bytes, V=2 is 4 bytes, V=1 scalar.
+    for (v, ty) in [(8, "uint4"), (4, "uint2"), (2, "unsigned")] {
+        let s = kernel(&make(Operator::Sum, DType::Bf16, "8x4096", 128, v, 1)).source;
+        assert!(
+            s.contains(&format!("reinterpret_cast<const {ty}*>")),
+            "V={v}: {s}"
+        );
+    }
+    let s = kernel(&make(Operator::Sum, DType::Bf16, "8x4096", 128, 1, 1)).source;
+    assert!(!s.contains("reinterpret_cast"), "{s}");
+    // f32 V=8 is two 16-byte accesses.
+    let s = kernel(&make(Operator::Sum, DType::F32, "8x4096", 128, 8, 1)).source;
+    assert!(s.contains("q[1]"), "{s}");
+}
+
+#[test]
+fn partial_pack_is_guarded_and_complete_packs_are_not() {
+    let s = kernel(&make(Operator::Sum, DType::F32, "4x1001", 64, 4, 1)).source;
+    assert_eq!(s.matches("if (i0 + e < LF_N)").count(), 1, "{s}");
+    let s = kernel(&make(Operator::Sum, DType::F32, "4x1024", 64, 4, 1)).source;
+    assert!(!s.contains("i0 + e < LF_N"), "{s}");
+}
+
+#[test]
+fn fmad_flag_follows_the_fma_option() {
+    let off = nvrtc_options(&CodegenOptions { fma: false }, "sm_90");
+    assert!(off.contains(&"--fmad=false".to_string()), "{off:?}");
+    assert!(
+        off.contains(&"--gpu-architecture=sm_90".to_string()),
+        "{off:?}"
+    );
+    let on = nvrtc_options(&CodegenOptions::default(), "sm_90");
+    assert!(on.contains(&"--fmad=true".to_string()), "{on:?}");
+    assert_eq!(arch_for(9, 0), "sm_90");
+}
+
+#[test]
+fn params_are_inputs_then_outputs_then_rows_and_n() {
+    let k = kernel(&make(
+        Operator::ResidualLayernorm,
+        DType::F16,
+        "4x256",
+        64,
+        4,
+        1,
+    ));
+    let names: Vec<&str> = k.params.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["x", "residual", "weight", "bias", "h", "y", "rows", "n"]
+    );
+    let ce = kernel(&make(
+        Operator::CrossEntropy,
+        DType::Bf16,
+        "4x256",
+        64,
+        4,
+        1,
+    ));
+    assert_eq!(ce.params[1].c_type, "const long long*");
+    assert_eq!(ce.params[2].kind, ParamKind::Output);
+}
+
+#[test]
+fn register_residency_uses_private_slots_and_stream_rereads() {
+    let reg = make(Operator::Softmax, DType::F32, "4x4096", 256, 4, 1);
+    let s = kernel(&reg).source;
+    assert!(s.contains(&format!("float r0[{}];", reg.slot_bound)), "{s}");
+    // Register residency reads global memory once; streaming once per phase.
+    assert_eq!(
+        s.matches("reinterpret_cast<const uint4*>(p_x").count(),
+        1,
+        "{s}"
+    );
+    let stream = make_with(
+        Operator::Softmax,
+        DType::F32,
+        "4x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            residency: ResidencyRequest::Stream,
+            ..Default::default()
+        },
+    );
+    let s = kernel(&stream).source;
+    assert!(!s.contains("float r0["), "{s}");
+    assert_eq!(
+        s.matches("reinterpret_cast<const uint4*>(p_x").count(),
+        3,
+        "{s}"
+    );
+}
+
+#[test]
+fn launch_geometry_follows_the_plan() {
+    let p = make(Operator::Rmsnorm, DType::Bf16, "33x4096", 128, 8, 2);
+    let k = kernel(&p);
+    assert_eq!(k.grid, (17, 1, 1));
+    assert_eq!(k.block, (256, 1, 1));
+    assert_eq!(k.cluster, None);
+    // One reduction, 2 rows x 4 warps.
+    assert_eq!(k.shared_bytes, 4 * 2 * 4);
+    let c = make(Operator::Softmax, DType::F32, "3x262144", 8192, 4, 1);
+    let k = kernel(&c);
+    assert_eq!(k.cluster, Some(16));
+    assert_eq!(k.grid, (3 * 16, 1, 1));
+    assert_eq!(k.block, (512, 1, 1));
+    assert!(k.source.contains("lf_cluster_sync(); // no group leaves"));
+    // Narrow rows: each row's lanes are one segment of the warp.
+    let n = kernel(&make(Operator::Sum, DType::F32, "10x100", 8, 1, 4)).source;
+    assert!(n.contains("lf_mask = 0xffu << (lane & ~7)"), "{n}");
+    assert!(!n.contains("__syncthreads"), "{n}");
+}
+
+#[test]
+fn generation_is_deterministic_and_names_are_identifiers() {
+    let p = make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1);
+    assert_eq!(kernel(&p), kernel(&p));
+    assert_eq!(kernel(&p).name, "lf_softmax_f32_w256_v4_u1_g1");
+}

@@ -1,0 +1,675 @@
+//! The CUDA backend: the only crate that touches the driver.
+//!
+//! Kernels come from `lanefold-codegen`, are compiled by NVRTC to a cubin
+//! for the device's own architecture, cached in memory and on disk (keyed
+//! by SHA-256 of source, options and architecture, verified on load), and
+//! launched with `cuLaunchKernelEx` (cluster dimensions set at launch).
+//!
+//! cudarc panics when `libcuda` or `libnvrtc` is missing; [`CudaBackend::open`]
+//! probes for both first and returns [`CudaError::NoDriver`] /
+//! [`CudaError::NoNvrtc`] instead.
+
+mod cache;
+
+pub use cache::{compile_key, sha256_hex, DiskCache};
+
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+};
+use cudarc::nvrtc;
+use lanefold_codegen::{
+    arch_for, generate, nvrtc_options, CodegenError, CodegenOptions, Kernel, ParamKind,
+};
+use lanefold_cpu::data::{expected_len, Buffers, Tensor};
+use lanefold_ir::BufferKind;
+use lanefold_plan::Plan;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// `libcuda` cannot be loaded (no driver on this machine).
+    #[error("{0}")]
+    NoDriver(String),
+    /// `libnvrtc` cannot be loaded.
+    #[error("{0}")]
+    NoNvrtc(String),
+    #[error("CUDA driver error in {context}: {error}")]
+    Driver { context: String, error: String },
+    #[error("NVRTC failed to compile kernel '{kernel}' ({error}):\n{log}")]
+    Compile {
+        kernel: String,
+        error: String,
+        log: String,
+    },
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+    #[error("data: {0}")]
+    Data(String),
+}
+
+fn driver(context: &str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError + '_ {
+    move |e| CudaError::Driver {
+        context: context.to_string(),
+        error: e.to_string(),
+    }
+}
+
+/// Directories scanned (besides the dynamic loader's own search) for the
+/// CUDA libraries, for the error message.
+fn library_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    for d in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/local/nvidia/lib64",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/lib/wsl/lib",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs
+}
+
+fn scan_for(prefix: &str) -> bool {
+    library_dirs().iter().any(|d| {
+        std::fs::read_dir(d)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            })
+            .unwrap_or(false)
+    })
+}
+
+fn searched() -> String {
+    library_dirs()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Can the driver library be loaded? (The dynamic loader decides; the
+/// directory scan only explains a failure.) Never panics.
+pub fn probe_driver() -> Result<(), CudaError> {
+    // SAFETY: only tries to dlopen the candidate names; no symbol is used.
+    let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
+    if present {
+        return Ok(());
+    }
+    let found = if scan_for("libcuda.so") {
+        "a libcuda.so file exists in the searched directories but could not be loaded"
+    } else {
+        "libcuda.so not found"
+    };
+    Err(CudaError::NoDriver(format!(
+        "no CUDA driver found ({found} in {} nor by the dynamic loader)",
+        searched()
+    )))
+}
+
+/// Can NVRTC be loaded? Never panics.
+pub fn probe_nvrtc() -> Result<(), CudaError> {
+    // SAFETY: as above.
+    let present =
+        std::panic::catch_unwind(|| unsafe { nvrtc::sys::is_culib_present() }).unwrap_or(false);
+    if present {
+        return Ok(());
+    }
+    let found = if scan_for("libnvrtc.so") {
+        "a libnvrtc.so file exists in the searched directories but could not be loaded"
+    } else {
+        "libnvrtc.so not found"
+    };
+    Err(CudaError::NoNvrtc(format!(
+        "no NVRTC found ({found} in {} nor by the dynamic loader); install the CUDA runtime compiler (cuda-nvrtc)",
+        searched()
+    )))
+}
+
+/// SHA-256 of the source of the kernel generated for `plan`.
+pub fn kernel_source_sha256(plan: &Plan, options: &CodegenOptions) -> Result<String, CudaError> {
+    Ok(sha256_hex(generate(plan, options)?.source.as_bytes()))
+}
+
+/// A compiled, loaded kernel.
+struct Loaded {
+    kernel: Kernel,
+    function: CudaFunction,
+    _module: Arc<CudaModule>,
+}
+
+/// Device buffers for one launch, in parameter order.
+struct DeviceArgs {
+    slices: Vec<(String, CudaSlice<u8>)>,
+    pointers: Vec<u64>,
+    ints: [i32; 2],
+}
+
+impl DeviceArgs {
+    /// Raw argument pointers for `cuLaunchKernelEx` (valid while `self` is).
+    fn raw(&mut self, kernel: &Kernel) -> Vec<*mut c_void> {
+        let mut out = vec![];
+        let mut p = 0;
+        for param in &kernel.params {
+            match param.kind {
+                ParamKind::Input | ParamKind::Output => {
+                    out.push(&mut self.pointers[p] as *mut u64 as *mut c_void);
+                    p += 1;
+                }
+                ParamKind::Rows => out.push(&mut self.ints[0] as *mut i32 as *mut c_void),
+                ParamKind::N => out.push(&mut self.ints[1] as *mut i32 as *mut c_void),
+            }
+        }
+        out
+    }
+}
+
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: String,
+    cc: (u32, u32),
+    memory: Mutex<HashMap<String, Arc<Loaded>>>,
+    disk: Option<DiskCache>,
+}
+
+impl CudaBackend {
+    /// Open device `ordinal`. Without a driver (or NVRTC) this is an error,
+    /// never a panic.
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        probe_driver()?;
+        probe_nvrtc()?;
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|_| {
+                CudaError::NoDriver("no CUDA driver found (loading libcuda panicked)".into())
+            })?
+            .map_err(driver("opening the device"))?;
+        // One stream, one thread of work: no cross-stream event tracking.
+        // SAFETY: every buffer is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver("compute capability"))?;
+        let cc = (major as u32, minor as u32);
+        let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
+        Ok(CudaBackend {
+            arch: arch_for(cc.0, cc.1),
+            ctx,
+            stream,
+            cc,
+            memory: Mutex::new(HashMap::new()),
+            disk: cache::default_dir().map(DiskCache::new),
+        })
+    }
+
+    /// Use another directory for the on-disk kernel cache (None: memory only).
+    pub fn set_disk_cache(&mut self, dir: Option<PathBuf>) {
+        self.disk = dir.map(DiskCache::new);
+    }
+
+    pub fn device_name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|e| format!("unknown ({e})"))
+    }
+
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.cc
+    }
+
+    /// The architecture kernels are compiled for, e.g. `sm_90`.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// `major.minor` of the installed driver's CUDA version.
+    pub fn driver_version(&self) -> String {
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: the driver is loaded (open succeeded); writes one int.
+        match unsafe { sys::cuDriverGetVersion(&mut v) }.result() {
+            Ok(()) => format!("{}.{}", v / 1000, (v % 1000) / 10),
+            Err(e) => format!("unknown ({e})"),
+        }
+    }
+
+    fn attribute(&self, a: sys::CUdevice_attribute) -> i64 {
+        self.ctx.attribute(a).map(|x| x as i64).unwrap_or(0)
+    }
+
+    pub fn multiprocessors(&self) -> u32 {
+        self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) as u32
+    }
+
+    pub fn l2_bytes(&self) -> u64 {
+        self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as u64
+    }
+
+    /// Generate, compile (cached) and load the kernel for `plan`.
+    fn load(&self, plan: &Plan, options: &CodegenOptions) -> Result<Arc<Loaded>, CudaError> {
+        let kernel = generate(plan, options)?;
+        let opts = nvrtc_options(options, &self.arch);
+        let key = compile_key(&kernel.source, &opts, &self.arch);
+        if let Some(hit) = self.memory.lock().expect("cache lock").get(&key) {
+            return Ok(hit.clone());
+        }
+        let mut binary = None;
+        if let Some(disk) = &self.disk {
+            if let Some(bytes) = disk.load(&key) {
+                match self.load_binary(&kernel, bytes) {
+                    Ok(l) => binary = Some(l),
+                    Err(e) => disk.evict(&key, &format!("the driver refused it: {e}")),
+                }
+            }
+        }
+        let loaded = match binary {
+            Some(l) => l,
+            None => {
+                let bytes = self.compile(&kernel, &opts)?;
+                if let Some(disk) = &self.disk {
+                    if let Err(e) = disk.store(&key, &bytes) {
+                        eprintln!(
+                            "lanefold: could not write the kernel cache under {}: {e}",
+                            disk.dir().display()
+                        );
+                    }
+                }
+                self.load_binary(&kernel, bytes)?
+            }
+        };
+        let loaded = Arc::new(loaded);
+        self.memory
+            .lock()
+            .expect("cache lock")
+            .insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn compile(&self, kernel: &Kernel, opts: &[String]) -> Result<Vec<u8>, CudaError> {
+        let nv = |error: nvrtc::result::NvrtcError, log: String| CudaError::Compile {
+            kernel: kernel.name.clone(),
+            error: error.to_string(),
+            log,
+        };
+        let src = CString::new(kernel.source.as_str())
+            .map_err(|_| CudaError::Data("kernel source contains a NUL byte".into()))?;
+        let file =
+            CString::new(format!("{}.cu", kernel.name)).expect("kernel names are identifiers");
+        let prog =
+            nvrtc::result::create_program(&src, Some(&file)).map_err(|e| nv(e, String::new()))?;
+        // SAFETY: `prog` is a live program until destroyed below.
+        let result = unsafe {
+            let compiled = nvrtc::result::compile_program(prog, opts);
+            let log = nvrtc::result::get_program_log(prog)
+                .map(|l| {
+                    let bytes: Vec<u8> = l
+                        .iter()
+                        .take_while(|&&c| c != 0)
+                        .map(|&c| c as u8)
+                        .collect();
+                    String::from_utf8_lossy(&bytes).into_owned()
+                })
+                .unwrap_or_default();
+            match compiled {
+                Err(e) => Err(nv(e, log)),
+                Ok(()) => {
+                    let mut size = 0usize;
+                    match nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size).result() {
+                        Err(e) => Err(nv(e, log)),
+                        Ok(()) => {
+                            let mut bin = vec![0u8; size];
+                            nvrtc::sys::nvrtcGetCUBIN(
+                                prog,
+                                bin.as_mut_ptr() as *mut std::ffi::c_char,
+                            )
+                            .result()
+                            .map(|()| bin)
+                            .map_err(|e| nv(e, log))
+                        }
+                    }
+                }
+            }
+        };
+        // SAFETY: destroyed once.
+        let _ = unsafe { nvrtc::result::destroy_program(prog) };
+        let bin = result?;
+        if bin.is_empty() {
+            return Err(CudaError::Compile {
+                kernel: kernel.name.clone(),
+                error: "empty cubin".into(),
+                log: String::new(),
+            });
+        }
+        Ok(bin)
+    }
+
+    fn load_binary(&self, kernel: &Kernel, bytes: Vec<u8>) -> Result<Loaded, CudaError> {
+        let module = self
+            .ctx
+            .load_module(nvrtc::Ptx::from_binary(bytes))
+            .map_err(driver("loading the kernel module"))?;
+        let function = module
+            .load_function(&kernel.name)
+            .map_err(driver("finding the kernel function"))?;
+        if kernel.cluster.is_some_and(|c| c > 8) {
+            function
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                    1,
+                )
+                .map_err(driver("allowing a non-portable cluster size"))?;
+        }
+        if kernel.shared_bytes > 48 * 1024 {
+            function
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    kernel.shared_bytes as i32,
+                )
+                .map_err(driver("raising the dynamic shared memory limit"))?;
+        }
+        Ok(Loaded {
+            kernel: kernel.clone(),
+            function,
+            _module: module,
+        })
+    }
+
+    /// Upload inputs and allocate (or upload) outputs in parameter order.
+    fn upload(
+        &self,
+        plan: &Plan,
+        kernel: &Kernel,
+        inputs: &Buffers,
+        outputs: Option<&Buffers>,
+    ) -> Result<DeviceArgs, CudaError> {
+        let (rows, n) = (plan.shape().rows, plan.shape().n);
+        let program = &plan.problem.program;
+        let mut slices = vec![];
+        let mut pointers = vec![];
+        for param in &kernel.params {
+            let (decl, source) = match param.kind {
+                ParamKind::Input => (program.input(&param.name), Some(inputs)),
+                ParamKind::Output => (program.output(&param.name), outputs),
+                _ => continue,
+            };
+            let decl = decl.ok_or_else(|| {
+                CudaError::Data(format!(
+                    "kernel parameter '{}' is not a program buffer",
+                    param.name
+                ))
+            })?;
+            let len = expected_len(decl.kind, rows, n);
+            let want = if decl.kind == BufferKind::RowIndex {
+                "i64"
+            } else {
+                plan.dtype().name()
+            };
+            let elem = if decl.kind == BufferKind::RowIndex {
+                8
+            } else {
+                plan.dtype().size_bytes()
+            };
+            let slice = match source {
+                Some(buffers) => {
+                    let t: &Tensor = buffers.get(&param.name).ok_or_else(|| {
+                        CudaError::Data(format!("missing buffer '{}'", param.name))
+                    })?;
+                    if t.len() != len || t.dtype_name() != want {
+                        return Err(CudaError::Data(format!(
+                            "buffer '{}' is {} x {}, expected {len} x {want} for {:?} of shape {}",
+                            param.name,
+                            t.len(),
+                            t.dtype_name(),
+                            decl.kind,
+                            plan.shape()
+                        )));
+                    }
+                    self.stream
+                        .clone_htod(&t.as_bytes())
+                        .map_err(driver("uploading a buffer"))?
+                }
+                None => self
+                    .stream
+                    .alloc_zeros::<u8>(len * elem)
+                    .map_err(driver("allocating an output"))?,
+            };
+            let (ptr, _guard) = slice.device_ptr(&self.stream);
+            pointers.push(ptr);
+            drop(_guard);
+            slices.push((param.name.clone(), slice));
+        }
+        Ok(DeviceArgs {
+            slices,
+            pointers,
+            ints: [rows as i32, n as i32],
+        })
+    }
+
+    /// Enqueue one launch on the stream.
+    fn launch(&self, loaded: &Loaded, args: &mut DeviceArgs) -> Result<(), CudaError> {
+        let k = &loaded.kernel;
+        let mut raw = args.raw(k);
+        let mut attrs: Vec<sys::CUlaunchAttribute> = vec![];
+        if let Some(c) = k.cluster {
+            // SAFETY: a plain-data union, zero is a valid bit pattern.
+            let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+            value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c, y: 1, z: 1 };
+            attrs.push(sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                pad: [0; 4],
+                value,
+            });
+        }
+        let config = sys::CUlaunchConfig {
+            gridDimX: k.grid.0,
+            gridDimY: k.grid.1,
+            gridDimZ: k.grid.2,
+            blockDimX: k.block.0,
+            blockDimY: k.block.1,
+            blockDimZ: k.block.2,
+            sharedMemBytes: k.shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: if attrs.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                attrs.as_mut_ptr()
+            },
+            numAttrs: attrs.len() as u32,
+        };
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("binding the context"))?;
+        // SAFETY: `raw` points at live argument storage matching the
+        // kernel's signature (generated from the same parameter list).
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                loaded.function.cu_function(),
+                raw.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(driver("launching the kernel"))
+    }
+
+    /// Compile (cached), upload inputs, launch, synchronize and download
+    /// every output into `outputs` (same names and lengths; overwritten).
+    pub fn execute(
+        &self,
+        plan: &Plan,
+        options: &CodegenOptions,
+        inputs: &Buffers,
+        outputs: &mut Buffers,
+    ) -> Result<(), CudaError> {
+        let loaded = self.load(plan, options)?;
+        // Outputs are uploaded as given (e.g. NaN-poisoned), so an element
+        // the kernel fails to write stays visible.
+        let mut args = self.upload(plan, &loaded.kernel, inputs, Some(outputs))?;
+        self.launch(&loaded, &mut args)?;
+        self.stream
+            .synchronize()
+            .map_err(driver("running the kernel"))?;
+        for (name, slice) in &args.slices {
+            if let Some(t) = outputs.get_mut(name) {
+                if plan.problem.program.output(name).is_some() {
+                    let bytes = self
+                        .stream
+                        .clone_dtoh(slice)
+                        .map_err(driver("downloading an output"))?;
+                    t.copy_from_bytes(&bytes);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// GPU time per launch, µs, one value per sample: inputs uploaded once,
+    /// warm-up launches, then per sample `batch` launches replayed as one
+    /// CUDA graph (plain launches if capture fails) between two events.
+    pub fn time(
+        &self,
+        plan: &Plan,
+        options: &CodegenOptions,
+        inputs: &Buffers,
+        batch: usize,
+        samples: usize,
+    ) -> Result<Vec<f64>, CudaError> {
+        let batch = batch.max(1);
+        let loaded = self.load(plan, options)?;
+        let mut args = self.upload(plan, &loaded.kernel, inputs, None)?;
+        for _ in 0..3 {
+            self.launch(&loaded, &mut args)?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(driver("warm-up launches"))?;
+
+        let graph = self.capture(&loaded, &mut args, batch);
+        if let Some(g) = &graph {
+            g.upload().map_err(driver("uploading the graph"))?;
+            g.launch().map_err(driver("warm-up graph launch"))?;
+            self.stream
+                .synchronize()
+                .map_err(driver("warm-up graph launch"))?;
+        }
+        let start = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("creating an event"))?;
+        let end = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver("creating an event"))?;
+        let mut out = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            start
+                .record(&self.stream)
+                .map_err(driver("recording an event"))?;
+            match &graph {
+                Some(g) => g.launch().map_err(driver("launching the graph"))?,
+                None => {
+                    for _ in 0..batch {
+                        self.launch(&loaded, &mut args)?;
+                    }
+                }
+            }
+            end.record(&self.stream)
+                .map_err(driver("recording an event"))?;
+            end.synchronize().map_err(driver("timed launches"))?;
+            let ms = start.elapsed_ms(&end).map_err(driver("reading events"))?;
+            out.push(ms as f64 * 1000.0 / batch as f64);
+        }
+        self.stream
+            .synchronize()
+            .map_err(driver("timed launches"))?;
+        drop(args);
+        Ok(out)
+    }
+
+    /// Capture `batch` launches as a graph; None (with the stream restored)
+    /// if capture is not possible.
+    fn capture(
+        &self,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+        batch: usize,
+    ) -> Option<cudarc::driver::CudaGraph> {
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        if self.stream.begin_capture(mode).is_err() {
+            return None;
+        }
+        let mut ok = true;
+        for _ in 0..batch {
+            if self.launch(loaded, args).is_err() {
+                ok = false;
+                break;
+            }
+        }
+        let graph = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .ok()
+            .flatten();
+        if !ok {
+            // A failed capture can leave a sticky error behind: clear it.
+            let _ = self.ctx.check_err();
+            let _ = self.stream.synchronize();
+            return None;
+        }
+        graph
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This machine has no GPU: open must fail with a clear error.
+    #[test]
+    fn open_without_a_driver_is_an_error_not_a_panic() {
+        if probe_driver().is_ok() {
+            eprintln!("a CUDA driver is present; skipping the no-driver check");
+            return;
+        }
+        let err = match CudaBackend::open(0) {
+            Err(e) => e,
+            Ok(_) => panic!("open succeeded without a driver"),
+        };
+        let msg = err.to_string();
+        assert!(matches!(err, CudaError::NoDriver(_)), "{msg}");
+        assert!(msg.contains("no CUDA driver"), "{msg}");
+        assert!(msg.contains("libcuda.so"), "{msg}");
+    }
+
+    #[test]
+    fn kernel_source_hash_is_stable() {
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+        let p = Problem::operator(
+            Operator::Sum,
+            OperatorOptions::default(),
+            DType::F32,
+            "4x100".parse().unwrap(),
+        );
+        let pl = plan(&p, &Target::h200(), &LayoutRequest::default()).unwrap();
+        let a = kernel_source_sha256(&pl, &CodegenOptions::default()).unwrap();
+        let b = kernel_source_sha256(&pl, &CodegenOptions::default()).unwrap();
+        let c = kernel_source_sha256(&pl, &CodegenOptions { fma: false }).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        // FMA is an NVRTC option: the source differs only in its comment.
+        assert_ne!(a, c);
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The CUDA selftest on a machine with an NVIDIA GPU, with the evidence the
+# README promises: device, driver, the binary's SHA-256, the full log.
+# Usage: scripts/gpu-selftest.sh [OUTPUT_DIR]   (LANEFOLD_BIN overrides the binary)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${LANEFOLD_BIN:-target/release/lanefold}
+if [ ! -x "$bin" ]; then
+  cargo build --release
+fi
+out=${1:-bench/results/$(date -u +%Y-%m-%d)-selftest-$(hostname -s)}
+mkdir -p "$out"
+{
+  echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "binary_sha256: $(sha256sum "$bin" | cut -d' ' -f1)"
+  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem --format=csv
+} > "$out/environment.txt"
+set +e
+"$bin" selftest --backend cuda 2>&1 | tee "$out/selftest.log"
+status=${PIPESTATUS[0]}
+"$bin" speed --output "$out/speed" 2>&1 | tee "$out/speed.log"
+exit "$status"
