@@ -48,6 +48,66 @@ enum Command {
     /// First speed table on CUDA: GPU µs per op (events around a batch,
     /// L2 warm) and effective GB/s, every timed plan validated first.
     Speed(SpeedArgs),
+    /// Measure the three phases for lanefold and (optionally) PyTorch on the
+    /// same inputs; write results.json (raw samples), results.md, plot.svg.
+    Bench(BenchArgs),
+    /// Recompute every summary and ratio of results directories from their
+    /// raw samples; exit 1 listing each discrepancy.
+    Audit {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Operators, comma separated, or `all` (the six).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    ops: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape, required = true)]
+    shapes: Vec<Shape>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32")]
+    dtypes: Vec<DType>,
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    /// Measure PyTorch eager through the Python peer.
+    #[arg(long)]
+    torch: bool,
+    /// Also measure torch.compile.
+    #[arg(long)]
+    torch_compile: bool,
+    /// Also measure Liger-Kernel (where installed and where it has the op).
+    #[arg(long)]
+    liger: bool,
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+    #[arg(long, default_value_t = 20.0)]
+    sample_ms: f64,
+    #[arg(long, default_value_t = 100.0)]
+    warmup_ms: f64,
+    #[arg(long, value_enum, default_value_t = L2Arg::Warm)]
+    l2: L2Arg,
+    /// Store each kernel's CUDA source beside results.json (sources/SHA.cu).
+    #[arg(long)]
+    capture_sources: bool,
+    #[arg(long)]
+    output: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// The PyTorch peer script (default: python/torch_peer.py, found from
+    /// the current directory or the executable's).
+    #[arg(long)]
+    peer_script: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum L2Arg {
+    Warm,
+    Cold,
 }
 
 #[derive(Args)]
@@ -247,6 +307,8 @@ fn main() {
         Command::Plan(args) => plan_cmd(args),
         Command::Run(args) => run_cmd(args),
         Command::Selftest { backend, quick } => selftest_cmd(backend, quick),
+        Command::Bench(args) => bench_cmd(args),
+        Command::Audit { dirs } => audit_cmd(&dirs),
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
             &args.dtypes,
@@ -536,6 +598,102 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     println!("{}", report.summary());
     if report.failed > 0 {
         std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn bench_cmd(args: BenchArgs) -> Result<()> {
+    use lanefold_measure::bench::{run_bench, BenchSpec, Device};
+    use lanefold_measure::phases::{L2Mode, PhaseConfig};
+    let mut ops = vec![];
+    for o in &args.ops {
+        if o == "all" {
+            ops.extend(Operator::SIX);
+        } else {
+            ops.push(parse_operator(o).map_err(anyhow::Error::msg)?);
+        }
+    }
+    let device = match args.backend {
+        BackendArg::Cpu => Device::Cpu,
+        BackendArg::Cuda => Device::Cuda,
+        BackendArg::Auto => match Backend::detect() {
+            (Backend::Cuda(_), _) => Device::Cuda,
+            (_, why) => {
+                println!(
+                    "no GPU in use ({}); measuring the CPU executor (gpu phase absent)",
+                    why.unwrap_or_default()
+                );
+                Device::Cpu
+            }
+        },
+    };
+    let mut peer_modes = vec![];
+    if args.torch {
+        peer_modes.push("eager".to_string());
+    }
+    if args.torch_compile {
+        peer_modes.push("compile".to_string());
+    }
+    if args.liger {
+        peer_modes.push("liger".to_string());
+    }
+    let spec = BenchSpec {
+        ops,
+        shapes: args.shapes,
+        dtypes: args.dtypes,
+        request: args.layout.request(),
+        device,
+        config: PhaseConfig {
+            samples: args.samples,
+            sample_ms: args.sample_ms,
+            warmup_ms: args.warmup_ms,
+            l2: match args.l2 {
+                L2Arg::Warm => L2Mode::Warm,
+                L2Arg::Cold => L2Mode::Cold,
+            },
+        },
+        peer_modes,
+        python: args.python,
+        peer_script: args
+            .peer_script
+            .unwrap_or_else(lanefold_measure::peer::default_script),
+        capture_sources: args.capture_sources,
+        output: args.output.clone(),
+        seed: args.seed,
+        command_line: std::env::args().collect(),
+    };
+    let file = run_bench(&spec)?;
+    let invalid = file
+        .cases
+        .iter()
+        .flat_map(|c| c.sides.iter())
+        .filter(|s| !s.validation.pass)
+        .count();
+    println!(
+        "wrote {} ({} cases)",
+        args.output.join("results.json").display(),
+        file.cases.len()
+    );
+    if invalid > 0 {
+        bail!("{invalid} side(s) produced invalid outputs; their timings were voided");
+    }
+    Ok(())
+}
+
+fn audit_cmd(dirs: &[PathBuf]) -> Result<()> {
+    let mut total = 0;
+    for dir in dirs {
+        let findings = lanefold_measure::audit::audit_dir(dir);
+        if findings.is_empty() {
+            println!("{}: ok", dir.display());
+        }
+        for f in &findings {
+            println!("{}: {f}", dir.display());
+        }
+        total += findings.len();
+    }
+    if total > 0 {
+        bail!("audit found {total} discrepancies");
     }
     Ok(())
 }

@@ -8,20 +8,10 @@ use anyhow::{bail, Result};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::npy::write_atomically;
 use lanefold_ir::{DType, Operator};
+use lanefold_measure::results::{gbps, Summary};
 use lanefold_plan::{CostPolicy, Features, LayoutRequest, RooflinePolicy, Shape};
 use serde_json::json;
 use std::path::Path;
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
-}
 
 #[allow(clippy::too_many_arguments)]
 pub fn speed(
@@ -67,14 +57,10 @@ pub fn speed(
                 } else {
                     vec![]
                 };
-                let p50 = if times.is_empty() {
-                    f64::NAN
-                } else {
-                    median(&times)
-                };
-                let gbps = f.bytes_moved as f64 / (p50 * 1e3);
-                let min = times.iter().cloned().fold(f64::INFINITY, f64::min);
-                let max = times.iter().cloned().fold(0.0, f64::max);
+                let summary = Summary::of(&times);
+                let p50 = summary.map_or(f64::NAN, |s| s.p50);
+                let (min, max) = summary.map_or((f64::NAN, f64::NAN), |s| (s.min, s.max));
+                let gbps = gbps(f.bytes_moved, p50);
                 println!(
                     "{op:<19} {dtype:<4} {shape:<12} {:<34} {p50:>10.2} µs {gbps:>7.0} GB/s  valid={}",
                     out.plan.describe(),

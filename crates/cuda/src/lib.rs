@@ -10,8 +10,10 @@
 //! [`CudaError::NoNvrtc`] instead.
 
 mod cache;
+mod prepared;
 
 pub use cache::{compile_key, sha256_hex, DiskCache};
+pub use prepared::{Prepared, MAX_GRAPH_LAUNCHES};
 
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
@@ -254,6 +256,41 @@ impl CudaBackend {
 
     pub fn l2_bytes(&self) -> u64 {
         self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) as u64
+    }
+
+    /// The device's rated peak SM clock, MHz (a driver attribute, not the
+    /// current clock; use NVML / nvidia-smi for that). None if unreported.
+    pub fn sm_clock_mhz(&self) -> Option<u32> {
+        let khz = self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+        (khz > 0).then_some((khz / 1000) as u32)
+    }
+
+    /// The device's rated peak memory clock, MHz (driver attribute, as
+    /// above). None if unreported.
+    pub fn memory_clock_mhz(&self) -> Option<u32> {
+        let khz = self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE);
+        (khz > 0).then_some((khz / 1000) as u32)
+    }
+
+    /// The device UUID as nvidia-smi prints it (`GPU-xxxxxxxx-xxxx-...`).
+    pub fn uuid(&self) -> Option<String> {
+        let u = self.ctx.uuid().ok()?;
+        let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+        let hex =
+            |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+        Some(format!(
+            "GPU-{}-{}-{}-{}-{}",
+            hex(0..4),
+            hex(4..6),
+            hex(6..8),
+            hex(8..10),
+            hex(10..16)
+        ))
+    }
+
+    /// The ordinal this backend was opened on.
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
     }
 
     /// Generate, compile (cached) and load the kernel for `plan`.
@@ -535,9 +572,10 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// GPU time per launch, µs, one value per sample: inputs uploaded once,
-    /// warm-up launches, then per sample `batch` launches replayed as one
-    /// CUDA graph (plain launches if capture fails) between two events.
+    /// GPU time per launch, µs, one value per sample: inputs uploaded once
+    /// ([`CudaBackend::prepare`]), warm-up launches, then per sample `batch`
+    /// launches replayed as one CUDA graph (plain launches if capture
+    /// fails) between two events ([`Prepared::gpu_batch`]).
     pub fn time(
         &self,
         plan: &Plan,
@@ -547,88 +585,14 @@ impl CudaBackend {
         samples: usize,
     ) -> Result<Vec<f64>, CudaError> {
         let batch = batch.max(1);
-        let loaded = self.load(plan, options)?;
-        let mut args = self.upload(plan, &loaded.kernel, inputs, None)?;
-        for _ in 0..3 {
-            self.launch(&loaded, &mut args)?;
-        }
-        self.stream
-            .synchronize()
-            .map_err(driver("warm-up launches"))?;
-
-        let graph = self.capture(&loaded, &mut args, batch);
-        if let Some(g) = &graph {
-            g.upload().map_err(driver("uploading the graph"))?;
-            g.launch().map_err(driver("warm-up graph launch"))?;
-            self.stream
-                .synchronize()
-                .map_err(driver("warm-up graph launch"))?;
-        }
-        let start = self
-            .ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(driver("creating an event"))?;
-        let end = self
-            .ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(driver("creating an event"))?;
+        let mut prepared = self.prepare(plan, options, std::slice::from_ref(inputs))?;
+        prepared.e2e_batch(3)?;
         let mut out = Vec::with_capacity(samples);
         for _ in 0..samples {
-            start
-                .record(&self.stream)
-                .map_err(driver("recording an event"))?;
-            match &graph {
-                Some(g) => g.launch().map_err(driver("launching the graph"))?,
-                None => {
-                    for _ in 0..batch {
-                        self.launch(&loaded, &mut args)?;
-                    }
-                }
-            }
-            end.record(&self.stream)
-                .map_err(driver("recording an event"))?;
-            end.synchronize().map_err(driver("timed launches"))?;
-            let ms = start.elapsed_ms(&end).map_err(driver("reading events"))?;
-            out.push(ms as f64 * 1000.0 / batch as f64);
+            let (gpu_us, _, _) = prepared.gpu_batch(batch)?;
+            out.push(gpu_us / batch as f64);
         }
-        self.stream
-            .synchronize()
-            .map_err(driver("timed launches"))?;
-        drop(args);
         Ok(out)
-    }
-
-    /// Capture `batch` launches as a graph; None (with the stream restored)
-    /// if capture is not possible.
-    fn capture(
-        &self,
-        loaded: &Loaded,
-        args: &mut DeviceArgs,
-        batch: usize,
-    ) -> Option<cudarc::driver::CudaGraph> {
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        if self.stream.begin_capture(mode).is_err() {
-            return None;
-        }
-        let mut ok = true;
-        for _ in 0..batch {
-            if self.launch(loaded, args).is_err() {
-                ok = false;
-                break;
-            }
-        }
-        let graph = self
-            .stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .ok()
-            .flatten();
-        if !ok {
-            // A failed capture can leave a sticky error behind: clear it.
-            let _ = self.ctx.check_err();
-            let _ = self.stream.synchronize();
-            return None;
-        }
-        graph
     }
 }
 

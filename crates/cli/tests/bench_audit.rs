@@ -1,0 +1,203 @@
+//! `lanefold bench` on the CPU and `lanefold audit` over what it wrote:
+//! a clean file passes; a changed raw sample, a changed summary, a changed
+//! captured source or a false validation record fails, naming the case.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lanefold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lanefold"))
+        .args(args)
+        .output()
+        .expect("run lanefold")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn bench_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lanefold-bench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = lanefold(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--ops",
+        "sum,softmax",
+        "--shapes",
+        "3x64,2x257",
+        "--dtypes",
+        "f32,bf16",
+        "--samples",
+        "3",
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "1",
+        "--output",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    dir
+}
+
+fn load(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+}
+
+fn save(dir: &Path, v: &Value) {
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(v).unwrap(),
+    )
+    .unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn cpu_bench_writes_an_auditable_file_with_the_gpu_phase_absent() {
+    let dir = bench_dir("clean");
+    let v = load(&dir);
+    assert_eq!(v["schema"], "lanefold-results/1");
+    assert_eq!(v["cases"].as_array().unwrap().len(), 8);
+    let side = &v["cases"][0]["sides"][0];
+    assert_eq!(side["name"], "lanefold");
+    assert!(
+        side["phases"]["gpu"].is_null(),
+        "gpu phase must be absent on the CPU"
+    );
+    assert_eq!(side["phases"]["e2e"].as_array().unwrap().len(), 3);
+    assert!(dir.join("results.md").exists() && dir.join("plot.svg").exists());
+    let md = std::fs::read_to_string(dir.join("results.md")).unwrap();
+    assert!(md.contains("Method.") && md.contains("softmax"), "{md}");
+    let o = lanefold(&["audit", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn a_changed_raw_sample_fails_the_audit_naming_the_case() {
+    let dir = bench_dir("sample");
+    let mut v = load(&dir);
+    let id = v["cases"][2]["id"].as_str().unwrap().to_string();
+    let s = &mut v["cases"][2]["sides"][0]["phases"]["e2e"][1]["total_us"];
+    *s = Value::from(s.as_f64().unwrap() * 1.5 + 1.0);
+    save(&dir, &v);
+    let o = lanefold(&["audit", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("case {id}: lanefold: e2e summary")),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_false_validation_record_or_missing_scope_fails_the_audit() {
+    let dir = bench_dir("validation");
+    let mut v = load(&dir);
+    v["cases"][1]["sides"][0]["validation"]["outputs"][0]["rel_err"] = Value::from(0.5);
+    v["cases"][3]["sides"][0]["scopes"]["gpu"] = Value::from("kernel time");
+    save(&dir, &v);
+    let out = text(&lanefold(&["audit", dir.to_str().unwrap()]));
+    assert!(out.contains("contradicts its errors"), "{out}");
+    assert!(out.contains("scope label for gpu"), "{out}");
+}
+
+#[test]
+fn a_changed_captured_source_fails_its_hash_check() {
+    let dir = bench_dir("source");
+    // Attach a captured source to a case, as a CUDA bench does.
+    let source = "extern \"C\" __global__ void k() {}\n";
+    let sha = {
+        use sha2::{Digest, Sha256};
+        format!("{:x}", Sha256::digest(source.as_bytes()))
+    };
+    std::fs::create_dir_all(dir.join("sources")).unwrap();
+    let rel = format!("sources/{sha}.cu");
+    std::fs::write(dir.join(&rel), source).unwrap();
+    let mut v = load(&dir);
+    v["cases"][0]["kernel"] =
+        serde_json::json!({"name": "k", "source_sha256": sha, "source_file": rel});
+    save(&dir, &v);
+    let o = lanefold(&["audit", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(dir.join(&rel), source.replace("k()", "k2()")).unwrap();
+    let o = lanefold(&["audit", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("hashes to"), "{}", text(&o));
+}
+
+#[test]
+fn committed_results_fail_the_audit_when_a_raw_sample_changes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/results");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(text_json) = std::fs::read_to_string(dir.join("results.json")) else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(&text_json).unwrap();
+        if v["schema"] != "lanefold-results/1" {
+            continue;
+        }
+        let copy = std::env::temp_dir().join(format!(
+            "lanefold-committed-{}-{}",
+            std::process::id(),
+            dir.file_name().unwrap().to_string_lossy()
+        ));
+        copy_dir(&dir, &copy);
+        if dir.join("sources").exists() {
+            copy_dir(&dir.join("sources"), &copy.join("sources"));
+        }
+        assert!(lanefold(&["audit", copy.to_str().unwrap()])
+            .status
+            .success());
+        let mut t = v.clone();
+        let case = t["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| {
+                c["sides"][0]["phases"]["e2e"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty())
+            })
+            .expect("a case with samples");
+        let id = t["cases"][case]["id"].as_str().unwrap().to_string();
+        let s = &mut t["cases"][case]["sides"][0]["phases"]["e2e"][0]["total_us"];
+        *s = Value::from(s.as_f64().unwrap() * 3.0);
+        save(&copy, &t);
+        let o = lanefold(&["audit", copy.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(text(&o).contains(&format!("case {id}")), "{}", text(&o));
+        // A changed captured source fails its hash check.
+        if let Some(rel) = v["cases"][0]["kernel"]["source_file"].as_str() {
+            save(&copy, &v);
+            let path = copy.join(rel);
+            let mut src = std::fs::read_to_string(&path).unwrap();
+            src.push_str("// edited\n");
+            std::fs::write(&path, src).unwrap();
+            let o = lanefold(&["audit", copy.to_str().unwrap()]);
+            assert!(text(&o).contains("hashes to"), "{}", text(&o));
+        }
+        checked += 1;
+    }
+    // No committed bench results yet is fine; each one present is checked.
+    eprintln!("checked {checked} committed results files");
+}

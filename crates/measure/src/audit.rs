@@ -1,0 +1,308 @@
+//! The audit: recomputes every summary, bandwidth and ratio from the raw
+//! samples in a results directory, with its own arithmetic (not the
+//! writer's), and checks validation records, voiding, scope labels,
+//! captured-source hashes and the schema. Each discrepancy names its case.
+
+use crate::results::{ResultsFile, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Median and linear-interpolated quantile, written independently of
+/// `results::Summary`.
+fn quantile(values: &[f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let h = (v.len() as f64 - 1.0) * p;
+    let lo = h.floor() as usize;
+    let frac = h - lo as f64;
+    Some(if lo + 1 < v.len() {
+        v[lo] * (1.0 - frac) + v[lo + 1] * frac
+    } else {
+        v[lo]
+    })
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    Ok(format!("{:x}", Sha256::digest(&bytes)))
+}
+
+/// Audit one results directory; returns the discrepancies (empty: clean).
+pub fn audit_dir(dir: &Path) -> Vec<String> {
+    let results = dir.join("results.json");
+    let selftest = dir.join("selftest.log");
+    if results.exists() {
+        let text = match std::fs::read_to_string(&results) {
+            Ok(t) => t,
+            Err(e) => return vec![format!("{}: {e}", results.display())],
+        };
+        let value: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => return vec![format!("{}: corrupt JSON: {e}", results.display())],
+        };
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => match ResultsFile::read(&results) {
+                Ok(file) => audit_results(dir, &file),
+                Err(e) => vec![format!("{e}")],
+            },
+            Some("lanefold-speed/1") => audit_speed(&value),
+            other => vec![format!("{}: unknown schema {other:?}", results.display())],
+        }
+    } else if selftest.exists() {
+        audit_selftest(dir)
+    } else {
+        vec![format!(
+            "{}: neither results.json nor selftest.log",
+            dir.display()
+        )]
+    }
+}
+
+fn audit_results(dir: &Path, file: &ResultsFile) -> Vec<String> {
+    let mut out = vec![];
+    let mut ids = std::collections::HashSet::new();
+    if file.environment.binary_sha256.len() != 64 {
+        out.push("environment: binary_sha256 is not a SHA-256".to_string());
+    }
+    for case in &file.cases {
+        let id = &case.id;
+        let mut bad = |m: String| out.push(format!("case {id}: {m}"));
+        if !ids.insert(id.clone()) {
+            bad("duplicate case id".into());
+        }
+        if !case.sides.iter().any(|s| s.name == "lanefold") {
+            bad("no lanefold side".into());
+        }
+        let mut p50s = std::collections::BTreeMap::new();
+        for side in &case.sides {
+            let name = &side.name;
+            // Validation record consistency.
+            let mut all = !side.validation.outputs.is_empty();
+            for o in &side.validation.outputs {
+                let should = o.elements > 0 && o.nonfinite == 0 && o.rel_err <= o.tolerance;
+                if o.pass != should {
+                    bad(format!(
+                        "{name}: output '{}' pass={} contradicts its errors",
+                        o.name, o.pass
+                    ));
+                }
+                all &= o.pass;
+            }
+            if side.validation.pass != all {
+                bad(format!(
+                    "{name}: validation pass={} contradicts its outputs",
+                    side.validation.pass
+                ));
+            }
+            if side.voided == side.validation.pass {
+                bad(format!(
+                    "{name}: voided={} but validation pass={}",
+                    side.voided, side.validation.pass
+                ));
+            }
+            let p = &side.phases;
+            let has_samples = p.gpu.as_ref().is_some_and(|g| !g.is_empty())
+                || !p.e2e.is_empty()
+                || !p.single.is_empty();
+            if side.voided && has_samples {
+                bad(format!("{name}: invalid output but timing samples kept"));
+            }
+            for (k, v) in [
+                ("gpu", SCOPE_GPU),
+                ("e2e", SCOPE_E2E),
+                ("single", SCOPE_SINGLE),
+            ] {
+                if side.scopes.get(k).map(String::as_str) != Some(v) {
+                    bad(format!("{name}: scope label for {k} missing or altered"));
+                }
+            }
+            // Recompute every summary from raw samples.
+            let per_op = |s: &[crate::phases::BatchSample]| -> Vec<f64> {
+                s.iter().map(|b| b.total_us / b.batch as f64).collect()
+            };
+            for b in p.gpu.iter().flatten().chain(&p.e2e) {
+                if b.batch == 0 || !b.total_us.is_finite() || b.total_us <= 0.0 {
+                    bad(format!("{name}: malformed sample {b:?}"));
+                }
+            }
+            let gpu = p.gpu.as_deref().map(per_op).unwrap_or_default();
+            let e2e = per_op(&p.e2e);
+            let sg: Vec<f64> = p.single.iter().filter_map(|s| s.gpu_us).collect();
+            let sh: Vec<f64> = p.single.iter().map(|s| s.host_us).collect();
+            let s = &side.summary;
+            for (phase, raw, rec) in [
+                ("gpu", &gpu, s.gpu),
+                ("e2e", &e2e, s.e2e),
+                ("single_gpu", &sg, s.single_gpu),
+                ("single_host", &sh, s.single_host),
+            ] {
+                match (rec, quantile(raw, 0.5)) {
+                    (None, None) => {}
+                    (Some(r), Some(p50)) => {
+                        let min = raw.iter().cloned().fold(f64::INFINITY, f64::min);
+                        let max = raw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let (q1, q3) = (quantile(raw, 0.25).unwrap(), quantile(raw, 0.75).unwrap());
+                        if r.n != raw.len()
+                            || !close(r.p50, p50)
+                            || !close(r.min, min)
+                            || !close(r.max, max)
+                            || !close(r.q1, q1)
+                            || !close(r.q3, q3)
+                            || !close(r.iqr, q3 - q1)
+                        {
+                            bad(format!("{name}: {phase} summary does not match its raw samples (recorded p50 {}, recomputed {p50})", r.p50));
+                        }
+                    }
+                    (r, q) => bad(format!(
+                        "{name}: {phase} summary {r:?} but raw samples give {q:?}"
+                    )),
+                }
+            }
+            let gpu_p50 = quantile(&gpu, 0.5);
+            match (side.gpu_gbps_p50, gpu_p50) {
+                (Some(g), Some(t)) if close(g, case.bytes_moved as f64 / (t * 1e3)) => {}
+                (None, None) => {}
+                (g, _) => bad(format!(
+                    "{name}: gpu GB/s {g:?} does not follow from bytes and p50"
+                )),
+            }
+            p50s.insert(name.clone(), (gpu_p50, quantile(&e2e, 0.5)));
+        }
+        // Ratios.
+        if let Some((ng, ne)) = p50s.get("lanefold").copied() {
+            let mut expected = std::collections::BTreeMap::new();
+            for (name, (g, e)) in &p50s {
+                if name == "lanefold" {
+                    continue;
+                }
+                if let (Some(a), Some(b)) = (g, ng) {
+                    expected.insert(format!("{name}/lanefold gpu p50"), a / b);
+                }
+                if let (Some(a), Some(b)) = (e, ne) {
+                    expected.insert(format!("{name}/lanefold e2e p50"), a / b);
+                }
+            }
+            let keys_match = expected.keys().eq(case.ratios.keys());
+            if !keys_match || expected.iter().any(|(k, v)| !close(*v, case.ratios[k])) {
+                bad(format!(
+                    "ratios {:?} do not follow from the raw samples ({expected:?})",
+                    case.ratios
+                ));
+            }
+        }
+        if let Some(k) = &case.kernel {
+            if k.source_sha256.len() != 64 {
+                bad("kernel source_sha256 is not a SHA-256".into());
+            }
+            if let Some(f) = &k.source_file {
+                match sha256_file(&dir.join(f)) {
+                    Ok(h) if h == k.source_sha256 => {}
+                    Ok(h) => bad(format!(
+                        "captured source {f} hashes to {h}, recorded {}",
+                        k.source_sha256
+                    )),
+                    Err(e) => bad(format!("captured source {f}: {e}")),
+                }
+            }
+        }
+    }
+    out
+}
+
+fn audit_speed(v: &serde_json::Value) -> Vec<String> {
+    let mut out = vec![];
+    let Some(cases) = v.get("cases").and_then(|c| c.as_array()) else {
+        return vec!["speed file: no cases".into()];
+    };
+    for c in cases {
+        let id = format!(
+            "{}/{}/{}",
+            c["op"].as_str().unwrap_or("?"),
+            c["dtype"].as_str().unwrap_or("?"),
+            c["shape"].as_str().unwrap_or("?")
+        );
+        let samples: Vec<f64> = c["gpu_us_per_op_samples"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
+        let valid = c["validation"]["pass"].as_bool() == Some(true);
+        if !valid {
+            out.push(format!("case {id}: validation did not pass"));
+            continue;
+        }
+        let Some(p50) = quantile(&samples, 0.5) else {
+            out.push(format!("case {id}: no samples"));
+            continue;
+        };
+        let rec = c["gpu_us_per_op_p50"].as_f64().unwrap_or(f64::NAN);
+        if !close(rec, p50) {
+            out.push(format!(
+                "case {id}: recorded p50 {rec} but samples give {p50}"
+            ));
+        }
+        let bytes = c["bytes_moved"].as_f64().unwrap_or(f64::NAN);
+        let g = c["effective_gbps_p50"].as_f64().unwrap_or(f64::NAN);
+        if !close(g, bytes / (p50 * 1e3)) {
+            out.push(format!(
+                "case {id}: GB/s {g} does not follow from bytes and p50"
+            ));
+        }
+    }
+    out
+}
+
+fn audit_selftest(dir: &Path) -> Vec<String> {
+    let log = match std::fs::read_to_string(dir.join("selftest.log")) {
+        Ok(l) => l,
+        Err(e) => return vec![format!("selftest.log: {e}")],
+    };
+    let fails = log.lines().filter(|l| l.starts_with("FAIL ")).count();
+    let summary = log.lines().rev().find_map(|l| {
+        let (p, f) = l.trim().split_once(" passed, ")?;
+        Some((
+            p.parse::<usize>().ok()?,
+            f.strip_suffix(" failed")?.parse::<usize>().ok()?,
+        ))
+    });
+    let mut out = vec![];
+    match summary {
+        None => out.push("selftest.log: no 'N passed, N failed' line".into()),
+        Some((passed, failed)) => {
+            if failed != fails {
+                out.push(format!(
+                    "selftest.log: says {failed} failed but lists {fails} FAIL lines"
+                ));
+            }
+            if failed > 0 || passed == 0 {
+                out.push(format!("selftest.log: {passed} passed, {failed} failed"));
+            }
+        }
+    }
+    match std::fs::read_to_string(dir.join("environment.txt")) {
+        Ok(env)
+            if env
+                .split_whitespace()
+                .any(|w| w.len() == 64 && w.chars().all(|c| c.is_ascii_hexdigit())) => {}
+        _ => out.push("environment.txt: missing or without the binary's SHA-256".into()),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate() {
+        assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0], 0.5), Some(2.5));
+        assert_eq!(quantile(&[5.0], 0.25), Some(5.0));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}

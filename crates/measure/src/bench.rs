@@ -1,0 +1,324 @@
+//! `lanefold bench`: each case planned, measured on lanefold's backend and
+//! on each PyTorch peer mode through the same phases, every output
+//! validated against float64, positions alternating from case to case, and
+//! results.json rewritten atomically after every case.
+
+use crate::devices::{CpuTimer, CudaTimer};
+use crate::env::{base_environment, nvidia_smi};
+use crate::peer::{PeerRequest, TorchPeer};
+use crate::phases::{sample, L2Mode, PhaseConfig, PhaseRecord};
+use crate::render;
+use crate::results::{CaseResult, KernelRecord, PlanRecord, ResultsFile, Side, SCHEMA};
+use anyhow::{bail, Context, Result};
+use lanefold_codegen::CodegenOptions;
+use lanefold_cpu::data::{expected_len, random_inputs};
+use lanefold_cpu::npy::{self, Element};
+use lanefold_cpu::reference::reference;
+use lanefold_cpu::{validate, Buffers};
+use lanefold_cuda::CudaBackend;
+use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
+use lanefold_plan::{
+    plan, CostPolicy, Features, LayoutRequest, Problem, Residency, RooflinePolicy, Shape, Target,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchSpec {
+    pub ops: Vec<Operator>,
+    pub shapes: Vec<Shape>,
+    pub dtypes: Vec<DType>,
+    pub request: LayoutRequest,
+    pub device: Device,
+    pub config: PhaseConfig,
+    /// Peer modes: `eager`, `compile`, `liger`.
+    pub peer_modes: Vec<String>,
+    pub python: String,
+    pub peer_script: PathBuf,
+    pub capture_sources: bool,
+    pub output: PathBuf,
+    pub seed: u64,
+    pub command_line: Vec<String>,
+}
+
+/// Bytes of one input set (for sizing L2-cold rotation).
+fn input_bytes(inputs: &Buffers) -> u64 {
+    inputs.values().map(|t| t.size_bytes() as u64).sum()
+}
+
+fn write_inputs(
+    dir: &Path,
+    problem: &Problem,
+    inputs: &Buffers,
+) -> Result<BTreeMap<String, PathBuf>> {
+    let (rows, n) = (problem.shape.rows as u64, problem.shape.n as u64);
+    let mut out = BTreeMap::new();
+    for decl in &problem.program.inputs {
+        let shape = match decl.kind {
+            BufferKind::Row => vec![rows, n],
+            k => vec![expected_len(k, rows as usize, n as usize) as u64],
+        };
+        let path = dir.join(format!("{}.npy", decl.name));
+        npy::write(&path, &inputs[&decl.name], &shape)?;
+        out.insert(decl.name.clone(), path);
+    }
+    Ok(out)
+}
+
+fn read_outputs(problem: &Problem, files: &BTreeMap<String, PathBuf>) -> Result<Buffers> {
+    let (rows, n) = (problem.shape.rows as u64, problem.shape.n as u64);
+    let mut out = Buffers::new();
+    for decl in &problem.program.outputs {
+        let path = files
+            .get(&decl.name)
+            .with_context(|| format!("peer returned no output '{}'", decl.name))?;
+        let shape = match decl.kind {
+            BufferKind::Row => vec![rows, n],
+            k => vec![expected_len(k, rows as usize, n as usize) as u64],
+        };
+        out.insert(
+            decl.name.clone(),
+            npy::read(path, Element::Float(problem.dtype), &shape)?,
+        );
+    }
+    Ok(out)
+}
+
+pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
+    let cuda = match spec.device {
+        Device::Cuda => Some(CudaBackend::open(0).context("--backend cuda")?),
+        Device::Cpu => None,
+    };
+    let target = if cuda.is_some() {
+        Target::h200()
+    } else {
+        Target::cpu()
+    };
+    let mut peer = if spec.peer_modes.is_empty() {
+        None
+    } else {
+        Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
+    };
+    let mut env = base_environment(
+        if cuda.is_some() { "cuda" } else { "cpu" },
+        spec.command_line.clone(),
+    );
+    let clocks = || nvidia_smi("clocks.sm,clocks.mem");
+    let start_clocks = clocks();
+    if let Some(c) = &cuda {
+        env.gpu_name = Some(c.device_name());
+        env.compute_capability = Some(format!(
+            "{}.{}",
+            c.compute_capability().0,
+            c.compute_capability().1
+        ));
+        env.l2_bytes = Some(c.l2_bytes());
+        env.driver = Some(c.driver_version());
+        if let Some(v) = nvidia_smi("uuid,driver_version") {
+            env.gpu_uuid = v.first().cloned();
+            env.driver = Some(format!(
+                "{} (CUDA {})",
+                v.get(1).cloned().unwrap_or_default(),
+                c.driver_version()
+            ));
+        }
+    }
+    if let Some(p) = &peer {
+        let h = p.hello();
+        let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(String::from);
+        env.torch = s("torch");
+        env.torch_cuda = s("cuda");
+        env.liger = s("liger");
+        env.python = s("python");
+    }
+    if spec.config.l2 == L2Mode::Cold && cuda.is_none() {
+        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
+    }
+    std::fs::create_dir_all(&spec.output)?;
+    let scratch = std::env::temp_dir().join(format!("lanefold-bench-{}", std::process::id()));
+    let mut file = ResultsFile {
+        schema: SCHEMA.to_string(),
+        environment: env,
+        config: spec.config,
+        cases: vec![],
+    };
+    let options = CodegenOptions::default();
+    let mut k = 0usize;
+    for &shape in &spec.shapes {
+        for &op in &spec.ops {
+            for &dtype in &spec.dtypes {
+                let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                let p = plan(&problem, &target, &spec.request)?;
+                let features = Features::of(&p, &target);
+                let first = random_inputs(&problem, spec.seed + k as u64);
+                let sets = match (spec.config.l2, &cuda) {
+                    (L2Mode::Cold, Some(c)) => (3 * c.l2_bytes())
+                        .div_ceil(input_bytes(&first).max(1))
+                        .clamp(2, 64) as usize,
+                    _ => 1,
+                };
+                let mut input_sets = vec![first];
+                for s in 1..sets {
+                    input_sets.push(random_inputs(
+                        &problem,
+                        spec.seed + k as u64 + 1000 * s as u64,
+                    ));
+                }
+                let want = reference(&problem, &input_sets[0]).context("no float64 reference")?;
+                let id = format!("{op}/{dtype}/{shape}/{}", p.describe().replace(' ', ","));
+                let peers: Vec<String> = spec
+                    .peer_modes
+                    .iter()
+                    .map(|m| format!("torch-{m}"))
+                    .collect();
+                let mut order: Vec<String> = vec!["lanefold".into()];
+                order.extend(peers.iter().cloned());
+                if k % 2 == 1 {
+                    order.rotate_left(1);
+                }
+                let mut sides = vec![];
+                let mut kernel = None;
+                for who in &order {
+                    if who == "lanefold" {
+                        let (phases, outputs) = match &cuda {
+                            Some(c) => {
+                                let prepared = c.prepare(&p, &options, &input_sets)?;
+                                let source_sha256 = prepared.source_sha256();
+                                let mut source_file = None;
+                                if spec.capture_sources {
+                                    let rel = format!("sources/{source_sha256}.cu");
+                                    let path = spec.output.join(&rel);
+                                    std::fs::create_dir_all(path.parent().unwrap())?;
+                                    npy::write_atomically(&path, prepared.source().as_bytes())?;
+                                    source_file = Some(rel);
+                                }
+                                kernel = Some(KernelRecord {
+                                    name: prepared.kernel_name().to_string(),
+                                    source_sha256,
+                                    source_file,
+                                });
+                                let mut timer = CudaTimer(prepared);
+                                let phases = sample(&mut timer, &spec.config)?;
+                                (phases, timer.0.outputs(0)?)
+                            }
+                            None => {
+                                let mut timer = CpuTimer::new(p.clone(), input_sets.clone());
+                                let phases = sample(&mut timer, &spec.config)?;
+                                (phases, timer.outputs(0).clone())
+                            }
+                        };
+                        let v = validate(dtype, &outputs, &want);
+                        sides.push(Side::new("lanefold", v, phases, features.bytes_moved));
+                    } else {
+                        let mode = who.trim_start_matches("torch-").to_string();
+                        let dir = scratch.join(format!("case{k}"));
+                        let mut files = vec![];
+                        for (s, inputs) in input_sets.iter().enumerate() {
+                            let d = dir.join(format!("set{s}"));
+                            files.push(write_inputs(&d, &problem, inputs)?);
+                        }
+                        let request = PeerRequest {
+                            op: op.name().to_string(),
+                            dtype: dtype.name().to_string(),
+                            rows: shape.rows,
+                            n: shape.n,
+                            input_sets: files,
+                            outputs_dir: dir.join(format!("out-{mode}")),
+                            mode: mode.clone(),
+                            samples: spec.config.samples,
+                            sample_ms: spec.config.sample_ms,
+                            warmup_ms: spec.config.warmup_ms,
+                        };
+                        let peer = peer.as_mut().expect("peer started when modes are given");
+                        match peer.run(&request) {
+                            Ok(reply) => {
+                                let outputs = read_outputs(&problem, &reply.outputs)?;
+                                let v = validate(dtype, &outputs, &want);
+                                let phases = PhaseRecord {
+                                    gpu: Some(reply.gpu),
+                                    gpu_enqueue_us: vec![],
+                                    gpu_graph: Some(reply.gpu_graph),
+                                    e2e: reply.e2e,
+                                    e2e_enqueue_us: reply.e2e_enqueue_us,
+                                    single: reply.single,
+                                };
+                                sides.push(Side::new(who, v, phases, features.bytes_moved));
+                            }
+                            Err(e) => eprintln!("{id}: {who} did not run: {e:#}"),
+                        }
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                }
+                let ratios = CaseResult::compute_ratios(&sides);
+                let line: Vec<String> = sides
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} {} µs{}",
+                            s.name,
+                            s.summary
+                                .gpu
+                                .or(s.summary.e2e)
+                                .map_or("—".into(), |x| format!("{:.2}", x.p50)),
+                            if s.validation.pass { "" } else { " INVALID" }
+                        )
+                    })
+                    .collect();
+                println!("{id:<60} {}", line.join("  "));
+                file.cases.push(CaseResult {
+                    id,
+                    op: op.name().into(),
+                    dtype: dtype.name().into(),
+                    shape: shape.to_string(),
+                    request: spec.request,
+                    plan: PlanRecord {
+                        describe: p.describe(),
+                        layout: p.layout,
+                        residency: match p.residency {
+                            Residency::Registers => "registers".into(),
+                            Residency::Stream => "stream".into(),
+                        },
+                        groups_per_row: p.groups_per_row,
+                        predicted_us: RooflinePolicy.predict_us(&features, &p, &target),
+                    },
+                    kernel: kernel.take(),
+                    bytes_moved: features.bytes_moved,
+                    order,
+                    sides,
+                    ratios,
+                });
+                // An interrupted run keeps every case already measured.
+                file.write(&spec.output.join("results.json"))?;
+                k += 1;
+            }
+        }
+    }
+    let end_clocks = clocks();
+    if let (Some(a), Some(b)) = (start_clocks, end_clocks) {
+        let pair = |i: usize| {
+            [
+                a.get(i).cloned().unwrap_or_default(),
+                b.get(i).cloned().unwrap_or_default(),
+            ]
+        };
+        file.environment.sm_clock_mhz = Some(pair(0));
+        file.environment.mem_clock_mhz = Some(pair(1));
+    }
+    file.write(&spec.output.join("results.json"))?;
+    write_report(&file, &spec.output)?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(file)
+}
+
+/// results.md and plot.svg beside results.json.
+pub fn write_report(file: &ResultsFile, dir: &Path) -> Result<()> {
+    npy::write_atomically(&dir.join("results.md"), render::markdown(file).as_bytes())?;
+    render::plot(file, &dir.join("plot.svg"))?;
+    Ok(())
+}

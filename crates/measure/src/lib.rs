@@ -1,0 +1,12 @@
+//! Measurement: the three phases (DESIGN.md §5), sampled separately and
+//! never subtracted; the PyTorch peer; results files with raw samples;
+//! rendering; and the audit that recomputes every summary from them.
+
+pub mod audit;
+pub mod bench;
+pub mod devices;
+pub mod env;
+pub mod peer;
+pub mod phases;
+pub mod render;
+pub mod results;

@@ -1,0 +1,486 @@
+//! The PyTorch peer: `python/torch_peer.py` run as a subprocess, spoken to
+//! in JSON lines (one request per line on its stdin, one reply per line on
+//! its stdout; its stderr is forwarded to ours, prefixed, and its tail kept
+//! for error messages). It loads the same `.npy` inputs, runs PyTorch
+//! (eager, `torch.compile` or Liger-Kernel) through the same three phases
+//! and writes its outputs for validation.
+
+use crate::phases::{BatchSample, SingleCall};
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the peer runs the operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerMode {
+    /// PyTorch eager.
+    Eager,
+    /// `torch.compile` (default mode; compilation excluded from timing).
+    Compile,
+    /// Liger-Kernel's functional operators, where they exist.
+    Liger,
+}
+
+impl std::fmt::Display for PeerMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerMode::Eager => "eager",
+            PeerMode::Compile => "compile",
+            PeerMode::Liger => "liger",
+        })
+    }
+}
+
+/// One case for the peer. Paths must be absolute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerRequest {
+    /// Operator name as lanefold spells it (`rmsnorm`, `cross_entropy`, …).
+    pub op: String,
+    /// `f32`, `bf16` or `f16`.
+    pub dtype: String,
+    pub rows: usize,
+    pub n: usize,
+    /// Input sets, each input name -> `.npy` path: one set for L2 warm,
+    /// several for L2 cold (call `k` of a batch uses set `k % sets`). (The
+    /// script also accepts a single `"inputs"` object instead.)
+    pub input_sets: Vec<BTreeMap<String, PathBuf>>,
+    /// Where the peer writes `<output>.npy`.
+    pub outputs_dir: PathBuf,
+    /// `eager`, `compile` or `liger` (see [`PeerMode`]).
+    pub mode: String,
+    pub samples: usize,
+    pub sample_ms: f64,
+    pub warmup_ms: f64,
+}
+
+/// The peer's measurements of one case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerReply {
+    pub mode: String,
+    /// Output name -> `.npy` written (a final call on input set 0).
+    pub outputs: BTreeMap<String, PathBuf>,
+    pub gpu: Vec<BatchSample>,
+    /// Was the gpu phase replayed as a CUDA graph (false: eager calls
+    /// between events, e.g. when capture failed; `notes` says why)?
+    pub gpu_graph: bool,
+    /// Host time of each gpu sample's enqueue (the graph replay call), µs.
+    #[serde(default)]
+    pub gpu_enqueue_us: Vec<f64>,
+    pub e2e: Vec<BatchSample>,
+    /// Host time to enqueue each e2e sample's batch, µs.
+    pub e2e_enqueue_us: Vec<f64>,
+    pub single: Vec<SingleCall>,
+    /// Free-text remarks from the peer (fallbacks, compile time, Liger).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// The peer answered `ok: false` for a case (it stays usable).
+#[derive(Debug, thiserror::Error)]
+#[error("PyTorch peer refused the case: {0}")]
+pub struct PeerRefused(pub String);
+
+/// How many lines of the peer's stderr are kept for error messages.
+const STDERR_TAIL: usize = 40;
+
+/// A running peer process.
+pub struct TorchPeer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    hello: serde_json::Value,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    python: String,
+    /// Set once the process has died or the protocol broke.
+    broken: Option<String>,
+}
+
+/// Where `python/torch_peer.py` is: `$LANEFOLD_TORCH_PEER` if set, else the
+/// first `python/torch_peer.py` found in the executable's ancestors (e.g.
+/// the repository above `target/release/`) or the current directory and
+/// its ancestors; else the relative path `python/torch_peer.py`.
+pub fn default_script() -> PathBuf {
+    if let Some(p) = std::env::var_os("LANEFOLD_TORCH_PEER") {
+        return PathBuf::from(p);
+    }
+    let rel = Path::new("python").join("torch_peer.py");
+    let mut roots = vec![];
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.extend(cwd.ancestors().map(Path::to_path_buf));
+    }
+    roots
+        .into_iter()
+        .map(|r| r.join(&rel))
+        .find(|p| p.is_file())
+        .unwrap_or(rel)
+}
+
+fn unavailable(python: &str, why: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("PyTorch peer unavailable (interpreter {python}): {why}")
+}
+
+impl TorchPeer {
+    /// Start `python -u script` and say hello. Errors (never panics) when
+    /// the interpreter cannot start, PyTorch cannot be imported or sees no
+    /// CUDA device, or the script does not answer.
+    pub fn start(script: &Path, python: &str) -> anyhow::Result<TorchPeer> {
+        if !script.is_file() {
+            bail!(
+                "PyTorch peer unavailable: script {} not found (set LANEFOLD_TORCH_PEER or run from the repository)",
+                script.display()
+            );
+        }
+        let mut child = Command::new(python)
+            .arg("-u")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| unavailable(python, format!("cannot start {python}: {e}")))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("PyTorch peer unavailable: no pipes to {python}");
+        };
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(stderr) = stderr {
+            let tail = stderr_tail.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    eprintln!("[torch-peer] {line}");
+                    if let Ok(mut t) = tail.lock() {
+                        if t.len() == STDERR_TAIL {
+                            t.pop_front();
+                        }
+                        t.push_back(line);
+                    }
+                }
+            });
+        }
+        let mut peer = TorchPeer {
+            child,
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout),
+            hello: serde_json::Value::Null,
+            stderr_tail,
+            python: python.to_string(),
+            broken: None,
+        };
+        let hello = peer
+            .exchange(&serde_json::json!({"cmd": "hello"}))
+            .map_err(|e| unavailable(python, format!("{e:#}")))?;
+        if hello.get("ok") != Some(&serde_json::Value::Bool(true)) {
+            let why = hello
+                .get("error")
+                .and_then(|e| e.as_str())
+                .unwrap_or("the peer said no")
+                .to_string();
+            return Err(unavailable(python, why));
+        }
+        peer.hello = hello;
+        Ok(peer)
+    }
+
+    /// The peer's hello reply: torch, cuda, device, liger, python versions.
+    pub fn hello(&self) -> &serde_json::Value {
+        &self.hello
+    }
+
+    /// The peer's interpreter.
+    pub fn python(&self) -> &str {
+        &self.python
+    }
+
+    /// Run one case. A refusal (`ok: false`) is an error whose root is
+    /// [`PeerRefused`]; the peer stays usable. A dead peer is an error too,
+    /// and every later call fails at once.
+    pub fn run(&mut self, request: &PeerRequest) -> anyhow::Result<PeerReply> {
+        let request_json = serde_json::to_value(request).context("encoding the peer request")?;
+        let reply = self.exchange(&request_json)?;
+        if reply.get("ok") != Some(&serde_json::Value::Bool(true)) {
+            let why = reply
+                .get("error")
+                .and_then(|e| e.as_str())
+                .unwrap_or("no reason given")
+                .to_string();
+            return Err(PeerRefused(format!(
+                "{} {} {} {}x{}: {why}",
+                request.mode, request.op, request.dtype, request.rows, request.n
+            ))
+            .into());
+        }
+        serde_json::from_value(reply).context("the PyTorch peer's reply does not fit the protocol")
+    }
+
+    fn stderr_tail(&self) -> String {
+        // Give the forwarding thread a moment to drain the pipe.
+        std::thread::sleep(Duration::from_millis(100));
+        let tail = self
+            .stderr_tail
+            .lock()
+            .map(|t| t.iter().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!("\n--- peer stderr (last lines) ---\n{}", tail.join("\n"))
+        }
+    }
+
+    /// Send one JSON line, read one JSON line back.
+    fn exchange(&mut self, message: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        if let Some(why) = &self.broken {
+            bail!("the PyTorch peer is no longer usable: {why}");
+        }
+        match self.exchange_inner(message) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let status = match self.child.try_wait() {
+                    Ok(Some(s)) => format!(" (peer exited: {s})"),
+                    _ => String::new(),
+                };
+                let msg = format!("{e:#}{status}");
+                self.broken = Some(msg.clone());
+                Err(anyhow!("{msg}{}", self.stderr_tail()))
+            }
+        }
+    }
+
+    fn exchange_inner(&mut self, message: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| anyhow!("the peer's stdin is closed"))?;
+        let mut line = serde_json::to_string(message)?;
+        line.push('\n');
+        stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.flush())
+            .context("writing to the PyTorch peer")?;
+        loop {
+            let mut reply = String::new();
+            let n = self
+                .stdout
+                .read_line(&mut reply)
+                .context("reading from the PyTorch peer")?;
+            if n == 0 {
+                bail!("the PyTorch peer closed its output without replying");
+            }
+            let reply = reply.trim();
+            if reply.is_empty() {
+                continue;
+            }
+            if !reply.starts_with('{') {
+                // Not protocol: something wrote to the peer's stdout anyway.
+                eprintln!("[torch-peer stdout] {reply}");
+                continue;
+            }
+            return serde_json::from_str(reply)
+                .with_context(|| format!("the PyTorch peer replied with bad JSON: {reply}"));
+        }
+    }
+}
+
+impl Drop for TorchPeer {
+    fn drop(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"{\"cmd\": \"quit\"}\n");
+            let _ = stdin.flush();
+            // Dropping stdin closes it: end of input also ends the peer.
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => break,
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/torch_peer.py")
+    }
+
+    fn has(python: &str, module: &str) -> bool {
+        Command::new(python)
+            .args(["-c", &format!("import {module}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn without_torch_start_is_a_clear_error() {
+        if !has("python3", "sys") {
+            eprintln!("no python3 here; skipping");
+            return;
+        }
+        match TorchPeer::start(&script(), "python3") {
+            Ok(peer) => {
+                // A machine with PyTorch and a GPU: the peer must work.
+                assert!(has("python3", "torch"));
+                assert!(peer.hello()["torch"].is_string(), "{}", peer.hello());
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                eprintln!("{msg}");
+                assert!(msg.contains("PyTorch peer unavailable"), "{msg}");
+                if !has("python3", "torch") {
+                    assert!(msg.contains("import torch failed"), "{msg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn missing_python_or_script_is_an_error() {
+        let e = TorchPeer::start(&script(), "/nonexistent/python3-lanefold")
+            .err()
+            .expect("no such interpreter");
+        assert!(
+            format!("{e:#}").contains("PyTorch peer unavailable"),
+            "{e:#}"
+        );
+        let e = TorchPeer::start(Path::new("/nonexistent/peer.py"), "python3")
+            .err()
+            .expect("no such script");
+        assert!(format!("{e:#}").contains("not found"), "{e:#}");
+    }
+
+    #[test]
+    fn default_script_finds_the_repository_copy() {
+        // Tests run with the crate directory as cwd; the ancestors search
+        // reaches the workspace root.
+        if std::env::var_os("LANEFOLD_TORCH_PEER").is_none() {
+            let p = default_script();
+            assert!(p.is_file(), "{}", p.display());
+            assert!(p.ends_with("python/torch_peer.py"));
+        }
+    }
+
+    fn request() -> PeerRequest {
+        PeerRequest {
+            op: "rmsnorm".into(),
+            dtype: "bf16".into(),
+            rows: 64,
+            n: 4096,
+            input_sets: vec![cold_set("a")],
+            outputs_dir: PathBuf::from("/abs/out"),
+            mode: PeerMode::Eager.to_string(),
+            samples: 3,
+            sample_ms: 20.0,
+            warmup_ms: 100.0,
+        }
+    }
+
+    #[test]
+    fn request_encodes_as_the_protocol_says() {
+        let v = serde_json::to_value(request()).unwrap();
+        assert_eq!(v["op"], "rmsnorm");
+        assert_eq!(v["mode"], "eager");
+        assert_eq!(v["input_sets"][0]["x"], "/abs/a/x.npy");
+        let mut cold = request();
+        cold.input_sets.push(cold_set("b"));
+        let v = serde_json::to_value(&cold).unwrap();
+        assert_eq!(v["input_sets"][1]["x"], "/abs/b/x.npy");
+    }
+
+    fn cold_set(d: &str) -> BTreeMap<String, PathBuf> {
+        [("x".to_string(), PathBuf::from(format!("/abs/{d}/x.npy")))].into()
+    }
+
+    /// A stand-in peer speaking the protocol, to test the Rust side here.
+    const FAKE: &str = r#"
+import json, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    if req.get("cmd") == "hello":
+        out = {"ok": True, "torch": "fake", "cuda": None, "device": "none"}
+    elif req.get("cmd") == "quit":
+        break
+    elif req.get("op") == "die":
+        print("dying on purpose", file=sys.stderr)
+        sys.exit(3)
+    elif req.get("op") != "sum":
+        out = {"ok": False, "error": "only sum"}
+    else:
+        print("noise on stdout")
+        out = {"ok": True, "mode": req["mode"],
+               "outputs": {"y": req["outputs_dir"] + "/y.npy"},
+               "gpu": [{"batch": 10, "total_us": 20.0}], "gpu_graph": True,
+               "e2e": [{"batch": 5, "total_us": 50.0}], "e2e_enqueue_us": [30.0],
+               "single": [{"gpu_us": 2.0, "host_us": 9.0}], "extra": 1}
+    print(json.dumps(out), flush=True)
+"#;
+
+    fn fake_peer() -> Option<(TorchPeer, PathBuf)> {
+        if !has("python3", "json") {
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("lanefold-peer-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path =
+            dir.join(format!("fake_{:?}.py", std::thread::current().id()).replace(['(', ')'], ""));
+        std::fs::write(&path, FAKE).unwrap();
+        Some((TorchPeer::start(&path, "python3").unwrap(), path))
+    }
+
+    #[test]
+    fn protocol_round_trip_with_a_fake_peer() {
+        let Some((mut peer, path)) = fake_peer() else {
+            return;
+        };
+        assert_eq!(peer.hello()["torch"], "fake");
+        let mut req = request();
+        req.op = "sum".into();
+        let reply = peer.run(&req).unwrap();
+        assert_eq!(reply.mode, "eager");
+        assert!(reply.gpu_enqueue_us.is_empty());
+        assert_eq!(reply.outputs["y"], PathBuf::from("/abs/out/y.npy"));
+        assert_eq!(reply.gpu[0].per_op_us(), 2.0);
+        assert!(reply.gpu_graph);
+        assert_eq!(reply.single[0].gpu_us, Some(2.0));
+        assert!(reply.notes.is_empty());
+        // A refusal is an error, and the peer stays usable.
+        let e = peer.run(&request()).unwrap_err();
+        assert!(e.downcast_ref::<PeerRefused>().is_some(), "{e:#}");
+        assert!(format!("{e:#}").contains("only sum"), "{e:#}");
+        assert!(peer.run(&req).is_ok());
+        // A dead peer is an error with its stderr, then stays dead.
+        req.op = "die".into();
+        let e = format!("{:#}", peer.run(&req).unwrap_err());
+        assert!(e.contains("closed its output"), "{e}");
+        assert!(e.contains("dying on purpose"), "{e}");
+        req.op = "sum".into();
+        let e = format!("{:#}", peer.run(&req).unwrap_err());
+        assert!(e.contains("no longer usable"), "{e}");
+        drop(peer);
+        let _ = std::fs::remove_file(path);
+    }
+}

@@ -1,0 +1,303 @@
+//! results.json: a versioned schema holding the environment, every case's
+//! plan, validation records and raw samples, and the summaries derived
+//! from them (which the audit recomputes).
+
+use crate::phases::{BatchSample, PhaseConfig, PhaseRecord};
+use lanefold_cpu::Validation;
+use lanefold_plan::{Layout, LayoutRequest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+pub const SCHEMA: &str = "lanefold-results/1";
+
+pub const SCOPE_GPU: &str =
+    "gpu: device events around a CUDA-graph replay of a batch of launches, divided by the batch (µs per op)";
+pub const SCOPE_E2E: &str =
+    "e2e: host wall clock around a batch of direct launches ending in a synchronize, divided by the batch (µs per op)";
+pub const SCOPE_SINGLE: &str =
+    "single: one synchronized call; gpu = device events, host = wall clock (µs)";
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub utc_time: String,
+    pub host: String,
+    pub backend: String,
+    pub gpu_name: Option<String>,
+    pub gpu_uuid: Option<String>,
+    pub driver: Option<String>,
+    pub compute_capability: Option<String>,
+    pub l2_bytes: Option<u64>,
+    pub sm_clock_mhz: Option<[String; 2]>,
+    pub mem_clock_mhz: Option<[String; 2]>,
+    pub torch: Option<String>,
+    pub torch_cuda: Option<String>,
+    pub liger: Option<String>,
+    pub python: Option<String>,
+    pub rustc: String,
+    pub git_sha: String,
+    pub git_dirty: bool,
+    pub binary_sha256: String,
+    pub command_line: Vec<String>,
+}
+
+/// p50 with the observed range and quartiles (linear interpolation).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub n: usize,
+    pub p50: f64,
+    pub min: f64,
+    pub max: f64,
+    pub q1: f64,
+    pub q3: f64,
+    pub iqr: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Option<Summary> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            let pos = p * (v.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+        };
+        let (q1, q3) = (q(0.25), q(0.75));
+        Some(Summary {
+            n: v.len(),
+            p50: q(0.5),
+            min: v[0],
+            max: v[v.len() - 1],
+            q1,
+            q3,
+            iqr: q3 - q1,
+        })
+    }
+}
+
+/// Per-op microseconds of a batch phase.
+pub fn per_op(samples: &[BatchSample]) -> Vec<f64> {
+    samples.iter().map(|s| s.per_op_us()).collect()
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideSummary {
+    pub gpu: Option<Summary>,
+    pub e2e: Option<Summary>,
+    pub single_gpu: Option<Summary>,
+    pub single_host: Option<Summary>,
+}
+
+impl SideSummary {
+    pub fn of(p: &PhaseRecord) -> SideSummary {
+        let single_gpu: Vec<f64> = p.single.iter().filter_map(|s| s.gpu_us).collect();
+        SideSummary {
+            gpu: p.gpu.as_deref().and_then(|g| Summary::of(&per_op(g))),
+            e2e: Summary::of(&per_op(&p.e2e)),
+            single_gpu: Summary::of(&single_gpu),
+            single_host: Summary::of(&p.single.iter().map(|s| s.host_us).collect::<Vec<_>>()),
+        }
+    }
+}
+
+/// Phases whose host enqueue time per launch reaches the GPU time per
+/// launch: the host, not the kernel, sets their pace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostBound {
+    pub gpu: Option<bool>,
+    pub e2e: Option<bool>,
+}
+
+impl HostBound {
+    pub fn of(p: &PhaseRecord, s: &SideSummary) -> HostBound {
+        let enqueue_per_op = |enq: &[f64], samples: &[BatchSample]| {
+            let v: Vec<f64> = enq
+                .iter()
+                .zip(samples)
+                .map(|(e, s)| e / s.batch as f64)
+                .collect();
+            Summary::of(&v).map(|s| s.p50)
+        };
+        let gpu_p50 = s.gpu.map(|g| g.p50);
+        HostBound {
+            gpu: match (&p.gpu, gpu_p50) {
+                (Some(g), Some(t)) => enqueue_per_op(&p.gpu_enqueue_us, g).map(|e| e >= t),
+                _ => None,
+            },
+            e2e: match gpu_p50 {
+                Some(t) => enqueue_per_op(&p.e2e_enqueue_us, &p.e2e).map(|e| e >= t),
+                None => None,
+            },
+        }
+    }
+}
+
+/// One side of a case: lanefold, or a PyTorch peer mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    /// `lanefold`, `torch-eager`, `torch-compile` or `liger`.
+    pub name: String,
+    pub validation: Validation,
+    /// An invalid output voids the side's timing: its samples are dropped.
+    pub voided: bool,
+    pub phases: PhaseRecord,
+    pub summary: SideSummary,
+    pub host_bound: HostBound,
+    /// bytes_moved / gpu p50.
+    pub gpu_gbps_p50: Option<f64>,
+    pub scopes: BTreeMap<String, String>,
+}
+
+impl Side {
+    pub fn new(name: &str, validation: Validation, phases: PhaseRecord, bytes_moved: u64) -> Side {
+        let voided = !validation.pass;
+        let phases = if voided {
+            PhaseRecord::default()
+        } else {
+            phases
+        };
+        let summary = SideSummary::of(&phases);
+        Side {
+            name: name.to_string(),
+            host_bound: HostBound::of(&phases, &summary),
+            gpu_gbps_p50: summary.gpu.map(|g| gbps(bytes_moved, g.p50)),
+            validation,
+            voided,
+            phases,
+            summary,
+            scopes: scopes(),
+        }
+    }
+}
+
+pub fn scopes() -> BTreeMap<String, String> {
+    [
+        ("gpu", SCOPE_GPU),
+        ("e2e", SCOPE_E2E),
+        ("single", SCOPE_SINGLE),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// GB/s for `bytes` in `us` microseconds.
+pub fn gbps(bytes: u64, us: f64) -> f64 {
+    bytes as f64 / (us * 1e3)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub describe: String,
+    pub layout: Layout,
+    pub residency: String,
+    pub groups_per_row: u32,
+    pub predicted_us: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelRecord {
+    pub name: String,
+    pub source_sha256: String,
+    /// Relative to the results directory, when sources were captured.
+    pub source_file: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseResult {
+    pub id: String,
+    pub op: String,
+    pub dtype: String,
+    pub shape: String,
+    pub request: LayoutRequest,
+    pub plan: PlanRecord,
+    pub kernel: Option<KernelRecord>,
+    /// Inputs read once plus outputs written once.
+    pub bytes_moved: u64,
+    /// Order the sides ran in (alternates from case to case).
+    pub order: Vec<String>,
+    pub sides: Vec<Side>,
+    /// `<peer>/lanefold gpu p50` and `... e2e p50`: above 1, lanefold is faster.
+    pub ratios: BTreeMap<String, f64>,
+}
+
+impl CaseResult {
+    pub fn side(&self, name: &str) -> Option<&Side> {
+        self.sides.iter().find(|s| s.name == name)
+    }
+
+    /// Ratios of each peer's p50 over lanefold's, per phase.
+    pub fn compute_ratios(sides: &[Side]) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        let Some(native) = sides.iter().find(|s| s.name == "lanefold") else {
+            return out;
+        };
+        for peer in sides.iter().filter(|s| s.name != "lanefold") {
+            for (phase, a, b) in [
+                ("gpu", peer.summary.gpu, native.summary.gpu),
+                ("e2e", peer.summary.e2e, native.summary.e2e),
+            ] {
+                if let (Some(a), Some(b)) = (a, b) {
+                    out.insert(format!("{}/lanefold {phase} p50", peer.name), a.p50 / b.p50);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultsFile {
+    pub schema: String,
+    pub environment: Environment,
+    pub config: PhaseConfig,
+    pub cases: Vec<CaseResult>,
+}
+
+impl ResultsFile {
+    pub fn read(path: &Path) -> anyhow::Result<ResultsFile> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not a lanefold results file: {e}", path.display()))
+    }
+
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        lanefold_cpu::npy::write_atomically(path, text.as_bytes())?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_matches_numpy_linear_quantiles() {
+        let s = Summary::of(&[4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!((s.p50, s.min, s.max), (2.5, 1.0, 4.0));
+        assert_eq!((s.q1, s.q3), (1.75, 3.25));
+        assert!(Summary::of(&[]).is_none());
+    }
+
+    #[test]
+    fn an_invalid_side_loses_its_samples() {
+        let v = Validation {
+            outputs: vec![],
+            pass: false,
+        };
+        let p = PhaseRecord {
+            e2e: vec![BatchSample {
+                batch: 1,
+                total_us: 3.0,
+            }],
+            ..Default::default()
+        };
+        let s = Side::new("lanefold", v, p, 100);
+        assert!(s.voided && s.phases.e2e.is_empty() && s.summary.e2e.is_none());
+    }
+}
