@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{expected_len, random_inputs};
 use lanefold_cpu::npy::{self, Element};
-use lanefold_cpu::reference::reference;
+use lanefold_cpu::reference::{reference, Reference};
 use lanefold_cpu::{validate, Buffers};
 use lanefold_cuda::CudaBackend;
 use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
@@ -148,7 +148,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         config: spec.config,
         cases: vec![],
     };
-    let options = CodegenOptions::default();
+    let capture = spec.capture_sources.then(|| spec.output.clone());
     let mut k = 0usize;
     for &shape in &spec.shapes {
         for &op in &spec.ops {
@@ -156,20 +156,12 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
                 let p = plan(&problem, &target, &spec.request)?;
                 let features = Features::of(&p, &target);
-                let first = random_inputs(&problem, spec.seed + k as u64);
-                let sets = match (spec.config.l2, &cuda) {
-                    (L2Mode::Cold, Some(c)) => (3 * c.l2_bytes())
-                        .div_ceil(input_bytes(&first).max(1))
-                        .clamp(2, 64) as usize,
-                    _ => 1,
-                };
-                let mut input_sets = vec![first];
-                for s in 1..sets {
-                    input_sets.push(random_inputs(
-                        &problem,
-                        spec.seed + k as u64 + 1000 * s as u64,
-                    ));
-                }
+                let input_sets = input_sets(
+                    &problem,
+                    spec.config.l2,
+                    cuda.as_ref().map(|c| c.l2_bytes()),
+                    spec.seed + k as u64,
+                );
                 let want = reference(&problem, &input_sets[0]).context("no float64 reference")?;
                 let id = format!("{op}/{dtype}/{shape}/{}", p.describe().replace(' ', ","));
                 let peers: Vec<String> = spec
@@ -186,73 +178,33 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 let mut kernel = None;
                 for who in &order {
                     if who == "lanefold" {
-                        let (phases, outputs) = match &cuda {
-                            Some(c) => {
-                                let prepared = c.prepare(&p, &options, &input_sets)?;
-                                let source_sha256 = prepared.source_sha256();
-                                let mut source_file = None;
-                                if spec.capture_sources {
-                                    let rel = format!("sources/{source_sha256}.cu");
-                                    let path = spec.output.join(&rel);
-                                    std::fs::create_dir_all(path.parent().unwrap())?;
-                                    npy::write_atomically(&path, prepared.source().as_bytes())?;
-                                    source_file = Some(rel);
-                                }
-                                kernel = Some(KernelRecord {
-                                    name: prepared.kernel_name().to_string(),
-                                    source_sha256,
-                                    source_file,
-                                });
-                                let mut timer = CudaTimer(prepared);
-                                let phases = sample(&mut timer, &spec.config)?;
-                                (phases, timer.0.outputs(0)?)
-                            }
-                            None => {
-                                let mut timer = CpuTimer::new(p.clone(), input_sets.clone());
-                                let phases = sample(&mut timer, &spec.config)?;
-                                (phases, timer.outputs(0).clone())
-                            }
-                        };
-                        let v = validate(dtype, &outputs, &want);
-                        sides.push(Side::new("lanefold", v, phases, features.bytes_moved));
+                        let (side, k) = measure_native(
+                            cuda.as_ref(),
+                            &p,
+                            &input_sets,
+                            &want,
+                            &spec.config,
+                            capture.as_deref(),
+                            features.bytes_moved,
+                        )?;
+                        kernel = k;
+                        sides.push(side);
                     } else {
-                        let mode = who.trim_start_matches("torch-").to_string();
-                        let dir = scratch.join(format!("case{k}"));
-                        let mut files = vec![];
-                        for (s, inputs) in input_sets.iter().enumerate() {
-                            let d = dir.join(format!("set{s}"));
-                            files.push(write_inputs(&d, &problem, inputs)?);
-                        }
-                        let request = PeerRequest {
-                            op: op.name().to_string(),
-                            dtype: dtype.name().to_string(),
-                            rows: shape.rows,
-                            n: shape.n,
-                            input_sets: files,
-                            outputs_dir: dir.join(format!("out-{mode}")),
-                            mode: mode.clone(),
-                            samples: spec.config.samples,
-                            sample_ms: spec.config.sample_ms,
-                            warmup_ms: spec.config.warmup_ms,
-                        };
                         let peer = peer.as_mut().expect("peer started when modes are given");
-                        match peer.run(&request) {
-                            Ok(reply) => {
-                                let outputs = read_outputs(&problem, &reply.outputs)?;
-                                let v = validate(dtype, &outputs, &want);
-                                let phases = PhaseRecord {
-                                    gpu: Some(reply.gpu),
-                                    gpu_enqueue_us: vec![],
-                                    gpu_graph: Some(reply.gpu_graph),
-                                    e2e: reply.e2e,
-                                    e2e_enqueue_us: reply.e2e_enqueue_us,
-                                    single: reply.single,
-                                };
-                                sides.push(Side::new(who, v, phases, features.bytes_moved));
-                            }
+                        let dir = scratch.join(format!("case{k}"));
+                        match measure_peer(
+                            peer,
+                            who,
+                            &problem,
+                            &input_sets,
+                            &want,
+                            &spec.config,
+                            &dir,
+                            features.bytes_moved,
+                        ) {
+                            Ok(side) => sides.push(side),
                             Err(e) => eprintln!("{id}: {who} did not run: {e:#}"),
                         }
-                        let _ = std::fs::remove_dir_all(&dir);
                     }
                 }
                 let ratios = CaseResult::compute_ratios(&sides);
@@ -314,6 +266,112 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
     write_report(&file, &spec.output)?;
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(file)
+}
+
+/// Input sets for a case: one (L2 warm) or enough to cover three times the
+/// L2 (cold), each from its own seed.
+pub fn input_sets(problem: &Problem, l2: L2Mode, l2_bytes: Option<u64>, seed: u64) -> Vec<Buffers> {
+    let first = random_inputs(problem, seed);
+    let sets = match (l2, l2_bytes) {
+        (L2Mode::Cold, Some(l2)) => {
+            (3 * l2).div_ceil(input_bytes(&first).max(1)).clamp(2, 64) as usize
+        }
+        _ => 1,
+    };
+    let mut all = vec![first];
+    for s in 1..sets {
+        all.push(random_inputs(problem, seed + 1000 * s as u64));
+    }
+    all
+}
+
+/// Measure lanefold's side of a case: prepare (compile, upload), sample
+/// the phases, download set 0's outputs and validate them. With
+/// `capture`, the kernel source is stored as `capture/sources/SHA.cu`.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_native(
+    cuda: Option<&CudaBackend>,
+    plan: &lanefold_plan::Plan,
+    input_sets: &[Buffers],
+    want: &Reference,
+    config: &PhaseConfig,
+    capture: Option<&Path>,
+    bytes_moved: u64,
+) -> Result<(Side, Option<KernelRecord>)> {
+    let (phases, outputs, kernel) = match cuda {
+        Some(c) => {
+            let prepared = c.prepare(plan, &CodegenOptions::default(), input_sets)?;
+            let source_sha256 = prepared.source_sha256();
+            let mut source_file = None;
+            if let Some(dir) = capture {
+                let rel = format!("sources/{source_sha256}.cu");
+                npy::write_atomically(&dir.join(&rel), prepared.source().as_bytes())?;
+                source_file = Some(rel);
+            }
+            let kernel = KernelRecord {
+                name: prepared.kernel_name().to_string(),
+                source_sha256,
+                source_file,
+            };
+            let mut timer = CudaTimer(prepared);
+            let phases = sample(&mut timer, config)?;
+            (phases, timer.0.outputs(0)?, Some(kernel))
+        }
+        None => {
+            let mut timer = CpuTimer::new(plan.clone(), input_sets.to_vec());
+            let phases = sample(&mut timer, config)?;
+            (phases, timer.outputs(0).clone(), None)
+        }
+    };
+    let v = validate(plan.dtype(), &outputs, want);
+    Ok((Side::new("lanefold", v, phases, bytes_moved), kernel))
+}
+
+/// Measure a PyTorch peer mode (`torch-eager`, `torch-compile`,
+/// `torch-liger`) on the same inputs, through `.npy` files under `dir`.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_peer(
+    peer: &mut TorchPeer,
+    who: &str,
+    problem: &Problem,
+    input_sets: &[Buffers],
+    want: &Reference,
+    config: &PhaseConfig,
+    dir: &Path,
+    bytes_moved: u64,
+) -> Result<Side> {
+    let mode = who.trim_start_matches("torch-").to_string();
+    let mut files = vec![];
+    for (s, inputs) in input_sets.iter().enumerate() {
+        files.push(write_inputs(&dir.join(format!("set{s}")), problem, inputs)?);
+    }
+    let request = PeerRequest {
+        op: problem.program.name.clone(),
+        dtype: problem.dtype.name().to_string(),
+        rows: problem.shape.rows,
+        n: problem.shape.n,
+        input_sets: files,
+        outputs_dir: dir.join(format!("out-{mode}")),
+        mode,
+        samples: config.samples,
+        sample_ms: config.sample_ms,
+        warmup_ms: config.warmup_ms,
+    };
+    let result = peer.run(&request).and_then(|reply| {
+        let outputs = read_outputs(problem, &reply.outputs)?;
+        let v = validate(problem.dtype, &outputs, want);
+        let phases = PhaseRecord {
+            gpu: Some(reply.gpu),
+            gpu_enqueue_us: reply.gpu_enqueue_us,
+            gpu_graph: Some(reply.gpu_graph),
+            e2e: reply.e2e,
+            e2e_enqueue_us: reply.e2e_enqueue_us,
+            single: reply.single,
+        };
+        Ok(Side::new(who, v, phases, bytes_moved))
+    });
+    let _ = std::fs::remove_dir_all(dir);
+    result
 }
 
 /// results.md and plot.svg beside results.json.
