@@ -51,6 +51,8 @@ enum Command {
     /// Measure the three phases for lanefold and (optionally) PyTorch on the
     /// same inputs; write results.json (raw samples), results.md, plot.svg.
     Bench(BenchArgs),
+    /// Render results.md and plot.svg again from a directory's results.json.
+    Report { dir: PathBuf },
     /// Recompute every summary and ratio of results directories from their
     /// raw samples; exit 1 listing each discrepancy.
     Audit {
@@ -203,6 +205,9 @@ struct LayoutArgs {
     order: Option<OrderArg>,
     #[arg(long, value_enum, default_value_t = ResidencyArg::Auto)]
     residency: ResidencyArg,
+    /// Only plans whose per-row results do not depend on how many rows run.
+    #[arg(long)]
+    batch_invariant: bool,
 }
 
 impl LayoutArgs {
@@ -221,6 +226,7 @@ impl LayoutArgs {
                 ResidencyArg::Registers => ResidencyRequest::Registers,
                 ResidencyArg::Stream => ResidencyRequest::Stream,
             },
+            batch_invariant: self.batch_invariant,
         }
     }
 }
@@ -309,6 +315,10 @@ fn main() {
         Command::Selftest { backend, quick } => selftest_cmd(backend, quick),
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
+        Command::Report { dir } => {
+            lanefold_measure::results::ResultsFile::read(&dir.join("results.json"))
+                .and_then(|f| lanefold_measure::bench::write_report(&f, &dir))
+        }
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
             &args.dtypes,
@@ -569,6 +579,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     let mut report = Report::default();
     selftest::refusal_checks(&mut report);
     selftest::exact_sum_checks(&backend, &mut report);
+    selftest::batch_invariance_checks(&backend, &[127, 4096], &mut report);
     selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
     println!(
         "layout matrix done: {} ({:.1} s)",

@@ -5,6 +5,8 @@
 use crate::{run_case, Backend, Case};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{poisoned_outputs, random_inputs};
+use lanefold_cpu::{Buffers, Tensor};
+use lanefold_ir::BufferKind;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Problem, ReductionOrder, Refusal, Shape, Target};
 
@@ -242,6 +244,92 @@ pub fn refusal_checks(report: &mut Report) {
         match plan(&problem, &t, &request) {
             Err(r) => report.record(expect(&r), label, &r.to_string()),
             Ok(p) => report.record(false, label, &format!("accepted {}", p.describe())),
+        }
+    }
+}
+
+/// Rows `range` of every per-row buffer (columns are shared).
+fn slice_rows(problem: &Problem, inputs: &Buffers, range: std::ops::Range<usize>) -> Buffers {
+    let n = problem.shape.n;
+    problem
+        .program
+        .inputs
+        .iter()
+        .map(|d| {
+            let t = &inputs[&d.name];
+            let (lo, hi) = match d.kind {
+                BufferKind::Row => (range.start * n, range.end * n),
+                BufferKind::Column => (0, n),
+                _ => (range.start, range.end),
+            };
+            let part = match t {
+                Tensor::F32(v) => Tensor::F32(v[lo..hi].to_vec()),
+                Tensor::Bf16(v) => Tensor::Bf16(v[lo..hi].to_vec()),
+                Tensor::F16(v) => Tensor::F16(v[lo..hi].to_vec()),
+                Tensor::I64(v) => Tensor::I64(v[lo..hi].to_vec()),
+            };
+            (d.name.clone(), part)
+        })
+        .collect()
+}
+
+/// Bits of row `row` of every output.
+fn row_bits(problem: &Problem, outputs: &Buffers, row: usize) -> Vec<u32> {
+    let n = problem.shape.n;
+    let mut bits = vec![];
+    for d in &problem.program.outputs {
+        let t = &outputs[&d.name];
+        let (lo, hi) = if d.kind == BufferKind::Row {
+            (row * n, (row + 1) * n)
+        } else {
+            (row, row + 1)
+        };
+        bits.extend((lo..hi).map(|i| t.get(i).to_bits()));
+    }
+    bits
+}
+
+/// With `--batch-invariant`, a row's outputs are bit-identical whether it
+/// runs alone, among 7 rows or among 4096.
+pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Report) {
+    const ROW: usize = 3;
+    for op in Operator::SIX {
+        for dtype in [DType::F32, DType::Bf16] {
+            for &n in ns {
+                let label = format!("batch invariance {op} {dtype} N={n}");
+                let full = Problem::operator(op, OperatorOptions::default(), dtype, shape(4096, n));
+                let inputs = random_inputs(&full, 7 + n as u64);
+                let mut bits = vec![];
+                for (rows, start) in [(1, ROW), (7, 0), (4096, 0)] {
+                    let problem = Problem {
+                        shape: shape(rows, n),
+                        ..full.clone()
+                    };
+                    let request = LayoutRequest {
+                        batch_invariant: true,
+                        ..Default::default()
+                    };
+                    let result = plan(&problem, &backend.target(), &request)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|p| {
+                            let part = slice_rows(&problem, &inputs, start..start + rows);
+                            let mut out = poisoned_outputs(&problem);
+                            backend.execute(&p, &CodegenOptions::default(), &part, &mut out)?;
+                            Ok(row_bits(&problem, &out, ROW - start))
+                        });
+                    match result {
+                        Ok(b) => bits.push(b),
+                        Err(e) => {
+                            report.record(false, &label, &format!("{e:#}"));
+                            break;
+                        }
+                    }
+                }
+                if bits.len() == 3 {
+                    let same = bits[0] == bits[1] && bits[1] == bits[2];
+                    report.record(same, &label, "row 3 differs between 1, 7 and 4096 rows");
+                }
+            }
         }
     }
 }

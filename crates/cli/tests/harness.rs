@@ -1,7 +1,9 @@
 //! The shared harness on the CPU: the same helper runs on CUDA in the
 //! device selftest.
 
-use lanefold::selftest::{exact_sum_checks, layout_matrix, refusal_checks, run_cases, Report};
+use lanefold::selftest::{
+    batch_invariance_checks, exact_sum_checks, layout_matrix, refusal_checks, run_cases, Report,
+};
 use lanefold::{run_case, Backend, Case};
 use lanefold_codegen::CodegenOptions;
 use lanefold_ir::{DType, Operator};
@@ -44,4 +46,12 @@ fn long_rows_span_clusters_and_stay_valid_on_the_cpu() {
     let out = run_case(&Backend::Cpu, &case, &CodegenOptions::default()).unwrap();
     assert!(out.plan.groups_per_row > 1, "{}", out.plan.describe());
     assert!(out.validation.pass, "{:?}", out.validation);
+}
+
+#[test]
+fn rows_are_bit_identical_alone_among_7_and_among_4096() {
+    let mut r = Report::default();
+    batch_invariance_checks(&Backend::Cpu, &[127], &mut r);
+    assert_eq!(r.failed, 0, "{}", r.summary());
+    assert_eq!(r.passed, 12);
 }

@@ -13,6 +13,14 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("—".into(), |v| format!("{v:.digits$}"))
 }
 
+fn yes_no(b: Option<bool>) -> &'static str {
+    match b {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "—",
+    }
+}
+
 pub fn markdown(file: &ResultsFile) -> String {
     let e = &file.environment;
     let c = &file.config;
@@ -131,7 +139,7 @@ pub fn markdown(file: &ResultsFile) -> String {
         for s in &case.sides {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {:?}, {:?} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {}, {} |",
                 case.op,
                 case.dtype,
                 case.shape,
@@ -139,8 +147,8 @@ pub fn markdown(file: &ResultsFile) -> String {
                 us(s.summary.e2e),
                 us(s.summary.single_gpu),
                 us(s.summary.single_host),
-                s.host_bound.gpu,
-                s.host_bound.e2e
+                yes_no(s.host_bound.gpu),
+                yes_no(s.host_bound.e2e)
             );
         }
     }
@@ -151,65 +159,70 @@ pub fn markdown(file: &ResultsFile) -> String {
     md
 }
 
-/// GB/s (gpu phase p50) against row length, one panel-free line per
-/// operator and side, log-scaled row length.
+/// GB/s (gpu phase p50) against row length: one panel per operator, a
+/// line per dtype and side (lanefold solid, peers thin). Where several
+/// shapes share a row length, the one with the most rows is drawn.
 pub fn plot(file: &ResultsFile, path: &Path) -> anyhow::Result<()> {
-    let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
+    type Series = std::collections::BTreeMap<String, std::collections::BTreeMap<u64, (u64, f64)>>;
+    let mut panels: std::collections::BTreeMap<String, Series> = Default::default();
     for case in &file.cases {
-        let n: f64 = case
-            .shape
-            .split('x')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1.0);
+        let mut dims = case.shape.split('x').map(|s| s.parse::<u64>().unwrap_or(1));
+        let (rows, n) = (dims.next().unwrap_or(1), dims.next().unwrap_or(1));
         for s in &case.sides {
             if let Some(g) = s.gpu_gbps_p50 {
-                series
-                    .entry(format!("{} {} {}", case.op, case.dtype, s.name))
+                let line = panels
+                    .entry(case.op.clone())
                     .or_default()
-                    .push((n, g));
+                    .entry(format!("{} {}", case.dtype, s.name))
+                    .or_default();
+                let keep = line.get(&n).is_none_or(|(r, _)| rows >= *r);
+                if keep {
+                    line.insert(n, (rows, g));
+                }
             }
         }
     }
-    let max_n = series.values().flatten().map(|p| p.0).fold(2.0, f64::max);
-    let max_g = series.values().flatten().map(|p| p.1).fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (1100, 700)).into_drawing_area();
+    let root = SVGBackend::new(path, (1500, 900)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "effective GB/s (gpu phase p50) vs row length",
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d((1f64..max_n * 1.5).log_scale(), 0f64..max_g * 1.1)?;
-    chart
-        .configure_mesh()
-        .x_desc("row length N")
-        .y_desc("GB/s")
-        .draw()?;
-    for (i, (name, mut pts)) in series.into_iter().enumerate() {
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let color = Palette99::pick(i).to_rgba();
-        let dashed = !name.ends_with("lanefold");
-        let style = ShapeStyle {
-            color,
-            filled: !dashed,
-            stroke_width: if dashed { 1 } else { 2 },
-        };
+    let cols = panels.len().clamp(1, 3);
+    let rows = panels.len().div_ceil(cols).max(1);
+    let areas = root.split_evenly((rows, cols));
+    for (area, (op, series)) in areas.iter().zip(&panels) {
+        let points = series
+            .values()
+            .flat_map(|m| m.iter().map(|(n, (_, g))| (*n as f64, *g)));
+        let (max_n, max_g) = points.fold((2.0f64, 1.0f64), |(a, b), (n, g)| (a.max(n), b.max(g)));
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!("{op}: GB/s (gpu p50) vs row length"),
+                ("sans-serif", 18),
+            )
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d((1f64..max_n * 1.5).log_scale(), 0f64..max_g * 1.15)?;
+        chart.configure_mesh().x_desc("N").y_desc("GB/s").draw()?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = pts.iter().map(|(n, (_, g))| (*n as f64, *g)).collect();
+            let ours = name.ends_with("lanefold");
+            let style = ShapeStyle {
+                color: Palette99::pick(i).to_rgba(),
+                filled: ours,
+                stroke_width: if ours { 3 } else { 1 },
+            };
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, style)))?;
+        }
         chart
-            .draw_series(LineSeries::new(pts.clone(), style))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
-        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, style)))?;
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
     root.present()?;
     Ok(())
 }

@@ -83,6 +83,10 @@ pub struct LayoutRequest {
     /// None: the program's own permission decides (tree when permitted).
     pub order: Option<ReductionOrder>,
     pub residency: ResidencyRequest,
+    /// Only plans whose per-row arithmetic depends on the row length and
+    /// dtype alone, never on how many rows run together.
+    #[serde(default)]
+    pub batch_invariant: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -102,6 +106,8 @@ pub enum Refusal {
     ElementOnly(String),
     #[error("program does not verify: {0}")]
     Unverified(String),
+    #[error("not batch invariant: {0}")]
+    BatchVariant(String),
 }
 
 /// A legal, fully resolved plan.
@@ -122,6 +128,7 @@ pub struct Plan {
     pub registers: u32,
     pub shared_bytes: u32,
     pub target: String,
+    pub batch_invariant: bool,
 }
 
 impl Plan {
@@ -131,6 +138,12 @@ impl Plan {
 
     pub fn dtype(&self) -> DType {
         self.problem.dtype
+    }
+
+    /// Everything that decides a row's floating-point results: the worker
+    /// recurrences (W, V; U keeps their order) and the reduction tree.
+    pub fn arithmetic_key(&self) -> (u32, u32, TreeLevels, ReductionOrder) {
+        (self.layout.workers, self.layout.pack, self.tree, self.order)
     }
 
     /// One-line description: `W=256 V=4 U=1 G=1 registers`.
@@ -164,6 +177,31 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let mut p = plan_rows(problem, target, request)?;
+    if request.batch_invariant {
+        // The same request for one row must give the same arithmetic.
+        let alone = Problem {
+            shape: Shape {
+                rows: 1,
+                ..problem.shape
+            },
+            ..problem.clone()
+        };
+        let single = plan_rows(&alone, target, request)?;
+        if single.arithmetic_key() != p.arithmetic_key() {
+            return Err(Refusal::BatchVariant(format!(
+                "{} rows give {} but one row gives {}",
+                problem.shape.rows,
+                p.describe(),
+                single.describe()
+            )));
+        }
+        p.batch_invariant = true;
+    }
+    Ok(p)
+}
+
+fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
     let analysis = problem
         .program
         .verify()
@@ -334,6 +372,7 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
         registers,
         shared_bytes,
         target: target.name.clone(),
+        batch_invariant: false,
     })
 }
 
