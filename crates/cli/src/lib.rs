@@ -11,6 +11,8 @@ use lanefold_cuda::CudaBackend;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Refusal, Shape, Target};
 
+pub mod replay_cmd;
+pub mod search_cmd;
 pub mod selftest;
 pub mod speed;
 
@@ -47,6 +49,49 @@ impl Backend {
             Ok(b) => (Backend::Cuda(Box::new(b)), None),
             Err(e) => (Backend::Cpu, Some(e.to_string())),
         }
+    }
+
+    /// The tuning cache's key for this backend.
+    pub fn device_key(&self) -> String {
+        match self {
+            Backend::Cpu => lanefold_measure::tuning::device_key(None),
+            Backend::Cuda(c) => lanefold_measure::tuning::device_key(Some(c)),
+        }
+    }
+
+    /// The request to use: the tuning cache's winner when `request` leaves
+    /// the whole layout automatic and the cache has one, else `request`.
+    pub fn tuned(
+        &self,
+        problem_op: Operator,
+        dtype: DType,
+        shape: Shape,
+        request: LayoutRequest,
+    ) -> (LayoutRequest, bool) {
+        let automatic = request.workers == 0
+            && request.pack == 0
+            && request.unroll == 0
+            && request.rows_per_group == 0;
+        if automatic && request.order.is_none() {
+            let cached = lanefold_measure::tuning::cached_request(
+                &self.device_key(),
+                problem_op,
+                dtype,
+                shape,
+                request.batch_invariant,
+            );
+            if let Some(c) = cached {
+                return (
+                    LayoutRequest {
+                        batch_invariant: request.batch_invariant,
+                        residency: request.residency,
+                        ..c
+                    },
+                    true,
+                );
+            }
+        }
+        (request, false)
     }
 
     pub fn execute(

@@ -51,6 +51,14 @@ enum Command {
     /// Measure the three phases for lanefold and (optionally) PyTorch on the
     /// same inputs; write results.json (raw samples), results.md, plot.svg.
     Bench(BenchArgs),
+    /// Layout search with an explicit objective: every candidate validated,
+    /// duplicates measured once, the winner regenerated and measured afresh.
+    Search(lanefold::search_cmd::SearchArgs),
+    /// Search a list of shapes and record the winners in the tuning cache.
+    Tune(lanefold::search_cmd::TuneArgs),
+    /// Frozen, position-balanced replay of a reference against a candidate
+    /// (or, with --aa, against itself).
+    Replay(lanefold::replay_cmd::ReplayArgs),
     /// Render results.md and plot.svg again from a directory's results.json.
     Report { dir: PathBuf },
     /// Recompute every summary and ratio of results directories from their
@@ -271,6 +279,9 @@ struct RunArgs {
     /// CUDA: compile with fused multiply-add off.
     #[arg(long)]
     no_fma: bool,
+    /// Ignore winners recorded by `lanefold tune`.
+    #[arg(long)]
+    no_tuning_cache: bool,
 }
 
 fn parse_operator(s: &str) -> Result<Operator, String> {
@@ -315,6 +326,9 @@ fn main() {
         Command::Selftest { backend, quick } => selftest_cmd(backend, quick),
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
+        Command::Search(args) => lanefold::search_cmd::search_cmd(args),
+        Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
+        Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
         Command::Report { dir } => {
             lanefold_measure::results::ResultsFile::read(&dir.join("results.json"))
                 .and_then(|f| lanefold_measure::bench::write_report(&f, &dir))
@@ -355,14 +369,17 @@ fn demo(backend: BackendArg) -> Result<()> {
         for op in Operator::SIX {
             for dtype in [DType::F32, DType::Bf16] {
                 for pack in [0, 4] {
+                    let shape = Shape::new(rows, n)?;
+                    let request = LayoutRequest {
+                        pack,
+                        ..Default::default()
+                    };
+                    let (request, _) = backend.tuned(op, dtype, shape, request);
                     let case = Case {
                         op,
                         dtype,
-                        shape: Shape::new(rows, n)?,
-                        request: LayoutRequest {
-                            pack,
-                            ..Default::default()
-                        },
+                        shape,
+                        request,
                         seed: 42,
                     };
                     let t0 = Instant::now();
@@ -497,7 +514,20 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
 fn run_cmd(args: RunArgs) -> Result<()> {
     let backend = open_backend(args.backend)?;
     let problem = args.problem.problem();
-    let p = plan(&problem, &backend.target(), &args.layout.request())?;
+    let (request, from_cache) = if args.no_tuning_cache || args.problem.no_reassociate {
+        (args.layout.request(), false)
+    } else {
+        backend.tuned(
+            args.problem.op,
+            problem.dtype,
+            problem.shape,
+            args.layout.request(),
+        )
+    };
+    if from_cache {
+        println!("layout from the tuning cache");
+    }
+    let p = plan(&problem, &backend.target(), &request)?;
     let (rows, n) = (problem.shape.rows as u64, problem.shape.n as u64);
     let mut inputs = random_inputs(&problem, args.seed);
     for (name, path) in &args.input {

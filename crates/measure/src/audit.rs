@@ -53,6 +53,8 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
                 Err(e) => vec![format!("{e}")],
             },
             Some("lanefold-speed/1") => audit_speed(&value),
+            Some(crate::search::SEARCH_SCHEMA) => crate::search::audit_search(dir, &value),
+            Some(crate::replay::SCHEMA) => crate::replay::audit_replay(dir, &value),
             other => vec![format!("{}: unknown schema {other:?}", results.display())],
         }
     } else if selftest.exists() {

@@ -9,4 +9,7 @@ pub mod env;
 pub mod peer;
 pub mod phases;
 pub mod render;
+pub mod replay;
 pub mod results;
+pub mod search;
+pub mod tuning;

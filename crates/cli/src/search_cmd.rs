@@ -1,0 +1,282 @@
+//! `lanefold search` and `lanefold tune`: the finite layout search with an
+//! explicit objective, and the tuning cache it fills.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use lanefold_ir::{DType, Operator};
+use lanefold_measure::bench::Device;
+use lanefold_measure::env::utc_now;
+use lanefold_measure::phases::{L2Mode, PhaseConfig};
+use lanefold_measure::search::{device_of, search, Objective, SearchFile, SearchSpec};
+use lanefold_measure::tuning::{TuningCache, TuningEntry, TuningKey};
+use lanefold_plan::{LayoutRequest, Shape};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SearchBackend {
+    /// CUDA when a GPU is present, the CPU otherwise.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TuningMetric {
+    /// p50 of the gpu phase (device events around a graph-replayed batch).
+    Gpu,
+    /// p50 of the e2e phase (host wall clock around a batch).
+    HostWall,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SearchL2 {
+    Warm,
+    Cold,
+}
+
+/// What `search` and `tune` share: the problems, the search space, the
+/// objective, the budget and the measurement settings.
+#[derive(Args, Clone, Debug)]
+pub struct SearchOptions {
+    /// Operators, comma separated, or `all` (the six).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub ops: Vec<String>,
+    /// ROWSxN, comma separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape, required = true)]
+    pub shapes: Vec<Shape>,
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32")]
+    pub dtypes: Vec<DType>,
+    #[arg(long, value_enum, default_value_t = SearchBackend::Auto)]
+    pub backend: SearchBackend,
+    /// W candidates (0 = automatic).
+    #[arg(long, value_delimiter = ',', default_value = "0,32,128,256")]
+    pub tune_workers: Vec<u32>,
+    /// V candidates (0 = automatic).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub tune_pack: Vec<u32>,
+    /// U candidates (0 = automatic).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub tune_unroll: Vec<u32>,
+    /// The objective: host-wall (e2e p50, the default) or gpu (gpu-phase
+    /// p50). A candidate without its objective's phase is rejected.
+    #[arg(long, value_enum, default_value_t = TuningMetric::HostWall)]
+    pub tuning_metric: TuningMetric,
+    /// Distinct realizations measured per problem, ranked by the cost
+    /// model; the automatic mapping is measured in addition.
+    #[arg(long, default_value_t = 12)]
+    pub max_candidates: usize,
+    #[arg(long, default_value_t = 7)]
+    pub samples: usize,
+    #[arg(long, default_value_t = 20.0)]
+    pub sample_ms: f64,
+    #[arg(long, default_value_t = 100.0)]
+    pub warmup_ms: f64,
+    #[arg(long, value_enum, default_value_t = SearchL2::Warm)]
+    pub l2: SearchL2,
+    /// Store each measured kernel's source beside results.json
+    /// (sources/SHA.cu).
+    #[arg(long)]
+    pub capture_sources: bool,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub search: SearchOptions,
+    /// Directory for results.json (raw samples) and results.md.
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub search: SearchOptions,
+    /// Directory for the search's results.json and results.md (default: a
+    /// new directory under the system's temporary directory).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// The tuning cache file (default: $LANEFOLD_TUNING_CACHE, else
+    /// $XDG_CACHE_HOME/lanefold/tuning.json, else ~/.cache/lanefold/tuning.json).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// Record winners for every row count (the key's rows part is `*`).
+    #[arg(long)]
+    pub batch_invariant: bool,
+}
+
+fn parse_shape(s: &str) -> Result<Shape, String> {
+    s.parse()
+        .map_err(|e: lanefold_plan::ShapeError| e.to_string())
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    s.parse()
+        .map_err(|e: lanefold_ir::DTypeError| e.to_string())
+}
+
+fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
+    let mut out = vec![];
+    for o in ops {
+        if o == "all" {
+            out.extend(Operator::SIX);
+        } else {
+            out.push(
+                o.parse()
+                    .map_err(|e: lanefold_ir::ParseOperatorError| anyhow::anyhow!("{e}"))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn device(b: SearchBackend) -> Device {
+    match b {
+        SearchBackend::Cpu => Device::Cpu,
+        SearchBackend::Cuda => Device::Cuda,
+        SearchBackend::Auto => match lanefold_cuda::CudaBackend::open(0) {
+            Ok(_) => Device::Cuda,
+            Err(e) => {
+                println!("no GPU in use ({e}); searching on the CPU executor (gpu phase absent)");
+                Device::Cpu
+            }
+        },
+    }
+}
+
+impl SearchOptions {
+    /// The search specification, with `base` as the request the lists vary.
+    pub fn spec(&self, base: LayoutRequest, output: PathBuf) -> Result<SearchSpec> {
+        if self.max_candidates == 0 {
+            bail!("--max-candidates must be at least 1");
+        }
+        Ok(SearchSpec {
+            ops: parse_ops(&self.ops)?,
+            shapes: self.shapes.clone(),
+            dtypes: self.dtypes.clone(),
+            base,
+            workers: self.tune_workers.clone(),
+            packs: self.tune_pack.clone(),
+            unrolls: self.tune_unroll.clone(),
+            objective: match self.tuning_metric {
+                TuningMetric::Gpu => Objective::Gpu,
+                TuningMetric::HostWall => Objective::HostWall,
+            },
+            max_candidates: self.max_candidates,
+            device: device(self.backend),
+            config: PhaseConfig {
+                samples: self.samples,
+                sample_ms: self.sample_ms,
+                warmup_ms: self.warmup_ms,
+                l2: match self.l2 {
+                    SearchL2::Warm => L2Mode::Warm,
+                    SearchL2::Cold => L2Mode::Cold,
+                },
+            },
+            capture_sources: self.capture_sources,
+            output,
+            seed: self.seed,
+            command_line: std::env::args().collect(),
+        })
+    }
+}
+
+fn summarize(file: &SearchFile, dir: &std::path::Path) {
+    let winners = file.problems.iter().filter(|p| p.winner.is_some()).count();
+    println!(
+        "wrote {} ({} problems, {} with a winner; objective {})",
+        dir.join("results.json").display(),
+        file.problems.len(),
+        winners,
+        file.objective
+    );
+}
+
+/// `lanefold search`: every problem searched, results.json + results.md.
+/// A problem without a winner is recorded, not an error.
+pub fn search_cmd(args: SearchArgs) -> Result<()> {
+    let spec = args
+        .search
+        .spec(LayoutRequest::default(), args.output.clone())?;
+    let file = search(&spec)?;
+    summarize(&file, &args.output);
+    Ok(())
+}
+
+/// `lanefold tune`: search each shape and record every winner whose fresh
+/// measurement is valid and has its objective in the tuning cache.
+pub fn tune_cmd(args: TuneArgs) -> Result<()> {
+    let cache_path = match &args.cache {
+        Some(p) => p.clone(),
+        None => TuningCache::default_path()
+            .context("no cache directory: set XDG_CACHE_HOME or HOME, or pass --cache")?,
+    };
+    let output = args.output.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "lanefold-tune-{}-{}",
+            utc_now().replace(':', ""),
+            std::process::id()
+        ))
+    });
+    let base = LayoutRequest {
+        batch_invariant: args.batch_invariant,
+        ..Default::default()
+    };
+    let spec = args.search.spec(base, output.clone())?;
+    let file = search(&spec)?;
+    summarize(&file, &output);
+    let device = device_of(&file.environment);
+    let mut cache = TuningCache::open(&cache_path);
+    let mut recorded = 0;
+    for p in &file.problems {
+        let Some(w) = &p.winner else {
+            println!(
+                "{}: no winner ({}); nothing recorded",
+                p.id,
+                p.no_winner.clone().unwrap_or_default()
+            );
+            continue;
+        };
+        let Some(fresh) = w.fresh_p50 else {
+            println!(
+                "{}: the winner's fresh measurement is invalid or lacks its objective; nothing recorded",
+                p.id
+            );
+            continue;
+        };
+        let op: Operator =
+            p.op.parse()
+                .map_err(|e: lanefold_ir::ParseOperatorError| anyhow::anyhow!("{e}"))?;
+        let dtype: DType = p
+            .dtype
+            .parse()
+            .map_err(|e: lanefold_ir::DTypeError| anyhow::anyhow!("{e}"))?;
+        let shape: Shape = p.shape.parse()?;
+        let key = TuningKey::new(&device, op, dtype, shape, args.batch_invariant);
+        cache.record(
+            &key,
+            TuningEntry {
+                key: key.clone(),
+                request: w.request,
+                describe: w.describe.clone(),
+                objective: file.objective,
+                p50_us: fresh,
+                source_sha256: w.source_sha256.clone(),
+                shape: p.shape.clone(),
+                batch_invariant: args.batch_invariant,
+                recorded_utc: utc_now(),
+                results: Some(output.display().to_string()),
+            },
+        )?;
+        println!("{}: recorded {} as {}", p.id, w.describe, key.text());
+        recorded += 1;
+    }
+    println!(
+        "tuning cache {}: {recorded} entries recorded, {} in all",
+        cache.path().display(),
+        cache.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! `lanefold replay` on the CPU from two `lanefold bench --backend cpu`
+//! runs: a frozen, position-balanced replay that `lanefold audit` passes;
+//! a changed raw sample fails the audit naming its case; a recorded layout
+//! the request does not re-plan to is refused naming its case; `--aa`
+//! records its gain range and whether it contains 1.0. No timing outcome
+//! is asserted (CPU timings are noise): only structure and arithmetic.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lanefold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lanefold"))
+        .args(args)
+        .output()
+        .expect("run lanefold")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lanefold-replay-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A tiny CPU bench: rmsnorm f32 on 3x64 and 2x257 with extra layout flags.
+fn bench(name: &str, layout: &[&str]) -> PathBuf {
+    let dir = tmp(name);
+    let mut args = vec![
+        "bench",
+        "--backend",
+        "cpu",
+        "--ops",
+        "rmsnorm",
+        "--shapes",
+        "3x64,2x257",
+        "--dtypes",
+        "f32",
+        "--samples",
+        "3",
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "1",
+        "--output",
+        dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(layout);
+    let o = lanefold(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    dir
+}
+
+fn replay(reference: &Path, candidate: Option<&Path>, out: &Path) -> Output {
+    let r = reference.join("results.json");
+    let c = candidate.map(|c| c.join("results.json"));
+    let mut args = vec![
+        "replay",
+        "--backend",
+        "cpu",
+        "--reference",
+        r.to_str().unwrap(),
+        "--rounds",
+        "2",
+        "--samples",
+        "3",
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "1",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    match &c {
+        Some(c) => args.extend_from_slice(&["--candidate", c.to_str().unwrap()]),
+        None => args.push("--aa"),
+    }
+    lanefold(&args)
+}
+
+fn load(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+}
+
+fn save(dir: &Path, v: &Value) {
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(v).unwrap(),
+    )
+    .unwrap();
+}
+
+fn audit(dir: &Path) -> Output {
+    lanefold(&["audit", dir.to_str().unwrap()])
+}
+
+#[test]
+fn a_cpu_replay_is_balanced_validated_and_auditable() {
+    let r = bench("ref", &[]);
+    let c = bench("cand", &["--workers", "32", "--pack", "4"]);
+    let out = tmp("out");
+    let o = replay(&r, Some(&c), &out);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load(&out);
+    assert_eq!(v["schema"], "lanefold-replay/1");
+    assert_eq!(v["rounds_done"], 2);
+    assert_eq!(v["aa"], false);
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        // Frozen layouts from the two files.
+        assert_eq!(case["candidate"]["layout"]["pack"], 4);
+        assert_eq!(case["candidate"]["layout"]["workers"], 32);
+        // Positions: reference first in round 0, candidate first in round 1.
+        let rounds = case["rounds"].as_array().unwrap();
+        assert_eq!(
+            rounds[0]["order"],
+            serde_json::json!(["reference", "candidate"])
+        );
+        assert_eq!(
+            rounds[1]["order"],
+            serde_json::json!(["candidate", "reference"])
+        );
+        // Every side validated every round, the same seed for both sides.
+        for r in rounds {
+            for s in r["sides"].as_array().unwrap() {
+                assert_eq!(s["validation"]["pass"], true);
+                assert!(s["phases"]["gpu"].is_null());
+            }
+        }
+        assert_ne!(rounds[0]["seed"], rounds[1]["seed"]);
+        // The CPU has no gpu phase: the objective is e2e.
+        assert_eq!(case["stats"]["objective"], "e2e");
+        assert!(case["stats"]["phases"].get("gpu").is_none());
+        let g = &case["stats"]["phases"]["e2e"]["gain"]["summary"];
+        assert_eq!(g["n"], 2);
+        assert_eq!(g["coverage"], 0.5);
+        let (lo, hi, med) = (
+            g["min"].as_f64().unwrap(),
+            g["max"].as_f64().unwrap(),
+            g["median"].as_f64().unwrap(),
+        );
+        assert!(lo <= med && med <= hi);
+    }
+    // Provenance: the same binary wrote the sources.
+    for s in v["sources"].as_array().unwrap() {
+        assert_eq!(s["binary_equal"], true);
+        assert_eq!(s["binary_sha256"], v["environment"]["binary_sha256"]);
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("paired speedup median [range]"), "{md}");
+    assert!(md.contains("E2E single"), "{md}");
+    assert!(md.contains("## Provenance"), "{md}");
+
+    let o = audit(&out);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // One raw sample changed: the audit fails naming the case.
+    let mut t = load(&out);
+    let id = t["cases"][1]["id"].as_str().unwrap().to_string();
+    let s = &mut t["cases"][1]["rounds"][0]["sides"][1]["phases"]["e2e"][2]["total_us"];
+    *s = serde_json::json!(s.as_f64().unwrap() * 7.0 + 1.0);
+    save(&out, &t);
+    let o = audit(&out);
+    assert!(!o.status.success());
+    assert!(text(&o).contains(&format!("case {id}: ")), "{}", text(&o));
+
+    for d in [r, c, out] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn a_recorded_layout_its_request_does_not_replan_to_is_refused() {
+    let r = bench("frozen", &[]);
+    let mut v = load(&r);
+    let case = &mut v["cases"][1];
+    let id = format!(
+        "{}/{}/{}",
+        case["op"].as_str().unwrap(),
+        case["dtype"].as_str().unwrap(),
+        case["shape"].as_str().unwrap()
+    );
+    let pack = case["plan"]["layout"]["pack"].as_u64().unwrap();
+    case["plan"]["layout"]["pack"] = serde_json::json!(if pack == 4 { 2 } else { 4 });
+    save(&r, &v);
+    let out = tmp("frozen-out");
+    let o = replay(&r, None, &out);
+    assert!(!o.status.success());
+    assert!(text(&o).contains(&format!("case {id}:")), "{}", text(&o));
+    assert!(!out.join("results.json").exists());
+    let _ = std::fs::remove_dir_all(r);
+}
+
+#[test]
+fn an_aa_control_records_its_range_and_whether_it_contains_one() {
+    let r = bench("aa", &[]);
+    let out = tmp("aa-out");
+    let o = replay(&r, None, &out);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load(&out);
+    assert_eq!(v["aa"], true);
+    for case in v["cases"].as_array().unwrap() {
+        assert_eq!(case["reference"], case["candidate"]);
+        let g = &case["stats"]["phases"]["e2e"]["gain"]["summary"];
+        let (lo, hi) = (g["min"].as_f64().unwrap(), g["max"].as_f64().unwrap());
+        assert_eq!(g["range_contains_one"], lo <= 1.0 && 1.0 <= hi);
+    }
+    assert!(std::fs::read_to_string(out.join("results.md"))
+        .unwrap()
+        .contains("A/A control"));
+    let o = audit(&out);
+    assert!(o.status.success(), "{}", text(&o));
+    // --aa with --candidate is a usage error.
+    let o = lanefold(&[
+        "replay",
+        "--aa",
+        "--reference",
+        "x.json",
+        "--candidate",
+        "y.json",
+        "--output",
+        "z",
+    ]);
+    assert!(!o.status.success());
+    for d in [r, out] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

@@ -1,0 +1,2284 @@
+//! `lanefold replay` (DESIGN.md §7): a performance claim comes only from a
+//! frozen, position-balanced replay.
+//!
+//! - Frozen parameters: the reference and candidate layouts are read from
+//!   earlier files (`lanefold-results/1` cases or `lanefold-search/1`
+//!   winners), re-planned from their recorded requests and refused unless
+//!   the plan reproduces the recorded layout; the regenerated kernel
+//!   source's SHA-256 must equal the recorded one where a file has it.
+//! - Rounds: every case measures reference, candidate (and PyTorch eager)
+//!   on the same freshly seeded inputs; A/B and native/Torch positions are
+//!   balanced across rounds; every output is validated every round, and an
+//!   invalid side is voided for its round (its paired ratio is missing).
+//! - Statistics: headline = median over rounds of per-round p50s; gain =
+//!   median of paired per-round ratios with the observed [min, max], the
+//!   coverage that range carries (1 − 2^(1−n)) and a two-sided sign test.
+//! - [`audit_replay`] recomputes all of it from the raw samples with its
+//!   own arithmetic and re-checks the frozen layouts against the sources.
+
+use crate::bench::{input_sets, measure_native, measure_peer, Device};
+use crate::env::{base_environment, nvidia_smi};
+use crate::peer::TorchPeer;
+use crate::phases::{BatchSample, L2Mode, PhaseConfig};
+use crate::results::{
+    Environment, ResultsFile, Side, Summary, SCHEMA as RESULTS_SCHEMA, SCOPE_E2E, SCOPE_GPU,
+    SCOPE_SINGLE,
+};
+use anyhow::{anyhow, bail, Context, Result};
+use lanefold_codegen::CodegenOptions;
+use lanefold_cpu::npy;
+use lanefold_cpu::reference::reference;
+use lanefold_cuda::CudaBackend;
+use lanefold_ir::{DType, Operator, OperatorOptions};
+use lanefold_plan::{plan, Features, Layout, LayoutRequest, Plan, Problem, Shape, Target};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Component, Path, PathBuf};
+
+pub const SCHEMA: &str = "lanefold-replay/1";
+/// The search helper's file (read generically, as JSON).
+pub const SEARCH_SCHEMA: &str = "lanefold-search/1";
+
+pub const REFERENCE: &str = "reference";
+pub const CANDIDATE: &str = "candidate";
+pub const TORCH: &str = "torch-eager";
+
+/// Phases with per-round statistics, in report order.
+pub const PHASES: [&str; 4] = ["gpu", "e2e", "single_gpu", "single_host"];
+
+// ---------------------------------------------------------------------------
+// Frozen parameters
+// ---------------------------------------------------------------------------
+
+/// One case's frozen parameters as a source file records them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrozenCase {
+    pub op: String,
+    pub dtype: String,
+    pub shape: String,
+    pub request: LayoutRequest,
+    pub layout: Layout,
+    /// The kernel source's SHA-256, where the file recorded one (CUDA).
+    pub source_sha256: Option<String>,
+}
+
+impl FrozenCase {
+    /// `op/dtype/shape`: the key cases are matched by, and their id.
+    pub fn key(&self) -> String {
+        format!("{}/{}/{}", self.op, self.dtype, self.shape)
+    }
+}
+
+/// The frozen cases of a source file and what it says about its binary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frozen {
+    pub schema: String,
+    /// `environment.binary_sha256` of the file, where present.
+    pub binary_sha256: Option<String>,
+    /// SHA-256 of the file's bytes.
+    pub file_sha256: String,
+    pub cases: Vec<FrozenCase>,
+    /// Problems of a search file without a winner (not replayable).
+    pub skipped: Vec<String>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+/// Read a `lanefold-results/1` file (one frozen case per case: `request`,
+/// `plan.layout`, `kernel.source_sha256`) or a `lanefold-search/1` file
+/// (`problems[i].{op,dtype,shape}` and `problems[i].winner.{request,
+/// plan.layout,source_sha256}`).
+pub fn load_frozen(path: &Path) -> Result<Frozen> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    let file_sha256 = sha256_hex(&bytes);
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{}: not JSON", path.display()))?;
+    let schema = value
+        .get("schema")
+        .and_then(|s| s.as_str())
+        .unwrap_or("")
+        .to_string();
+    let binary_sha256 = value
+        .pointer("/environment/binary_sha256")
+        .and_then(|s| s.as_str())
+        .map(String::from);
+    let mut cases = vec![];
+    let mut skipped = vec![];
+    match schema.as_str() {
+        RESULTS_SCHEMA => {
+            let file: ResultsFile = serde_json::from_value(value)
+                .with_context(|| format!("{}: not a lanefold results file", path.display()))?;
+            for c in file.cases {
+                cases.push(FrozenCase {
+                    op: c.op,
+                    dtype: c.dtype,
+                    shape: c.shape,
+                    request: c.request,
+                    layout: c.plan.layout,
+                    source_sha256: c.kernel.map(|k| k.source_sha256),
+                });
+            }
+        }
+        SEARCH_SCHEMA => {
+            let problems = value
+                .get("problems")
+                .and_then(|p| p.as_array())
+                .with_context(|| format!("{}: search file without problems[]", path.display()))?;
+            for (i, p) in problems.iter().enumerate() {
+                let text = |k: &str| {
+                    p.get(k)
+                        .and_then(|v| v.as_str())
+                        .map(String::from)
+                        .with_context(|| format!("{}: problems[{i}].{k} missing", path.display()))
+                };
+                let (op, dtype, shape) = (text("op")?, text("dtype")?, text("shape")?);
+                let winner = match p.get("winner") {
+                    Some(w) if !w.is_null() => w,
+                    _ => {
+                        skipped.push(format!("{op}/{dtype}/{shape}"));
+                        continue;
+                    }
+                };
+                let field = |ptr: &str| {
+                    winner.pointer(ptr).cloned().with_context(|| {
+                        format!("{}: problems[{i}].winner{ptr} missing", path.display())
+                    })
+                };
+                let request: LayoutRequest = serde_json::from_value(field("/request")?)
+                    .with_context(|| format!("{}: problems[{i}].winner.request", path.display()))?;
+                let layout = winner_layout(p).with_context(|| {
+                    format!(
+                        "{}: problems[{i}]: no winner.plan.layout, nor a layout for candidate winner.candidate",
+                        path.display()
+                    )
+                })?;
+                let layout: Layout = serde_json::from_value(layout)
+                    .with_context(|| format!("{}: problems[{i}]: winner layout", path.display()))?;
+                let source_sha256 = winner
+                    .get("source_sha256")
+                    .and_then(|s| s.as_str())
+                    .filter(|s| !s.is_empty())
+                    .map(String::from);
+                cases.push(FrozenCase {
+                    op,
+                    dtype,
+                    shape,
+                    request,
+                    layout,
+                    source_sha256,
+                });
+            }
+        }
+        other => bail!(
+            "{}: schema {other:?} is neither {RESULTS_SCHEMA} nor {SEARCH_SCHEMA}",
+            path.display()
+        ),
+    }
+    let mut seen = BTreeSet::new();
+    for c in &cases {
+        if !seen.insert(c.key()) {
+            bail!(
+                "{}: case {} appears twice; a frozen replay needs one layout per case",
+                path.display(),
+                c.key()
+            );
+        }
+    }
+    Ok(Frozen {
+        schema,
+        binary_sha256,
+        file_sha256,
+        cases,
+        skipped,
+    })
+}
+
+/// A search problem's winning layout: `winner.plan.layout` where the
+/// winner records its plan, else `candidates[j].plan.layout` of the
+/// candidate whose `index` is `winner.candidate`.
+fn winner_layout(problem: &serde_json::Value) -> Option<serde_json::Value> {
+    let winner = problem.get("winner")?;
+    if let Some(l) = winner.pointer("/plan/layout") {
+        return Some(l.clone());
+    }
+    let k = winner.get("candidate")?.as_u64()?;
+    problem
+        .get("candidates")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("index").and_then(|i| i.as_u64()) == Some(k))?
+        .pointer("/plan/layout")
+        .cloned()
+}
+
+/// The problem a frozen case names (operator defaults, as `bench` runs it).
+pub fn problem_of(case: &FrozenCase) -> Result<Problem> {
+    let id = case.key();
+    let op: Operator = case
+        .op
+        .parse()
+        .map_err(|e| anyhow!("case {id}: operator: {e}"))?;
+    let dtype: DType = case
+        .dtype
+        .parse()
+        .map_err(|e| anyhow!("case {id}: dtype: {e}"))?;
+    let shape: Shape = case
+        .shape
+        .parse()
+        .map_err(|e| anyhow!("case {id}: shape: {e}"))?;
+    Ok(Problem::operator(
+        op,
+        OperatorOptions::default(),
+        dtype,
+        shape,
+    ))
+}
+
+fn layout_text(l: &Layout) -> String {
+    format!(
+        "W={} V={} U={} G={}",
+        l.workers, l.pack, l.unroll, l.rows_per_group
+    )
+}
+
+/// Re-plan a frozen case from its recorded request for `target`; refuse
+/// unless the plan has the recorded layout and (where recorded) the
+/// regenerated kernel source has the recorded SHA-256. Returns the plan
+/// and the regenerated source hash (None where no CUDA source exists for
+/// the plan).
+pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, Option<String>)> {
+    let id = case.key();
+    let problem = problem_of(case)?;
+    let p = plan(&problem, target, &case.request)
+        .map_err(|e| anyhow!("case {id}: the {role}'s recorded request is refused: {e}"))?;
+    if p.layout != case.layout {
+        bail!(
+            "case {id}: the {role}'s recorded layout {} is not what its recorded request re-plans to ({}) on target {}; refusing to replay a layout that cannot be reproduced",
+            layout_text(&case.layout),
+            layout_text(&p.layout),
+            target.name
+        );
+    }
+    let regenerated = lanefold_codegen::generate(&p, &CodegenOptions::default())
+        .ok()
+        .map(|k| sha256_hex(k.source.as_bytes()));
+    if let Some(recorded) = &case.source_sha256 {
+        match &regenerated {
+            Some(r) if r == recorded => {}
+            Some(r) => bail!(
+                "case {id}: the {role}'s regenerated kernel source hashes to {r}, the file recorded {recorded}"
+            ),
+            None => bail!(
+                "case {id}: the {role} recorded kernel source {recorded}, but no source can be generated for the re-planned layout"
+            ),
+        }
+    }
+    Ok((p, regenerated))
+}
+
+// ---------------------------------------------------------------------------
+// Results file
+// ---------------------------------------------------------------------------
+
+/// A source file of the replay, with a copy of its frozen cases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    /// `reference` or `candidate`.
+    pub role: String,
+    /// The path as given on the command line.
+    pub path: String,
+    /// The same file relative to the replay's output directory.
+    pub relative_path: Option<String>,
+    pub schema: String,
+    pub file_sha256: String,
+    /// The binary that wrote the source file.
+    pub binary_sha256: Option<String>,
+    /// Is it this replay's binary?
+    pub binary_equal: bool,
+    pub cases: Vec<FrozenCase>,
+    #[serde(default)]
+    pub skipped: Vec<String>,
+}
+
+/// One side's frozen parameters in a case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrozenSide {
+    pub request: LayoutRequest,
+    pub layout: Layout,
+    pub describe: String,
+    pub recorded_source_sha256: Option<String>,
+    pub regenerated_source_sha256: Option<String>,
+}
+
+/// One round of one case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayRound {
+    pub round: usize,
+    pub seed: u64,
+    /// Order the sides ran in.
+    pub order: Vec<String>,
+    /// Sides measured (named `reference`, `candidate`, `torch-eager`).
+    pub sides: Vec<Side>,
+    /// Kernel source SHA-256 of each native side as it was measured (CUDA).
+    pub kernel_sha256: BTreeMap<String, String>,
+    /// Why a side or a paired ratio is missing this round.
+    pub missing: Vec<String>,
+}
+
+/// The observed distribution of paired per-round ratios.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GainSummary {
+    /// Rounds with a ratio.
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// 1 − 2^(1−n): probability that [min, max] of n continuous i.i.d.
+    /// ratios contains their population median.
+    pub coverage: f64,
+    pub above: usize,
+    pub below: usize,
+    pub ties: usize,
+    /// Two-sided sign test of the ratios against 1, ties dropped.
+    pub sign_test_p: f64,
+    pub range_contains_one: bool,
+}
+
+/// Paired per-round ratios `numerator p50 / denominator p50`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Paired {
+    pub numerator: String,
+    pub denominator: String,
+    /// One per round; None where either side is missing that round.
+    pub ratios: Vec<Option<f64>>,
+    pub summary: Option<GainSummary>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseStats {
+    /// Per-round p50 of each side (None: voided, absent or not run).
+    pub p50s: BTreeMap<String, Vec<Option<f64>>>,
+    /// Median over rounds of the per-round p50s.
+    pub headline: BTreeMap<String, Option<f64>>,
+    /// reference / candidate: above 1, the candidate is faster.
+    pub gain: Paired,
+    /// torch-eager / candidate (with `--torch`): above 1, the candidate is faster.
+    pub torch_gain: Option<Paired>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseStats {
+    /// `gpu` when the native sides measured it, else `e2e`.
+    pub objective: String,
+    /// Keyed by phase (`gpu` only where measured, `e2e`, `single_gpu`,
+    /// `single_host`).
+    pub phases: BTreeMap<String, PhaseStats>,
+    pub outputs_valid: usize,
+    pub outputs_invalid: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayCase {
+    /// `op/dtype/shape`.
+    pub id: String,
+    pub op: String,
+    pub dtype: String,
+    pub shape: String,
+    pub bytes_moved: u64,
+    pub reference: FrozenSide,
+    pub candidate: FrozenSide,
+    pub rounds: Vec<ReplayRound>,
+    pub stats: CaseStats,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayFile {
+    pub schema: String,
+    pub environment: Environment,
+    pub config: PhaseConfig,
+    pub rounds: usize,
+    pub rounds_done: usize,
+    /// A/A control: the candidate is the reference.
+    pub aa: bool,
+    pub torch: bool,
+    pub seed: u64,
+    pub sources: Vec<SourceRecord>,
+    /// Cases of one source without a match in the other.
+    pub unmatched: Vec<String>,
+    pub cases: Vec<ReplayCase>,
+}
+
+impl ReplayFile {
+    pub fn read(path: &Path) -> Result<ReplayFile> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow!("{}: not a lanefold replay file: {e}", path.display()))
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        npy::write_atomically(path, text.as_bytes())?;
+        Ok(())
+    }
+
+    pub fn source(&self, role: &str) -> Option<&SourceRecord> {
+        self.sources.iter().find(|s| s.role == role)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Positions and statistics
+// ---------------------------------------------------------------------------
+
+/// Is the PyTorch side first in round `r`? Rounds 1, 2, 5, 6, ...: over
+/// any two consecutive rounds it is first once and last once, and over
+/// four rounds every A/B × Torch-first/last combination occurs once.
+pub fn torch_first(round: usize) -> bool {
+    round.div_ceil(2) % 2 == 1
+}
+
+/// The order of the sides in round `r`: the reference first when r is
+/// even, the candidate first when odd; PyTorch first or last
+/// per [`torch_first`].
+pub fn round_order(round: usize, torch: bool) -> Vec<String> {
+    let mut order: Vec<String> = if round.is_multiple_of(2) {
+        vec![REFERENCE.into(), CANDIDATE.into()]
+    } else {
+        vec![CANDIDATE.into(), REFERENCE.into()]
+    };
+    if torch {
+        if torch_first(round) {
+            order.insert(0, TORCH.into());
+        } else {
+            order.push(TORCH.into());
+        }
+    }
+    order
+}
+
+/// The median (mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> Option<f64> {
+    Summary::of(values).map(|s| s.p50)
+}
+
+/// 1 − 2^(1−n): the coverage of the observed range of n ratios.
+pub fn coverage(n: usize) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        1.0 - 0.5f64.powi(n as i32 - 1)
+    }
+}
+
+/// Two-sided sign-test p-value for `above` ratios above 1 and `below`
+/// below (ties dropped beforehand): 2 · P(X ≤ min) for X ~ Bin(m, 1/2),
+/// capped at 1.
+pub fn sign_test_p(above: usize, below: usize) -> f64 {
+    let m = above + below;
+    if m == 0 {
+        return 1.0;
+    }
+    let k = above.min(below);
+    let mut term = 0.5f64.powi(m as i32); // C(m, 0) / 2^m
+    let mut tail = 0.0;
+    for i in 0..=k {
+        tail += term;
+        term = term * (m - i) as f64 / (i + 1) as f64;
+    }
+    (2.0 * tail).min(1.0)
+}
+
+/// Median, range, coverage and sign test of the ratios present.
+pub fn gain_summary(ratios: &[Option<f64>]) -> Option<GainSummary> {
+    let r: Vec<f64> = ratios.iter().flatten().copied().collect();
+    let s = Summary::of(&r)?;
+    let above = r.iter().filter(|&&x| x > 1.0).count();
+    let below = r.iter().filter(|&&x| x < 1.0).count();
+    Some(GainSummary {
+        n: r.len(),
+        median: s.p50,
+        min: s.min,
+        max: s.max,
+        coverage: coverage(r.len()),
+        above,
+        below,
+        ties: r.len() - above - below,
+        sign_test_p: sign_test_p(above, below),
+        range_contains_one: s.min <= 1.0 && 1.0 <= s.max,
+    })
+}
+
+/// A side's p50 in `phase`, None when voided or the phase is absent.
+pub fn side_p50(side: &Side, phase: &str) -> Option<f64> {
+    if side.voided {
+        return None;
+    }
+    let per_op = |s: &[BatchSample]| s.iter().map(|b| b.per_op_us()).collect::<Vec<f64>>();
+    let p = &side.phases;
+    let values = match phase {
+        "gpu" => per_op(p.gpu.as_deref()?),
+        "e2e" => per_op(&p.e2e),
+        "single_gpu" => p.single.iter().filter_map(|s| s.gpu_us).collect(),
+        "single_host" => p.single.iter().map(|s| s.host_us).collect(),
+        _ => return None,
+    };
+    median(&values)
+}
+
+fn paired(
+    num: &str,
+    den: &str,
+    p50s: &BTreeMap<String, Vec<Option<f64>>>,
+    rounds: usize,
+) -> Paired {
+    let get = |name: &str, r: usize| p50s.get(name).and_then(|v| v.get(r).copied().flatten());
+    let ratios: Vec<Option<f64>> = (0..rounds)
+        .map(|r| match (get(num, r), get(den, r)) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        })
+        .collect();
+    Paired {
+        numerator: num.into(),
+        denominator: den.into(),
+        summary: gain_summary(&ratios),
+        ratios,
+    }
+}
+
+/// Every statistic of a case, from its rounds' raw samples.
+pub fn case_stats(rounds: &[ReplayRound], torch: bool) -> CaseStats {
+    let mut names = vec![REFERENCE, CANDIDATE];
+    if torch {
+        names.push(TORCH);
+    }
+    let mut phases = BTreeMap::new();
+    for phase in PHASES {
+        let p50s: BTreeMap<String, Vec<Option<f64>>> = names
+            .iter()
+            .map(|&n| {
+                let v = rounds
+                    .iter()
+                    .map(|r| {
+                        r.sides
+                            .iter()
+                            .find(|s| s.name == n)
+                            .and_then(|s| side_p50(s, phase))
+                    })
+                    .collect();
+                (n.to_string(), v)
+            })
+            .collect();
+        if p50s.values().flatten().all(Option::is_none) && phase != "e2e" {
+            continue;
+        }
+        let headline = p50s
+            .iter()
+            .map(|(n, v)| {
+                let present: Vec<f64> = v.iter().flatten().copied().collect();
+                (n.clone(), median(&present))
+            })
+            .collect();
+        let gain = paired(REFERENCE, CANDIDATE, &p50s, rounds.len());
+        let torch_gain = torch.then(|| paired(TORCH, CANDIDATE, &p50s, rounds.len()));
+        phases.insert(
+            phase.to_string(),
+            PhaseStats {
+                p50s,
+                headline,
+                gain,
+                torch_gain,
+            },
+        );
+    }
+    let native_gpu = phases.get("gpu").is_some_and(|s| {
+        [REFERENCE, CANDIDATE]
+            .iter()
+            .any(|n| s.p50s[*n].iter().any(Option::is_some))
+    });
+    let sides = rounds.iter().flat_map(|r| &r.sides);
+    CaseStats {
+        objective: if native_gpu { "gpu" } else { "e2e" }.into(),
+        phases,
+        outputs_valid: sides.clone().filter(|s| s.validation.pass).count(),
+        outputs_invalid: sides.filter(|s| !s.validation.pass).count(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The replay
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+pub struct ReplaySpec {
+    pub reference: PathBuf,
+    /// None with `aa`: the candidate is the reference.
+    pub candidate: Option<PathBuf>,
+    pub aa: bool,
+    pub rounds: usize,
+    pub config: PhaseConfig,
+    pub torch: bool,
+    pub device: Device,
+    pub python: String,
+    pub peer_script: PathBuf,
+    pub output: PathBuf,
+    pub seed: u64,
+    pub command_line: Vec<String>,
+}
+
+/// `target` relative to `base` (both made absolute), when both resolve.
+fn relative_to(base: &Path, target: &Path) -> Option<String> {
+    let base = base.canonicalize().ok()?;
+    let target = target.canonicalize().ok()?;
+    let b: Vec<Component> = base.components().collect();
+    let t: Vec<Component> = target.components().collect();
+    let common = b.iter().zip(&t).take_while(|(x, y)| x == y).count();
+    let mut rel = PathBuf::new();
+    for _ in common..b.len() {
+        rel.push("..");
+    }
+    for c in &t[common..] {
+        rel.push(c.as_os_str());
+    }
+    rel.to_str().map(String::from)
+}
+
+struct Prepared {
+    id: String,
+    problem: Problem,
+    reference: Plan,
+    candidate: Plan,
+    bytes_moved: u64,
+}
+
+fn frozen_side(c: &FrozenCase, p: &Plan, regenerated: Option<String>) -> FrozenSide {
+    FrozenSide {
+        request: c.request,
+        layout: c.layout,
+        describe: p.describe(),
+        recorded_source_sha256: c.source_sha256.clone(),
+        regenerated_source_sha256: regenerated,
+    }
+}
+
+/// Run a frozen replay; results.json is rewritten atomically after every
+/// round, and results.md at the end.
+pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
+    if spec.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    let candidate_path = match (&spec.candidate, spec.aa) {
+        (None, true) => spec.reference.clone(),
+        (Some(_), true) => {
+            bail!("--aa replays the reference against itself; leave out --candidate")
+        }
+        (Some(c), false) => c.clone(),
+        (None, false) => bail!("--candidate is required (or --aa for an A/A control)"),
+    };
+    let reference_src = load_frozen(&spec.reference)?;
+    let candidate_src = load_frozen(&candidate_path)?;
+    let cuda = match spec.device {
+        Device::Cuda => Some(CudaBackend::open(0).context("--backend cuda")?),
+        Device::Cpu => None,
+    };
+    if spec.config.l2 == L2Mode::Cold && cuda.is_none() {
+        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
+    }
+    let target = if cuda.is_some() {
+        Target::h200()
+    } else {
+        Target::cpu()
+    };
+
+    // Match and freeze every case before anything is measured.
+    let by_key: BTreeMap<String, &FrozenCase> =
+        candidate_src.cases.iter().map(|c| (c.key(), c)).collect();
+    let mut unmatched = vec![];
+    let mut prepared = vec![];
+    let mut cases = vec![];
+    for r in &reference_src.cases {
+        let Some(c) = by_key.get(&r.key()) else {
+            unmatched.push(format!("{} (reference only)", r.key()));
+            continue;
+        };
+        let (rp, rh) = freeze(r, REFERENCE, &target)?;
+        let (cp, ch) = freeze(c, CANDIDATE, &target)?;
+        let bytes_moved = Features::of(&rp, &target).bytes_moved;
+        cases.push(ReplayCase {
+            id: r.key(),
+            op: r.op.clone(),
+            dtype: r.dtype.clone(),
+            shape: r.shape.clone(),
+            bytes_moved,
+            reference: frozen_side(r, &rp, rh),
+            candidate: frozen_side(c, &cp, ch),
+            rounds: vec![],
+            stats: case_stats(&[], spec.torch),
+        });
+        prepared.push(Prepared {
+            id: r.key(),
+            problem: rp.problem.clone(),
+            reference: rp,
+            candidate: cp,
+            bytes_moved,
+        });
+    }
+    let ref_keys: BTreeSet<String> = reference_src.cases.iter().map(|c| c.key()).collect();
+    for c in &candidate_src.cases {
+        if !ref_keys.contains(&c.key()) {
+            unmatched.push(format!("{} (candidate only)", c.key()));
+        }
+    }
+    if prepared.is_empty() {
+        bail!(
+            "no case of {} matches one of {} by (op, dtype, shape)",
+            spec.reference.display(),
+            candidate_path.display()
+        );
+    }
+
+    let mut peer = if spec.torch {
+        Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
+    } else {
+        None
+    };
+    let mut env = base_environment(
+        if cuda.is_some() { "cuda" } else { "cpu" },
+        spec.command_line.clone(),
+    );
+    let clocks = || nvidia_smi("clocks.sm,clocks.mem");
+    let start_clocks = clocks();
+    if let Some(c) = &cuda {
+        env.gpu_name = Some(c.device_name());
+        let (major, minor) = c.compute_capability();
+        env.compute_capability = Some(format!("{major}.{minor}"));
+        env.l2_bytes = Some(c.l2_bytes());
+        env.driver = Some(c.driver_version());
+        if let Some(v) = nvidia_smi("uuid,driver_version") {
+            env.gpu_uuid = v.first().cloned();
+            env.driver = Some(format!(
+                "{} (CUDA {})",
+                v.get(1).cloned().unwrap_or_default(),
+                c.driver_version()
+            ));
+        }
+    }
+    if let Some(p) = &peer {
+        let h = p.hello();
+        let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(String::from);
+        env.torch = s("torch");
+        env.torch_cuda = s("cuda");
+        env.liger = s("liger");
+        env.python = s("python");
+    }
+    std::fs::create_dir_all(&spec.output)?;
+    let source = |role: &str, path: &Path, f: &Frozen| SourceRecord {
+        role: role.into(),
+        path: path.display().to_string(),
+        relative_path: relative_to(&spec.output, path),
+        schema: f.schema.clone(),
+        file_sha256: f.file_sha256.clone(),
+        binary_sha256: f.binary_sha256.clone(),
+        binary_equal: f.binary_sha256.as_deref() == Some(env.binary_sha256.as_str()),
+        cases: f.cases.clone(),
+        skipped: f.skipped.clone(),
+    };
+    let sources = vec![
+        source(REFERENCE, &spec.reference, &reference_src),
+        source(CANDIDATE, &candidate_path, &candidate_src),
+    ];
+    let mut file = ReplayFile {
+        schema: SCHEMA.into(),
+        environment: env,
+        config: spec.config,
+        rounds: spec.rounds,
+        rounds_done: 0,
+        aa: spec.aa,
+        torch: spec.torch,
+        seed: spec.seed,
+        sources,
+        unmatched,
+        cases,
+    };
+    let scratch = std::env::temp_dir().join(format!("lanefold-replay-{}", std::process::id()));
+    let results = spec.output.join("results.json");
+    for r in 0..spec.rounds {
+        let order = round_order(r, spec.torch);
+        for (k, case) in prepared.iter().enumerate() {
+            let seed = spec.seed + (r as u64) * 1_000_003 + (k as u64) * 10_007;
+            let sets = input_sets(
+                &case.problem,
+                spec.config.l2,
+                cuda.as_ref().map(|c| c.l2_bytes()),
+                seed,
+            );
+            let want = reference(&case.problem, &sets[0])
+                .with_context(|| format!("case {}: no float64 reference", case.id))?;
+            let rec = &mut file.cases[k];
+            let mut round = ReplayRound {
+                round: r,
+                seed,
+                order: order.clone(),
+                sides: vec![],
+                kernel_sha256: BTreeMap::new(),
+                missing: vec![],
+            };
+            for who in &order {
+                if who == TORCH {
+                    let peer = peer.as_mut().expect("peer started with --torch");
+                    let dir = scratch.join(format!("round{r}-case{k}"));
+                    match measure_peer(
+                        peer,
+                        TORCH,
+                        &case.problem,
+                        &sets,
+                        &want,
+                        &spec.config,
+                        &dir,
+                        case.bytes_moved,
+                    ) {
+                        Ok(side) => round.sides.push(side),
+                        Err(e) => round.missing.push(format!("{TORCH} did not run: {e:#}")),
+                    }
+                    continue;
+                }
+                let (p, frozen) = if who == REFERENCE {
+                    (&case.reference, &rec.reference)
+                } else {
+                    (&case.candidate, &rec.candidate)
+                };
+                let (mut side, kernel) = measure_native(
+                    cuda.as_ref(),
+                    p,
+                    &sets,
+                    &want,
+                    &spec.config,
+                    None,
+                    case.bytes_moved,
+                )
+                .with_context(|| format!("case {}: round {r}: {who}", case.id))?;
+                side.name = who.clone();
+                if let Some(kr) = kernel {
+                    if let Some(f) = &frozen.regenerated_source_sha256 {
+                        if *f != kr.source_sha256 {
+                            bail!(
+                                "case {}: round {r}: the {who}'s measured kernel source {} differs from the frozen {f}",
+                                case.id,
+                                kr.source_sha256
+                            );
+                        }
+                    }
+                    round.kernel_sha256.insert(who.clone(), kr.source_sha256);
+                }
+                round.sides.push(side);
+            }
+            for s in &round.sides {
+                if s.voided {
+                    round.missing.push(format!(
+                        "{}: invalid output (worst rel err {:.3e}); its timing is voided this round",
+                        s.name,
+                        s.validation.worst_rel_err()
+                    ));
+                }
+            }
+            rec.rounds.push(round);
+            rec.stats = case_stats(&rec.rounds, spec.torch);
+            print_round(rec, r);
+        }
+        file.rounds_done = r + 1;
+        // An interrupted replay keeps every round already measured.
+        file.write(&results)?;
+    }
+    let end_clocks = clocks();
+    if let (Some(a), Some(b)) = (start_clocks, end_clocks) {
+        let pair = |i: usize| {
+            [
+                a.get(i).cloned().unwrap_or_default(),
+                b.get(i).cloned().unwrap_or_default(),
+            ]
+        };
+        file.environment.sm_clock_mhz = Some(pair(0));
+        file.environment.mem_clock_mhz = Some(pair(1));
+    }
+    file.write(&results)?;
+    npy::write_atomically(&spec.output.join("results.md"), markdown(&file).as_bytes())?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(file)
+}
+
+fn print_round(case: &ReplayCase, r: usize) {
+    let s = &case.stats;
+    let Some(ph) = s.phases.get(&s.objective) else {
+        return;
+    };
+    let p = |n: &str| {
+        ph.p50s
+            .get(n)
+            .and_then(|v| v.get(r).copied().flatten())
+            .map_or("—".to_string(), |x| format!("{x:.2}"))
+    };
+    let ratio = ph
+        .gain
+        .ratios
+        .get(r)
+        .copied()
+        .flatten()
+        .map_or("missing".to_string(), |x| format!("{x:.3}x"));
+    println!(
+        "round {r} {:<40} {} µs/op: reference {} candidate {}{}  gain {ratio}",
+        case.id,
+        s.objective,
+        p(REFERENCE),
+        p(CANDIDATE),
+        if ph.p50s.contains_key(TORCH) {
+            format!(" {TORCH} {}", p(TORCH))
+        } else {
+            String::new()
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------
+// results.md
+// ---------------------------------------------------------------------------
+
+fn us(x: Option<f64>) -> String {
+    x.map_or("—".into(), |v| format!("{v:.3}"))
+}
+
+fn gain_text(p: Option<&Paired>) -> String {
+    match p.and_then(|p| p.summary) {
+        Some(g) => format!("{:.3}× [{:.3}, {:.3}]", g.median, g.min, g.max),
+        None => "—".into(),
+    }
+}
+
+fn wv(l: &Layout) -> String {
+    format!("{} / {}", l.workers, l.pack)
+}
+
+/// results.md: the throughput table with paired speedups, the
+/// single-call latency table, positions, validation and provenance.
+pub fn markdown(file: &ReplayFile) -> String {
+    let e = &file.environment;
+    let c = &file.config;
+    let mut md = String::new();
+    let device = e
+        .gpu_name
+        .clone()
+        .unwrap_or_else(|| format!("the CPU of {}", e.host));
+    let kind = if file.aa {
+        "A/A control replay"
+    } else {
+        "frozen replay"
+    };
+    let _ = writeln!(md, "# lanefold {kind} on {device}\n");
+    let valid: usize = file.cases.iter().map(|c| c.stats.outputs_valid).sum();
+    let invalid: usize = file.cases.iter().map(|c| c.stats.outputs_invalid).sum();
+    let missing: usize = file
+        .cases
+        .iter()
+        .flat_map(|c| &c.rounds)
+        .map(|r| r.missing.len())
+        .sum();
+    let _ = writeln!(
+        md,
+        "Measured {} by `{}` (binary SHA-256 `{}`, git `{}`{}). Backend: {}.\n",
+        e.utc_time,
+        e.command_line.join(" "),
+        e.binary_sha256,
+        e.git_sha,
+        if e.git_dirty { ", dirty tree" } else { "" },
+        e.backend
+    );
+    let _ = writeln!(
+        md,
+        "**Method.** {} of {} rounds, {} samples per phase, batches sized to about {} ms of host time, {} ms warm-up, L2 {}. In every round every case measures the reference and the candidate{} on the same freshly seeded inputs; the reference runs first in even rounds and the candidate in odd ones{}. Every output of every side was validated against float64 in every round: {valid} complete outputs valid, {invalid} invalid (voided for their round), {missing} missing-side notes.\n",
+        file.rounds_done,
+        file.rounds,
+        c.samples,
+        c.sample_ms,
+        c.warmup_ms,
+        match c.l2 {
+            L2Mode::Warm => "warm",
+            L2Mode::Cold => "cold (rotating input sets over 3x L2)",
+        },
+        if file.torch { " and PyTorch eager" } else { "" },
+        if file.torch {
+            "; PyTorch runs first in rounds 1, 2 (mod 4) and last otherwise"
+        } else {
+            ""
+        },
+    );
+    if file.aa {
+        let total = file.cases.len();
+        let contain: Vec<&ReplayCase> = file
+            .cases
+            .iter()
+            .filter(|c| {
+                c.stats
+                    .phases
+                    .get(&c.stats.objective)
+                    .and_then(|p| p.gain.summary)
+                    .is_some_and(|g| g.range_contains_one)
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "**A/A control.** The candidate is the reference itself (same file, same layouts, same kernels). Its paired gain range should contain 1.0: it does in {} of {total} cases{}.\n",
+            contain.len(),
+            if contain.len() == total {
+                String::new()
+            } else {
+                let not: Vec<&str> = file
+                    .cases
+                    .iter()
+                    .filter(|c| !contain.iter().any(|k| k.id == c.id))
+                    .map(|c| c.id.as_str())
+                    .collect();
+                format!(" (not in: {})", not.join(", "))
+            }
+        );
+    }
+    let torch = file.torch;
+    let _ = writeln!(md, "## Throughput (µs per op)\n");
+    let mut h = "| op | dtype | shape | reference W / V | candidate W / V | phase | reference µs/op | candidate µs/op | paired speedup median [range] | coverage | sign-test p |".to_string();
+    let mut sep = "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|".to_string();
+    if torch {
+        h += " torch-eager µs/op | candidate vs torch median [range] |";
+        sep += "---:|---:|";
+    }
+    let _ = writeln!(md, "{h}\n{sep}");
+    let mut other_rows = vec![];
+    for case in &file.cases {
+        for (phase, ph) in &case.stats.phases {
+            if phase.starts_with("single") {
+                continue;
+            }
+            let g = ph.gain.summary;
+            let mut row = format!(
+                "| {} | {} | {} | {} | {} | {phase} | {} | {} | {} | {} | {} |",
+                case.op,
+                case.dtype,
+                case.shape,
+                wv(&case.reference.layout),
+                wv(&case.candidate.layout),
+                us(ph.headline.get(REFERENCE).copied().flatten()),
+                us(ph.headline.get(CANDIDATE).copied().flatten()),
+                gain_text(Some(&ph.gain)),
+                g.map_or("—".into(), |g| format!("{:.3} (n={})", g.coverage, g.n)),
+                g.map_or("—".into(), |g| format!("{:.3}", g.sign_test_p)),
+            );
+            if torch {
+                let _ = write!(
+                    row,
+                    " {} | {} |",
+                    us(ph.headline.get(TORCH).copied().flatten()),
+                    gain_text(ph.torch_gain.as_ref())
+                );
+            }
+            if *phase == case.stats.objective {
+                let _ = writeln!(md, "{row}");
+            } else {
+                other_rows.push(row);
+            }
+        }
+    }
+    if !other_rows.is_empty() {
+        let _ = writeln!(md, "\nOther batch phase (not the objective):\n\n{h}\n{sep}");
+        for r in other_rows {
+            let _ = writeln!(md, "{r}");
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nThe objective phase is gpu where the native sides measured it, else e2e. Phases are sampled separately and never subtracted:\n\n- {SCOPE_GPU}\n- {SCOPE_E2E}\n- {SCOPE_SINGLE}\n\nTable values are medians over rounds of per-round p50s. Gains are medians of paired per-round ratios reference p50 / candidate p50 (above 1: the candidate is faster; for torch, torch p50 / candidate p50). Ranges are the observed min–max over the n rounds with a ratio, not confidence intervals; the coverage 1 − 2^(1−n) is the probability that such a range contains the ratios' population median (continuous, independent rounds). The sign-test p is two-sided against 1, ties dropped.\n"
+    );
+    let _ = writeln!(
+        md,
+        "## Single-call latency (µs, medians of per-round p50s)\n"
+    );
+    let mut h = "| op | dtype | shape | candidate GPU single | candidate E2E single | reference GPU single | reference E2E single |".to_string();
+    let mut sep = "|---|---|---|---:|---:|---:|---:|".to_string();
+    if torch {
+        h += " torch GPU single | torch E2E single |";
+        sep += "---:|---:|";
+    }
+    let _ = writeln!(md, "{h}\n{sep}");
+    for case in &file.cases {
+        let get = |phase: &str, side: &str| {
+            us(case
+                .stats
+                .phases
+                .get(phase)
+                .and_then(|p| p.headline.get(side).copied().flatten()))
+        };
+        let mut row = format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            case.op,
+            case.dtype,
+            case.shape,
+            get("single_gpu", CANDIDATE),
+            get("single_host", CANDIDATE),
+            get("single_gpu", REFERENCE),
+            get("single_host", REFERENCE),
+        );
+        if torch {
+            let _ = write!(
+                row,
+                " {} | {} |",
+                get("single_gpu", TORCH),
+                get("single_host", TORCH)
+            );
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    let _ = writeln!(
+        md,
+        "\nGPU single = device events around one synchronized call; E2E single = host wall clock of launch + synchronize (— where the backend has no device clock).\n"
+    );
+    let _ = writeln!(md, "## Positions and validation per round\n");
+    let _ = writeln!(md, "| case | round | seed | order | objective ratio | valid sides | missing |\n|---|---:|---:|---|---:|---:|---|");
+    for case in &file.cases {
+        let ph = case.stats.phases.get(&case.stats.objective);
+        for r in &case.rounds {
+            let ratio = ph
+                .and_then(|p| p.gain.ratios.get(r.round).copied().flatten())
+                .map_or("missing".into(), |x| format!("{x:.3}"));
+            let valid = r.sides.iter().filter(|s| s.validation.pass).count();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {ratio} | {valid} / {} | {} |",
+                case.id,
+                r.round,
+                r.seed,
+                r.order.join(" → "),
+                r.order.len(),
+                if r.missing.is_empty() {
+                    "—".to_string()
+                } else {
+                    r.missing.join("; ").replace('|', "/")
+                }
+            );
+        }
+    }
+    let _ = writeln!(md, "\n## Provenance\n");
+    let _ = writeln!(md, "This binary: `{}`.\n", e.binary_sha256);
+    let _ = writeln!(md, "| role | file | schema | file SHA-256 | binary SHA-256 recorded in the file | same binary |\n|---|---|---|---|---|---|");
+    for s in &file.sources {
+        let _ = writeln!(
+            md,
+            "| {} | `{}` | {} | `{}` | {} | {} |",
+            s.role,
+            s.relative_path.as_deref().unwrap_or(&s.path),
+            s.schema,
+            s.file_sha256,
+            s.binary_sha256
+                .as_deref()
+                .map_or("—".into(), |b| format!("`{b}`")),
+            if s.binary_equal {
+                "yes".to_string()
+            } else {
+                "**NO: a different executable wrote this file**".to_string()
+            }
+        );
+    }
+    if !file.unmatched.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nNot replayed (no match by op, dtype and shape): {}.",
+            file.unmatched.join(", ")
+        );
+    }
+    let _ = writeln!(md, "\nFrozen layouts (re-planned from the recorded requests and equal to the recorded layouts) and kernel source SHA-256 (the CUDA C regenerated for the plan, compared with the recorded hash where the file had one{}):\n\n| case | reference layout | reference source | candidate layout | candidate source |\n|---|---|---|---|---|",
+        if e.backend == "cpu" {
+            "; on the CPU backend the executor runs the plan, not this source"
+        } else {
+            ""
+        }
+    );
+    let src = |f: &FrozenSide| {
+        let regen = f
+            .regenerated_source_sha256
+            .as_deref()
+            .map_or("—".to_string(), |h| format!("`{h}`"));
+        match &f.recorded_source_sha256 {
+            Some(r) if Some(r) == f.regenerated_source_sha256.as_ref() => {
+                format!("{regen} (= recorded)")
+            }
+            Some(r) => format!("{regen} (recorded `{r}`)"),
+            None => regen,
+        }
+    };
+    for case in &file.cases {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} |",
+            case.id,
+            case.reference.describe,
+            src(&case.reference),
+            case.candidate.describe,
+            src(&case.candidate)
+        );
+    }
+    md
+}
+
+// ---------------------------------------------------------------------------
+// Audit
+// ---------------------------------------------------------------------------
+
+/// Independent arithmetic for the audit (not the writer's).
+mod check {
+    /// Linear-interpolated quantile over a sorted copy.
+    pub fn quantile(values: &[f64], p: f64) -> Option<f64> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        let h = (v.len() as f64 - 1.0) * p;
+        let lo = h.floor() as usize;
+        let frac = h - lo as f64;
+        Some(if lo + 1 < v.len() {
+            v[lo] * (1.0 - frac) + v[lo + 1] * frac
+        } else {
+            v[lo]
+        })
+    }
+
+    pub fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+    }
+
+    pub fn close_opt(a: Option<f64>, b: Option<f64>) -> bool {
+        match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => close(a, b),
+            _ => false,
+        }
+    }
+
+    /// Two-sided sign test from a row of Pascal's triangle.
+    pub fn sign_p(above: usize, below: usize) -> f64 {
+        let m = above + below;
+        if m == 0 {
+            return 1.0;
+        }
+        let mut row = vec![1.0f64];
+        for _ in 0..m {
+            let mut next = vec![1.0f64; row.len() + 1];
+            for i in 1..row.len() {
+                next[i] = row[i - 1] + row[i];
+            }
+            row = next;
+        }
+        let k = above.min(below);
+        let tail: f64 = row[..=k].iter().sum::<f64>() / 2f64.powi(m as i32);
+        (tail * 2.0).min(1.0)
+    }
+
+    pub fn coverage(n: usize) -> f64 {
+        if n == 0 {
+            0.0
+        } else {
+            1.0 - 2f64.powi(1 - n as i32)
+        }
+    }
+}
+
+/// The frozen cases of a source file, read straight from its JSON.
+fn audit_read_source(path: &Path) -> std::result::Result<(String, Vec<FrozenCase>), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let sha = sha256_hex(&bytes);
+    let (list, prefix) = match v.get("schema").and_then(|s| s.as_str()) {
+        Some(RESULTS_SCHEMA) => (v.get("cases"), ""),
+        Some(SEARCH_SCHEMA) => (v.get("problems"), "/winner"),
+        other => return Err(format!("{}: schema {other:?}", path.display())),
+    };
+    let mut out = vec![];
+    for c in list.and_then(|l| l.as_array()).into_iter().flatten() {
+        let text = |k: &str| c.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+        let at = |p: &str| c.pointer(&format!("{prefix}{p}")).cloned();
+        if prefix == "/winner" && c.get("winner").is_none_or(|w| w.is_null()) {
+            continue;
+        }
+        let layout = if prefix.is_empty() {
+            at("/plan/layout")
+        } else {
+            winner_layout(c)
+        };
+        let (Some(req), Some(layout)) = (at("/request"), layout) else {
+            return Err(format!(
+                "{}: a case without request or layout",
+                path.display()
+            ));
+        };
+        let kernel_sha = if prefix.is_empty() {
+            at("/kernel/source_sha256")
+        } else {
+            at("/source_sha256")
+        };
+        out.push(FrozenCase {
+            op: text("op"),
+            dtype: text("dtype"),
+            shape: text("shape"),
+            request: serde_json::from_value(req).map_err(|e| e.to_string())?,
+            layout: serde_json::from_value(layout).map_err(|e| e.to_string())?,
+            source_sha256: kernel_sha
+                .and_then(|s| s.as_str().map(String::from))
+                .filter(|s| !s.is_empty()),
+        });
+    }
+    Ok((sha, out))
+}
+
+fn audit_side(side: &Side, bad: &mut dyn FnMut(String)) {
+    let name = &side.name;
+    let mut all = !side.validation.outputs.is_empty();
+    for o in &side.validation.outputs {
+        let should = o.elements > 0 && o.nonfinite == 0 && o.rel_err <= o.tolerance;
+        if o.pass != should {
+            bad(format!(
+                "{name}: output '{}' pass={} contradicts its errors",
+                o.name, o.pass
+            ));
+        }
+        all &= o.pass;
+    }
+    if side.validation.pass != all {
+        bad(format!(
+            "{name}: validation pass={} contradicts its outputs",
+            side.validation.pass
+        ));
+    }
+    if side.voided == side.validation.pass {
+        bad(format!(
+            "{name}: voided={} but validation pass={}",
+            side.voided, side.validation.pass
+        ));
+    }
+    let p = &side.phases;
+    let has =
+        p.gpu.as_ref().is_some_and(|g| !g.is_empty()) || !p.e2e.is_empty() || !p.single.is_empty();
+    if side.voided && has {
+        bad(format!("{name}: invalid output but timing samples kept"));
+    }
+    for (k, v) in [
+        ("gpu", SCOPE_GPU),
+        ("e2e", SCOPE_E2E),
+        ("single", SCOPE_SINGLE),
+    ] {
+        if side.scopes.get(k).map(String::as_str) != Some(v) {
+            bad(format!("{name}: scope label for {k} missing or altered"));
+        }
+    }
+    for b in p.gpu.iter().flatten().chain(&p.e2e) {
+        if b.batch == 0 || !b.total_us.is_finite() || b.total_us <= 0.0 {
+            bad(format!("{name}: malformed sample {b:?}"));
+        }
+    }
+    let per_op =
+        |s: &[BatchSample]| -> Vec<f64> { s.iter().map(|b| b.total_us / b.batch as f64).collect() };
+    let raw = [
+        (
+            "gpu",
+            p.gpu.as_deref().map(per_op).unwrap_or_default(),
+            side.summary.gpu,
+        ),
+        ("e2e", per_op(&p.e2e), side.summary.e2e),
+        (
+            "single_gpu",
+            p.single.iter().filter_map(|s| s.gpu_us).collect(),
+            side.summary.single_gpu,
+        ),
+        (
+            "single_host",
+            p.single.iter().map(|s| s.host_us).collect(),
+            side.summary.single_host,
+        ),
+    ];
+    for (phase, v, rec) in raw {
+        match (rec, check::quantile(&v, 0.5)) {
+            (None, None) => {}
+            (Some(r), Some(p50)) => {
+                let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+                let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let (q1, q3) = (
+                    check::quantile(&v, 0.25).unwrap_or(f64::NAN),
+                    check::quantile(&v, 0.75).unwrap_or(f64::NAN),
+                );
+                if r.n != v.len()
+                    || !check::close(r.p50, p50)
+                    || !check::close(r.min, min)
+                    || !check::close(r.max, max)
+                    || !check::close(r.q1, q1)
+                    || !check::close(r.q3, q3)
+                {
+                    bad(format!(
+                        "{name}: {phase} summary does not match its raw samples (recorded p50 {}, recomputed {p50})",
+                        r.p50
+                    ));
+                }
+            }
+            (r, q) => bad(format!(
+                "{name}: {phase} summary {r:?} but raw samples give {q:?}"
+            )),
+        }
+    }
+}
+
+/// The raw per-round p50 of a side in a phase, recomputed for the audit.
+fn audit_p50(side: &Side, phase: &str) -> Option<f64> {
+    if side.voided {
+        return None;
+    }
+    let p = &side.phases;
+    let v: Vec<f64> = match phase {
+        "gpu" => p
+            .gpu
+            .as_ref()?
+            .iter()
+            .map(|b| b.total_us / b.batch as f64)
+            .collect(),
+        "e2e" => p.e2e.iter().map(|b| b.total_us / b.batch as f64).collect(),
+        "single_gpu" => p.single.iter().filter_map(|s| s.gpu_us).collect(),
+        "single_host" => p.single.iter().map(|s| s.host_us).collect(),
+        _ => vec![],
+    };
+    check::quantile(&v, 0.5)
+}
+
+fn audit_paired(
+    what: &str,
+    rec: &Paired,
+    num: &[Option<f64>],
+    den: &[Option<f64>],
+    bad: &mut dyn FnMut(String),
+) {
+    let ratios: Vec<Option<f64>> = num
+        .iter()
+        .zip(den)
+        .map(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) if *b > 0.0 => Some(a / b),
+            _ => None,
+        })
+        .collect();
+    if rec.ratios.len() != ratios.len()
+        || rec
+            .ratios
+            .iter()
+            .zip(&ratios)
+            .any(|(a, b)| !check::close_opt(*a, *b))
+    {
+        bad(format!(
+            "{what}: paired ratios {:?} do not follow from the raw samples ({ratios:?})",
+            rec.ratios
+        ));
+        return;
+    }
+    let present: Vec<f64> = ratios.iter().flatten().copied().collect();
+    let Some(med) = check::quantile(&present, 0.5) else {
+        if rec.summary.is_some() {
+            bad(format!("{what}: a gain summary without any paired ratio"));
+        }
+        return;
+    };
+    let Some(s) = rec.summary else {
+        bad(format!("{what}: paired ratios but no gain summary"));
+        return;
+    };
+    let min = present.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = present.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let above = present.iter().filter(|&&x| x > 1.0).count();
+    let below = present.iter().filter(|&&x| x < 1.0).count();
+    let n = present.len();
+    if s.n != n
+        || !check::close(s.median, med)
+        || !check::close(s.min, min)
+        || !check::close(s.max, max)
+    {
+        bad(format!(
+            "{what}: gain {} [{}, {}] over n={} does not follow from the ratios (recomputed {med} [{min}, {max}], n={n})",
+            s.median, s.min, s.max, s.n
+        ));
+    }
+    if !check::close(s.coverage, check::coverage(n)) {
+        bad(format!(
+            "{what}: coverage {} is not 1 - 2^(1-{n}) = {}",
+            s.coverage,
+            check::coverage(n)
+        ));
+    }
+    if s.above != above || s.below != below || s.ties != n - above - below {
+        bad(format!(
+            "{what}: sign counts {}/{}/{} but ratios give {above}/{below}/{}",
+            s.above,
+            s.below,
+            s.ties,
+            n - above - below
+        ));
+    }
+    let p = check::sign_p(above, below);
+    if !check::close(s.sign_test_p, p) {
+        bad(format!(
+            "{what}: sign-test p {} but recomputed {p}",
+            s.sign_test_p
+        ));
+    }
+    if s.range_contains_one != (min <= 1.0 && 1.0 <= max) {
+        bad(format!(
+            "{what}: range_contains_one={} contradicts [{min}, {max}]",
+            s.range_contains_one
+        ));
+    }
+}
+
+/// Resolve a recorded source path: relative to the replay directory
+/// first, then as recorded.
+fn locate_source(dir: &Path, s: &SourceRecord) -> Option<PathBuf> {
+    s.relative_path
+        .as_ref()
+        .map(|r| dir.join(r))
+        .filter(|p| p.is_file())
+        .or_else(|| Some(PathBuf::from(&s.path)).filter(|p| p.is_file()))
+}
+
+/// Audit a `lanefold-replay/1` results file in `dir`: recompute per-round
+/// p50s, headline medians, paired ratios, ranges, coverage and sign-test
+/// p-values from the raw samples; check validation records, voiding,
+/// positions, kernel hashes, binary-equality flags, and that the frozen
+/// layouts equal those of the source files (re-read where they still
+/// exist, else the recorded copies). Case discrepancies start
+/// `case <id>: `.
+pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
+    let file: ReplayFile = match serde_json::from_value(value.clone()) {
+        Ok(f) => f,
+        Err(e) => return vec![format!("results.json: not a lanefold replay file: {e}")],
+    };
+    let mut out = vec![];
+    if file.schema != SCHEMA {
+        out.push(format!("replay: schema {:?}", file.schema));
+    }
+    let env_bin = &file.environment.binary_sha256;
+    if env_bin.len() != 64 || !env_bin.chars().all(|c| c.is_ascii_hexdigit()) {
+        out.push("environment: binary_sha256 is not a SHA-256".into());
+    }
+    // Sources: binary flags, and the frozen cases as the files say now.
+    let mut frozen_of: BTreeMap<String, BTreeMap<String, FrozenCase>> = BTreeMap::new();
+    for role in [REFERENCE, CANDIDATE] {
+        let Some(s) = file.source(role) else {
+            out.push(format!("source {role}: not recorded"));
+            continue;
+        };
+        let equal = s.binary_sha256.as_deref() == Some(env_bin.as_str());
+        if s.binary_equal != equal {
+            out.push(format!(
+                "source {role}: binary_equal={} but the recorded hashes say {equal}",
+                s.binary_equal
+            ));
+        }
+        let cases = match locate_source(dir, s) {
+            Some(p) => match audit_read_source(&p) {
+                Ok((sha, cases)) => {
+                    if sha != s.file_sha256 {
+                        out.push(format!(
+                            "source {role}: {} hashes to {sha}, the replay recorded {} (changed since the replay)",
+                            p.display(),
+                            s.file_sha256
+                        ));
+                    }
+                    if cases != s.cases {
+                        out.push(format!(
+                            "source {role}: the recorded copy of its frozen cases differs from {}",
+                            p.display()
+                        ));
+                    }
+                    cases
+                }
+                Err(e) => {
+                    out.push(format!("source {role}: {e}"));
+                    s.cases.clone()
+                }
+            },
+            None => s.cases.clone(),
+        };
+        frozen_of.insert(
+            role.to_string(),
+            cases.into_iter().map(|c| (c.key(), c)).collect(),
+        );
+    }
+    if file.aa {
+        let (r, c) = (file.source(REFERENCE), file.source(CANDIDATE));
+        if let (Some(r), Some(c)) = (r, c) {
+            if r.file_sha256 != c.file_sha256 || r.path != c.path {
+                out.push("replay: an A/A control whose candidate is not the reference file".into());
+            }
+        }
+    }
+    let mut ids = BTreeSet::new();
+    for case in &file.cases {
+        let id = case.id.clone();
+        let mut bad = |m: String| out.push(format!("case {id}: {m}"));
+        if !ids.insert(case.id.clone()) {
+            bad("duplicate case id".into());
+        }
+        if case.id != format!("{}/{}/{}", case.op, case.dtype, case.shape) {
+            bad("id does not name its op/dtype/shape".into());
+        }
+        // Frozen layouts against the sources.
+        for (role, fs) in [(REFERENCE, &case.reference), (CANDIDATE, &case.candidate)] {
+            match frozen_of.get(role).and_then(|m| m.get(&case.id)) {
+                None => bad(format!("the {role} source has no case {}", case.id)),
+                Some(src) => {
+                    if src.layout != fs.layout || src.request != fs.request {
+                        bad(format!(
+                            "the {role}'s frozen layout {} / request {:?} differ from the source's {} / {:?}",
+                            layout_text(&fs.layout),
+                            fs.request,
+                            layout_text(&src.layout),
+                            src.request
+                        ));
+                    }
+                    if src.source_sha256 != fs.recorded_source_sha256 {
+                        bad(format!(
+                            "the {role}'s recorded source hash {:?} differs from the source file's {:?}",
+                            fs.recorded_source_sha256, src.source_sha256
+                        ));
+                    }
+                }
+            }
+            if let (Some(r), Some(g)) = (&fs.recorded_source_sha256, &fs.regenerated_source_sha256)
+            {
+                if r != g {
+                    bad(format!(
+                        "the {role}'s regenerated source {g} differs from the recorded {r}"
+                    ));
+                }
+            }
+        }
+        if file.aa && (case.reference != case.candidate) {
+            bad("A/A control with different reference and candidate parameters".into());
+        }
+        // Rounds: numbering, positions, sides, validation.
+        if case.rounds.len() != file.rounds_done {
+            bad(format!(
+                "{} rounds recorded, rounds_done is {}",
+                case.rounds.len(),
+                file.rounds_done
+            ));
+        }
+        let mut expected_sides = vec![REFERENCE, CANDIDATE];
+        if file.torch {
+            expected_sides.push(TORCH);
+        }
+        let (mut a_first, mut b_first, mut t_first, mut t_last) = (0i64, 0i64, 0i64, 0i64);
+        for (i, r) in case.rounds.iter().enumerate() {
+            if r.round != i {
+                bad(format!("round {i} is numbered {}", r.round));
+            }
+            let mut sorted_order: Vec<&str> = r.order.iter().map(String::as_str).collect();
+            sorted_order.sort_unstable();
+            let mut want: Vec<&str> = expected_sides.clone();
+            want.sort_unstable();
+            if sorted_order != want {
+                bad(format!("round {i}: order {:?} is not {want:?}", r.order));
+            }
+            let pos = |n: &str| r.order.iter().position(|x| x == n);
+            match (pos(REFERENCE), pos(CANDIDATE)) {
+                (Some(a), Some(b)) if a < b => a_first += 1,
+                (Some(_), Some(_)) => b_first += 1,
+                _ => {}
+            }
+            if let Some(t) = pos(TORCH) {
+                if t == 0 {
+                    t_first += 1;
+                } else if t + 1 == r.order.len() {
+                    t_last += 1;
+                }
+            }
+            let mut seen = BTreeSet::new();
+            for s in &r.sides {
+                if !r.order.contains(&s.name) {
+                    bad(format!("round {i}: side {} not in the order", s.name));
+                }
+                if !seen.insert(s.name.clone()) {
+                    bad(format!("round {i}: side {} twice", s.name));
+                }
+                audit_side(s, &mut |m| bad(format!("round {i}: {m}")));
+                if s.voided && !r.missing.iter().any(|m| m.starts_with(&s.name)) {
+                    bad(format!(
+                        "round {i}: {} voided without a missing-ratio note",
+                        s.name
+                    ));
+                }
+            }
+            for n in &r.order {
+                if !seen.contains(n) && !r.missing.iter().any(|m| m.starts_with(n.as_str())) {
+                    bad(format!("round {i}: {n} neither measured nor noted missing"));
+                }
+            }
+            for (who, h) in &r.kernel_sha256 {
+                let f = if who == REFERENCE {
+                    &case.reference
+                } else {
+                    &case.candidate
+                };
+                if f.regenerated_source_sha256.as_ref() != Some(h) {
+                    bad(format!(
+                        "round {i}: {who} ran kernel source {h}, not the frozen {:?}",
+                        f.regenerated_source_sha256
+                    ));
+                }
+            }
+        }
+        if (a_first - b_first).abs() > 1 {
+            bad(format!(
+                "positions unbalanced: reference first in {a_first} rounds, candidate first in {b_first}"
+            ));
+        }
+        if file.torch && (t_first - t_last).abs() > 1 {
+            bad(format!(
+                "torch positions unbalanced: first in {t_first} rounds, last in {t_last}"
+            ));
+        }
+        // Statistics from the raw samples.
+        let s = &case.stats;
+        let valid = case
+            .rounds
+            .iter()
+            .flat_map(|r| &r.sides)
+            .filter(|x| x.validation.pass)
+            .count();
+        let all = case.rounds.iter().map(|r| r.sides.len()).sum::<usize>();
+        if s.outputs_valid != valid || s.outputs_invalid != all - valid {
+            bad(format!(
+                "validation counts {} valid / {} invalid, sides say {valid} / {}",
+                s.outputs_valid,
+                s.outputs_invalid,
+                all - valid
+            ));
+        }
+        let mut native_gpu = false;
+        for phase in PHASES {
+            let p50s: BTreeMap<&str, Vec<Option<f64>>> = expected_sides
+                .iter()
+                .map(|&n| {
+                    (
+                        n,
+                        case.rounds
+                            .iter()
+                            .map(|r| {
+                                r.sides
+                                    .iter()
+                                    .find(|x| x.name == n)
+                                    .and_then(|x| audit_p50(x, phase))
+                            })
+                            .collect(),
+                    )
+                })
+                .collect();
+            if phase == "gpu" {
+                native_gpu = [REFERENCE, CANDIDATE]
+                    .iter()
+                    .any(|n| p50s[n].iter().any(Option::is_some));
+            }
+            let any = p50s.values().flatten().any(Option::is_some);
+            let Some(rec) = s.phases.get(phase) else {
+                if any || phase == "e2e" {
+                    bad(format!("{phase}: statistics missing"));
+                }
+                continue;
+            };
+            for (n, v) in &p50s {
+                let r = rec.p50s.get(*n);
+                let ok = r.is_some_and(|r| {
+                    r.len() == v.len() && r.iter().zip(v).all(|(a, b)| check::close_opt(*a, *b))
+                });
+                if !ok {
+                    bad(format!(
+                        "{phase}: per-round p50s of {n} {r:?} do not match the raw samples ({v:?})"
+                    ));
+                }
+                let present: Vec<f64> = v.iter().flatten().copied().collect();
+                let head = check::quantile(&present, 0.5);
+                if !check::close_opt(rec.headline.get(*n).copied().flatten(), head) {
+                    bad(format!(
+                        "{phase}: headline of {n} {:?} is not the median of its per-round p50s ({head:?})",
+                        rec.headline.get(*n)
+                    ));
+                }
+            }
+            if rec.p50s.len() != p50s.len() {
+                bad(format!("{phase}: p50s for unexpected sides"));
+            }
+            if rec.gain.numerator != REFERENCE || rec.gain.denominator != CANDIDATE {
+                bad(format!("{phase}: gain is not reference / candidate"));
+            }
+            audit_paired(
+                &format!("{phase} gain"),
+                &rec.gain,
+                &p50s[REFERENCE],
+                &p50s[CANDIDATE],
+                &mut bad,
+            );
+            match (&rec.torch_gain, file.torch) {
+                (Some(t), true) => {
+                    if t.numerator != TORCH || t.denominator != CANDIDATE {
+                        bad(format!(
+                            "{phase}: torch gain is not torch-eager / candidate"
+                        ));
+                    }
+                    audit_paired(
+                        &format!("{phase} torch gain"),
+                        t,
+                        &p50s[TORCH],
+                        &p50s[CANDIDATE],
+                        &mut bad,
+                    );
+                }
+                (None, false) => {}
+                _ => bad(format!("{phase}: torch gain present iff --torch violated")),
+            }
+        }
+        let objective = if native_gpu { "gpu" } else { "e2e" };
+        if s.objective != objective {
+            bad(format!(
+                "objective phase recorded {} but the raw samples make it {objective}",
+                s.objective
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{run_bench, BenchSpec};
+    use crate::phases::{PhaseRecord, SingleCall};
+    use lanefold_cpu::Validation;
+
+    fn cfg() -> PhaseConfig {
+        PhaseConfig {
+            samples: 3,
+            sample_ms: 1.0,
+            warmup_ms: 1.0,
+            l2: L2Mode::Warm,
+        }
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "lanefold-replay-test-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn positions_are_balanced_over_rounds() {
+        let orders: Vec<Vec<String>> = (0..4).map(|r| round_order(r, true)).collect();
+        let pos = |o: &Vec<String>, n: &str| o.iter().position(|x| x == n).unwrap();
+        let a_first = orders
+            .iter()
+            .filter(|o| pos(o, REFERENCE) < pos(o, CANDIDATE))
+            .count();
+        assert_eq!(a_first, 2);
+        let t_first = orders.iter().filter(|o| pos(o, TORCH) == 0).count();
+        let t_last = orders.iter().filter(|o| pos(o, TORCH) == 2).count();
+        assert_eq!((t_first, t_last), (2, 2));
+        // Every A/B x torch-first/last combination once.
+        let combos: BTreeSet<(bool, bool)> = orders
+            .iter()
+            .map(|o| (pos(o, REFERENCE) < pos(o, CANDIDATE), pos(o, TORCH) == 0))
+            .collect();
+        assert_eq!(combos.len(), 4);
+        // Even rounds: reference first; two rounds already balance torch.
+        assert_eq!(round_order(0, false), vec![REFERENCE, CANDIDATE]);
+        assert_eq!(round_order(1, false), vec![CANDIDATE, REFERENCE]);
+        assert_ne!(torch_first(0), torch_first(1));
+    }
+
+    #[test]
+    fn coverage_and_sign_test() {
+        assert_eq!(coverage(1), 0.0);
+        assert_eq!(coverage(4), 0.875);
+        assert_eq!(check::coverage(4), 0.875);
+        assert_eq!(sign_test_p(4, 0), 0.125);
+        assert_eq!(sign_test_p(0, 4), 0.125);
+        assert_eq!(sign_test_p(2, 2), 1.0);
+        assert_eq!(sign_test_p(0, 0), 1.0);
+        // 9 of 10: 2 * 11 / 1024.
+        assert!((sign_test_p(9, 1) - 22.0 / 1024.0).abs() < 1e-15);
+        for (a, b) in [(4, 0), (3, 1), (9, 1), (7, 5), (0, 12)] {
+            assert!((sign_test_p(a, b) - check::sign_p(a, b)).abs() < 1e-12);
+        }
+        let g = gain_summary(&[Some(1.2), Some(1.1), None, Some(1.3), Some(1.25)]).unwrap();
+        assert_eq!(g.n, 4);
+        assert!((g.median - 1.225).abs() < 1e-12);
+        assert_eq!((g.min, g.max), (1.1, 1.3));
+        assert_eq!((g.above, g.below, g.ties), (4, 0, 0));
+        assert_eq!(g.sign_test_p, 0.125);
+        assert_eq!(g.coverage, 0.875);
+        assert!(!g.range_contains_one);
+        let t = gain_summary(&[Some(1.0), Some(0.9), Some(1.1)]).unwrap();
+        assert_eq!((t.above, t.below, t.ties), (1, 1, 1));
+        assert!(t.range_contains_one);
+        assert!(gain_summary(&[None, None]).is_none());
+    }
+
+    /// A side whose e2e samples are `per_op` µs at batch 10 (CPU-like: no gpu phase).
+    fn side(name: &str, per_op: &[f64], valid: bool) -> Side {
+        let phases = PhaseRecord {
+            gpu: None,
+            gpu_enqueue_us: vec![],
+            gpu_graph: None,
+            e2e: per_op
+                .iter()
+                .map(|&u| BatchSample {
+                    batch: 10,
+                    total_us: u * 10.0,
+                })
+                .collect(),
+            e2e_enqueue_us: per_op.iter().map(|u| u * 10.0).collect(),
+            single: per_op
+                .iter()
+                .map(|&u| SingleCall {
+                    gpu_us: None,
+                    host_us: u + 100.0,
+                })
+                .collect(),
+        };
+        let v = Validation {
+            outputs: vec![],
+            pass: valid,
+        };
+        let mut s = Side::new(name, v, phases, 1000);
+        s.name = name.into();
+        s
+    }
+
+    fn round(r: usize, sides: Vec<Side>) -> ReplayRound {
+        ReplayRound {
+            round: r,
+            seed: r as u64,
+            order: round_order(r, false),
+            sides,
+            kernel_sha256: BTreeMap::new(),
+            missing: vec![],
+        }
+    }
+
+    #[test]
+    fn statistics_on_constructed_rounds() {
+        // Per-round p50s: reference 10, 12, 11, 30; candidate 8, 10, 10, 20.
+        let rounds = vec![
+            round(
+                0,
+                vec![
+                    side(REFERENCE, &[9.0, 10.0, 50.0], true),
+                    side(CANDIDATE, &[8.0, 7.0, 9.0], true),
+                ],
+            ),
+            round(
+                1,
+                vec![
+                    side(REFERENCE, &[12.0, 12.0, 12.0], true),
+                    side(CANDIDATE, &[10.0, 11.0, 9.0], true),
+                ],
+            ),
+            round(
+                2,
+                vec![
+                    side(REFERENCE, &[11.0], true),
+                    side(CANDIDATE, &[10.0], true),
+                ],
+            ),
+            round(
+                3,
+                vec![
+                    side(REFERENCE, &[30.0], true),
+                    side(CANDIDATE, &[20.0], true),
+                ],
+            ),
+        ];
+        let s = case_stats(&rounds, false);
+        assert_eq!(s.objective, "e2e");
+        assert!(!s.phases.contains_key("gpu"));
+        assert!(!s.phases.contains_key("single_gpu"));
+        let e = &s.phases["e2e"];
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let p50 = e.p50s[REFERENCE]
+            .iter()
+            .map(|x| x.unwrap())
+            .collect::<Vec<_>>();
+        assert!(p50
+            .iter()
+            .zip([10.0, 12.0, 11.0, 30.0])
+            .all(|(a, b)| close(*a, b)));
+        // Median of 10, 11, 12, 30 = 11.5; of 8, 10, 10, 20 = 10.
+        assert!(close(e.headline[REFERENCE].unwrap(), 11.5));
+        assert!(close(e.headline[CANDIDATE].unwrap(), 10.0));
+        // Ratios 1.25, 1.2, 1.1, 1.5: median 1.225, range [1.1, 1.5].
+        let g = e.gain.summary.unwrap();
+        assert!(close(g.median, 1.225) && close(g.min, 1.1) && close(g.max, 1.5));
+        assert_eq!(g.sign_test_p, 0.125);
+        assert_eq!(g.coverage, 0.875);
+        assert!(!g.range_contains_one);
+        assert_eq!(s.outputs_valid, 8);
+
+        // A voided side: its round's ratio is missing, the others stand.
+        let mut rounds = rounds;
+        rounds[1].sides[1] = side(CANDIDATE, &[10.0], false);
+        let s = case_stats(&rounds, false);
+        let e = &s.phases["e2e"];
+        assert_eq!(e.gain.ratios[1], None);
+        assert_eq!(e.gain.summary.unwrap().n, 3);
+        assert_eq!(e.p50s[CANDIDATE][1], None);
+        assert_eq!((s.outputs_valid, s.outputs_invalid), (7, 1));
+    }
+
+    fn bench(dir: &Path, request: LayoutRequest) -> ResultsFile {
+        let spec = BenchSpec {
+            ops: vec![Operator::Sum],
+            shapes: vec!["3x64".parse().unwrap(), "2x257".parse().unwrap()],
+            dtypes: vec![DType::F32],
+            request,
+            device: Device::Cpu,
+            config: cfg(),
+            peer_modes: vec![],
+            python: "python3".into(),
+            peer_script: PathBuf::from("python/torch_peer.py"),
+            capture_sources: false,
+            output: dir.to_path_buf(),
+            seed: 1,
+            command_line: vec!["test".into()],
+        };
+        run_bench(&spec).unwrap()
+    }
+
+    fn spec(reference: &Path, candidate: Option<&Path>, out: &Path) -> ReplaySpec {
+        ReplaySpec {
+            reference: reference.join("results.json"),
+            candidate: candidate.map(|c| c.join("results.json")),
+            aa: candidate.is_none(),
+            rounds: 2,
+            config: cfg(),
+            torch: false,
+            device: Device::Cpu,
+            python: "python3".into(),
+            peer_script: PathBuf::from("python/torch_peer.py"),
+            output: out.to_path_buf(),
+            seed: 7,
+            command_line: vec!["test".into()],
+        }
+    }
+
+    fn audit(dir: &Path) -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap())
+                .unwrap();
+        audit_replay(dir, &v)
+    }
+
+    #[test]
+    fn a_cpu_replay_is_auditable_and_a_changed_sample_fails_it() {
+        let (r, c, out) = (tmp("ref"), tmp("cand"), tmp("out"));
+        bench(&r, LayoutRequest::default());
+        bench(
+            &c,
+            LayoutRequest {
+                pack: 4,
+                workers: 32,
+                ..Default::default()
+            },
+        );
+        let file = run_replay(&spec(&r, Some(&c), &out)).unwrap();
+        assert_eq!(file.schema, SCHEMA);
+        assert_eq!((file.rounds_done, file.cases.len()), (2, 2));
+        assert!(file.sources.iter().all(|s| s.binary_equal));
+        let case = &file.cases[0];
+        assert_eq!(case.stats.objective, "e2e");
+        assert_eq!(case.candidate.layout.pack, 4);
+        assert_eq!(case.rounds[0].order, vec![REFERENCE, CANDIDATE]);
+        assert_eq!(case.rounds[1].order, vec![CANDIDATE, REFERENCE]);
+        let g = case.stats.phases["e2e"].gain.summary.unwrap();
+        assert_eq!(g.n, 2);
+        assert_eq!(g.coverage, 0.5);
+        assert_eq!(case.stats.outputs_valid, 4);
+        assert!(out.join("results.md").is_file());
+        let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+        assert!(md.contains("paired speedup median [range]") && md.contains("E2E single"));
+        assert_eq!(audit(&out), Vec::<String>::new());
+
+        // One raw sample changed: the audit names the case.
+        let path = out.join("results.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let id = v["cases"][1]["id"].as_str().unwrap().to_string();
+        let t = &mut v["cases"][1]["rounds"][1]["sides"][0]["phases"]["e2e"][0]["total_us"];
+        *t = serde_json::json!(t.as_f64().unwrap() * 10.0 + 1.0);
+        let f = audit_replay(&out, &v);
+        assert!(!f.is_empty());
+        assert!(
+            f.iter().all(|m| m.starts_with(&format!("case {id}: "))),
+            "{f:?}"
+        );
+
+        // A changed statistic, an unbalanced order, a false validation record.
+        let clean: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let id0 = file.cases[0].id.clone();
+        let tamper = |f: &dyn Fn(&mut serde_json::Value), want: &str| {
+            let mut v = clean.clone();
+            f(&mut v);
+            let found = audit_replay(&out, &v);
+            assert!(
+                found
+                    .iter()
+                    .any(|m| m.starts_with(&format!("case {id0}: ")) && m.contains(want)),
+                "{want}: {found:?}"
+            );
+        };
+        tamper(
+            &|v| {
+                v["cases"][0]["stats"]["phases"]["e2e"]["gain"]["summary"]["sign_test_p"] =
+                    0.01.into()
+            },
+            "sign-test p",
+        );
+        tamper(
+            &|v| {
+                v["cases"][0]["stats"]["phases"]["e2e"]["gain"]["summary"]["coverage"] = 0.9.into()
+            },
+            "coverage",
+        );
+        tamper(
+            &|v| v["cases"][0]["stats"]["phases"]["e2e"]["headline"]["candidate"] = 1e-3.into(),
+            "headline",
+        );
+        tamper(
+            &|v| v["cases"][0]["rounds"][1]["order"] = serde_json::json!([REFERENCE, CANDIDATE]),
+            "positions unbalanced",
+        );
+        tamper(
+            &|v| v["cases"][0]["rounds"][0]["sides"][0]["validation"]["pass"] = false.into(),
+            "validation",
+        );
+
+        // A changed frozen layout in the recorded copy is caught when the
+        // source file no longer exists.
+        std::fs::remove_dir_all(&c).unwrap();
+        assert_eq!(audit(&out), Vec::<String>::new());
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        v["cases"][0]["candidate"]["layout"]["pack"] = serde_json::json!(2);
+        let f = audit_replay(&out, &v);
+        assert!(
+            f.iter()
+                .any(|m| m.starts_with(&format!("case {id0}: ")) && m.contains("frozen layout")),
+            "{f:?}"
+        );
+        for d in [r, out] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn an_aa_replay_records_its_range_and_whether_it_contains_one() {
+        let (r, out) = (tmp("aa-ref"), tmp("aa-out"));
+        bench(&r, LayoutRequest::default());
+        let file = run_replay(&spec(&r, None, &out)).unwrap();
+        assert!(file.aa);
+        for case in &file.cases {
+            assert_eq!(case.reference, case.candidate);
+            let g = case.stats.phases["e2e"].gain.summary.unwrap();
+            assert_eq!(g.range_contains_one, g.min <= 1.0 && 1.0 <= g.max);
+        }
+        let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+        assert!(md.contains("A/A control"));
+        assert_eq!(audit(&out), Vec::<String>::new());
+        for d in [r, out] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn a_layout_the_request_does_not_replan_to_is_refused() {
+        let (r, out) = (tmp("frozen-ref"), tmp("frozen-out"));
+        let mut file = bench(&r, LayoutRequest::default());
+        let id = format!(
+            "{}/{}/{}",
+            file.cases[1].op, file.cases[1].dtype, file.cases[1].shape
+        );
+        let pack = file.cases[1].plan.layout.pack;
+        file.cases[1].plan.layout.pack = if pack == 4 { 2 } else { 4 };
+        file.write(&r.join("results.json")).unwrap();
+        let e = run_replay(&spec(&r, None, &out)).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("case {id}:")) && e.contains("re-plans"),
+            "{e}"
+        );
+        assert!(!out.join("results.json").exists());
+        let _ = std::fs::remove_dir_all(r);
+    }
+
+    #[test]
+    fn search_files_are_read_from_their_winners() {
+        let r = tmp("search");
+        let file = bench(&r, LayoutRequest::default());
+        let problems: Vec<serde_json::Value> = file
+            .cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    // The search helper's shape: the layout lives with the
+                    // winning candidate.
+                    serde_json::json!({
+                        "op": c.op, "dtype": c.dtype, "shape": c.shape,
+                        "candidates": [
+                            {"index": 0, "plan": {"layout": {"workers": 1, "pack": 8, "unroll": 1, "rows_per_group": 1}}},
+                            {"index": 3, "plan": {"layout": c.plan.layout}},
+                        ],
+                        "winner": {"candidate": 3, "request": c.request, "source_sha256": ""},
+                    })
+                } else {
+                    serde_json::json!({
+                        "op": c.op, "dtype": c.dtype, "shape": c.shape,
+                        "winner": {
+                            "request": c.request,
+                            "source_sha256": null,
+                            "plan": {"layout": c.plan.layout},
+                        }
+                    })
+                }
+            })
+            .chain([serde_json::json!({
+                "op": "sum", "dtype": "f32", "shape": "9x9", "winner": null
+            })])
+            .collect();
+        let search = serde_json::json!({
+            "schema": SEARCH_SCHEMA,
+            "environment": {"binary_sha256": "ab"},
+            "problems": problems,
+        });
+        let path = r.join("search.json");
+        std::fs::write(&path, serde_json::to_string(&search).unwrap()).unwrap();
+        let s = load_frozen(&path).unwrap();
+        let f = load_frozen(&r.join("results.json")).unwrap();
+        assert_eq!(s.cases, f.cases);
+        assert_eq!(s.skipped, vec!["sum/f32/9x9".to_string()]);
+        assert_eq!(s.binary_sha256.as_deref(), Some("ab"));
+        assert_eq!(audit_read_source(&path).unwrap().1, s.cases);
+        let _ = std::fs::remove_dir_all(r);
+    }
+}
