@@ -2,28 +2,14 @@
 //! a clean file passes; a changed raw sample, a changed summary, a changed
 //! captured source or a false validation record fails, naming the case.
 
+mod common;
+
+use common::{lanefold, load, save, text};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn lanefold(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lanefold"))
-        .args(args)
-        .output()
-        .expect("run lanefold")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn bench_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lanefold-bench-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::tmp("bench", name);
     let o = lanefold(&[
         "bench",
         "--backend",
@@ -45,18 +31,6 @@ fn bench_dir(name: &str) -> PathBuf {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     dir
-}
-
-fn load(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
-}
-
-fn save(dir: &Path, v: &Value) {
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(v).unwrap(),
-    )
-    .unwrap();
 }
 
 fn copy_dir(from: &Path, to: &Path) {

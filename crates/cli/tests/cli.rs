@@ -1,16 +1,11 @@
 //! The `lanefold` command as a user meets it: bad input is a clear error
 //! and a non-zero exit, refusals exit 2 with their reason.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn lanefold(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lanefold"))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("run lanefold")
-}
+use common::lanefold;
+use std::path::PathBuf;
+use std::process::Output;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()

@@ -5,29 +5,14 @@
 //! records its gain range and whether it contains 1.0. No timing outcome
 //! is asserted (CPU timings are noise): only structure and arithmetic.
 
-use serde_json::Value;
+mod common;
+
+use common::{lanefold, load, save, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn lanefold(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lanefold"))
-        .args(args)
-        .output()
-        .expect("run lanefold")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use std::process::Output;
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lanefold-replay-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::tmp("replay", name)
 }
 
 /// A tiny CPU bench: rmsnorm f32 on 3x64 and 2x257 with extra layout flags.
@@ -83,18 +68,6 @@ fn replay(reference: &Path, candidate: Option<&Path>, out: &Path) -> Output {
         None => args.push("--aa"),
     }
     lanefold(&args)
-}
-
-fn load(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
-}
-
-fn save(dir: &Path, v: &Value) {
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(v).unwrap(),
-    )
-    .unwrap();
 }
 
 fn audit(dir: &Path) -> Output {

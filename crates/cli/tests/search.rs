@@ -3,30 +3,15 @@
 //! explicit objective, the tuning cache filled by two processes at once,
 //! and the audit of a tampered search file.
 
+mod common;
+
+use common::{lanefold, text};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn lanefold(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lanefold"))
-        .args(args)
-        .output()
-        .expect("run lanefold")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use std::process::Command;
 
 fn tmp(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("lanefold-search-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::tmp("search-cli", name)
 }
 
 const FAST: [&str; 8] = [

@@ -3,13 +3,14 @@
 //! writer's), and checks validation records, voiding, scope labels,
 //! captured-source hashes and the schema. Each discrepancy names its case.
 
-use crate::results::{ResultsFile, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE};
+use crate::phases::BatchSample;
+use crate::results::{ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// Median and linear-interpolated quantile, written independently of
-/// `results::Summary`.
-fn quantile(values: &[f64], p: f64) -> Option<f64> {
+/// Linear-interpolated quantile, written independently of
+/// `results::Summary`; the audits of bench, search and replay files share it.
+pub(crate) fn quantile(values: &[f64], p: f64) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
@@ -25,8 +26,126 @@ fn quantile(values: &[f64], p: f64) -> Option<f64> {
     })
 }
 
-fn close(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+/// Equal up to 1e-9, relative for magnitudes above 1, absolute below.
+pub(crate) fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+pub(crate) fn close_opt(a: Option<f64>, b: Option<f64>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => close(a, b),
+        _ => false,
+    }
+}
+
+pub(crate) fn per_op_us(s: &[BatchSample]) -> Vec<f64> {
+    s.iter().map(|b| b.total_us / b.batch as f64).collect()
+}
+
+pub(crate) fn is_sha(s: &str) -> bool {
+    s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// One side checked against itself: validation records consistent with
+/// their errors, voiding consistent with validation (and a voided side
+/// without samples), scope labels intact, samples well formed, every
+/// summary recomputed from the raw samples, and (given the bytes moved)
+/// the gpu GB/s.
+pub(crate) fn audit_side(
+    who: &str,
+    side: &Side,
+    bytes_moved: Option<u64>,
+    bad: &mut dyn FnMut(String),
+) {
+    let mut all = !side.validation.outputs.is_empty();
+    for o in &side.validation.outputs {
+        let should = o.elements > 0 && o.nonfinite == 0 && o.rel_err <= o.tolerance;
+        if o.pass != should {
+            bad(format!(
+                "{who}: output '{}' pass={} contradicts its errors",
+                o.name, o.pass
+            ));
+        }
+        all &= o.pass;
+    }
+    if side.validation.pass != all {
+        bad(format!(
+            "{who}: validation pass={} contradicts its outputs",
+            side.validation.pass
+        ));
+    }
+    if side.voided == side.validation.pass {
+        bad(format!(
+            "{who}: voided={} but validation pass={}",
+            side.voided, side.validation.pass
+        ));
+    }
+    let p = &side.phases;
+    let has_samples =
+        p.gpu.as_ref().is_some_and(|g| !g.is_empty()) || !p.e2e.is_empty() || !p.single.is_empty();
+    if side.voided && has_samples {
+        bad(format!("{who}: invalid output but timing samples kept"));
+    }
+    for (k, v) in [
+        ("gpu", SCOPE_GPU),
+        ("e2e", SCOPE_E2E),
+        ("single", SCOPE_SINGLE),
+    ] {
+        if side.scopes.get(k).map(String::as_str) != Some(v) {
+            bad(format!("{who}: scope label for {k} missing or altered"));
+        }
+    }
+    for b in p.gpu.iter().flatten().chain(&p.e2e) {
+        if b.batch == 0 || !b.total_us.is_finite() || b.total_us <= 0.0 {
+            bad(format!("{who}: malformed sample {b:?}"));
+        }
+    }
+    let gpu = p.gpu.as_deref().map(per_op_us).unwrap_or_default();
+    let e2e = per_op_us(&p.e2e);
+    let sg: Vec<f64> = p.single.iter().filter_map(|s| s.gpu_us).collect();
+    let sh: Vec<f64> = p.single.iter().map(|s| s.host_us).collect();
+    let s = &side.summary;
+    for (phase, raw, rec) in [
+        ("gpu", &gpu, s.gpu),
+        ("e2e", &e2e, s.e2e),
+        ("single_gpu", &sg, s.single_gpu),
+        ("single_host", &sh, s.single_host),
+    ] {
+        match (rec, quantile(raw, 0.5)) {
+            (None, None) => {}
+            (Some(r), Some(p50)) => {
+                let min = raw.iter().cloned().fold(f64::INFINITY, f64::min);
+                let max = raw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let (q1, q3) = (quantile(raw, 0.25).unwrap(), quantile(raw, 0.75).unwrap());
+                if r.n != raw.len()
+                    || !close(r.p50, p50)
+                    || !close(r.min, min)
+                    || !close(r.max, max)
+                    || !close(r.q1, q1)
+                    || !close(r.q3, q3)
+                    || !close(r.iqr, q3 - q1)
+                {
+                    bad(format!(
+                        "{who}: {phase} summary does not match its raw samples (recorded p50 {}, recomputed {p50})",
+                        r.p50
+                    ));
+                }
+            }
+            (r, q) => bad(format!(
+                "{who}: {phase} summary {r:?} but raw samples give {q:?}"
+            )),
+        }
+    }
+    if let Some(bytes) = bytes_moved {
+        match (side.gpu_gbps_p50, quantile(&gpu, 0.5)) {
+            (Some(g), Some(t)) if close(g, bytes as f64 / (t * 1e3)) => {}
+            (None, None) => {}
+            (g, _) => bad(format!(
+                "{who}: gpu GB/s {g:?} does not follow from bytes and p50"
+            )),
+        }
+    }
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
@@ -70,7 +189,7 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
 fn audit_results(dir: &Path, file: &ResultsFile) -> Vec<String> {
     let mut out = vec![];
     let mut ids = std::collections::HashSet::new();
-    if file.environment.binary_sha256.len() != 64 {
+    if !is_sha(&file.environment.binary_sha256) {
         out.push("environment: binary_sha256 is not a SHA-256".to_string());
     }
     for case in &file.cases {
@@ -85,97 +204,14 @@ fn audit_results(dir: &Path, file: &ResultsFile) -> Vec<String> {
         let mut p50s = std::collections::BTreeMap::new();
         for side in &case.sides {
             let name = &side.name;
-            // Validation record consistency.
-            let mut all = !side.validation.outputs.is_empty();
-            for o in &side.validation.outputs {
-                let should = o.elements > 0 && o.nonfinite == 0 && o.rel_err <= o.tolerance;
-                if o.pass != should {
-                    bad(format!(
-                        "{name}: output '{}' pass={} contradicts its errors",
-                        o.name, o.pass
-                    ));
-                }
-                all &= o.pass;
-            }
-            if side.validation.pass != all {
-                bad(format!(
-                    "{name}: validation pass={} contradicts its outputs",
-                    side.validation.pass
-                ));
-            }
-            if side.voided == side.validation.pass {
-                bad(format!(
-                    "{name}: voided={} but validation pass={}",
-                    side.voided, side.validation.pass
-                ));
-            }
-            let p = &side.phases;
-            let has_samples = p.gpu.as_ref().is_some_and(|g| !g.is_empty())
-                || !p.e2e.is_empty()
-                || !p.single.is_empty();
-            if side.voided && has_samples {
-                bad(format!("{name}: invalid output but timing samples kept"));
-            }
-            for (k, v) in [
-                ("gpu", SCOPE_GPU),
-                ("e2e", SCOPE_E2E),
-                ("single", SCOPE_SINGLE),
-            ] {
-                if side.scopes.get(k).map(String::as_str) != Some(v) {
-                    bad(format!("{name}: scope label for {k} missing or altered"));
-                }
-            }
-            // Recompute every summary from raw samples.
-            let per_op = |s: &[crate::phases::BatchSample]| -> Vec<f64> {
-                s.iter().map(|b| b.total_us / b.batch as f64).collect()
-            };
-            for b in p.gpu.iter().flatten().chain(&p.e2e) {
-                if b.batch == 0 || !b.total_us.is_finite() || b.total_us <= 0.0 {
-                    bad(format!("{name}: malformed sample {b:?}"));
-                }
-            }
-            let gpu = p.gpu.as_deref().map(per_op).unwrap_or_default();
-            let e2e = per_op(&p.e2e);
-            let sg: Vec<f64> = p.single.iter().filter_map(|s| s.gpu_us).collect();
-            let sh: Vec<f64> = p.single.iter().map(|s| s.host_us).collect();
-            let s = &side.summary;
-            for (phase, raw, rec) in [
-                ("gpu", &gpu, s.gpu),
-                ("e2e", &e2e, s.e2e),
-                ("single_gpu", &sg, s.single_gpu),
-                ("single_host", &sh, s.single_host),
-            ] {
-                match (rec, quantile(raw, 0.5)) {
-                    (None, None) => {}
-                    (Some(r), Some(p50)) => {
-                        let min = raw.iter().cloned().fold(f64::INFINITY, f64::min);
-                        let max = raw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                        let (q1, q3) = (quantile(raw, 0.25).unwrap(), quantile(raw, 0.75).unwrap());
-                        if r.n != raw.len()
-                            || !close(r.p50, p50)
-                            || !close(r.min, min)
-                            || !close(r.max, max)
-                            || !close(r.q1, q1)
-                            || !close(r.q3, q3)
-                            || !close(r.iqr, q3 - q1)
-                        {
-                            bad(format!("{name}: {phase} summary does not match its raw samples (recorded p50 {}, recomputed {p50})", r.p50));
-                        }
-                    }
-                    (r, q) => bad(format!(
-                        "{name}: {phase} summary {r:?} but raw samples give {q:?}"
-                    )),
-                }
-            }
-            let gpu_p50 = quantile(&gpu, 0.5);
-            match (side.gpu_gbps_p50, gpu_p50) {
-                (Some(g), Some(t)) if close(g, case.bytes_moved as f64 / (t * 1e3)) => {}
-                (None, None) => {}
-                (g, _) => bad(format!(
-                    "{name}: gpu GB/s {g:?} does not follow from bytes and p50"
-                )),
-            }
-            p50s.insert(name.clone(), (gpu_p50, quantile(&e2e, 0.5)));
+            audit_side(name, side, Some(case.bytes_moved), &mut bad);
+            let gpu_p50 = side
+                .phases
+                .gpu
+                .as_deref()
+                .and_then(|g| quantile(&per_op_us(g), 0.5));
+            let e2e_p50 = quantile(&per_op_us(&side.phases.e2e), 0.5);
+            p50s.insert(name.clone(), (gpu_p50, e2e_p50));
         }
         // Ratios.
         if let Some((ng, ne)) = p50s.get("lanefold").copied() {
@@ -200,7 +236,7 @@ fn audit_results(dir: &Path, file: &ResultsFile) -> Vec<String> {
             }
         }
         if let Some(k) = &case.kernel {
-            if k.source_sha256.len() != 64 {
+            if !is_sha(&k.source_sha256) {
                 bad("kernel source_sha256 is not a SHA-256".into());
             }
             if let Some(f) = &k.source_file {

@@ -90,16 +90,26 @@ fn read_outputs(problem: &Problem, files: &BTreeMap<String, PathBuf>) -> Result<
     Ok(out)
 }
 
-pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
-    let cuda = match spec.device {
+/// The device a measurement runs on, and its target. L2-cold rotation
+/// needs the GPU's L2 size, so it is refused on the CPU.
+pub fn open_device(device: Device, l2: L2Mode) -> Result<(Option<CudaBackend>, Target)> {
+    let cuda = match device {
         Device::Cuda => Some(CudaBackend::open(0).context("--backend cuda")?),
         Device::Cpu => None,
     };
+    if l2 == L2Mode::Cold && cuda.is_none() {
+        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
+    }
     let target = if cuda.is_some() {
         Target::h200()
     } else {
         Target::cpu()
     };
+    Ok((cuda, target))
+}
+
+pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
+    let (cuda, target) = open_device(spec.device, spec.config.l2)?;
     let mut peer = if spec.peer_modes.is_empty() {
         None
     } else {
@@ -136,9 +146,6 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         env.torch_cuda = s("cuda");
         env.liger = s("liger");
         env.python = s("python");
-    }
-    if spec.config.l2 == L2Mode::Cold && cuda.is_none() {
-        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
     }
     std::fs::create_dir_all(&spec.output)?;
     let scratch = std::env::temp_dir().join(format!("lanefold-bench-{}", std::process::id()));

@@ -28,7 +28,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::npy;
 use lanefold_cpu::reference::reference;
-use lanefold_cuda::CudaBackend;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, Features, Layout, LayoutRequest, Plan, Problem, Shape, Target};
 use serde::{Deserialize, Serialize};
@@ -681,18 +680,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     };
     let reference_src = load_frozen(&spec.reference)?;
     let candidate_src = load_frozen(&candidate_path)?;
-    let cuda = match spec.device {
-        Device::Cuda => Some(CudaBackend::open(0).context("--backend cuda")?),
-        Device::Cpu => None,
-    };
-    if spec.config.l2 == L2Mode::Cold && cuda.is_none() {
-        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
-    }
-    let target = if cuda.is_some() {
-        Target::h200()
-    } else {
-        Target::cpu()
-    };
+    let (cuda, target) = crate::bench::open_device(spec.device, spec.config.l2)?;
 
     // Match and freeze every case before anything is measured.
     let by_key: BTreeMap<String, &FrozenCase> =
@@ -1234,34 +1222,7 @@ pub fn markdown(file: &ReplayFile) -> String {
 
 /// Independent arithmetic for the audit (not the writer's).
 mod check {
-    /// Linear-interpolated quantile over a sorted copy.
-    pub fn quantile(values: &[f64], p: f64) -> Option<f64> {
-        if values.is_empty() {
-            return None;
-        }
-        let mut v = values.to_vec();
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        let h = (v.len() as f64 - 1.0) * p;
-        let lo = h.floor() as usize;
-        let frac = h - lo as f64;
-        Some(if lo + 1 < v.len() {
-            v[lo] * (1.0 - frac) + v[lo + 1] * frac
-        } else {
-            v[lo]
-        })
-    }
-
-    pub fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
-    }
-
-    pub fn close_opt(a: Option<f64>, b: Option<f64>) -> bool {
-        match (a, b) {
-            (None, None) => true,
-            (Some(a), Some(b)) => close(a, b),
-            _ => false,
-        }
-    }
+    pub(crate) use crate::audit::{close, close_opt, quantile};
 
     /// Two-sided sign test from a row of Pascal's triangle.
     pub fn sign_p(above: usize, below: usize) -> f64 {
@@ -1340,98 +1301,7 @@ fn audit_read_source(path: &Path) -> std::result::Result<(String, Vec<FrozenCase
 }
 
 fn audit_side(side: &Side, bad: &mut dyn FnMut(String)) {
-    let name = &side.name;
-    let mut all = !side.validation.outputs.is_empty();
-    for o in &side.validation.outputs {
-        let should = o.elements > 0 && o.nonfinite == 0 && o.rel_err <= o.tolerance;
-        if o.pass != should {
-            bad(format!(
-                "{name}: output '{}' pass={} contradicts its errors",
-                o.name, o.pass
-            ));
-        }
-        all &= o.pass;
-    }
-    if side.validation.pass != all {
-        bad(format!(
-            "{name}: validation pass={} contradicts its outputs",
-            side.validation.pass
-        ));
-    }
-    if side.voided == side.validation.pass {
-        bad(format!(
-            "{name}: voided={} but validation pass={}",
-            side.voided, side.validation.pass
-        ));
-    }
-    let p = &side.phases;
-    let has =
-        p.gpu.as_ref().is_some_and(|g| !g.is_empty()) || !p.e2e.is_empty() || !p.single.is_empty();
-    if side.voided && has {
-        bad(format!("{name}: invalid output but timing samples kept"));
-    }
-    for (k, v) in [
-        ("gpu", SCOPE_GPU),
-        ("e2e", SCOPE_E2E),
-        ("single", SCOPE_SINGLE),
-    ] {
-        if side.scopes.get(k).map(String::as_str) != Some(v) {
-            bad(format!("{name}: scope label for {k} missing or altered"));
-        }
-    }
-    for b in p.gpu.iter().flatten().chain(&p.e2e) {
-        if b.batch == 0 || !b.total_us.is_finite() || b.total_us <= 0.0 {
-            bad(format!("{name}: malformed sample {b:?}"));
-        }
-    }
-    let per_op =
-        |s: &[BatchSample]| -> Vec<f64> { s.iter().map(|b| b.total_us / b.batch as f64).collect() };
-    let raw = [
-        (
-            "gpu",
-            p.gpu.as_deref().map(per_op).unwrap_or_default(),
-            side.summary.gpu,
-        ),
-        ("e2e", per_op(&p.e2e), side.summary.e2e),
-        (
-            "single_gpu",
-            p.single.iter().filter_map(|s| s.gpu_us).collect(),
-            side.summary.single_gpu,
-        ),
-        (
-            "single_host",
-            p.single.iter().map(|s| s.host_us).collect(),
-            side.summary.single_host,
-        ),
-    ];
-    for (phase, v, rec) in raw {
-        match (rec, check::quantile(&v, 0.5)) {
-            (None, None) => {}
-            (Some(r), Some(p50)) => {
-                let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
-                let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let (q1, q3) = (
-                    check::quantile(&v, 0.25).unwrap_or(f64::NAN),
-                    check::quantile(&v, 0.75).unwrap_or(f64::NAN),
-                );
-                if r.n != v.len()
-                    || !check::close(r.p50, p50)
-                    || !check::close(r.min, min)
-                    || !check::close(r.max, max)
-                    || !check::close(r.q1, q1)
-                    || !check::close(r.q3, q3)
-                {
-                    bad(format!(
-                        "{name}: {phase} summary does not match its raw samples (recorded p50 {}, recomputed {p50})",
-                        r.p50
-                    ));
-                }
-            }
-            (r, q) => bad(format!(
-                "{name}: {phase} summary {r:?} but raw samples give {q:?}"
-            )),
-        }
-    }
+    crate::audit::audit_side(&side.name, side, None, bad);
 }
 
 /// The raw per-round p50 of a side in a phase, recomputed for the audit.

@@ -14,9 +14,10 @@
 //! its source hash compared, and measured afresh: the fresh figure is the
 //! result, the search score a diagnostic, their ratio the optimism.
 
+use crate::audit::{audit_side, close, close_opt, is_sha, per_op_us, quantile};
 use crate::bench::{input_sets, measure_native, Device};
 use crate::env::{base_environment, nvidia_smi};
-use crate::phases::{BatchSample, L2Mode, PhaseConfig};
+use crate::phases::PhaseConfig;
 use crate::results::{Environment, KernelRecord, PlanRecord, Side, SideSummary};
 use anyhow::{bail, Context, Result};
 use lanefold_codegen::{generate, CodegenOptions};
@@ -444,18 +445,7 @@ pub fn search(spec: &SearchSpec) -> Result<SearchFile> {
         !spec.workers.is_empty() && !spec.packs.is_empty() && !spec.unrolls.is_empty(),
         "the W, V and U lists must each have at least one entry"
     );
-    let cuda = match spec.device {
-        Device::Cuda => Some(CudaBackend::open(0).context("--backend cuda")?),
-        Device::Cpu => None,
-    };
-    if spec.config.l2 == L2Mode::Cold && cuda.is_none() {
-        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
-    }
-    let target = if cuda.is_some() {
-        Target::h200()
-    } else {
-        Target::cpu()
-    };
+    let (cuda, target) = crate::bench::open_device(spec.device, spec.config.l2)?;
     std::fs::create_dir_all(&spec.output)?;
     let mut file = SearchFile {
         schema: SEARCH_SCHEMA.to_string(),
@@ -903,25 +893,7 @@ pub fn markdown(file: &SearchFile) -> String {
 // Audit: independent recomputation with its own arithmetic.
 
 fn median_of(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    })
-}
-
-fn same(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
-}
-
-fn per_op_us(s: &[BatchSample]) -> Vec<f64> {
-    s.iter().map(|b| b.total_us / b.batch as f64).collect()
+    quantile(values, 0.5)
 }
 
 /// The objective's p50 recomputed from a side's raw samples.
@@ -960,18 +932,6 @@ fn audit_spearman(a: &[f64], b: &[f64]) -> Option<f64> {
         return None;
     }
     Some(cov / (va * vb).sqrt())
-}
-
-fn close_opt(a: Option<f64>, b: Option<f64>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(x), Some(y)) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1e-6),
-        _ => false,
-    }
-}
-
-fn is_sha(s: &str) -> bool {
-    s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
 /// Audit a `lanefold-search/1` file: recompute every measured candidate's
@@ -1058,7 +1018,7 @@ pub fn audit_search(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                             bad(format!("#{i}: accepted with an invalid output"));
                         }
                         match (raw, c.objective_p50) {
-                            (Some(r), Some(rec)) if same(r, rec) => {
+                            (Some(r), Some(rec)) if close(r, rec) => {
                                 accepted.push((i, c.predicted_us.unwrap_or(f64::NAN), r))
                             }
                             (r, rec) => bad(format!(
@@ -1194,93 +1154,9 @@ pub fn audit_search(dir: &Path, value: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// Summaries of a side recomputed from its raw samples; validation and
-/// voiding consistent.
+/// A side checked by the shared side audit.
 fn bad_side(bad: &mut dyn FnMut(String), who: &str, side: &Side) {
-    for o in &side.validation.outputs {
-        let should = o.elements > 0 && o.nonfinite == 0 && o.rel_err <= o.tolerance;
-        if o.pass != should {
-            bad(format!(
-                "{who}: output '{}' pass={} contradicts its errors",
-                o.name, o.pass
-            ));
-        }
-    }
-    let all = !side.validation.outputs.is_empty() && side.validation.outputs.iter().all(|o| o.pass);
-    if side.validation.pass != all {
-        bad(format!("{who}: validation pass contradicts its outputs"));
-    }
-    if side.voided == side.validation.pass {
-        bad(format!(
-            "{who}: voided={} but validation pass={}",
-            side.voided, side.validation.pass
-        ));
-    }
-    let p = &side.phases;
-    for b in p.gpu.iter().flatten().chain(&p.e2e) {
-        if b.batch == 0 || !b.total_us.is_finite() || b.total_us <= 0.0 {
-            bad(format!("{who}: malformed sample {b:?}"));
-        }
-    }
-    for (phase, raw, rec) in [
-        (
-            "gpu",
-            p.gpu.as_deref().and_then(|g| median_of(&per_op_us(g))),
-            side.summary.gpu.map(|s| s.p50),
-        ),
-        (
-            "e2e",
-            median_of(&per_op_us(&p.e2e)),
-            side.summary.e2e.map(|s| s.p50),
-        ),
-    ] {
-        if !close_opt(raw, rec) {
-            bad(format!(
-                "{who}: {phase} summary p50 {rec:?} does not match its raw samples ({raw:?})"
-            ));
-        }
-    }
-    // The range too: a changed sample that leaves the p50 alone moves it.
-    let range = |v: &[f64]| {
-        (!v.is_empty()).then(|| {
-            (
-                v.iter().cloned().fold(f64::INFINITY, f64::min),
-                v.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-            )
-        })
-    };
-    for (phase, raw, rec) in [
-        (
-            "gpu",
-            p.gpu.as_deref().and_then(|g| range(&per_op_us(g))),
-            side.summary.gpu.map(|s| (s.min, s.max)),
-        ),
-        (
-            "e2e",
-            range(&per_op_us(&p.e2e)),
-            side.summary.e2e.map(|s| (s.min, s.max)),
-        ),
-    ] {
-        let ok = match (raw, rec) {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                close_opt(Some(a.0), Some(b.0)) && close_opt(Some(a.1), Some(b.1))
-            }
-            _ => false,
-        };
-        if !ok {
-            bad(format!(
-                "{who}: {phase} summary range {rec:?} does not match its raw samples ({raw:?})"
-            ));
-        }
-    }
-    let n_e2e = side.summary.e2e.map_or(0, |s| s.n);
-    if n_e2e != p.e2e.len() {
-        bad(format!(
-            "{who}: e2e summary n={n_e2e} but {} raw samples",
-            p.e2e.len()
-        ));
-    }
+    audit_side(who, side, None, bad);
 }
 
 /// The environment's device as the tuning cache keys it.
@@ -1294,6 +1170,7 @@ pub fn device_of(env: &Environment) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::phases::BatchSample;
     use crate::phases::L2Mode;
 
     fn spec(name: &str, shape: &str, workers: &[u32], packs: &[u32], k: usize) -> SearchSpec {

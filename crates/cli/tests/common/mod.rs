@@ -1,0 +1,47 @@
+//! Helpers shared by the command-line tests. Each test binary uses a
+//! different subset of them.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Run the `lanefold` binary built for these tests.
+pub fn lanefold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lanefold"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run lanefold")
+}
+
+/// stdout then stderr.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A fresh (removed if present, not created) temporary path for this
+/// process, unique per `kind` and `name`.
+pub fn tmp(kind: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lanefold-{kind}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// DIR/results.json as JSON.
+pub fn load(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+}
+
+/// Overwrite DIR/results.json (as a tamperer would).
+pub fn save(dir: &Path, v: &Value) {
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(v).unwrap(),
+    )
+    .unwrap();
+}
