@@ -94,22 +94,28 @@ pub trait CostPolicy {
     fn predict_us(&self, features: &Features, plan: &Plan, target: &Target) -> f64;
 }
 
-/// First model: memory traffic over copy bandwidth, derated by access
-/// width, idle lanes and machine fill; a latency floor per wave of groups
-/// for each phase and tree level; plus the launch.
+/// Memory traffic over copy bandwidth, derated by access width, idle lanes
+/// and machine fill; against a latency floor per wave of groups: for each
+/// phase, a memory round trip, the vector load instructions each worker
+/// issues in sequence, and the tree descent; plus the launch.
+///
+/// v2 (2026-11-29) priced the per-worker instruction count and narrow
+/// accesses after the H200 rmsnorm search
+/// (`bench/results/2026-11-29-rmsnorm-search-h200`) showed v1 ranking
+/// candidates backwards on two of four shapes; see bench/NOTES.md.
 pub struct RooflinePolicy;
 
 impl CostPolicy for RooflinePolicy {
     fn name(&self) -> &'static str {
-        "roofline-v1"
+        "roofline-v2"
     }
 
     fn predict_us(&self, f: &Features, plan: &Plan, target: &Target) -> f64 {
         let access = match f.access_bytes {
             b if b >= 16 => 1.0,
-            8 => 0.92,
-            4 => 0.85,
-            _ => 0.6,
+            8 => 0.9,
+            4 => 0.75,
+            _ => 0.5,
         };
         let threads_in_flight =
             (f.groups.min(f.concurrent_groups) * plan.threads_per_group as u64) as f64;
@@ -118,13 +124,14 @@ impl CostPolicy for RooflinePolicy {
         let efficiency = access * f.lane_utilization.max(0.05) * fill.max(0.02);
         let bytes_per_us = target.copy_gbps * 1e3;
         let stream_us = f.bytes_traffic as f64 / (bytes_per_us * efficiency);
-        // Each phase costs a dependent memory round trip and a tree descent.
         let t = &plan.tree;
         let tree_us = (t.lanes as f64).log2() * 0.02
             + if t.warps > 1 { 0.3 } else { 0.0 }
             + if t.groups > 1 { 0.8 } else { 0.0 };
-        let per_wave_us = f.phases as f64 * (0.8 + tree_us)
-            + plan.slot_bound as f64 / plan.layout.unroll as f64 * 0.004;
+        // Vector instructions (at most 16 bytes each) per worker and phase.
+        let per_chunk = f.access_bytes.div_ceil(16).max(1) as f64;
+        let instructions = plan.layout.chunks(plan.shape().n) as f64 * per_chunk;
+        let per_wave_us = f.phases as f64 * (0.6 + 0.05 * instructions + tree_us);
         let latency_us = f.waves.ceil().max(1.0) * per_wave_us;
         target.launch_us + stream_us.max(latency_us)
     }
