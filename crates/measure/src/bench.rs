@@ -4,7 +4,7 @@
 //! results.json rewritten atomically after every case.
 
 use crate::devices::{CpuTimer, CudaTimer};
-use crate::env::{base_environment, nvidia_smi};
+use crate::env::capture;
 use crate::peer::{PeerRequest, TorchPeer};
 use crate::phases::{sample, L2Mode, PhaseConfig, PhaseRecord};
 use crate::render;
@@ -115,43 +115,12 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
     } else {
         Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
     };
-    let mut env = base_environment(
-        if cuda.is_some() { "cuda" } else { "cpu" },
-        spec.command_line.clone(),
-    );
-    let clocks = || nvidia_smi("clocks.sm,clocks.mem");
-    let start_clocks = clocks();
-    if let Some(c) = &cuda {
-        env.gpu_name = Some(c.device_name());
-        env.compute_capability = Some(format!(
-            "{}.{}",
-            c.compute_capability().0,
-            c.compute_capability().1
-        ));
-        env.l2_bytes = Some(c.l2_bytes());
-        env.driver = Some(c.driver_version());
-        if let Some(v) = nvidia_smi("uuid,driver_version") {
-            env.gpu_uuid = v.first().cloned();
-            env.driver = Some(format!(
-                "{} (CUDA {})",
-                v.get(1).cloned().unwrap_or_default(),
-                c.driver_version()
-            ));
-        }
-    }
-    if let Some(p) = &peer {
-        let h = p.hello();
-        let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(String::from);
-        env.torch = s("torch");
-        env.torch_cuda = s("cuda");
-        env.liger = s("liger");
-        env.python = s("python");
-    }
+    let capture_env = capture(cuda.as_ref(), peer.as_ref(), spec.command_line.clone());
     std::fs::create_dir_all(&spec.output)?;
     let scratch = std::env::temp_dir().join(format!("lanefold-bench-{}", std::process::id()));
     let mut file = ResultsFile {
         schema: SCHEMA.to_string(),
-        environment: env,
+        environment: capture_env.env.clone(),
         config: spec.config,
         cases: vec![],
     };
@@ -258,17 +227,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
             }
         }
     }
-    let end_clocks = clocks();
-    if let (Some(a), Some(b)) = (start_clocks, end_clocks) {
-        let pair = |i: usize| {
-            [
-                a.get(i).cloned().unwrap_or_default(),
-                b.get(i).cloned().unwrap_or_default(),
-            ]
-        };
-        file.environment.sm_clock_mhz = Some(pair(0));
-        file.environment.mem_clock_mhz = Some(pair(1));
-    }
+    capture_env.record_end_clocks(&mut file.environment);
     file.write(&spec.output.join("results.json"))?;
     write_report(&file, &spec.output)?;
     let _ = std::fs::remove_dir_all(&scratch);

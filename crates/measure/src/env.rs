@@ -78,6 +78,68 @@ pub fn base_environment(backend: &str, command_line: Vec<String>) -> Environment
     }
 }
 
+/// The environment of a measurement: the base, the GPU (name, compute
+/// capability, L2, UUID, driver) and the PyTorch peer's versions. Clocks
+/// are read now; call [`record_end_clocks`] when the run ends.
+pub struct EnvironmentCapture {
+    pub env: Environment,
+    start_clocks: Option<Vec<String>>,
+}
+
+const CLOCKS: &str = "clocks.sm,clocks.mem";
+
+pub fn capture(
+    cuda: Option<&lanefold_cuda::CudaBackend>,
+    peer: Option<&crate::peer::TorchPeer>,
+    command_line: Vec<String>,
+) -> EnvironmentCapture {
+    let mut env = base_environment(if cuda.is_some() { "cuda" } else { "cpu" }, command_line);
+    if let Some(c) = cuda {
+        let (major, minor) = c.compute_capability();
+        env.gpu_name = Some(c.device_name());
+        env.compute_capability = Some(format!("{major}.{minor}"));
+        env.l2_bytes = Some(c.l2_bytes());
+        env.driver = Some(c.driver_version());
+        if let Some(v) = nvidia_smi("uuid,driver_version") {
+            env.gpu_uuid = v.first().cloned();
+            env.driver = Some(format!(
+                "{} (CUDA {})",
+                v.get(1).cloned().unwrap_or_default(),
+                c.driver_version()
+            ));
+        }
+    }
+    if let Some(p) = peer {
+        let h = p.hello();
+        let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(String::from);
+        env.torch = s("torch");
+        env.torch_cuda = s("cuda");
+        env.liger = s("liger");
+        env.python = s("python");
+    }
+    EnvironmentCapture {
+        env,
+        start_clocks: nvidia_smi(CLOCKS),
+    }
+}
+
+impl EnvironmentCapture {
+    /// Record SM and memory clocks at the start and now, where nvidia-smi
+    /// answers.
+    pub fn record_end_clocks(&self, env: &mut Environment) {
+        if let (Some(a), Some(b)) = (&self.start_clocks, nvidia_smi(CLOCKS)) {
+            let pair = |i: usize| {
+                [
+                    a.get(i).cloned().unwrap_or_default(),
+                    b.get(i).cloned().unwrap_or_default(),
+                ]
+            };
+            env.sm_clock_mhz = Some(pair(0));
+            env.mem_clock_mhz = Some(pair(1));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -21,25 +21,29 @@ fn yes_no(b: Option<bool>) -> &'static str {
     }
 }
 
-pub fn markdown(file: &ResultsFile) -> String {
-    let e = &file.environment;
-    let c = &file.config;
-    let mut md = String::new();
+/// `# lanefold KIND on DEVICE` and the provenance sentence every results.md
+/// opens with (time, command line, binary SHA-256, git commit, backend).
+pub fn header(kind: &str, e: &crate::results::Environment) -> String {
     let device = e
         .gpu_name
         .clone()
         .unwrap_or_else(|| format!("the CPU of {}", e.host));
-    let _ = writeln!(md, "# lanefold bench on {device}\n");
-    let _ = writeln!(
-        md,
-        "Measured {} by `{}` (binary SHA-256 `{}`, git `{}`{}). Backend: {}.\n",
+    format!(
+        "# lanefold {kind} on {device}\n\nMeasured {} by `{}` (binary SHA-256 `{}`, git `{}`{}). Backend: {}.\n",
         e.utc_time,
         e.command_line.join(" "),
         e.binary_sha256,
         e.git_sha,
         if e.git_dirty { ", dirty tree" } else { "" },
         e.backend
-    );
+    )
+}
+
+pub fn markdown(file: &ResultsFile) -> String {
+    let e = &file.environment;
+    let c = &file.config;
+    let mut md = header("bench", e);
+    md.push('\n');
     let _ = writeln!(md, "| environment | |\n|---|---|");
     for (k, v) in [
         ("GPU", e.gpu_name.clone()),

@@ -17,7 +17,6 @@
 //!   own arithmetic and re-checks the frozen layouts against the sources.
 
 use crate::bench::{input_sets, measure_native, measure_peer, Device};
-use crate::env::{base_environment, nvidia_smi};
 use crate::peer::TorchPeer;
 use crate::phases::{BatchSample, L2Mode, PhaseConfig};
 use crate::results::{
@@ -734,35 +733,8 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     } else {
         None
     };
-    let mut env = base_environment(
-        if cuda.is_some() { "cuda" } else { "cpu" },
-        spec.command_line.clone(),
-    );
-    let clocks = || nvidia_smi("clocks.sm,clocks.mem");
-    let start_clocks = clocks();
-    if let Some(c) = &cuda {
-        env.gpu_name = Some(c.device_name());
-        let (major, minor) = c.compute_capability();
-        env.compute_capability = Some(format!("{major}.{minor}"));
-        env.l2_bytes = Some(c.l2_bytes());
-        env.driver = Some(c.driver_version());
-        if let Some(v) = nvidia_smi("uuid,driver_version") {
-            env.gpu_uuid = v.first().cloned();
-            env.driver = Some(format!(
-                "{} (CUDA {})",
-                v.get(1).cloned().unwrap_or_default(),
-                c.driver_version()
-            ));
-        }
-    }
-    if let Some(p) = &peer {
-        let h = p.hello();
-        let s = |k: &str| h.get(k).and_then(|v| v.as_str()).map(String::from);
-        env.torch = s("torch");
-        env.torch_cuda = s("cuda");
-        env.liger = s("liger");
-        env.python = s("python");
-    }
+    let capture_env = crate::env::capture(cuda.as_ref(), peer.as_ref(), spec.command_line.clone());
+    let env = capture_env.env.clone();
     std::fs::create_dir_all(&spec.output)?;
     let source = |role: &str, path: &Path, f: &Frozen| SourceRecord {
         role: role.into(),
@@ -881,17 +853,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         // An interrupted replay keeps every round already measured.
         file.write(&results)?;
     }
-    let end_clocks = clocks();
-    if let (Some(a), Some(b)) = (start_clocks, end_clocks) {
-        let pair = |i: usize| {
-            [
-                a.get(i).cloned().unwrap_or_default(),
-                b.get(i).cloned().unwrap_or_default(),
-            ]
-        };
-        file.environment.sm_clock_mhz = Some(pair(0));
-        file.environment.mem_clock_mhz = Some(pair(1));
-    }
+    capture_env.record_end_clocks(&mut file.environment);
     file.write(&results)?;
     npy::write_atomically(&spec.output.join("results.md"), markdown(&file).as_bytes())?;
     let _ = std::fs::remove_dir_all(&scratch);
@@ -954,17 +916,13 @@ fn wv(l: &Layout) -> String {
 pub fn markdown(file: &ReplayFile) -> String {
     let e = &file.environment;
     let c = &file.config;
-    let mut md = String::new();
-    let device = e
-        .gpu_name
-        .clone()
-        .unwrap_or_else(|| format!("the CPU of {}", e.host));
     let kind = if file.aa {
         "A/A control replay"
     } else {
         "frozen replay"
     };
-    let _ = writeln!(md, "# lanefold {kind} on {device}\n");
+    let mut md = crate::render::header(kind, e);
+    md.push('\n');
     let valid: usize = file.cases.iter().map(|c| c.stats.outputs_valid).sum();
     let invalid: usize = file.cases.iter().map(|c| c.stats.outputs_invalid).sum();
     let missing: usize = file
@@ -973,16 +931,7 @@ pub fn markdown(file: &ReplayFile) -> String {
         .flat_map(|c| &c.rounds)
         .map(|r| r.missing.len())
         .sum();
-    let _ = writeln!(
-        md,
-        "Measured {} by `{}` (binary SHA-256 `{}`, git `{}`{}). Backend: {}.\n",
-        e.utc_time,
-        e.command_line.join(" "),
-        e.binary_sha256,
-        e.git_sha,
-        if e.git_dirty { ", dirty tree" } else { "" },
-        e.backend
-    );
+
     let _ = writeln!(
         md,
         "**Method.** {} of {} rounds, {} samples per phase, batches sized to about {} ms of host time, {} ms warm-up, L2 {}. In every round every case measures the reference and the candidate{} on the same freshly seeded inputs; the reference runs first in even rounds and the candidate in odd ones{}. Every output of every side was validated against float64 in every round: {valid} complete outputs valid, {invalid} invalid (voided for their round), {missing} missing-side notes.\n",

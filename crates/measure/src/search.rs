@@ -16,7 +16,6 @@
 
 use crate::audit::{audit_side, close, close_opt, is_sha, per_op_us, quantile};
 use crate::bench::{input_sets, measure_native, Device};
-use crate::env::{base_environment, nvidia_smi};
 use crate::phases::PhaseConfig;
 use crate::results::{Environment, KernelRecord, PlanRecord, Side, SideSummary};
 use anyhow::{bail, Context, Result};
@@ -415,21 +414,7 @@ fn plan_record(p: &Plan, target: &Target) -> (PlanRecord, Features) {
 }
 
 fn environment(spec: &SearchSpec, cuda: Option<&CudaBackend>) -> Environment {
-    let mut env = base_environment(
-        if cuda.is_some() { "cuda" } else { "cpu" },
-        spec.command_line.clone(),
-    );
-    if let Some(c) = cuda {
-        let (major, minor) = c.compute_capability();
-        env.gpu_name = Some(c.device_name());
-        env.compute_capability = Some(format!("{major}.{minor}"));
-        env.l2_bytes = Some(c.l2_bytes());
-        env.driver = Some(c.driver_version());
-        if let Some(v) = nvidia_smi("uuid,driver_version") {
-            env.gpu_uuid = v.first().cloned();
-        }
-    }
-    env
+    crate::env::capture(cuda, None, spec.command_line.clone()).env
 }
 
 fn capture_source(dir: &Path, sha: &str, source: &str) -> Result<String> {
@@ -768,23 +753,8 @@ fn opt(x: Option<f64>, digits: usize) -> String {
 pub fn markdown(file: &SearchFile) -> String {
     let e = &file.environment;
     let c = &file.config;
-    let mut md = String::new();
-    let device = e
-        .gpu_name
-        .clone()
-        .unwrap_or_else(|| format!("the CPU of {}", e.host));
-    let _ = writeln!(md, "# lanefold search on {device}\n");
-    let _ = writeln!(
-        md,
-        "Measured {} by `{}` (binary SHA-256 `{}`, git `{}`{}). Backend: {}, target {}.\n",
-        e.utc_time,
-        e.command_line.join(" "),
-        e.binary_sha256,
-        e.git_sha,
-        if e.git_dirty { ", dirty tree" } else { "" },
-        e.backend,
-        file.target
-    );
+    let mut md = crate::render::header("search", e);
+    let _ = writeln!(md, "Target {}.\n", file.target);
     let _ = writeln!(
         md,
         "**Objective: {}** (p50 of the {} phase, µs per op; a candidate without that phase is rejected, never filled in from another). Search space W ∈ {:?} × V ∈ {:?} × U ∈ {:?} (0 = automatic); budget {} distinct realizations, ranked by the cost model, plus the automatic mapping. {} samples per phase, batches of about {} ms, {} ms warm-up, L2 {:?}. Every measured output was validated against float64. The winner was regenerated from its recorded parameters, its source hash checked, and measured afresh: **the fresh figure is the result**; the search score is a diagnostic and optimism = fresh / search. One run: a measurement, not a frozen replay.\n",
