@@ -8,7 +8,7 @@ use lanefold_cpu::data::{expected_len, random_inputs};
 use lanefold_cpu::npy::{self, Element};
 use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
 use lanefold_plan::{
-    enumerate, plan, CostPolicy, Features, LayoutRequest, Problem, ReductionOrder,
+    enumerate, plan, CostPolicy, Features, LayoutRequest, MapperPolicy, Problem, ReductionOrder,
     ResidencyRequest, RooflinePolicy, Shape, Target,
 };
 use std::path::PathBuf;
@@ -216,6 +216,16 @@ struct LayoutArgs {
     /// Only plans whose per-row results do not depend on how many rows run.
     #[arg(long)]
     batch_invariant: bool,
+    /// How an automatic W and V are chosen: `seed` (V=1, the seed's
+    /// reference) or `model` (lowest cost-model prediction).
+    #[arg(long, value_enum, default_value_t = MapperArg::Seed)]
+    mapper: MapperArg,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MapperArg {
+    Seed,
+    Model,
 }
 
 impl LayoutArgs {
@@ -235,6 +245,10 @@ impl LayoutArgs {
                 ResidencyArg::Stream => ResidencyRequest::Stream,
             },
             batch_invariant: self.batch_invariant,
+            mapper: match self.mapper {
+                MapperArg::Seed => MapperPolicy::Seed,
+                MapperArg::Model => MapperPolicy::Model,
+            },
         }
     }
 }

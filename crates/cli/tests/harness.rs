@@ -55,3 +55,24 @@ fn rows_are_bit_identical_alone_among_7_and_among_4096() {
     assert_eq!(r.failed, 0, "{}", r.summary());
     assert_eq!(r.passed, 12);
 }
+
+#[test]
+fn model_mapping_plans_run_valid_on_the_cpu() {
+    use lanefold_plan::MapperPolicy;
+    for op in Operator::SIX {
+        for (shape, dtype) in [("5x257", DType::Bf16), ("3x4103", DType::F32)] {
+            let case = Case {
+                op,
+                dtype,
+                shape: shape.parse().unwrap(),
+                request: LayoutRequest {
+                    mapper: MapperPolicy::Model,
+                    ..Default::default()
+                },
+                seed: 9,
+            };
+            let out = run_case(&Backend::Cpu, &case, &CodegenOptions::default()).unwrap();
+            assert!(out.validation.pass, "{op} {shape}: {:?}", out.validation);
+        }
+    }
+}

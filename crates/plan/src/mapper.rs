@@ -87,7 +87,26 @@ pub struct LayoutRequest {
     /// dtype alone, never on how many rows run together.
     #[serde(default)]
     pub batch_invariant: bool,
+    /// How automatic W and V are chosen.
+    #[serde(default)]
+    pub mapper: MapperPolicy,
 }
+
+/// How the mapper fills in an automatic W and V.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MapperPolicy {
+    /// The seed's reference: V = 1 and about 8 elements per worker.
+    #[default]
+    Seed,
+    /// The legal (W, V) with the lowest cost-model prediction, over W a
+    /// power of two from 8 to the target's widest row and V in 1, 2, 4, 8.
+    Model,
+}
+
+/// Rows the model mapping assumes when asked for batch invariance, so its
+/// choice depends on N and dtype alone.
+const CANONICAL_ROWS: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -177,6 +196,14 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let chosen;
+    let request =
+        if request.mapper == MapperPolicy::Model && request.workers == 0 && request.pack == 0 {
+            chosen = choose_by_model(problem, target, request)?;
+            &chosen
+        } else {
+            request
+        };
     let mut p = plan_rows(problem, target, request)?;
     if request.batch_invariant {
         // The same request for one row must give the same arithmetic.
@@ -199,6 +226,62 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
         p.batch_invariant = true;
     }
     Ok(p)
+}
+
+/// The request with W and V filled in by the cost model (see
+/// [`MapperPolicy::Model`]). An exact-order or element-only request keeps
+/// the seed mapping's answer, since the model has nothing to choose there.
+fn choose_by_model(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Result<LayoutRequest, Refusal> {
+    use crate::cost::{CostPolicy, Features, RooflinePolicy};
+    let seed = LayoutRequest {
+        mapper: MapperPolicy::Seed,
+        ..*request
+    };
+    let baseline = plan_rows(problem, target, &seed)?;
+    if baseline.order == ReductionOrder::Sequential {
+        return Ok(seed);
+    }
+    let scored = if request.batch_invariant {
+        Problem {
+            shape: Shape {
+                rows: CANONICAL_ROWS,
+                ..problem.shape
+            },
+            ..problem.clone()
+        }
+    } else {
+        problem.clone()
+    };
+    let mut best: Option<(f64, u32, u32)> = None;
+    let mut w = 8;
+    while w <= target.max_workers() {
+        for v in VALID_PACKS {
+            let candidate = LayoutRequest {
+                workers: w,
+                pack: v,
+                ..seed
+            };
+            if let Ok(p) = plan_rows(&scored, target, &candidate) {
+                let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
+                if best.is_none_or(|(b, _, _)| us < b) {
+                    best = Some((us, w, v));
+                }
+            }
+        }
+        w *= 2;
+    }
+    Ok(match best {
+        Some((_, workers, pack)) => LayoutRequest {
+            workers,
+            pack,
+            ..seed
+        },
+        None => seed,
+    })
 }
 
 fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
@@ -623,6 +706,54 @@ mod tests {
             long.tree.lanes * long.tree.warps * long.tree.groups,
             long.layout.workers
         );
+    }
+
+    #[test]
+    fn model_mapping_picks_the_lowest_prediction_of_its_family() {
+        use crate::cost::{CostPolicy, Features, RooflinePolicy};
+        let t = Target::h200();
+        for shape in ["1x127", "17x257", "64x4096", "1024x4096", "8x131072"] {
+            let p = problem(Operator::Rmsnorm, shape);
+            let model = LayoutRequest {
+                mapper: MapperPolicy::Model,
+                ..Default::default()
+            };
+            let chosen = plan(&p, &t, &model).unwrap();
+            let predict = |pl: &Plan| RooflinePolicy.predict_us(&Features::of(pl, &t), pl, &t);
+            let best = predict(&chosen);
+            let mut w = 8;
+            while w <= t.max_workers() {
+                for v in VALID_PACKS {
+                    if let Ok(other) = plan(&p, &t, &req(w, v)) {
+                        assert!(
+                            predict(&other) >= best,
+                            "{shape}: W={w} V={v} predicts lower than {}",
+                            chosen.describe()
+                        );
+                    }
+                }
+                w *= 2;
+            }
+        }
+    }
+
+    #[test]
+    fn model_mapping_with_batch_invariance_ignores_the_row_count() {
+        let t = Target::h200();
+        let r = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            batch_invariant: true,
+            ..Default::default()
+        };
+        let keys: Vec<_> = ["1x4096", "7x4096", "4096x4096", "100000x4096"]
+            .iter()
+            .map(|s| {
+                plan(&problem(Operator::Softmax, s), &t, &r)
+                    .unwrap()
+                    .arithmetic_key()
+            })
+            .collect();
+        assert!(keys.windows(2).all(|k| k[0] == k[1]), "{keys:?}");
     }
 
     #[test]
