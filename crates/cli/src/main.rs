@@ -1,6 +1,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use lanefold::args::{parse_dtype, parse_operator, parse_ops, parse_shape, BackendArg, L2Arg};
 use lanefold::selftest::{self, Report};
 use lanefold::{exit_code, run_case, run_plan, Backend, Case};
 use lanefold_codegen::CodegenOptions;
@@ -114,12 +115,6 @@ struct BenchArgs {
     peer_script: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum L2Arg {
-    Warm,
-    Cold,
-}
-
 #[derive(Args)]
 struct SpeedArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_shape, default_value = "32768x4096,4096x32768,4096x131072")]
@@ -138,13 +133,6 @@ struct SpeedArgs {
     /// Directory for results.json (raw samples) and results.md.
     #[arg(long)]
     output: PathBuf,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum BackendArg {
-    Auto,
-    Cpu,
-    Cuda,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -298,18 +286,6 @@ struct RunArgs {
     no_tuning_cache: bool,
 }
 
-fn parse_operator(s: &str) -> Result<Operator, String> {
-    s.parse()
-        .map_err(|e: lanefold_ir::ParseOperatorError| e.to_string())
-}
-fn parse_shape(s: &str) -> Result<Shape, String> {
-    s.parse()
-        .map_err(|e: lanefold_plan::ShapeError| e.to_string())
-}
-fn parse_dtype(s: &str) -> Result<DType, String> {
-    s.parse()
-        .map_err(|e: lanefold_ir::DTypeError| e.to_string())
-}
 fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     let (name, path) = s
         .split_once('=')
@@ -658,30 +634,9 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
 }
 
 fn bench_cmd(args: BenchArgs) -> Result<()> {
-    use lanefold_measure::bench::{run_bench, BenchSpec, Device};
-    use lanefold_measure::phases::{L2Mode, PhaseConfig};
-    let mut ops = vec![];
-    for o in &args.ops {
-        if o == "all" {
-            ops.extend(Operator::SIX);
-        } else {
-            ops.push(parse_operator(o).map_err(anyhow::Error::msg)?);
-        }
-    }
-    let device = match args.backend {
-        BackendArg::Cpu => Device::Cpu,
-        BackendArg::Cuda => Device::Cuda,
-        BackendArg::Auto => match Backend::detect() {
-            (Backend::Cuda(_), _) => Device::Cuda,
-            (_, why) => {
-                println!(
-                    "no GPU in use ({}); measuring the CPU executor (gpu phase absent)",
-                    why.unwrap_or_default()
-                );
-                Device::Cpu
-            }
-        },
-    };
+    use lanefold_measure::bench::{run_bench, BenchSpec};
+    use lanefold_measure::phases::PhaseConfig;
+    let ops = parse_ops(&args.ops)?;
     let mut peer_modes = vec![];
     if args.torch {
         peer_modes.push("eager".to_string());
@@ -697,15 +652,12 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         shapes: args.shapes,
         dtypes: args.dtypes,
         request: args.layout.request(),
-        device,
+        device: args.backend.into(),
         config: PhaseConfig {
             samples: args.samples,
             sample_ms: args.sample_ms,
             warmup_ms: args.warmup_ms,
-            l2: match args.l2 {
-                L2Arg::Warm => L2Mode::Warm,
-                L2Arg::Cold => L2Mode::Cold,
-            },
+            l2: args.l2.into(),
         },
         peer_modes,
         python: args.python,

@@ -3,27 +3,12 @@
 //! itself with `--aa`), written as a `lanefold-replay/1` results.json and
 //! results.md.
 
-use crate::Backend;
+use crate::args::{BackendArg, L2Arg};
 use anyhow::{bail, Result};
-use clap::{Args, ValueEnum};
-use lanefold_measure::bench::Device;
-use lanefold_measure::phases::{L2Mode, PhaseConfig};
+use clap::Args;
+use lanefold_measure::phases::PhaseConfig;
 use lanefold_measure::replay::{run_replay, ReplaySpec, CANDIDATE, REFERENCE};
 use std::path::PathBuf;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ReplayBackend {
-    /// CUDA when a GPU is present, else the CPU executor.
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ReplayL2 {
-    Warm,
-    Cold,
-}
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
@@ -45,13 +30,13 @@ pub struct ReplayArgs {
     pub sample_ms: f64,
     #[arg(long, default_value_t = 200.0)]
     pub warmup_ms: f64,
-    #[arg(long, value_enum, default_value_t = ReplayL2::Warm)]
-    pub l2: ReplayL2,
+    #[arg(long, value_enum, default_value_t = L2Arg::Warm)]
+    pub l2: L2Arg,
     /// Also measure PyTorch eager through the Python peer, every round.
     #[arg(long)]
     pub torch: bool,
-    #[arg(long, value_enum, default_value_t = ReplayBackend::Auto)]
-    pub backend: ReplayBackend,
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     #[arg(long)]
     pub output: PathBuf,
     /// Base seed; every round and case draws fresh inputs from it.
@@ -66,20 +51,6 @@ pub struct ReplayArgs {
 }
 
 pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
-    let device = match args.backend {
-        ReplayBackend::Cpu => Device::Cpu,
-        ReplayBackend::Cuda => Device::Cuda,
-        ReplayBackend::Auto => match Backend::detect() {
-            (Backend::Cuda(_), _) => Device::Cuda,
-            (_, why) => {
-                println!(
-                    "no GPU in use ({}); replaying on the CPU executor (gpu phase absent: the objective is e2e)",
-                    why.unwrap_or_default()
-                );
-                Device::Cpu
-            }
-        },
-    };
     let spec = ReplaySpec {
         reference: args.reference,
         candidate: args.candidate,
@@ -89,13 +60,10 @@ pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
             samples: args.samples,
             sample_ms: args.sample_ms,
             warmup_ms: args.warmup_ms,
-            l2: match args.l2 {
-                ReplayL2::Warm => L2Mode::Warm,
-                ReplayL2::Cold => L2Mode::Cold,
-            },
+            l2: args.l2.into(),
         },
         torch: args.torch,
-        device,
+        device: args.backend.into(),
         python: args.python,
         peer_script: args
             .peer_script

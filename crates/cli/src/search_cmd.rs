@@ -1,24 +1,16 @@
 //! `lanefold search` and `lanefold tune`: the finite layout search with an
 //! explicit objective, and the tuning cache it fills.
 
+use crate::args::{parse_dtype, parse_ops, parse_shape, BackendArg, L2Arg};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use lanefold_ir::{DType, Operator};
-use lanefold_measure::bench::Device;
 use lanefold_measure::env::utc_now;
-use lanefold_measure::phases::{L2Mode, PhaseConfig};
+use lanefold_measure::phases::PhaseConfig;
 use lanefold_measure::search::{device_of, search, Objective, SearchFile, SearchSpec};
 use lanefold_measure::tuning::{TuningCache, TuningEntry, TuningKey};
 use lanefold_plan::{LayoutRequest, Shape};
 use std::path::PathBuf;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SearchBackend {
-    /// CUDA when a GPU is present, the CPU otherwise.
-    Auto,
-    Cpu,
-    Cuda,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TuningMetric {
@@ -26,12 +18,6 @@ pub enum TuningMetric {
     Gpu,
     /// p50 of the e2e phase (host wall clock around a batch).
     HostWall,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SearchL2 {
-    Warm,
-    Cold,
 }
 
 /// What `search` and `tune` share: the problems, the search space, the
@@ -46,8 +32,8 @@ pub struct SearchOptions {
     pub shapes: Vec<Shape>,
     #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32")]
     pub dtypes: Vec<DType>,
-    #[arg(long, value_enum, default_value_t = SearchBackend::Auto)]
-    pub backend: SearchBackend,
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// W candidates (0 = automatic).
     #[arg(long, value_delimiter = ',', default_value = "0,32,128,256")]
     pub tune_workers: Vec<u32>,
@@ -71,8 +57,8 @@ pub struct SearchOptions {
     pub sample_ms: f64,
     #[arg(long, default_value_t = 100.0)]
     pub warmup_ms: f64,
-    #[arg(long, value_enum, default_value_t = SearchL2::Warm)]
-    pub l2: SearchL2,
+    #[arg(long, value_enum, default_value_t = L2Arg::Warm)]
+    pub l2: L2Arg,
     /// Store each measured kernel's source beside results.json
     /// (sources/SHA.cu).
     #[arg(long)]
@@ -107,45 +93,6 @@ pub struct TuneArgs {
     pub batch_invariant: bool,
 }
 
-fn parse_shape(s: &str) -> Result<Shape, String> {
-    s.parse()
-        .map_err(|e: lanefold_plan::ShapeError| e.to_string())
-}
-
-fn parse_dtype(s: &str) -> Result<DType, String> {
-    s.parse()
-        .map_err(|e: lanefold_ir::DTypeError| e.to_string())
-}
-
-fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
-    let mut out = vec![];
-    for o in ops {
-        if o == "all" {
-            out.extend(Operator::SIX);
-        } else {
-            out.push(
-                o.parse()
-                    .map_err(|e: lanefold_ir::ParseOperatorError| anyhow::anyhow!("{e}"))?,
-            );
-        }
-    }
-    Ok(out)
-}
-
-fn device(b: SearchBackend) -> Device {
-    match b {
-        SearchBackend::Cpu => Device::Cpu,
-        SearchBackend::Cuda => Device::Cuda,
-        SearchBackend::Auto => match lanefold_cuda::CudaBackend::open(0) {
-            Ok(_) => Device::Cuda,
-            Err(e) => {
-                println!("no GPU in use ({e}); searching on the CPU executor (gpu phase absent)");
-                Device::Cpu
-            }
-        },
-    }
-}
-
 impl SearchOptions {
     /// The search specification, with `base` as the request the lists vary.
     pub fn spec(&self, base: LayoutRequest, output: PathBuf) -> Result<SearchSpec> {
@@ -165,15 +112,12 @@ impl SearchOptions {
                 TuningMetric::HostWall => Objective::HostWall,
             },
             max_candidates: self.max_candidates,
-            device: device(self.backend),
+            device: self.backend.into(),
             config: PhaseConfig {
                 samples: self.samples,
                 sample_ms: self.sample_ms,
                 warmup_ms: self.warmup_ms,
-                l2: match self.l2 {
-                    SearchL2::Warm => L2Mode::Warm,
-                    SearchL2::Cold => L2Mode::Cold,
-                },
+                l2: self.l2.into(),
             },
             capture_sources: self.capture_sources,
             output,

@@ -17,14 +17,14 @@ use lanefold_cpu::reference::{reference, Reference};
 use lanefold_cpu::{validate, Buffers};
 use lanefold_cuda::CudaBackend;
 use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
-use lanefold_plan::{
-    plan, CostPolicy, Features, LayoutRequest, Problem, Residency, RooflinePolicy, Shape, Target,
-};
+use lanefold_plan::{plan, Features, LayoutRequest, Problem, Shape, Target};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
+    /// CUDA when a GPU is present, the CPU executor otherwise.
+    Auto,
     Cpu,
     Cuda,
 }
@@ -96,6 +96,13 @@ pub fn open_device(device: Device, l2: L2Mode) -> Result<(Option<CudaBackend>, T
     let cuda = match device {
         Device::Cuda => Some(CudaBackend::open(0).context("--backend cuda")?),
         Device::Cpu => None,
+        Device::Auto => match CudaBackend::open(0) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("no GPU in use ({e}); measuring the CPU executor (gpu phase absent)");
+                None
+            }
+        },
     };
     if l2 == L2Mode::Cold && cuda.is_none() {
         bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
@@ -205,16 +212,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     dtype: dtype.name().into(),
                     shape: shape.to_string(),
                     request: spec.request,
-                    plan: PlanRecord {
-                        describe: p.describe(),
-                        layout: p.layout,
-                        residency: match p.residency {
-                            Residency::Registers => "registers".into(),
-                            Residency::Stream => "stream".into(),
-                        },
-                        groups_per_row: p.groups_per_row,
-                        predicted_us: RooflinePolicy.predict_us(&features, &p, &target),
-                    },
+                    plan: PlanRecord::of(&p, &features, &target),
                     kernel: kernel.take(),
                     bytes_moved: features.bytes_moved,
                     order,

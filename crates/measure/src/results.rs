@@ -198,6 +198,27 @@ pub struct PlanRecord {
     pub predicted_us: f64,
 }
 
+impl PlanRecord {
+    /// The record of a plan, with the cost model's prediction.
+    pub fn of(
+        plan: &lanefold_plan::Plan,
+        features: &lanefold_plan::Features,
+        target: &lanefold_plan::Target,
+    ) -> PlanRecord {
+        use lanefold_plan::CostPolicy;
+        PlanRecord {
+            describe: plan.describe(),
+            layout: plan.layout,
+            residency: match plan.residency {
+                lanefold_plan::Residency::Registers => "registers".into(),
+                lanefold_plan::Residency::Stream => "stream".into(),
+            },
+            groups_per_row: plan.groups_per_row,
+            predicted_us: lanefold_plan::RooflinePolicy.predict_us(features, plan, target),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelRecord {
     pub name: String,

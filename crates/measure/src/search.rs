@@ -25,8 +25,8 @@ use lanefold_cpu::reference::reference;
 use lanefold_cuda::CudaBackend;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{
-    enumerate, plan, CostPolicy, Features, LayoutRequest, Plan, Problem, Residency, RooflinePolicy,
-    Shape, Target,
+    enumerate, plan, CostPolicy, Features, LayoutRequest, Plan, Problem, RooflinePolicy, Shape,
+    Target,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -398,19 +398,7 @@ fn request_label(r: &LayoutRequest) -> String {
 
 fn plan_record(p: &Plan, target: &Target) -> (PlanRecord, Features) {
     let f = Features::of(p, target);
-    (
-        PlanRecord {
-            describe: p.describe(),
-            layout: p.layout,
-            residency: match p.residency {
-                Residency::Registers => "registers".into(),
-                Residency::Stream => "stream".into(),
-            },
-            groups_per_row: p.groups_per_row,
-            predicted_us: RooflinePolicy.predict_us(&f, p, target),
-        },
-        f,
-    )
+    (PlanRecord::of(p, &f, target), f)
 }
 
 fn environment(spec: &SearchSpec, cuda: Option<&CudaBackend>) -> Environment {
