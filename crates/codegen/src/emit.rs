@@ -67,7 +67,7 @@ fn combine(op: ReduceOp, a: &str, b: &str) -> String {
 fn unary(op: UnaryOp, a: &str) -> String {
     match op {
         UnaryOp::Neg => format!("-{a}"),
-        UnaryOp::Exp => format!("expf({a})"),
+        UnaryOp::Exp => format!("lf_exp({a})"),
         UnaryOp::Log => format!("logf({a})"),
         UnaryOp::Sqrt => format!("sqrtf({a})"),
         UnaryOp::Rsqrt => format!("rsqrtf({a})"),
@@ -133,6 +133,17 @@ __device__ __forceinline__ unsigned lf_bits(float x) { return (unsigned)lf_narro
     }
 }
 
+/// exp(x) = 2^(x log2 e): a multiply and the SFU's `ex2.approx` (relative
+/// error about 2^-22) instead of `expf`'s ~10-instruction range reduction,
+/// which made bf16 softmax and cross-entropy instruction-bound on the H200.
+/// Results below 2^-126 flush to zero.
+const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
+    float y;
+    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x * 1.4426950408889634f));
+    return y;
+}
+";
+
 const CLUSTER_HELPERS: &str = "// Thread-block cluster helpers (sm_90): barrier and distributed shared memory.
 __device__ __forceinline__ void lf_cluster_sync() {
     asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");
@@ -185,6 +196,59 @@ pub(crate) fn vector_access(dtype: DType, pack: usize, n: usize) -> Option<(usiz
     Some((words, words.min(4)))
 }
 
+#[derive(Clone)]
+struct Gather {
+    buffer: String,
+    index: Value,
+}
+
+/// Find `Reduce(Sum, MaskIndex(Load <row buffer>, index))`; also the
+/// MaskIndex tiles used by nothing else.
+fn find_gathers(program: &Program) -> (Vec<Option<Gather>>, BTreeSet<usize>) {
+    let body = &program.body;
+    let mut gathers = vec![None; body.len()];
+    for (at, instr) in body.iter().enumerate() {
+        let Instr::Reduce {
+            op: ReduceOp::Sum,
+            arg,
+        } = instr
+        else {
+            continue;
+        };
+        let Instr::MaskIndex { tile, index } = &body[arg.index()] else {
+            continue;
+        };
+        let Instr::Load { buffer } = &body[tile.index()] else {
+            continue;
+        };
+        let row = program
+            .input(buffer)
+            .is_some_and(|d| d.kind == BufferKind::Row);
+        if row {
+            gathers[at] = Some(Gather {
+                buffer: buffer.clone(),
+                index: *index,
+            });
+        }
+    }
+    let mut skipped = BTreeSet::new();
+    for (at, instr) in body.iter().enumerate() {
+        if !matches!(instr, Instr::MaskIndex { .. }) {
+            continue;
+        }
+        let users: Vec<usize> = body
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| u.operands().contains(&Value(at as u32)))
+            .map(|(u, _)| u)
+            .collect();
+        if !users.is_empty() && users.iter().all(|&u| gathers[u].is_some()) {
+            skipped.insert(at);
+        }
+    }
+    (gathers, skipped)
+}
+
 struct Ctx<'a> {
     plan: &'a Plan,
     program: &'a Program,
@@ -204,6 +268,12 @@ struct Ctx<'a> {
     resident: Vec<Value>,
     /// Index of each reduction in program order, by value.
     red_index: Vec<Option<usize>>,
+    /// Sum reductions of a masked row load (`Reduce(Sum, MaskIndex(Load x,
+    /// i))`), by value: `x[i]` read directly instead of a compare, select
+    /// and add per element. Exact: the masked sum adds zeros to one value.
+    gathers: Vec<Option<Gather>>,
+    /// MaskIndex tiles whose only users are gathered reductions.
+    skipped: BTreeSet<usize>,
     reductions: usize,
     out: String,
     indent: usize,
@@ -250,7 +320,7 @@ impl Ctx<'_> {
     }
 
     fn needed(&self, v: usize, p: usize) -> bool {
-        self.kinds[v] == Kind::Tile && self.demanded[v].contains(&p)
+        self.kinds[v] == Kind::Tile && self.demanded[v].contains(&p) && !self.skipped.contains(&v)
     }
 
     /// Does phase `p` read, reduce or store any tile?
@@ -260,7 +330,9 @@ impl Ctx<'_> {
             .iter()
             .enumerate()
             .any(|(at, instr)| match instr {
-                Instr::Reduce { arg, .. } => self.phase[arg.index()] == p,
+                Instr::Reduce { arg, .. } => {
+                    self.phase[arg.index()] == p && self.gathers[at].is_none()
+                }
                 Instr::Store { value, .. } => {
                     self.kinds[value.index()] == Kind::Tile && self.phase[value.index()] == p
                 }
@@ -274,15 +346,40 @@ impl Ctx<'_> {
             .iter()
             .enumerate()
             .filter_map(|(at, instr)| match instr {
-                Instr::Reduce { op, arg } if self.phase[arg.index()] == p => Some((
-                    self.red_index[at].expect("every reduction is numbered"),
-                    Value(at as u32),
-                    *op,
-                    *arg,
-                )),
+                Instr::Reduce { op, arg }
+                    if self.phase[arg.index()] == p && self.gathers[at].is_none() =>
+                {
+                    Some((
+                        self.red_index[at].expect("every reduction is numbered"),
+                        Value(at as u32),
+                        *op,
+                        *arg,
+                    ))
+                }
                 _ => None,
             })
             .collect()
+    }
+
+    /// The gathered reductions whose masked tile belongs to phase `p`.
+    fn emit_gathers(&mut self, p: usize) {
+        for at in 0..self.program.body.len() {
+            let Some(g) = self.gathers[at].clone() else {
+                continue;
+            };
+            let Instr::Reduce { arg, .. } = &self.program.body[at] else {
+                continue;
+            };
+            if self.phase[arg.index()] != p {
+                continue;
+            }
+            let (r, i) = (self.name(Value(at as u32)), self.name(g.index));
+            let s = format!(
+                "const float {r} = ({i} >= 0 && {i} < LF_N) ? lf_widen(p_{}[row_off + {i}]) : 0.0f; // gathered masked sum",
+                ident(&g.buffer)
+            );
+            self.line(&s);
+        }
     }
 
     fn scalar_expr(&self, instr: &Instr) -> Option<String> {
@@ -640,6 +737,7 @@ impl Ctx<'_> {
     fn emit_phase(&mut self, p: usize) {
         self.line(&format!("// ---- phase {p} ----"));
         self.emit_scalars(p);
+        self.emit_gathers(p);
         if !self.has_tile_work(p) {
             return;
         }
@@ -778,6 +876,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     for (k, r) in a.reductions.iter().enumerate() {
         red_index[r.index()] = Some(k);
     }
+    let (gathers, skipped) = find_gathers(program);
     let warp_floats = if tree.warps > 1 {
         reductions * g * tree.warps as usize
     } else {
@@ -814,6 +913,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         registers,
         resident: a.resident.clone(),
         red_index,
+        gathers,
+        skipped,
         reductions,
         out: String::new(),
         indent: 0,
@@ -836,6 +937,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         plan.groups,
     );
     head.push_str(storage_helpers(plan.dtype()));
+    head.push_str(MATH_HELPERS);
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
     }

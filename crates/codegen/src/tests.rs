@@ -265,3 +265,68 @@ fn generation_is_deterministic_and_names_are_identifiers() {
     assert_eq!(kernel(&p), kernel(&p));
     assert_eq!(kernel(&p).name, "lf_softmax_f32_w256_v4_u1_g1");
 }
+
+fn custom(program: lanefold_ir::Program) -> Plan {
+    let problem = Problem {
+        program,
+        dtype: DType::F32,
+        shape: "8x256".parse().unwrap(),
+    };
+    let req = LayoutRequest {
+        workers: 32,
+        pack: 4,
+        ..Default::default()
+    };
+    plan(&problem, &Target::h200(), &req).unwrap()
+}
+
+#[test]
+fn cross_entropy_target_logit_is_gathered_not_masked_per_element() {
+    let src = kernel(&make(
+        Operator::CrossEntropy,
+        DType::F32,
+        "64x4096",
+        128,
+        4,
+        1,
+    ))
+    .source;
+    assert!(src.contains("lf_widen(p_x[row_off + x1])"), "{src}");
+    assert!(!src.contains("(long long)(i0 + e)"), "{src}");
+    // Only the max and the sum of exponentials go through the tree.
+    assert_eq!(
+        src.matches("__shfl_xor_sync(lf_mask").count(),
+        2 * 5,
+        "{src}"
+    );
+}
+
+#[test]
+fn masked_sum_of_a_computed_tile_keeps_the_per_element_select() {
+    use lanefold_ir::{BufferKind, Builder, ReduceOp, UnaryOp};
+    let mut b = Builder::new("masked_square");
+    let x = b.input("x", BufferKind::Row);
+    let i = b.input("target", BufferKind::RowIndex);
+    let sq = b.unary(UnaryOp::Square, x);
+    let m = b.mask_index(sq, i);
+    let s = b.reduce(ReduceOp::Sum, m);
+    b.output("y", BufferKind::RowScalar, s);
+    let src = kernel(&custom(b.finish())).source;
+    assert!(src.contains("(long long)(i0 + e) == x1"), "{src}");
+    assert!(!src.contains("gathered"), "{src}");
+}
+
+#[test]
+fn masked_tile_with_another_user_is_still_computed() {
+    use lanefold_ir::{BufferKind, Builder, ReduceOp};
+    let mut b = Builder::new("masked_both");
+    let x = b.input("x", BufferKind::Row);
+    let i = b.input("target", BufferKind::RowIndex);
+    let m = b.mask_index(x, i);
+    let s = b.reduce(ReduceOp::Sum, m);
+    b.output("picked", BufferKind::RowScalar, s);
+    b.output("masked", BufferKind::Row, m);
+    let src = kernel(&custom(b.finish())).source;
+    assert!(src.contains("gathered masked sum"), "{src}");
+    assert!(src.contains("(long long)(i0 + e) == x1"), "{src}");
+}

@@ -81,8 +81,11 @@ impl Operator {
                 let d = b.sub(x, mb);
                 let e = b.unary(UnaryOp::Exp, d);
                 let s = b.reduce(ReduceOp::Sum, e);
-                let sb = b.broadcast(s);
-                let y = b.div(e, sb);
+                // One reciprocal per row, then a multiply per element: a
+                // per-element IEEE divide costs ~10 instructions on the GPU.
+                let r = b.unary(UnaryOp::Recip, s);
+                let rb = b.broadcast(r);
+                let y = b.mul(e, rb);
                 b.output("y", BufferKind::Row, y);
             }
             Operator::Rmsnorm => {
