@@ -9,7 +9,7 @@ bin=${2:-target/release/lanefold}
 shapes=1x127,17x257,64x4096,1024x4096
 s="--samples ${SAMPLES:-5} --sample-ms ${SAMPLE_MS:-10} --warmup-ms ${WARMUP_MS:-50}"
 r=bench/results/$date-rmsnorm
-$bin bench --backend cuda --ops rmsnorm --shapes $shapes --dtypes f32 $s --capture-sources --output $r-reference-h200
+$bin bench --backend cuda --ops rmsnorm --shapes $shapes --dtypes f32 --mapper seed $s --capture-sources --output $r-reference-h200
 $bin search --backend cuda --ops rmsnorm --shapes $shapes --dtypes f32 --tune-workers 0,32,128,256 \
   --tune-pack 1,2,4 --tune-unroll 1 --tuning-metric gpu --max-candidates 12 $s --capture-sources --output $r-search-h200
 $bin replay --backend cuda --reference $r-reference-h200/results.json --candidate $r-search-h200/results.json \

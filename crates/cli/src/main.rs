@@ -204,9 +204,9 @@ struct LayoutArgs {
     /// Only plans whose per-row results do not depend on how many rows run.
     #[arg(long)]
     batch_invariant: bool,
-    /// How an automatic W and V are chosen: `seed` (V=1, the seed's
-    /// reference) or `model` (lowest cost-model prediction).
-    #[arg(long, value_enum, default_value_t = MapperArg::Seed)]
+    /// How an automatic W and V are chosen: `model` (lowest cost-model
+    /// prediction) or `seed` (V=1, the seed's reference).
+    #[arg(long, value_enum, default_value_t = MapperArg::Model)]
     mapper: MapperArg,
 }
 

@@ -130,7 +130,12 @@ fn golden_residual_layernorm_f16() {
 
 #[test]
 fn golden_softmax_cluster() {
-    let p = make(Operator::Softmax, DType::F32, "1x262144", 0, 0, 0);
+    // The seed's automatic mapping (V=1): a cluster of groups per row.
+    let req = LayoutRequest {
+        mapper: lanefold_plan::MapperPolicy::Seed,
+        ..Default::default()
+    };
+    let p = make_with(Operator::Softmax, DType::F32, "1x262144", req);
     assert!(p.groups_per_row > 1, "{}", p.describe());
     insta::assert_snapshot!(golden(&p));
 }
