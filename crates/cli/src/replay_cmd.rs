@@ -6,6 +6,7 @@
 use crate::args::{BackendArg, L2Arg};
 use anyhow::{bail, Result};
 use clap::Args;
+use lanefold_measure::peer::PeerMode;
 use lanefold_measure::phases::PhaseConfig;
 use lanefold_measure::replay::{run_replay, ReplaySpec, CANDIDATE, REFERENCE};
 use std::path::PathBuf;
@@ -35,6 +36,14 @@ pub struct ReplayArgs {
     /// Also measure PyTorch eager through the Python peer, every round.
     #[arg(long)]
     pub torch: bool,
+    /// Also measure torch.compile through the Python peer, every round.
+    #[arg(long)]
+    pub torch_compile: bool,
+    /// Also measure Liger-Kernel through the Python peer, every round
+    /// (a case it cannot run, e.g. Liger not installed, is recorded missing
+    /// with the reason).
+    #[arg(long)]
+    pub liger: bool,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     #[arg(long)]
@@ -62,7 +71,14 @@ pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
             warmup_ms: args.warmup_ms,
             l2: args.l2.into(),
         },
-        torch: args.torch,
+        peers: [
+            (args.torch, PeerMode::Eager),
+            (args.torch_compile, PeerMode::Compile),
+            (args.liger, PeerMode::Liger),
+        ]
+        .into_iter()
+        .filter_map(|(on, m)| on.then_some(m))
+        .collect(),
         device: args.backend.into(),
         python: args.python,
         peer_script: args
@@ -85,11 +101,21 @@ pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
     }
     let invalid: usize = file.cases.iter().map(|c| c.stats.outputs_invalid).sum();
     let valid: usize = file.cases.iter().map(|c| c.stats.outputs_valid).sum();
+    let missing: usize = file
+        .cases
+        .iter()
+        .flat_map(|c| &c.rounds)
+        .map(|r| r.missing.len())
+        .sum();
     println!(
-        "wrote {} ({} cases x {} rounds, {valid} outputs valid, {invalid} invalid; {REFERENCE} vs {CANDIDATE}{})",
+        "wrote {} ({} cases x {} rounds, {valid} outputs valid, {invalid} invalid, {missing} missing-side notes; {REFERENCE} vs {CANDIDATE}{}{})",
         args.output.join("results.json").display(),
         file.cases.len(),
         file.rounds_done,
+        file.peer_sides()
+            .iter()
+            .map(|p| format!(", {p}"))
+            .collect::<String>(),
         if file.aa { ", A/A control" } else { "" }
     );
     if invalid > 0 {

@@ -44,6 +44,10 @@ fn bench(name: &str, layout: &[&str]) -> PathBuf {
 }
 
 fn replay(reference: &Path, candidate: Option<&Path>, out: &Path) -> Output {
+    replay_with(reference, candidate, out, &[])
+}
+
+fn replay_with(reference: &Path, candidate: Option<&Path>, out: &Path, extra: &[&str]) -> Output {
     let r = reference.join("results.json");
     let c = candidate.map(|c| c.join("results.json"));
     let mut args = vec![
@@ -67,6 +71,7 @@ fn replay(reference: &Path, candidate: Option<&Path>, out: &Path) -> Output {
         Some(c) => args.extend_from_slice(&["--candidate", c.to_str().unwrap()]),
         None => args.push("--aa"),
     }
+    args.extend_from_slice(extra);
     lanefold(&args)
 }
 
@@ -203,6 +208,74 @@ fn an_aa_control_records_its_range_and_whether_it_contains_one() {
         "z",
     ]);
     assert!(!o.status.success());
+    for d in [r, out] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn peer_flags_add_each_side_and_a_refusing_peer_is_recorded_missing() {
+    let python_ok = std::process::Command::new("python3")
+        .args(["-c", "import json, struct"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !python_ok {
+        eprintln!("no python3 here; skipping");
+        return;
+    }
+    // The stand-in peer answers only `sum` (and never liger): on rmsnorm
+    // every peer side refuses, which must cost those sides, not the replay.
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py");
+    let r = bench("peers", &[]);
+    let out = tmp("peers-out");
+    let o = replay_with(
+        &r,
+        None,
+        &out,
+        &[
+            "--torch",
+            "--torch-compile",
+            "--liger",
+            "--peer-script",
+            fake.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load(&out);
+    let peers = serde_json::json!(["torch-eager", "torch-compile", "torch-liger"]);
+    assert_eq!(v["peers"], peers);
+    assert_eq!(v["torch"], true);
+    for case in v["cases"].as_array().unwrap() {
+        for round in case["rounds"].as_array().unwrap() {
+            assert_eq!(round["order"].as_array().unwrap().len(), 5);
+            assert_eq!(round["sides"].as_array().unwrap().len(), 2);
+            let missing: Vec<&str> = round["missing"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m.as_str().unwrap())
+                .collect();
+            for p in peers.as_array().unwrap() {
+                let p = p.as_str().unwrap();
+                assert!(
+                    missing
+                        .iter()
+                        .any(|m| m.starts_with(&format!("{p} did not run"))),
+                    "{missing:?}"
+                );
+            }
+        }
+        let e2e = &case["stats"]["phases"]["e2e"];
+        assert!(e2e["torch_gain"]["summary"].is_null());
+        assert!(e2e["peer_gains"]["torch-liger"]["summary"].is_null());
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        md.contains("candidate vs torch-compile median [range]"),
+        "{md}"
+    );
+    let o = audit(&out);
+    assert!(o.status.success(), "{}", text(&o));
     for d in [r, out] {
         let _ = std::fs::remove_dir_all(d);
     }

@@ -5,7 +5,7 @@
 
 use crate::devices::{CpuTimer, CudaTimer};
 use crate::env::capture;
-use crate::peer::{PeerRequest, TorchPeer};
+use crate::peer::{PeerMode, PeerRequest, TorchPeer};
 use crate::phases::{sample, L2Mode, PhaseConfig, PhaseRecord};
 use crate::render;
 use crate::results::{CaseResult, KernelRecord, PlanRecord, ResultsFile, Side, SCHEMA};
@@ -116,6 +116,11 @@ pub fn open_device(device: Device, l2: L2Mode) -> Result<(Option<CudaBackend>, T
 }
 
 pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
+    let peers = spec
+        .peer_modes
+        .iter()
+        .map(|m| Ok(m.parse::<PeerMode>()?.side().to_string()))
+        .collect::<Result<Vec<String>>>()?;
     let (cuda, target) = open_device(spec.device, spec.config.l2)?;
     let mut peer = if spec.peer_modes.is_empty() {
         None
@@ -147,11 +152,6 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 );
                 let want = reference(&problem, &input_sets[0]).context("no float64 reference")?;
                 let id = format!("{op}/{dtype}/{shape}/{}", p.describe().replace(' ', ","));
-                let peers: Vec<String> = spec
-                    .peer_modes
-                    .iter()
-                    .map(|m| format!("torch-{m}"))
-                    .collect();
                 let mut order: Vec<String> = vec!["lanefold".into()];
                 order.extend(peers.iter().cloned());
                 if k % 2 == 1 {
@@ -291,8 +291,8 @@ pub fn measure_native(
     Ok((Side::new("lanefold", v, phases, bytes_moved), kernel))
 }
 
-/// Measure a PyTorch peer mode (`torch-eager`, `torch-compile`,
-/// `torch-liger`) on the same inputs, through `.npy` files under `dir`.
+/// Measure the PyTorch peer side `who` (a [`PeerMode::side`] name) on the
+/// same inputs, through `.npy` files under `dir`.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_peer(
     peer: &mut TorchPeer,
@@ -304,7 +304,9 @@ pub fn measure_peer(
     dir: &Path,
     bytes_moved: u64,
 ) -> Result<Side> {
-    let mode = who.trim_start_matches("torch-").to_string();
+    let mode = PeerMode::of_side(who)
+        .with_context(|| format!("{who} is not a PyTorch peer side"))?
+        .to_string();
     let mut files = vec![];
     for (s, inputs) in input_sets.iter().enumerate() {
         files.push(write_inputs(&dir.join(format!("set{s}")), problem, inputs)?);

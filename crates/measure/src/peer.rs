@@ -27,6 +27,24 @@ pub enum PeerMode {
     Liger,
 }
 
+impl PeerMode {
+    pub const ALL: [PeerMode; 3] = [PeerMode::Eager, PeerMode::Compile, PeerMode::Liger];
+
+    /// The side name results files record for this mode (bench and replay).
+    pub const fn side(self) -> &'static str {
+        match self {
+            PeerMode::Eager => "torch-eager",
+            PeerMode::Compile => "torch-compile",
+            PeerMode::Liger => "torch-liger",
+        }
+    }
+
+    /// The mode a side name records, if it is a peer side.
+    pub fn of_side(name: &str) -> Option<PeerMode> {
+        PeerMode::ALL.into_iter().find(|m| m.side() == name)
+    }
+}
+
 impl std::fmt::Display for PeerMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -34,6 +52,17 @@ impl std::fmt::Display for PeerMode {
             PeerMode::Compile => "compile",
             PeerMode::Liger => "liger",
         })
+    }
+}
+
+impl std::str::FromStr for PeerMode {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<PeerMode> {
+        PeerMode::ALL
+            .into_iter()
+            .find(|m| m.to_string() == s)
+            .ok_or_else(|| anyhow!("unknown peer mode {s:?} (expected eager, compile or liger)"))
     }
 }
 
@@ -318,7 +347,7 @@ impl Drop for TorchPeer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn script() -> PathBuf {
@@ -415,45 +444,22 @@ mod tests {
         [("x".to_string(), PathBuf::from(format!("/abs/{d}/x.npy")))].into()
     }
 
-    /// A stand-in peer speaking the protocol, to test the Rust side here.
-    const FAKE: &str = r#"
-import json, sys
-for line in sys.stdin:
-    req = json.loads(line)
-    if req.get("cmd") == "hello":
-        out = {"ok": True, "torch": "fake", "cuda": None, "device": "none"}
-    elif req.get("cmd") == "quit":
-        break
-    elif req.get("op") == "die":
-        print("dying on purpose", file=sys.stderr)
-        sys.exit(3)
-    elif req.get("op") != "sum":
-        out = {"ok": False, "error": "only sum"}
-    else:
-        print("noise on stdout")
-        out = {"ok": True, "mode": req["mode"],
-               "outputs": {"y": req["outputs_dir"] + "/y.npy"},
-               "gpu": [{"batch": 10, "total_us": 20.0}], "gpu_graph": True,
-               "e2e": [{"batch": 5, "total_us": 50.0}], "e2e_enqueue_us": [30.0],
-               "single": [{"gpu_us": 2.0, "host_us": 9.0}], "extra": 1}
-    print(json.dumps(out), flush=True)
-"#;
+    /// `python/fake_peer.py`: a stand-in peer speaking the protocol with
+    /// the standard library only (shared with the replay tests).
+    pub(crate) fn fake_script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py")
+    }
 
-    fn fake_peer() -> Option<(TorchPeer, PathBuf)> {
+    fn fake_peer() -> Option<TorchPeer> {
         if !has("python3", "json") {
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("lanefold-peer-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path =
-            dir.join(format!("fake_{:?}.py", std::thread::current().id()).replace(['(', ')'], ""));
-        std::fs::write(&path, FAKE).unwrap();
-        Some((TorchPeer::start(&path, "python3").unwrap(), path))
+        Some(TorchPeer::start(&fake_script(), "python3").unwrap())
     }
 
     #[test]
     fn protocol_round_trip_with_a_fake_peer() {
-        let Some((mut peer, path)) = fake_peer() else {
+        let Some(mut peer) = fake_peer() else {
             return;
         };
         assert_eq!(peer.hello()["torch"], "fake");
@@ -463,7 +469,7 @@ for line in sys.stdin:
         assert_eq!(reply.mode, "eager");
         assert!(reply.gpu_enqueue_us.is_empty());
         assert_eq!(reply.outputs["y"], PathBuf::from("/abs/out/y.npy"));
-        assert_eq!(reply.gpu[0].per_op_us(), 2.0);
+        assert_eq!(reply.gpu[0].per_op_us(), 20.0);
         assert!(reply.gpu_graph);
         assert_eq!(reply.single[0].gpu_us, Some(2.0));
         assert!(reply.notes.is_empty());
@@ -480,7 +486,23 @@ for line in sys.stdin:
         req.op = "sum".into();
         let e = format!("{:#}", peer.run(&req).unwrap_err());
         assert!(e.contains("no longer usable"), "{e}");
-        drop(peer);
-        let _ = std::fs::remove_file(path);
+        // Other modes answer too; liger is refused as when not installed.
+        let mut peer = fake_peer().unwrap();
+        req.mode = PeerMode::Compile.to_string();
+        assert_eq!(peer.run(&req).unwrap().mode, "compile");
+        req.mode = PeerMode::Liger.to_string();
+        let e = format!("{:#}", peer.run(&req).unwrap_err());
+        assert!(e.contains("not installed"), "{e}");
+    }
+
+    #[test]
+    fn side_names_and_modes_round_trip() {
+        for m in PeerMode::ALL {
+            assert_eq!(PeerMode::of_side(m.side()), Some(m));
+            assert_eq!(m.to_string().parse::<PeerMode>().unwrap(), m);
+        }
+        assert_eq!(PeerMode::Eager.side(), "torch-eager");
+        assert_eq!(PeerMode::of_side("lanefold"), None);
+        assert!("fast".parse::<PeerMode>().is_err());
     }
 }

@@ -6,10 +6,13 @@
 //!   winners), re-planned from their recorded requests and refused unless
 //!   the plan reproduces the recorded layout; the regenerated kernel
 //!   source's SHA-256 must equal the recorded one where a file has it.
-//! - Rounds: every case measures reference, candidate (and PyTorch eager)
-//!   on the same freshly seeded inputs; A/B and native/Torch positions are
-//!   balanced across rounds; every output is validated every round, and an
-//!   invalid side is voided for its round (its paired ratio is missing).
+//! - Rounds: every case measures reference, candidate (and each enabled
+//!   PyTorch peer side: eager, torch.compile, Liger-Kernel) on the same
+//!   freshly seeded inputs; A/B positions and the peers' block position
+//!   (before / after the native sides) are balanced across rounds; a peer
+//!   that refuses a case is recorded missing with its reason; every output
+//!   is validated every round, and an invalid side is voided for its round
+//!   (its paired ratio is missing).
 //! - Statistics: headline = median over rounds of per-round p50s; gain =
 //!   median of paired per-round ratios with the observed [min, max], the
 //!   coverage that range carries (1 − 2^(1−n)) and a two-sided sign test.
@@ -17,7 +20,7 @@
 //!   own arithmetic and re-checks the frozen layouts against the sources.
 
 use crate::bench::{input_sets, measure_native, measure_peer, Device};
-use crate::peer::TorchPeer;
+use crate::peer::{PeerMode, TorchPeer};
 use crate::phases::{BatchSample, L2Mode, PhaseConfig};
 use crate::results::{
     Environment, ResultsFile, Side, Summary, SCHEMA as RESULTS_SCHEMA, SCOPE_E2E, SCOPE_GPU,
@@ -41,7 +44,8 @@ pub const SEARCH_SCHEMA: &str = "lanefold-search/1";
 
 pub const REFERENCE: &str = "reference";
 pub const CANDIDATE: &str = "candidate";
-pub const TORCH: &str = "torch-eager";
+/// The eager peer: the side older files know as `torch` / `torch_gain`.
+pub const TORCH: &str = PeerMode::Eager.side();
 
 /// Phases with per-round statistics, in report order.
 pub const PHASES: [&str; 4] = ["gpu", "e2e", "single_gpu", "single_host"];
@@ -319,7 +323,7 @@ pub struct ReplayRound {
     pub seed: u64,
     /// Order the sides ran in.
     pub order: Vec<String>,
-    /// Sides measured (named `reference`, `candidate`, `torch-eager`).
+    /// Sides measured (named `reference`, `candidate` and peer sides).
     pub sides: Vec<Side>,
     /// Kernel source SHA-256 of each native side as it was measured (CUDA).
     pub kernel_sha256: BTreeMap<String, String>,
@@ -366,6 +370,21 @@ pub struct PhaseStats {
     pub gain: Paired,
     /// torch-eager / candidate (with `--torch`): above 1, the candidate is faster.
     pub torch_gain: Option<Paired>,
+    /// Every other peer side / candidate, keyed by side; eager stays in
+    /// `torch_gain` so older files read unchanged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peer_gains: BTreeMap<String, Paired>,
+}
+
+impl PhaseStats {
+    /// The paired gain of a peer side over the candidate.
+    pub fn peer_gain(&self, peer: &str) -> Option<&Paired> {
+        if peer == TORCH {
+            self.torch_gain.as_ref()
+        } else {
+            self.peer_gains.get(peer)
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -402,7 +421,12 @@ pub struct ReplayFile {
     pub rounds_done: usize,
     /// A/A control: the candidate is the reference.
     pub aa: bool,
+    /// Was the eager peer measured? (Kept beside `peers` for older readers.)
     pub torch: bool,
+    /// The peer sides measured, in block order; absent in files written
+    /// before it (see [`ReplayFile::peer_sides`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<Vec<String>>,
     pub seed: u64,
     pub sources: Vec<SourceRecord>,
     /// Cases of one source without a match in the other.
@@ -426,36 +450,41 @@ impl ReplayFile {
     pub fn source(&self, role: &str) -> Option<&SourceRecord> {
         self.sources.iter().find(|s| s.role == role)
     }
+
+    /// The peer sides measured: `peers`, or for older files eager iff `torch`.
+    pub fn peer_sides(&self) -> Vec<String> {
+        self.peers
+            .clone()
+            .unwrap_or_else(|| self.torch.then(|| TORCH.to_string()).into_iter().collect())
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Positions and statistics
 // ---------------------------------------------------------------------------
 
-/// Is the PyTorch side first in round `r`? Rounds 1, 2, 5, 6, ...: over
-/// any two consecutive rounds it is first once and last once, and over
-/// four rounds every A/B × Torch-first/last combination occurs once.
+/// Are the PyTorch peer sides (as a block) first in round `r`? Rounds 1,
+/// 2, 5, 6, ...: over any two consecutive rounds they are first once and
+/// last once, and over four rounds every A/B × peers-first/last
+/// combination occurs once.
 pub fn torch_first(round: usize) -> bool {
     round.div_ceil(2) % 2 == 1
 }
 
 /// The order of the sides in round `r`: the reference first when r is
-/// even, the candidate first when odd; PyTorch first or last
-/// per [`torch_first`].
-pub fn round_order(round: usize, torch: bool) -> Vec<String> {
-    let mut order: Vec<String> = if round.is_multiple_of(2) {
-        vec![REFERENCE.into(), CANDIDATE.into()]
+/// even, the candidate first when odd; the `peers`, as one block in their
+/// given order, first or last per [`torch_first`].
+pub fn round_order(round: usize, peers: &[String]) -> Vec<String> {
+    let native: [String; 2] = if round.is_multiple_of(2) {
+        [REFERENCE.into(), CANDIDATE.into()]
     } else {
-        vec![CANDIDATE.into(), REFERENCE.into()]
+        [CANDIDATE.into(), REFERENCE.into()]
     };
-    if torch {
-        if torch_first(round) {
-            order.insert(0, TORCH.into());
-        } else {
-            order.push(TORCH.into());
-        }
+    if torch_first(round) {
+        peers.iter().cloned().chain(native).collect()
+    } else {
+        native.into_iter().chain(peers.iter().cloned()).collect()
     }
-    order
 }
 
 /// The median (mean of the middle two for an even count).
@@ -548,12 +577,13 @@ fn paired(
     }
 }
 
-/// Every statistic of a case, from its rounds' raw samples.
-pub fn case_stats(rounds: &[ReplayRound], torch: bool) -> CaseStats {
-    let mut names = vec![REFERENCE, CANDIDATE];
-    if torch {
-        names.push(TORCH);
-    }
+/// Every statistic of a case, from its rounds' raw samples; `peers` are
+/// the peer sides measured.
+pub fn case_stats(rounds: &[ReplayRound], peers: &[String]) -> CaseStats {
+    let names: Vec<&str> = [REFERENCE, CANDIDATE]
+        .into_iter()
+        .chain(peers.iter().map(String::as_str))
+        .collect();
     let mut phases = BTreeMap::new();
     for phase in PHASES {
         let p50s: BTreeMap<String, Vec<Option<f64>>> = names
@@ -582,7 +612,15 @@ pub fn case_stats(rounds: &[ReplayRound], torch: bool) -> CaseStats {
             })
             .collect();
         let gain = paired(REFERENCE, CANDIDATE, &p50s, rounds.len());
-        let torch_gain = torch.then(|| paired(TORCH, CANDIDATE, &p50s, rounds.len()));
+        let (mut torch_gain, mut peer_gains) = (None, BTreeMap::new());
+        for p in peers {
+            let g = paired(p, CANDIDATE, &p50s, rounds.len());
+            if p == TORCH {
+                torch_gain = Some(g);
+            } else {
+                peer_gains.insert(p.clone(), g);
+            }
+        }
         phases.insert(
             phase.to_string(),
             PhaseStats {
@@ -590,6 +628,7 @@ pub fn case_stats(rounds: &[ReplayRound], torch: bool) -> CaseStats {
                 headline,
                 gain,
                 torch_gain,
+                peer_gains,
             },
         );
     }
@@ -619,7 +658,8 @@ pub struct ReplaySpec {
     pub aa: bool,
     pub rounds: usize,
     pub config: PhaseConfig,
-    pub torch: bool,
+    /// Peer sides, measured as one block in this order.
+    pub peers: Vec<PeerMode>,
     pub device: Device,
     pub python: String,
     pub peer_script: PathBuf,
@@ -677,6 +717,10 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         (Some(c), false) => c.clone(),
         (None, false) => bail!("--candidate is required (or --aa for an A/A control)"),
     };
+    let peers: Vec<String> = spec.peers.iter().map(|m| m.side().to_string()).collect();
+    if peers.iter().collect::<BTreeSet<_>>().len() != peers.len() {
+        bail!("a peer side is enabled twice");
+    }
     let reference_src = load_frozen(&spec.reference)?;
     let candidate_src = load_frozen(&candidate_path)?;
     let (cuda, target) = crate::bench::open_device(spec.device, spec.config.l2)?;
@@ -704,7 +748,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             reference: frozen_side(r, &rp, rh),
             candidate: frozen_side(c, &cp, ch),
             rounds: vec![],
-            stats: case_stats(&[], spec.torch),
+            stats: case_stats(&[], &peers),
         });
         prepared.push(Prepared {
             id: r.key(),
@@ -728,10 +772,10 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         );
     }
 
-    let mut peer = if spec.torch {
-        Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
-    } else {
+    let mut peer = if peers.is_empty() {
         None
+    } else {
+        Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
     };
     let capture_env = crate::env::capture(cuda.as_ref(), peer.as_ref(), spec.command_line.clone());
     let env = capture_env.env.clone();
@@ -758,7 +802,8 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         rounds: spec.rounds,
         rounds_done: 0,
         aa: spec.aa,
-        torch: spec.torch,
+        torch: peers.iter().any(|p| p == TORCH),
+        peers: Some(peers.clone()),
         seed: spec.seed,
         sources,
         unmatched,
@@ -767,7 +812,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     let scratch = std::env::temp_dir().join(format!("lanefold-replay-{}", std::process::id()));
     let results = spec.output.join("results.json");
     for r in 0..spec.rounds {
-        let order = round_order(r, spec.torch);
+        let order = round_order(r, &peers);
         for (k, case) in prepared.iter().enumerate() {
             let seed = spec.seed + (r as u64) * 1_000_003 + (k as u64) * 10_007;
             let sets = input_sets(
@@ -788,12 +833,13 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                 missing: vec![],
             };
             for who in &order {
-                if who == TORCH {
-                    let peer = peer.as_mut().expect("peer started with --torch");
+                if PeerMode::of_side(who).is_some() {
+                    let peer = peer.as_mut().expect("peer started when peers are enabled");
                     let dir = scratch.join(format!("round{r}-case{k}"));
+                    // A refusal or a dead peer costs this side, never the replay.
                     match measure_peer(
                         peer,
-                        TORCH,
+                        who,
                         &case.problem,
                         &sets,
                         &want,
@@ -802,7 +848,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                         case.bytes_moved,
                     ) {
                         Ok(side) => round.sides.push(side),
-                        Err(e) => round.missing.push(format!("{TORCH} did not run: {e:#}")),
+                        Err(e) => round.missing.push(format!("{who} did not run: {e:#}")),
                     }
                     continue;
                 }
@@ -846,8 +892,8 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                 }
             }
             rec.rounds.push(round);
-            rec.stats = case_stats(&rec.rounds, spec.torch);
-            print_round(rec, r);
+            rec.stats = case_stats(&rec.rounds, &peers);
+            print_round(rec, r, &peers);
         }
         file.rounds_done = r + 1;
         // An interrupted replay keeps every round already measured.
@@ -860,7 +906,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     Ok(file)
 }
 
-fn print_round(case: &ReplayCase, r: usize) {
+fn print_round(case: &ReplayCase, r: usize, peers: &[String]) {
     let s = &case.stats;
     let Some(ph) = s.phases.get(&s.objective) else {
         return;
@@ -878,17 +924,13 @@ fn print_round(case: &ReplayCase, r: usize) {
         .copied()
         .flatten()
         .map_or("missing".to_string(), |x| format!("{x:.3}x"));
+    let peers: String = peers.iter().map(|n| format!(" {n} {}", p(n))).collect();
     println!(
-        "round {r} {:<40} {} µs/op: reference {} candidate {}{}  gain {ratio}",
+        "round {r} {:<40} {} µs/op: reference {} candidate {}{peers}  gain {ratio}",
         case.id,
         s.objective,
         p(REFERENCE),
         p(CANDIDATE),
-        if ph.p50s.contains_key(TORCH) {
-            format!(" {TORCH} {}", p(TORCH))
-        } else {
-            String::new()
-        }
     );
 }
 
@@ -921,6 +963,7 @@ pub fn markdown(file: &ReplayFile) -> String {
     } else {
         "frozen replay"
     };
+    let peers = file.peer_sides();
     let mut md = crate::render::header(kind, e);
     md.push('\n');
     let valid: usize = file.cases.iter().map(|c| c.stats.outputs_valid).sum();
@@ -944,11 +987,15 @@ pub fn markdown(file: &ReplayFile) -> String {
             L2Mode::Warm => "warm",
             L2Mode::Cold => "cold (rotating input sets over 3x L2)",
         },
-        if file.torch { " and PyTorch eager" } else { "" },
-        if file.torch {
-            "; PyTorch runs first in rounds 1, 2 (mod 4) and last otherwise"
+        if peers.is_empty() {
+            String::new()
         } else {
+            format!(" and the PyTorch peer sides {}", peers.join(", "))
+        },
+        if peers.is_empty() {
             ""
+        } else {
+            "; the peer sides run as one block, in that order, first in rounds 1, 2 (mod 4) and last otherwise; a peer that refused a case or did not run is missing for its round, with the reason in the positions table"
         },
     );
     if file.aa {
@@ -981,12 +1028,11 @@ pub fn markdown(file: &ReplayFile) -> String {
             }
         );
     }
-    let torch = file.torch;
     let _ = writeln!(md, "## Throughput (µs per op)\n");
     let mut h = "| op | dtype | shape | reference W / V | candidate W / V | phase | reference µs/op | candidate µs/op | paired speedup median [range] | coverage | sign-test p |".to_string();
     let mut sep = "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|".to_string();
-    if torch {
-        h += " torch-eager µs/op | candidate vs torch median [range] |";
+    for p in &peers {
+        let _ = write!(h, " {p} µs/op | candidate vs {p} median [range] |");
         sep += "---:|---:|";
     }
     let _ = writeln!(md, "{h}\n{sep}");
@@ -1010,12 +1056,12 @@ pub fn markdown(file: &ReplayFile) -> String {
                 g.map_or("—".into(), |g| format!("{:.3} (n={})", g.coverage, g.n)),
                 g.map_or("—".into(), |g| format!("{:.3}", g.sign_test_p)),
             );
-            if torch {
+            for p in &peers {
                 let _ = write!(
                     row,
                     " {} | {} |",
-                    us(ph.headline.get(TORCH).copied().flatten()),
-                    gain_text(ph.torch_gain.as_ref())
+                    us(ph.headline.get(p).copied().flatten()),
+                    gain_text(ph.peer_gain(p))
                 );
             }
             if *phase == case.stats.objective {
@@ -1033,7 +1079,7 @@ pub fn markdown(file: &ReplayFile) -> String {
     }
     let _ = writeln!(
         md,
-        "\nThe objective phase is gpu where the native sides measured it, else e2e. Phases are sampled separately and never subtracted:\n\n- {SCOPE_GPU}\n- {SCOPE_E2E}\n- {SCOPE_SINGLE}\n\nTable values are medians over rounds of per-round p50s. Gains are medians of paired per-round ratios reference p50 / candidate p50 (above 1: the candidate is faster; for torch, torch p50 / candidate p50). Ranges are the observed min–max over the n rounds with a ratio, not confidence intervals; the coverage 1 − 2^(1−n) is the probability that such a range contains the ratios' population median (continuous, independent rounds). The sign-test p is two-sided against 1, ties dropped.\n"
+        "\nThe objective phase is gpu where the native sides measured it, else e2e. Phases are sampled separately and never subtracted:\n\n- {SCOPE_GPU}\n- {SCOPE_E2E}\n- {SCOPE_SINGLE}\n\nTable values are medians over rounds of per-round p50s. Gains are medians of paired per-round ratios reference p50 / candidate p50 (above 1: the candidate is faster; for a peer side, peer p50 / candidate p50). Ranges are the observed min–max over the n rounds with a ratio, not confidence intervals; the coverage 1 − 2^(1−n) is the probability that such a range contains the ratios' population median (continuous, independent rounds). The sign-test p is two-sided against 1, ties dropped.\n"
     );
     let _ = writeln!(
         md,
@@ -1041,8 +1087,8 @@ pub fn markdown(file: &ReplayFile) -> String {
     );
     let mut h = "| op | dtype | shape | candidate GPU single | candidate E2E single | reference GPU single | reference E2E single |".to_string();
     let mut sep = "|---|---|---|---:|---:|---:|---:|".to_string();
-    if torch {
-        h += " torch GPU single | torch E2E single |";
+    for p in &peers {
+        let _ = write!(h, " {p} GPU single | {p} E2E single |");
         sep += "---:|---:|";
     }
     let _ = writeln!(md, "{h}\n{sep}");
@@ -1064,12 +1110,12 @@ pub fn markdown(file: &ReplayFile) -> String {
             get("single_gpu", REFERENCE),
             get("single_host", REFERENCE),
         );
-        if torch {
+        for p in &peers {
             let _ = write!(
                 row,
                 " {} | {} |",
-                get("single_gpu", TORCH),
-                get("single_host", TORCH)
+                get("single_gpu", p),
+                get("single_host", p)
             );
         }
         let _ = writeln!(md, "{row}");
@@ -1359,6 +1405,14 @@ fn audit_paired(
     }
 }
 
+/// Does a missing-side note name `side` (`<side>: ...` or `<side> ...`)?
+fn noted_missing(missing: &[String], side: &str) -> bool {
+    missing.iter().any(|m| {
+        m.strip_prefix(side)
+            .is_some_and(|rest| rest.starts_with([' ', ':']))
+    })
+}
+
 /// Resolve a recorded source path: relative to the replay directory
 /// first, then as recorded.
 fn locate_source(dir: &Path, s: &SourceRecord) -> Option<PathBuf> {
@@ -1370,12 +1424,14 @@ fn locate_source(dir: &Path, s: &SourceRecord) -> Option<PathBuf> {
 }
 
 /// Audit a `lanefold-replay/1` results file in `dir`: recompute per-round
-/// p50s, headline medians, paired ratios, ranges, coverage and sign-test
-/// p-values from the raw samples; check validation records, voiding,
-/// positions, kernel hashes, binary-equality flags, and that the frozen
-/// layouts equal those of the source files (re-read where they still
-/// exist, else the recorded copies). Case discrepancies start
-/// `case <id>: `.
+/// p50s, headline medians, paired ratios (reference and every peer side
+/// over the candidate), ranges, coverage and sign-test p-values from the
+/// raw samples; check validation records, voiding, that every enabled
+/// side ran or is noted missing with a reason, positions (A/B, and each
+/// peer before / after the native sides), kernel hashes, binary-equality
+/// flags, and that the frozen layouts equal those of the source files
+/// (re-read where they still exist, else the recorded copies). Case
+/// discrepancies start `case <id>: `.
 pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
     let file: ReplayFile = match serde_json::from_value(value.clone()) {
         Ok(f) => f,
@@ -1432,6 +1488,23 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
             role.to_string(),
             cases.into_iter().map(|c| (c.key(), c)).collect(),
         );
+    }
+    let peers = file.peer_sides();
+    if let Some(list) = &file.peers {
+        for p in list {
+            if PeerMode::of_side(p).is_none() {
+                out.push(format!("replay: {p:?} is not a PyTorch peer side"));
+            }
+        }
+        if list.iter().collect::<BTreeSet<_>>().len() != list.len() {
+            out.push("replay: a peer side is listed twice".into());
+        }
+        if file.torch != list.iter().any(|p| p == TORCH) {
+            out.push(format!(
+                "replay: torch={} contradicts the peer sides {list:?}",
+                file.torch
+            ));
+        }
     }
     if file.aa {
         let (r, c) = (file.source(REFERENCE), file.source(CANDIDATE));
@@ -1493,11 +1566,13 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                 file.rounds_done
             ));
         }
-        let mut expected_sides = vec![REFERENCE, CANDIDATE];
-        if file.torch {
-            expected_sides.push(TORCH);
-        }
-        let (mut a_first, mut b_first, mut t_first, mut t_last) = (0i64, 0i64, 0i64, 0i64);
+        let expected_sides: Vec<&str> = [REFERENCE, CANDIDATE]
+            .into_iter()
+            .chain(peers.iter().map(String::as_str))
+            .collect();
+        let (mut a_first, mut b_first) = (0i64, 0i64);
+        // Per peer: rounds it ran before / after both native sides.
+        let mut peer_before_after: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
         for (i, r) in case.rounds.iter().enumerate() {
             if r.round != i {
                 bad(format!("round {i} is numbered {}", r.round));
@@ -1515,11 +1590,17 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                 (Some(_), Some(_)) => b_first += 1,
                 _ => {}
             }
-            if let Some(t) = pos(TORCH) {
-                if t == 0 {
-                    t_first += 1;
-                } else if t + 1 == r.order.len() {
-                    t_last += 1;
+            if let (Some(a), Some(b)) = (pos(REFERENCE), pos(CANDIDATE)) {
+                for p in &peers {
+                    let Some(t) = pos(p) else { continue };
+                    let e = peer_before_after.entry(p.as_str()).or_default();
+                    if t < a.min(b) {
+                        e.0 += 1;
+                    } else if t > a.max(b) {
+                        e.1 += 1;
+                    } else {
+                        bad(format!("round {i}: {p} runs between the native sides"));
+                    }
                 }
             }
             let mut seen = BTreeSet::new();
@@ -1531,7 +1612,7 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                     bad(format!("round {i}: side {} twice", s.name));
                 }
                 audit_side(s, &mut |m| bad(format!("round {i}: {m}")));
-                if s.voided && !r.missing.iter().any(|m| m.starts_with(&s.name)) {
+                if s.voided && !noted_missing(&r.missing, &s.name) {
                     bad(format!(
                         "round {i}: {} voided without a missing-ratio note",
                         s.name
@@ -1539,7 +1620,7 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                 }
             }
             for n in &r.order {
-                if !seen.contains(n) && !r.missing.iter().any(|m| m.starts_with(n.as_str())) {
+                if !seen.contains(n) && !noted_missing(&r.missing, n) {
                     bad(format!("round {i}: {n} neither measured nor noted missing"));
                 }
             }
@@ -1562,10 +1643,12 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                 "positions unbalanced: reference first in {a_first} rounds, candidate first in {b_first}"
             ));
         }
-        if file.torch && (t_first - t_last).abs() > 1 {
-            bad(format!(
-                "torch positions unbalanced: first in {t_first} rounds, last in {t_last}"
-            ));
+        for (p, (before, after)) in &peer_before_after {
+            if (before - after).abs() > 1 {
+                bad(format!(
+                    "{p} positions unbalanced: before the native sides in {before} rounds, after in {after}"
+                ));
+            }
         }
         // Statistics from the raw samples.
         let s = &case.stats;
@@ -1647,23 +1730,36 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                 &p50s[CANDIDATE],
                 &mut bad,
             );
-            match (&rec.torch_gain, file.torch) {
-                (Some(t), true) => {
-                    if t.numerator != TORCH || t.denominator != CANDIDATE {
-                        bad(format!(
-                            "{phase}: torch gain is not torch-eager / candidate"
-                        ));
-                    }
-                    audit_paired(
-                        &format!("{phase} torch gain"),
-                        t,
-                        &p50s[TORCH],
-                        &p50s[CANDIDATE],
-                        &mut bad,
-                    );
+            if rec.torch_gain.is_some() != peers.iter().any(|p| p == TORCH) {
+                bad(format!(
+                    "{phase}: torch gain present iff {TORCH} measured violated"
+                ));
+            }
+            // Eager belongs in torch_gain, where older readers look.
+            for extra in rec
+                .peer_gains
+                .keys()
+                .filter(|k| *k == TORCH || !peers.contains(k))
+            {
+                bad(format!(
+                    "{phase}: a gain for {extra}, which is not a peer side measured"
+                ));
+            }
+            for p in &peers {
+                let Some(g) = rec.peer_gain(p) else {
+                    bad(format!("{phase}: {p} gain missing"));
+                    continue;
+                };
+                if g.numerator != *p || g.denominator != CANDIDATE {
+                    bad(format!("{phase}: {p} gain is not {p} / candidate"));
                 }
-                (None, false) => {}
-                _ => bad(format!("{phase}: torch gain present iff --torch violated")),
+                audit_paired(
+                    &format!("{phase} {p} gain"),
+                    g,
+                    &p50s[p.as_str()],
+                    &p50s[CANDIDATE],
+                    &mut bad,
+                );
             }
         }
         let objective = if native_gpu { "gpu" } else { "e2e" };
@@ -1704,7 +1800,7 @@ mod tests {
 
     #[test]
     fn positions_are_balanced_over_rounds() {
-        let orders: Vec<Vec<String>> = (0..4).map(|r| round_order(r, true)).collect();
+        let orders: Vec<Vec<String>> = (0..4).map(|r| round_order(r, &[TORCH.into()])).collect();
         let pos = |o: &Vec<String>, n: &str| o.iter().position(|x| x == n).unwrap();
         let a_first = orders
             .iter()
@@ -1721,9 +1817,41 @@ mod tests {
             .collect();
         assert_eq!(combos.len(), 4);
         // Even rounds: reference first; two rounds already balance torch.
-        assert_eq!(round_order(0, false), vec![REFERENCE, CANDIDATE]);
-        assert_eq!(round_order(1, false), vec![CANDIDATE, REFERENCE]);
+        assert_eq!(round_order(0, &[]), vec![REFERENCE, CANDIDATE]);
+        assert_eq!(round_order(1, &[]), vec![CANDIDATE, REFERENCE]);
         assert_ne!(torch_first(0), torch_first(1));
+    }
+
+    fn all_peers() -> Vec<String> {
+        PeerMode::ALL.iter().map(|m| m.side().to_string()).collect()
+    }
+
+    #[test]
+    fn several_peers_run_as_one_balanced_block() {
+        let peers = all_peers();
+        let mut before = 0;
+        for r in 0..4 {
+            let o = round_order(r, &peers);
+            assert_eq!(o.len(), 5);
+            // The natives alternate as without peers, the block is intact.
+            let native: Vec<&String> = o.iter().filter(|n| !peers.contains(n)).collect();
+            assert_eq!(native, round_order(r, &[]).iter().collect::<Vec<_>>());
+            let at = if torch_first(r) { 0 } else { 2 };
+            assert_eq!(o[at..at + 3], peers[..]);
+            before += usize::from(torch_first(r));
+        }
+        assert_eq!(before, 2);
+        // Eager alone: the orders the committed replay files recorded.
+        let t = [TORCH.to_string()];
+        let want = [
+            [REFERENCE, CANDIDATE, TORCH],
+            [TORCH, CANDIDATE, REFERENCE],
+            [TORCH, REFERENCE, CANDIDATE],
+            [CANDIDATE, REFERENCE, TORCH],
+        ];
+        for (r, w) in want.iter().enumerate() {
+            assert_eq!(round_order(r, &t), w.to_vec());
+        }
     }
 
     #[test]
@@ -1789,7 +1917,7 @@ mod tests {
         ReplayRound {
             round: r,
             seed: r as u64,
-            order: round_order(r, false),
+            order: round_order(r, &[]),
             sides,
             kernel_sha256: BTreeMap::new(),
             missing: vec![],
@@ -1829,7 +1957,7 @@ mod tests {
                 ],
             ),
         ];
-        let s = case_stats(&rounds, false);
+        let s = case_stats(&rounds, &[]);
         assert_eq!(s.objective, "e2e");
         assert!(!s.phases.contains_key("gpu"));
         assert!(!s.phases.contains_key("single_gpu"));
@@ -1857,12 +1985,58 @@ mod tests {
         // A voided side: its round's ratio is missing, the others stand.
         let mut rounds = rounds;
         rounds[1].sides[1] = side(CANDIDATE, &[10.0], false);
-        let s = case_stats(&rounds, false);
+        let s = case_stats(&rounds, &[]);
         let e = &s.phases["e2e"];
         assert_eq!(e.gain.ratios[1], None);
         assert_eq!(e.gain.summary.unwrap().n, 3);
         assert_eq!(e.p50s[CANDIDATE][1], None);
         assert_eq!((s.outputs_valid, s.outputs_invalid), (7, 1));
+    }
+
+    #[test]
+    fn paired_gains_for_several_peers() {
+        let peers = all_peers();
+        let (eager, compile, liger) = (&peers[0], &peers[1], &peers[2]);
+        // Candidate 10 µs/op; eager 20, 30; compile 5, 10; liger only round 1.
+        let rounds: Vec<ReplayRound> = (0..2)
+            .map(|r| {
+                let mut sides = vec![
+                    side(REFERENCE, &[12.0], true),
+                    side(CANDIDATE, &[10.0], true),
+                    side(eager, &[20.0 + 10.0 * r as f64], true),
+                    side(compile, &[5.0 + 5.0 * r as f64], true),
+                ];
+                if r == 1 {
+                    sides.push(side(liger, &[15.0], true));
+                }
+                ReplayRound {
+                    order: round_order(r, &peers),
+                    ..round(r, sides)
+                }
+            })
+            .collect();
+        let s = case_stats(&rounds, &peers);
+        let e = &s.phases["e2e"];
+        let ratios = |p: &str| e.peer_gain(p).unwrap().ratios.clone();
+        assert_eq!(ratios(eager), vec![Some(2.0), Some(3.0)]);
+        assert_eq!(ratios(compile), vec![Some(0.5), Some(1.0)]);
+        assert_eq!(ratios(liger), vec![None, Some(1.5)]);
+        // Eager keeps its own field; the others are keyed by side.
+        assert_eq!(e.torch_gain.as_ref().unwrap().numerator, *eager);
+        assert_eq!(
+            e.peer_gains.keys().collect::<Vec<_>>(),
+            vec![compile, liger]
+        );
+        let g = e.peer_gain(compile).unwrap().summary.unwrap();
+        assert_eq!((g.n, g.median, g.below, g.ties), (2, 0.75, 1, 1));
+        assert_eq!(e.peer_gain(liger).unwrap().summary.unwrap().n, 1);
+        assert_eq!(e.headline[liger], Some(15.0));
+        // Eager alone writes no peer_gains, so older files read the same.
+        let s = case_stats(&rounds, &peers[..1]);
+        let v = serde_json::to_value(&s.phases["e2e"]).unwrap();
+        assert!(v.get("peer_gains").is_none() && v["torch_gain"].is_object());
+        let back: PhaseStats = serde_json::from_value(v).unwrap();
+        assert!(back.peer_gains.is_empty());
     }
 
     fn bench(dir: &Path, request: LayoutRequest) -> ResultsFile {
@@ -1891,7 +2065,7 @@ mod tests {
             aa: candidate.is_none(),
             rounds: 2,
             config: cfg(),
-            torch: false,
+            peers: vec![],
             device: Device::Cpu,
             python: "python3".into(),
             peer_script: PathBuf::from("python/torch_peer.py"),
@@ -2099,5 +2273,174 @@ mod tests {
         assert_eq!(s.binary_sha256.as_deref(), Some("ab"));
         assert_eq!(audit_read_source(&path).unwrap().1, s.cases);
         let _ = std::fs::remove_dir_all(r);
+    }
+
+    fn has_python() -> bool {
+        std::process::Command::new("python3")
+            .args(["-c", "import json, struct"])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    #[test]
+    fn every_peer_side_is_replayed_rendered_and_audited() {
+        if !has_python() {
+            eprintln!("no python3 here; skipping");
+            return;
+        }
+        let (r, c, out) = (tmp("peers-ref"), tmp("peers-cand"), tmp("peers-out"));
+        bench(&r, LayoutRequest::default());
+        bench(
+            &c,
+            LayoutRequest {
+                pack: 4,
+                ..Default::default()
+            },
+        );
+        let mut sp = spec(&r, Some(&c), &out);
+        sp.peers = PeerMode::ALL.to_vec();
+        sp.peer_script = crate::peer::tests::fake_script();
+        let file = run_replay(&sp).unwrap();
+        let peers = all_peers();
+        let liger = PeerMode::Liger.side();
+        assert_eq!(file.peers.as_ref(), Some(&peers));
+        assert!(file.torch);
+        for case in &file.cases {
+            for (i, round) in case.rounds.iter().enumerate() {
+                assert_eq!(round.order, round_order(i, &peers));
+                // The fake peer refuses liger: missing with its reason.
+                let names: Vec<&str> = round.sides.iter().map(|s| s.name.as_str()).collect();
+                assert!(!names.contains(&liger), "{names:?}");
+                assert_eq!(names.len(), 4);
+                assert!(
+                    round.missing.len() == 1
+                        && round.missing[0].starts_with(&format!("{liger} did not run"))
+                        && round.missing[0].contains("not installed"),
+                    "{:?}",
+                    round.missing
+                );
+            }
+            let e = &case.stats.phases["e2e"];
+            assert_eq!(e.peer_gain(TORCH).unwrap().summary.unwrap().n, 2);
+            assert_eq!(e.peer_gain(&peers[1]).unwrap().summary.unwrap().n, 2);
+            assert!(e.peer_gain(liger).unwrap().summary.is_none());
+            assert_eq!(case.stats.outputs_invalid, 0);
+        }
+        let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+        for p in &peers {
+            for col in [
+                format!("| {p} µs/op | candidate vs {p} median [range] |"),
+                format!("| {p} GPU single | {p} E2E single |"),
+            ] {
+                assert!(md.contains(&col), "{col}\n{md}");
+            }
+        }
+        assert_eq!(audit(&out), Vec::<String>::new());
+
+        let path = out.join("results.json");
+        let clean: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let id0 = file.cases[0].id.clone();
+        let compile = PeerMode::Compile.side();
+        // Index of a side in round `r` of case 0.
+        let at = |r: usize, name: &str| {
+            file.cases[0].rounds[r]
+                .sides
+                .iter()
+                .position(|s| s.name == name)
+                .unwrap()
+        };
+        let tamper = |f: &dyn Fn(&mut serde_json::Value), want: &str| {
+            let mut v = clean.clone();
+            f(&mut v);
+            let found = audit_replay(&out, &v);
+            assert!(
+                found
+                    .iter()
+                    .any(|m| m.starts_with(&format!("case {id0}: ")) && m.contains(want)),
+                "{want}: {found:?}"
+            );
+        };
+        // A peer's raw sample: its p50 and its gain no longer follow.
+        let k = at(1, compile);
+        tamper(
+            &|v| {
+                let t = &mut v["cases"][0]["rounds"][1]["sides"][k]["phases"]["e2e"][0]["total_us"];
+                *t = serde_json::json!(t.as_f64().unwrap() * 100.0);
+            },
+            &format!("per-round p50s of {compile}"),
+        );
+        tamper(
+            &|v| {
+                v["cases"][0]["stats"]["phases"]["e2e"]["peer_gains"][compile]["summary"]
+                    ["median"] = 9.0.into()
+            },
+            &format!("e2e {compile} gain"),
+        );
+        // A peer side gone without a reason, and a reason gone.
+        tamper(
+            &|v| {
+                v["cases"][0]["rounds"][0]["sides"]
+                    .as_array_mut()
+                    .unwrap()
+                    .remove(at(0, compile));
+            },
+            &format!("{compile} neither measured nor noted missing"),
+        );
+        tamper(
+            &|v| v["cases"][0]["rounds"][0]["missing"] = serde_json::json!([]),
+            &format!("{liger} neither measured nor noted missing"),
+        );
+        // The peer block after the natives in both rounds.
+        let mut late: Vec<String> = vec![CANDIDATE.into(), REFERENCE.into()];
+        late.extend(peers.iter().cloned());
+        tamper(
+            &|v| v["cases"][0]["rounds"][1]["order"] = serde_json::json!(late),
+            &format!("{compile} positions unbalanced"),
+        );
+        // A peer dropped from the file's list leaves its side unexpected.
+        let mut v = clean.clone();
+        v["peers"] = serde_json::json!([TORCH, liger]);
+        let f = audit_replay(&out, &v);
+        assert!(f.iter().any(|m| m.contains("is not")), "{f:?}");
+        v["peers"] = serde_json::json!([TORCH, compile, liger, "torch-fast"]);
+        let f = audit_replay(&out, &v);
+        assert!(
+            f.iter().any(|m| m.contains("not a PyTorch peer side")),
+            "{f:?}"
+        );
+        for d in [r, c, out] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn an_eager_replay_without_a_peers_list_audits_as_before() {
+        if !has_python() {
+            eprintln!("no python3 here; skipping");
+            return;
+        }
+        let (r, out) = (tmp("eager-ref"), tmp("eager-out"));
+        bench(&r, LayoutRequest::default());
+        let mut sp = spec(&r, None, &out);
+        sp.peers = vec![PeerMode::Eager];
+        sp.peer_script = crate::peer::tests::fake_script();
+        run_replay(&sp).unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
+                .unwrap();
+        assert!(v["cases"][0]["stats"]["phases"]["e2e"]
+            .get("peer_gains")
+            .is_none());
+        // Files written before `peers` existed: derived from `torch`.
+        v.as_object_mut().unwrap().remove("peers");
+        let file: ReplayFile = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(file.peer_sides(), vec![TORCH.to_string()]);
+        assert_eq!(audit_replay(&out, &v), Vec::<String>::new());
+        v["torch"] = false.into();
+        assert!(!audit_replay(&out, &v).is_empty());
+        for d in [r, out] {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }

@@ -138,7 +138,7 @@ impl HostBound {
 /// One side of a case: lanefold, or a PyTorch peer mode.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Side {
-    /// `lanefold`, `torch-eager`, `torch-compile` or `liger`.
+    /// `lanefold`, or a peer side (`torch-eager`, `torch-compile`, `torch-liger`).
     pub name: String,
     pub validation: Validation,
     /// An invalid output voids the side's timing: its samples are dropped.

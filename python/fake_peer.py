@@ -1,0 +1,90 @@
+"""A stand-in for torch_peer.py in tests (CI has no GPU and no PyTorch).
+
+Speaks the same JSON-lines protocol with the standard library only:
+- hello / quit as the real peer;
+- op "die": exits (a dead peer);
+- mode "liger": refused, as the real peer does when Liger-Kernel is
+  not installed;
+- op "sum", f32: answered in every other mode with fixed timings per mode.
+  When input set 0's x.npy exists the row sums are really computed and
+  written as y.npy (so a replay validates them); otherwise the output is
+  only named (protocol tests).
+"""
+
+import ast
+import json
+import os
+import struct
+import sys
+
+# Per-op µs by mode, so the sides differ.
+PER_OP_US = {"eager": 20.0, "compile": 10.0}
+
+
+def read_f32(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:6] == b"\x93NUMPY", path
+    major = data[6]
+    if major == 1:
+        (hlen,), start = struct.unpack("<H", data[8:10]), 10
+    else:
+        (hlen,), start = struct.unpack("<I", data[8:12]), 12
+    header = ast.literal_eval(data[start : start + hlen].decode("latin1"))
+    if header["descr"] != "<f4" or header["fortran_order"]:
+        raise ValueError(f"{path}: only C-order <f4, got {header}")
+    body = data[start + hlen :]
+    return header["shape"], struct.unpack(f"<{len(body) // 4}f", body)
+
+
+def write_f32(path, values):
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % len(values)
+    pad = 64 - (10 + len(header) + 1) % 64
+    header = (header + " " * pad + "\n").encode("latin1")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+        f.write(struct.pack(f"<{len(values)}f", *values))
+
+
+def run(req):
+    mode = req["mode"]
+    if mode == "liger":
+        return {"ok": False, "error": "mode 'liger': Liger-Kernel is not installed (fake peer)"}
+    if req.get("op") != "sum":
+        return {"ok": False, "error": "only sum"}
+    sets = req.get("input_sets") or [req.get("inputs", {})]
+    y = os.path.join(req["outputs_dir"], "y.npy")
+    x = sets[0].get("x", "")
+    if os.path.isfile(x):
+        (rows, n), v = read_f32(x)
+        write_f32(y, [sum(v[r * n : (r + 1) * n]) for r in range(rows)])
+    us = PER_OP_US.get(mode, 15.0)
+    k = max(1, int(req.get("samples", 1)))
+    print("noise on stdout")
+    return {
+        "ok": True,
+        "mode": mode,
+        "outputs": {"y": y},
+        # Sample i is i µs slower, so one changed sample moves a median.
+        "gpu": [{"batch": 10, "total_us": 10 * (us + i)} for i in range(k)],
+        "gpu_graph": True,
+        "e2e": [{"batch": 5, "total_us": 5 * (us + 5.0 + i)} for i in range(k)],
+        "e2e_enqueue_us": [30.0] * k,
+        "single": [{"gpu_us": us / 10 + i, "host_us": us + 9.0 + i} for i in range(k)],
+        "extra": 1,
+    }
+
+
+for line in sys.stdin:
+    req = json.loads(line)
+    if req.get("cmd") == "hello":
+        out = {"ok": True, "torch": "fake", "cuda": None, "device": "none", "liger": None}
+    elif req.get("cmd") == "quit":
+        break
+    elif req.get("op") == "die":
+        print("dying on purpose", file=sys.stderr)
+        sys.exit(3)
+    else:
+        out = run(req)
+    print(json.dumps(out), flush=True)
