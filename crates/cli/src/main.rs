@@ -307,7 +307,18 @@ fn open_backend(arg: BackendArg) -> Result<Backend> {
     })
 }
 
+/// Rust ignores SIGPIPE, so `println!` into a closed pipe (`lanefold plan |
+/// head -1`) panics. A command-line tool should end quietly instead.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first in main, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    restore_default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo { backend } => demo(backend),

@@ -223,3 +223,30 @@ fn an_out_of_range_target_is_refused() {
     ]);
     assert_clean_failure(&o, 1, "target index 7 at row 1 is out of range");
 }
+
+/// Regression: `lanefold plan ... | head -1` panicked with "failed printing
+/// to stdout: Broken pipe" once the reader went away.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_without_a_panic() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lanefold"))
+        .args(["plan", "--op", "softmax", "--shape", "64x4096"])
+        .args(["--tune-workers", "0,8,16,32,64,128,256,512,1024"])
+        .args(["--tune-pack", "1,2,4,8", "--tune-unroll", "1,2,4,8"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before the first line
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -265,7 +265,11 @@ fn choose_by_model(
     } else {
         problem.clone()
     };
-    let mut best: Option<(f64, u32, u32)> = None;
+    // Rank by (re-reads resident tiles from memory, predicted µs): on the
+    // H200 every streamed pick the model made ran 3-7x slower than register
+    // plans of the same problem (bench/NOTES.md, 2026-11-29 large shapes),
+    // so a streamed plan is chosen only when no register plan is legal.
+    let mut best: Option<((bool, f64), u32, u32)> = None;
     let mut w = 8;
     while w <= target.max_workers() {
         for v in VALID_PACKS {
@@ -276,8 +280,11 @@ fn choose_by_model(
             };
             if let Ok(p) = plan_rows(&scored, target, &candidate) {
                 let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
-                if best.is_none_or(|(b, _, _)| us < b) {
-                    best = Some((us, w, v));
+                let streams = p.residency == Residency::Stream && !p.analysis.resident.is_empty();
+                let key = (streams, us);
+                let better = best.is_none_or(|((bs, bu), _, _)| (streams, us) < (bs, bu));
+                if better {
+                    best = Some((key, w, v));
                 }
             }
         }
@@ -713,6 +720,30 @@ mod tests {
         old.as_object_mut().unwrap().remove("mapper");
         let read: LayoutRequest = serde_json::from_value(old).unwrap();
         assert_eq!(read.mapper, MapperPolicy::Seed);
+    }
+
+    /// Regression: the model mapping picked W=8 V=8 G=32 with streamed
+    /// re-reads for bf16 cross_entropy (350-646 µs on the H200 where a
+    /// register plan ran 118 µs) and W=32 V=8 G=8 streamed for bf16
+    /// residual_layernorm 4096x32768 (1793 µs vs torch's 424 µs).
+    #[test]
+    fn model_mapping_keeps_resident_tiles_in_registers_when_it_can() {
+        for (op, shape) in [
+            (Operator::CrossEntropy, "32768x4096"),
+            (Operator::CrossEntropy, "16384x8192"),
+            (Operator::CrossEntropy, "4096x32768"),
+            (Operator::ResidualLayernorm, "4096x32768"),
+        ] {
+            let mut pr = problem(op, shape);
+            pr.dtype = DType::Bf16;
+            let p = plan(&pr, &Target::h200(), &LayoutRequest::default()).unwrap();
+            assert_eq!(
+                p.residency,
+                Residency::Registers,
+                "{op} {shape}: {}",
+                p.describe()
+            );
+        }
     }
 
     #[test]
