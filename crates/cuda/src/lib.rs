@@ -13,7 +13,7 @@ mod cache;
 mod prepared;
 
 pub use cache::{compile_key, sha256_hex, DiskCache};
-pub use prepared::{Prepared, MAX_GRAPH_LAUNCHES};
+pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
 
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,

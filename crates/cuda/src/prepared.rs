@@ -27,6 +27,14 @@ pub const MAX_GRAPH_LAUNCHES: usize = 16384;
 
 /// A prepared plan: compiled kernel, resident inputs and outputs, timing
 /// events and a per-batch-size cache of instantiated CUDA graphs.
+/// What the compiler gave a kernel, per thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    pub registers_per_thread: u32,
+    /// Local memory: register spills and stack. Nonzero is worth a look.
+    pub local_bytes_per_thread: u32,
+}
+
 pub struct Prepared<'a> {
     backend: &'a CudaBackend,
     plan: Plan,
@@ -110,6 +118,20 @@ impl<'a> Prepared<'a> {
 
     pub fn kernel_name(&self) -> &str {
         &self.loaded.kernel.name
+    }
+
+    /// Registers and local memory (spills and stack) per thread, as the
+    /// driver reports them for the loaded function: the `-Xptxas -v` facts.
+    pub fn resources(&self) -> Result<KernelResources, CudaError> {
+        let f = &self.loaded.function;
+        let registers = f.num_regs().map_err(driver("reading the register count"))?;
+        let local = f
+            .local_size_bytes()
+            .map_err(driver("reading the local memory size"))?;
+        Ok(KernelResources {
+            registers_per_thread: registers.max(0) as u32,
+            local_bytes_per_thread: local.max(0) as u32,
+        })
     }
 
     /// Device bytes held by the input and output sets.

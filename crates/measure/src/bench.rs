@@ -272,10 +272,14 @@ pub fn measure_native(
                 npy::write_atomically(&dir.join(&rel), prepared.source().as_bytes())?;
                 source_file = Some(rel);
             }
+            // Informational: a driver that cannot say leaves them absent.
+            let resources = prepared.resources().ok();
             let kernel = KernelRecord {
                 name: prepared.kernel_name().to_string(),
                 source_sha256,
                 source_file,
+                registers_per_thread: resources.map(|r| r.registers_per_thread),
+                local_bytes_per_thread: resources.map(|r| r.local_bytes_per_thread),
             };
             let mut timer = CudaTimer(prepared);
             let phases = sample(&mut timer, config)?;

@@ -156,11 +156,38 @@ pub fn markdown(file: &ResultsFile) -> String {
             );
         }
     }
+    md.push_str(&resources_table(&file.cases));
     let _ = writeln!(
         md,
         "\n![GB/s against row length](plot.svg)\n\nRaw samples, validation records and kernel source hashes are in `results.json`; `lanefold audit` recomputes every figure above from them."
     );
     md
+}
+
+/// Registers and local memory per thread of each CUDA kernel, when the
+/// driver reported them; empty otherwise (the CPU backend).
+pub fn resources_table(cases: &[crate::results::CaseResult]) -> String {
+    let rows: Vec<String> = cases
+        .iter()
+        .filter_map(|c| {
+            let k = c.kernel.as_ref()?;
+            let regs = k.registers_per_thread?;
+            let local = k
+                .local_bytes_per_thread
+                .map_or("—".into(), |b| b.to_string());
+            Some(format!(
+                "| {} | {} | {} | `{}` | {regs} | {local} |",
+                c.op, c.dtype, c.shape, k.name
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n## Kernel resources (per thread, from the driver)\n\n| op | dtype | shape | kernel | registers | local bytes (spills, stack) |\n|---|---|---|---|---:|---:|\n{}\n",
+        rows.join("\n")
+    )
 }
 
 /// GB/s (gpu phase p50) against row length: one panel per operator, a
@@ -229,4 +256,31 @@ pub fn plot(file: &ResultsFile, path: &Path) -> anyhow::Result<()> {
     }
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_resources_are_optional_and_rendered_when_recorded() {
+        // A file written before resources were recorded reads and renders
+        // without them.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../bench/results/2026-11-29-large-auto-h200/results.json"
+        );
+        let mut file: ResultsFile =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(file.cases[0].kernel.is_some());
+        assert_eq!(resources_table(&file.cases), "");
+        let k = file.cases[0].kernel.as_mut().unwrap();
+        k.registers_per_thread = Some(40);
+        k.local_bytes_per_thread = Some(16);
+        let name = k.name.clone();
+        let table = resources_table(&file.cases);
+        assert!(table.contains(&format!("`{name}` | 40 | 16 |")), "{table}");
+        assert_eq!(table.matches("\n| sum |").count(), 1, "{table}");
+        assert!(markdown(&file).contains("## Kernel resources"));
+    }
 }

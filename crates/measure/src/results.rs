@@ -225,6 +225,12 @@ pub struct KernelRecord {
     pub source_sha256: String,
     /// Relative to the results directory, when sources were captured.
     pub source_file: Option<String>,
+    /// Registers per thread the driver reports for the loaded kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registers_per_thread: Option<u32>,
+    /// Local memory per thread (spills, stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_bytes_per_thread: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
