@@ -282,8 +282,7 @@ fn choose_by_model(
                 let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
                 let streams = p.residency == Residency::Stream && !p.analysis.resident.is_empty();
                 let key = (streams, us);
-                let better = best.is_none_or(|((bs, bu), _, _)| (streams, us) < (bs, bu));
-                if better {
+                if best.is_none_or(|(b, _, _)| key < b) {
                     best = Some((key, w, v));
                 }
             }
