@@ -190,27 +190,54 @@ pub fn resources_table(cases: &[crate::results::CaseResult]) -> String {
     )
 }
 
-/// GB/s (gpu phase p50) against row length: one panel per operator, a
-/// line per dtype and side (lanefold solid, peers thin). Where several
-/// shapes share a row length, the one with the most rows is drawn.
+/// One point of a GB/s plot: a side of one case.
+pub struct PlotPoint {
+    pub op: String,
+    /// The line: dtype and side, e.g. `bf16 lanefold`.
+    pub series: String,
+    /// Drawn solid and thick: lanefold's own lines.
+    pub ours: bool,
+    /// `ROWSxN`.
+    pub shape: String,
+    pub gbps: f64,
+}
+
+/// GB/s (gpu phase p50) against row length of a bench file.
 pub fn plot(file: &ResultsFile, path: &Path) -> anyhow::Result<()> {
-    type Series = std::collections::BTreeMap<String, std::collections::BTreeMap<u64, (u64, f64)>>;
-    let mut panels: std::collections::BTreeMap<String, Series> = Default::default();
+    let mut points = vec![];
     for case in &file.cases {
-        let mut dims = case.shape.split('x').map(|s| s.parse::<u64>().unwrap_or(1));
-        let (rows, n) = (dims.next().unwrap_or(1), dims.next().unwrap_or(1));
         for s in &case.sides {
-            if let Some(g) = s.gpu_gbps_p50 {
-                let line = panels
-                    .entry(case.op.clone())
-                    .or_default()
-                    .entry(format!("{} {}", case.dtype, s.name))
-                    .or_default();
-                let keep = line.get(&n).is_none_or(|(r, _)| rows >= *r);
-                if keep {
-                    line.insert(n, (rows, g));
-                }
+            if let Some(gbps) = s.gpu_gbps_p50 {
+                points.push(PlotPoint {
+                    op: case.op.clone(),
+                    series: format!("{} {}", case.dtype, s.name),
+                    ours: s.name == "lanefold",
+                    shape: case.shape.clone(),
+                    gbps,
+                });
             }
+        }
+    }
+    plot_points(&points, "gpu p50", path)
+}
+
+/// GB/s against row length: one panel per operator, a line per series
+/// (lanefold solid, peers thin). Where several shapes share a row length,
+/// the one with the most rows is drawn. `what` names the statistic.
+pub fn plot_points(points: &[PlotPoint], what: &str, path: &Path) -> anyhow::Result<()> {
+    type Series =
+        std::collections::BTreeMap<(String, bool), std::collections::BTreeMap<u64, (u64, f64)>>;
+    let mut panels: std::collections::BTreeMap<String, Series> = Default::default();
+    for p in points {
+        let mut dims = p.shape.split('x').map(|s| s.parse::<u64>().unwrap_or(1));
+        let (rows, n) = (dims.next().unwrap_or(1), dims.next().unwrap_or(1));
+        let line = panels
+            .entry(p.op.clone())
+            .or_default()
+            .entry((p.series.clone(), p.ours))
+            .or_default();
+        if line.get(&n).is_none_or(|(r, _)| rows >= *r) {
+            line.insert(n, (rows, p.gbps));
         }
     }
     let root = SVGBackend::new(path, (1500, 900)).into_drawing_area();
@@ -225,7 +252,7 @@ pub fn plot(file: &ResultsFile, path: &Path) -> anyhow::Result<()> {
         let (max_n, max_g) = points.fold((2.0f64, 1.0f64), |(a, b), (n, g)| (a.max(n), b.max(g)));
         let mut chart = ChartBuilder::on(area)
             .caption(
-                format!("{op}: GB/s (gpu p50) vs row length"),
+                format!("{op}: GB/s ({what}) vs row length"),
                 ("sans-serif", 18),
             )
             .margin(10)
@@ -233,9 +260,9 @@ pub fn plot(file: &ResultsFile, path: &Path) -> anyhow::Result<()> {
             .y_label_area_size(50)
             .build_cartesian_2d((1f64..max_n * 1.5).log_scale(), 0f64..max_g * 1.15)?;
         chart.configure_mesh().x_desc("N").y_desc("GB/s").draw()?;
-        for (i, (name, pts)) in series.iter().enumerate() {
+        for (i, ((name, ours), pts)) in series.iter().enumerate() {
             let pts: Vec<(f64, f64)> = pts.iter().map(|(n, (_, g))| (*n as f64, *g)).collect();
-            let ours = name.ends_with("lanefold");
+            let ours = *ours;
             let style = ShapeStyle {
                 color: Palette99::pick(i).to_rgba(),
                 filled: ours,

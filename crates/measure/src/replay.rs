@@ -902,8 +902,37 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     capture_env.record_end_clocks(&mut file.environment);
     file.write(&results)?;
     npy::write_atomically(&spec.output.join("results.md"), markdown(&file).as_bytes())?;
+    crate::render::plot_points(
+        &plot_points(&file),
+        "median of round p50s",
+        &spec.output.join("plot.svg"),
+    )?;
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(file)
+}
+
+/// plot.svg's points: each side's headline (objective phase) as GB/s of
+/// the case's bytes moved; reference and candidate are lanefold's lines.
+pub fn plot_points(file: &ReplayFile) -> Vec<crate::render::PlotPoint> {
+    let mut points = vec![];
+    for case in &file.cases {
+        let Some(ph) = case.stats.phases.get(&case.stats.objective) else {
+            continue;
+        };
+        for (side, us) in &ph.headline {
+            let Some(us) = us.filter(|us| *us > 0.0) else {
+                continue;
+            };
+            points.push(crate::render::PlotPoint {
+                op: case.op.clone(),
+                series: format!("{} {side}", case.dtype),
+                ours: side == REFERENCE || side == CANDIDATE,
+                shape: case.shape.clone(),
+                gbps: case.bytes_moved as f64 / (us * 1e3),
+            });
+        }
+    }
+    points
 }
 
 fn print_round(case: &ReplayCase, r: usize, peers: &[String]) {
@@ -1123,6 +1152,10 @@ pub fn markdown(file: &ReplayFile) -> String {
     let _ = writeln!(
         md,
         "\nGPU single = device events around one synchronized call; E2E single = host wall clock of launch + synchronize (— where the backend has no device clock).\n"
+    );
+    let _ = writeln!(
+        md,
+        "![GB/s of each side's objective-phase headline against row length](plot.svg)\n"
     );
     let _ = writeln!(md, "## Positions and validation per round\n");
     let _ = writeln!(md, "| case | round | seed | order | objective ratio | valid sides | missing |\n|---|---:|---:|---|---:|---:|---|");
@@ -2108,6 +2141,18 @@ mod tests {
         assert_eq!(g.coverage, 0.5);
         assert_eq!(case.stats.outputs_valid, 4);
         assert!(out.join("results.md").is_file());
+        assert!(out.join("plot.svg").is_file());
+        // Both native sides of every case, at bytes moved / headline µs.
+        let points = plot_points(&file);
+        assert_eq!(points.len(), 2 * file.cases.len());
+        let case = &file.cases[0];
+        let ph = &case.stats.phases[&case.stats.objective];
+        let cand = points
+            .iter()
+            .find(|p| p.shape == case.shape && p.series.ends_with(CANDIDATE))
+            .unwrap();
+        let us = ph.headline[CANDIDATE].unwrap();
+        assert!(cand.ours && (cand.gbps - case.bytes_moved as f64 / (us * 1e3)).abs() < 1e-9);
         let md = std::fs::read_to_string(out.join("results.md")).unwrap();
         assert!(md.contains("paired speedup median [range]") && md.contains("E2E single"));
         assert_eq!(audit(&out), Vec::<String>::new());
