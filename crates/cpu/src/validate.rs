@@ -3,6 +3,7 @@
 use crate::data::Buffers;
 use crate::reference::Reference;
 use lanefold_ir::DType;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,6 +33,51 @@ impl Validation {
     }
 }
 
+/// Sums over one block of elements.
+#[derive(Clone, Copy, Default)]
+struct Partial {
+    diff2: f64,
+    ref2: f64,
+    max_abs: f64,
+    nonfinite: usize,
+}
+
+/// Elements per block: blocks run in parallel and their sums are added in
+/// block order, so the result does not depend on the thread count.
+const BLOCK: usize = 1 << 16;
+
+/// Compare `got` with `want` element by element (`scale[i]` or `|want[i]|`
+/// weighs the relative error).
+fn compare(got: &crate::data::Tensor, want: &[f64], scale: Option<&[f64]>) -> Partial {
+    let len = got.len().min(want.len());
+    let blocks: Vec<Partial> = (0..len.div_ceil(BLOCK))
+        .into_par_iter()
+        .map(|b| {
+            let mut p = Partial::default();
+            for i in b * BLOCK..((b + 1) * BLOCK).min(len) {
+                let r = want[i];
+                let s = scale.map_or(r.abs(), |s| s[i]);
+                let g = got.get(i) as f64;
+                if !g.is_finite() && r.is_finite() {
+                    p.nonfinite += 1;
+                    continue;
+                }
+                let d = g - r;
+                p.diff2 += d * d;
+                p.ref2 += s * s;
+                p.max_abs = p.max_abs.max(d.abs());
+            }
+            p
+        })
+        .collect();
+    blocks.iter().fold(Partial::default(), |a, p| Partial {
+        diff2: a.diff2 + p.diff2,
+        ref2: a.ref2 + p.ref2,
+        max_abs: a.max_abs.max(p.max_abs),
+        nonfinite: a.nonfinite + p.nonfinite,
+    })
+}
+
 /// Check every element of every output.
 pub fn validate(dtype: DType, outputs: &Buffers, reference: &Reference) -> Validation {
     let tolerance = dtype.tolerance();
@@ -50,20 +96,13 @@ pub fn validate(dtype: DType, outputs: &Buffers, reference: &Reference) -> Valid
             });
             continue;
         };
-        let (mut diff2, mut ref2, mut max_abs, mut nonfinite) = (0f64, 0f64, 0f64, 0usize);
         let length_ok = got.len() == want.len();
-        for (i, &r) in want.iter().enumerate().take(got.len()) {
-            let scale = expected.scale.as_ref().map_or(r.abs(), |s| s[i]);
-            let g = got.get(i) as f64;
-            if !g.is_finite() && r.is_finite() {
-                nonfinite += 1;
-                continue;
-            }
-            let d = g - r;
-            diff2 += d * d;
-            ref2 += scale * scale;
-            max_abs = max_abs.max(d.abs());
-        }
+        let Partial {
+            diff2,
+            ref2,
+            max_abs,
+            nonfinite,
+        } = compare(got, want, expected.scale.as_deref());
         // An all-zero reference (e.g. every row ignored) is judged absolutely.
         let rel = if ref2 > 0.0 {
             (diff2 / ref2).sqrt()
@@ -95,6 +134,31 @@ mod tests {
     use crate::reference::reference;
     use lanefold_ir::{Operator, OperatorOptions};
     use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+
+    #[test]
+    fn validation_does_not_depend_on_the_thread_count() {
+        let problem = Problem::operator(
+            Operator::Softmax,
+            OperatorOptions::default(),
+            DType::Bf16,
+            "40x5000".parse().unwrap(), // 200k elements: several blocks
+        );
+        let p = plan(&problem, &Target::cpu(), &LayoutRequest::default()).unwrap();
+        let inputs = random_inputs(&problem, 3);
+        let mut outputs = poisoned_outputs(&problem);
+        execute(&p, &inputs, &mut outputs).unwrap();
+        let r = reference(&problem, &inputs).unwrap();
+        let on = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| validate(DType::Bf16, &outputs, &r))
+        };
+        let one = on(1);
+        assert!(one.pass && one.worst_rel_err() > 0.0);
+        assert_eq!(one, on(3));
+    }
 
     #[test]
     fn a_single_unwritten_element_fails_validation() {
