@@ -18,7 +18,7 @@ pub fn kernel_name(plan: &Plan) -> String {
         l.unroll,
         l.rows_per_group
     );
-    if plan.residency == Residency::Stream && !plan.analysis.resident.is_empty() {
+    if plan.rereads_tiles() {
         name += "_stream";
     }
     if plan.groups_per_row > 1 {

@@ -1,6 +1,6 @@
 //! Cost policies: a prediction of a plan's time from its features.
 
-use crate::mapper::{Plan, Residency};
+use crate::mapper::Plan;
 use crate::target::Target;
 use lanefold_ir::{BufferKind, Instr};
 use serde::{Deserialize, Serialize};
@@ -49,7 +49,7 @@ impl Features {
             .map(|b| bytes_of(b.kind))
             .sum();
         let mut reread = 0u64;
-        if plan.residency == Residency::Stream {
+        if plan.rereads_tiles() {
             for v in &plan.analysis.resident {
                 if let Instr::Load { buffer } = &program.body[v.index()] {
                     let kind = program

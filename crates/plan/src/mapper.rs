@@ -160,6 +160,12 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Does a phase re-read resident tiles from memory (rather than keep
+    /// them in registers)?
+    pub fn rereads_tiles(&self) -> bool {
+        self.residency == Residency::Stream && !self.analysis.resident.is_empty()
+    }
+
     pub fn shape(&self) -> Shape {
         self.problem.shape
     }
@@ -280,8 +286,7 @@ fn choose_by_model(
             };
             if let Ok(p) = plan_rows(&scored, target, &candidate) {
                 let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
-                let streams = p.residency == Residency::Stream && !p.analysis.resident.is_empty();
-                let key = (streams, us);
+                let key = (p.rereads_tiles(), us);
                 if best.is_none_or(|(b, _, _)| key < b) {
                     best = Some((key, w, v));
                 }
