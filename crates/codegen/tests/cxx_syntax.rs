@@ -47,6 +47,15 @@ fn cxx() -> Option<String> {
         .map(|_| cxx)
 }
 
+/// `c++ -fsyntax-only` over `files`, in one compiler process.
+fn syntax_check(cxx: &str, files: &[PathBuf]) -> std::process::Output {
+    Command::new(cxx)
+        .args(["-fsyntax-only", "-std=c++17", "-w"])
+        .args(files)
+        .output()
+        .unwrap()
+}
+
 /// The kernel source with inline PTX made a no-op, behind the shim.
 fn shimmed(source: &str) -> String {
     let body = source
@@ -124,11 +133,7 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
     }
     // One compiler process per batch keeps this to a few seconds.
     for batch in files.chunks(64) {
-        let out = Command::new(&cxx)
-            .args(["-fsyntax-only", "-std=c++17", "-w"])
-            .args(batch)
-            .output()
-            .unwrap();
+        let out = syntax_check(&cxx, batch);
         assert!(
             out.status.success(),
             "generated CUDA failed the C++ syntax check:\n{}",
@@ -143,7 +148,14 @@ fn the_shim_check_rejects_broken_source() {
         eprintln!("SKIPPED: no C++ compiler (set CXX)");
         return;
     };
-    let (_, good) = sources().into_iter().next().unwrap();
+    let problem = Problem::operator(
+        Operator::Sum,
+        OperatorOptions::default(),
+        DType::F32,
+        "17x257".parse().unwrap(),
+    );
+    let plan = lanefold_plan::plan(&problem, &Target::h200(), &LayoutRequest::default()).unwrap();
+    let good = generate(&plan, &CodegenOptions::default()).unwrap().source;
     let broken = good.replacen(
         "const int tid = threadIdx.x;",
         "const int tid = threadIdx.x",
@@ -154,10 +166,8 @@ fn the_shim_check_rejects_broken_source() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("broken.cpp");
     std::fs::write(&path, shimmed(&broken)).unwrap();
-    let out = Command::new(&cxx)
-        .args(["-fsyntax-only", "-std=c++17", "-w"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "a missing semicolon must fail");
+    assert!(
+        !syntax_check(&cxx, &[path]).status.success(),
+        "a missing semicolon must fail"
+    );
 }
