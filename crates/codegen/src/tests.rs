@@ -20,6 +20,7 @@ fn make(op: Operator, dtype: DType, shape: &str, w: u32, v: u32, g: u32) -> Plan
         LayoutRequest {
             workers: w,
             pack: v,
+            unroll: 1,
             rows_per_group: g,
             ..Default::default()
         },
@@ -48,6 +49,26 @@ fn golden(plan: &Plan) -> String {
         params.join(", "),
         k.source
     )
+}
+
+/// The model mapping's automatic U: a streamed loop unrolled so each
+/// worker has 64 bytes of loads in flight (U=4 at V=4 f32).
+#[test]
+fn golden_sum_f32_w128_v4_auto_unroll() {
+    let p = make_with(
+        Operator::Sum,
+        DType::F32,
+        "1024x4096",
+        LayoutRequest {
+            workers: 128,
+            pack: 4,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.layout.unroll, 4);
+    let g = golden(&p);
+    assert!(g.contains("#pragma unroll 4"), "{g}");
+    insta::assert_snapshot!(g);
 }
 
 #[test]

@@ -255,8 +255,28 @@ fn layout_text(l: &Layout) -> String {
 pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, Option<String>)> {
     let id = case.key();
     let problem = problem_of(case)?;
-    let p = plan(&problem, target, &case.request)
+    let mut p = plan(&problem, target, &case.request)
         .map_err(|e| anyhow!("case {id}: the {role}'s recorded request is refused: {e}"))?;
+    if p.layout != case.layout && case.request.workers == 0 && case.request.pack == 0 {
+        // An automatic request recorded before a mapper change resolves
+        // differently today; what is frozen is the layout (and the source
+        // hash below), so plan that layout explicitly.
+        let explicit = LayoutRequest {
+            workers: case.layout.workers,
+            pack: case.layout.pack,
+            unroll: case.layout.unroll,
+            rows_per_group: case.layout.rows_per_group,
+            ..case.request
+        };
+        if let Ok(q) = plan(&problem, target, &explicit) {
+            eprintln!(
+                "note: case {id}: the {role}'s automatic request now maps to {}; replaying its recorded layout {}",
+                layout_text(&p.layout),
+                layout_text(&case.layout)
+            );
+            p = q;
+        }
+    }
     if p.layout != case.layout {
         bail!(
             "case {id}: the {role}'s recorded layout {} is not what its recorded request re-plans to ({}) on target {}; refusing to replay a layout that cannot be reproduced",
@@ -2487,5 +2507,49 @@ mod tests {
         for d in [r, out] {
             let _ = std::fs::remove_dir_all(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod freeze_tests {
+    use super::*;
+    use lanefold_plan::{Layout, MapperPolicy};
+
+    fn case(layout: Layout) -> FrozenCase {
+        FrozenCase {
+            op: "sum".into(),
+            dtype: "f32".into(),
+            shape: "32768x4096".into(),
+            request: LayoutRequest {
+                mapper: MapperPolicy::Model,
+                ..Default::default()
+            },
+            layout,
+            source_sha256: None,
+        }
+    }
+
+    /// Regression: a results file recorded before the roofline-v3 mapping
+    /// (automatic request, layout W=8 V=4 U=1 G=32) was refused because its
+    /// request re-plans differently today; the layout is what is frozen.
+    #[test]
+    fn an_automatic_request_replays_its_recorded_layout_after_a_mapper_change() {
+        let old = Layout {
+            workers: 8,
+            pack: 4,
+            unroll: 1,
+            rows_per_group: 32,
+        };
+        let c = case(old);
+        let today = plan(&problem_of(&c).unwrap(), &Target::h200(), &c.request).unwrap();
+        assert_ne!(today.layout, old, "the test needs a layout the mapper no longer picks");
+        let (p, _) = freeze(&c, REFERENCE, &Target::h200()).unwrap();
+        assert_eq!(p.layout, old);
+        // A layout no request can reproduce is still refused.
+        let illegal = case(Layout {
+            workers: 3,
+            ..old
+        });
+        assert!(freeze(&illegal, REFERENCE, &Target::h200()).is_err());
     }
 }

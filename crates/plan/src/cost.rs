@@ -28,6 +28,9 @@ pub struct Features {
     pub phases: usize,
     /// Bytes per vector access (V times the element size).
     pub access_bytes: u32,
+    /// Row-shaped inputs: tiles loaded per chunk.
+    #[serde(default)]
+    pub row_inputs: u32,
 }
 
 impl Features {
@@ -83,6 +86,11 @@ impl Features {
             passes: (bytes_moved + reread) as f64 / bytes_moved.max(1) as f64,
             phases: plan.analysis.num_phases,
             access_bytes: l.pack * esize as u32,
+            row_inputs: program
+                .inputs
+                .iter()
+                .filter(|b| b.kind == BufferKind::Row)
+                .count() as u32,
         }
     }
 }
@@ -94,20 +102,64 @@ pub trait CostPolicy {
     fn predict_us(&self, features: &Features, plan: &Plan, target: &Target) -> f64;
 }
 
-/// Memory traffic over copy bandwidth, derated by access width, idle lanes
-/// and machine fill; against a latency floor per wave of groups: for each
-/// phase, a memory round trip, the vector load instructions each worker
-/// issues in sequence, and the tree descent; plus the launch.
+/// Memory traffic over copy bandwidth, derated by access width, idle lanes,
+/// the bytes each multiprocessor keeps in flight and the contiguous span a
+/// row reads per chunk; against a latency floor per wave of groups: for
+/// each phase, a memory round trip, the vector load instructions each
+/// worker issues in sequence, and the tree descent; plus the launch.
 ///
 /// v2 (2026-11-29) priced the per-worker instruction count and narrow
-/// accesses after the H200 rmsnorm search
-/// (`bench/results/2026-11-29-rmsnorm-search-h200`) showed v1 ranking
-/// candidates backwards on two of four shapes; see bench/NOTES.md.
+/// accesses after the H200 rmsnorm search showed v1 ranking candidates
+/// backwards on two of four shapes. v3 (2026-11-29) replaced the thread
+/// fill by bytes in flight and added the row span after the H200 sum
+/// search over W x V x U (`bench/results/2026-11-29-sum-unroll-search-h200`),
+/// where v2 predicted every candidate equal and its pick ran at 0.71-0.86x
+/// of the best; see bench/NOTES.md.
 pub struct RooflinePolicy;
+
+/// Bytes in flight per multiprocessor at which the H200 reached its best
+/// streaming rate in that search; [`IN_FLIGHT_HALF_BYTES`] shapes the
+/// approach (16 KB ran at 0.73-0.84x, 32 KB at 0.94-0.97x).
+const IN_FLIGHT_FULL_BYTES: f64 = 64.0 * 1024.0;
+const IN_FLIGHT_HALF_BYTES: f64 = 8.0 * 1024.0;
+
+impl RooflinePolicy {
+    /// Independent bytes one worker has in flight: every chunk of a phase
+    /// that fills registers (fully unrolled), else U chunks of a loop.
+    fn bytes_in_flight_per_worker(f: &Features, plan: &Plan) -> f64 {
+        let chunks = plan.layout.chunks(plan.shape().n).max(1) as u32;
+        let steps = if plan.resident_slots > 0 {
+            chunks
+        } else {
+            plan.layout.unroll.clamp(1, chunks)
+        };
+        (steps * f.access_bytes * f.row_inputs.max(1)) as f64
+    }
+
+    /// Fraction of the best streaming rate at `bytes` in flight per
+    /// multiprocessor (a Little's-law curve normalised at the full point).
+    fn in_flight_efficiency(bytes: f64) -> f64 {
+        let curve = |b: f64| b / (b + IN_FLIGHT_HALF_BYTES);
+        (curve(bytes) / curve(IN_FLIGHT_FULL_BYTES)).min(1.0)
+    }
+
+    /// Contiguous bytes a row reads per chunk: narrow spans scatter the
+    /// rows in flight over many DRAM pages (W=8 V=4 f32, 128 bytes, ran at
+    /// 0.86x with the same bytes in flight as W=128).
+    fn span_efficiency(span_bytes: u64) -> f64 {
+        match span_bytes {
+            b if b >= 512 => 1.0,
+            b if b >= 256 => 0.98,
+            b if b >= 128 => 0.95,
+            b if b >= 64 => 0.9,
+            _ => 0.8,
+        }
+    }
+}
 
 impl CostPolicy for RooflinePolicy {
     fn name(&self) -> &'static str {
-        "roofline-v2"
+        "roofline-v3"
     }
 
     fn predict_us(&self, f: &Features, plan: &Plan, target: &Target) -> f64 {
@@ -119,9 +171,24 @@ impl CostPolicy for RooflinePolicy {
         };
         let threads_in_flight =
             (f.groups.min(f.concurrent_groups) * plan.threads_per_group as u64) as f64;
-        // Half the threads an SM can hold keep enough bytes in flight.
-        let fill = (threads_in_flight / (target.multiprocessors as f64 * 512.0)).min(1.0);
-        let efficiency = access * f.lane_utilization.max(0.05) * fill.max(0.02);
+        let per_mp = threads_in_flight / target.multiprocessors as f64
+            * Self::bytes_in_flight_per_worker(f, plan);
+        let in_flight = Self::in_flight_efficiency(per_mp).max(0.02);
+        // Bytes in flight are not enough alone: a plan whose register tiles
+        // let fewer than about 512 threads share a multiprocessor exposes
+        // its reductions and arithmetic between loads (softmax W=32 V=4 on
+        // 4096-wide rows ran at 0.68x of W=256). A property of the plan,
+        // not of how many rows there are: small problems pay in flight.
+        let capacity = f.concurrent_groups as f64 / target.multiprocessors as f64
+            * plan.threads_per_group as f64;
+        let occupancy = (capacity / 512.0).min(1.0);
+        let esize = plan.dtype().size_bytes() as u64;
+        let span = (f.live_lanes as u64 * f.access_bytes as u64).min(plan.shape().n as u64 * esize);
+        let efficiency = access
+            * f.lane_utilization.max(0.05)
+            * occupancy.max(0.02)
+            * in_flight
+            * Self::span_efficiency(span);
         let bytes_per_us = target.copy_gbps * 1e3;
         let stream_us = f.bytes_traffic as f64 / (bytes_per_us * efficiency);
         let t = &plan.tree;
@@ -132,7 +199,9 @@ impl CostPolicy for RooflinePolicy {
         let per_chunk = f.access_bytes.div_ceil(16).max(1) as f64;
         let instructions = plan.layout.chunks(plan.shape().n) as f64 * per_chunk;
         let per_wave_us = f.phases as f64 * (0.6 + 0.05 * instructions + tree_us);
-        let latency_us = f.waves.ceil().max(1.0) * per_wave_us;
+        // Waves overlap: a partial last wave costs its fraction (v2 rounded
+        // up, which ranked W=256 behind W=32 on 1024x4096 bf16 softmax).
+        let latency_us = f.waves.max(1.0) * per_wave_us;
         target.launch_us + stream_us.max(latency_us)
     }
 }

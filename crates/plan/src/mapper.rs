@@ -282,7 +282,7 @@ fn choose_by_model(
             let candidate = LayoutRequest {
                 workers: w,
                 pack: v,
-                ..seed
+                ..*request
             };
             if let Ok(p) = plan_rows(&scored, target, &candidate) {
                 let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
@@ -298,7 +298,7 @@ fn choose_by_model(
         Some((_, workers, pack)) => LayoutRequest {
             workers,
             pack,
-            ..seed
+            ..*request
         },
         None => seed,
     })
@@ -322,13 +322,11 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     if !VALID_PACKS.contains(&pack) {
         return Err(width(format!("V={pack}: V must be one of 1, 2, 4, 8")));
     }
-    let unroll = if request.unroll == 0 {
-        1
-    } else {
-        request.unroll
-    };
-    if !(1..=8).contains(&unroll) {
-        return Err(width(format!("U={unroll}: U must be from 1 to 8")));
+    if request.unroll > 8 {
+        return Err(width(format!(
+            "U={}: U must be from 1 to 8",
+            request.unroll
+        )));
     }
     let max_w = target.max_workers();
     if request.workers != 0 && (!request.workers.is_power_of_two() || request.workers > max_w) {
@@ -371,6 +369,11 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         1
     } else {
         auto_workers(n, pack, resident_tiles, target, &budget)
+    };
+    let unroll = match (request.unroll, request.mapper) {
+        (0, MapperPolicy::Seed) => 1,
+        (0, MapperPolicy::Model) => auto_unroll(n, workers, pack, problem.dtype),
+        (u, _) => u,
     };
     let layout_for = |g: u32| Layout {
         workers,
@@ -503,6 +506,20 @@ fn auto_workers(
         w *= 2;
     }
     w
+}
+
+/// Bytes of independent loads each worker should have in flight in a
+/// streamed loop: on the H200 sum search (bench/NOTES.md, 2026-11-29 unroll)
+/// 8 bytes ran at 0.84x of the best, 16 at 0.94x, 32-64 at 0.98-1.0x.
+const AUTO_BYTES_IN_FLIGHT: u32 = 64;
+
+/// Stripe unroll for the model mapping: enough chunks per loop step for
+/// [`AUTO_BYTES_IN_FLIGHT`], never more than the worker's full chunks. U
+/// changes only how the loop is unrolled, never the arithmetic order.
+fn auto_unroll(n: usize, workers: u32, pack: u32, dtype: DType) -> u32 {
+    let access = pack * dtype.size_bytes() as u32;
+    let full = (n / (workers as usize * pack as usize)).max(1) as u32;
+    (AUTO_BYTES_IN_FLIGHT / access).clamp(1, 8).min(full)
 }
 
 /// Pack short rows so groups have about 256 threads, but keep at least one
@@ -747,6 +764,33 @@ mod tests {
                 "{op} {shape}: {}",
                 p.describe()
             );
+        }
+    }
+
+    /// Regression: roofline-v2 predicted every sum layout alike and the
+    /// model mapping took the first, W=8 U=1 (128-byte row spans, 16 bytes
+    /// in flight per worker): 0.71-0.86x of the searched winner on the
+    /// H200 (`2026-11-29-sum-unroll-search-h200`). The seed keeps U=1.
+    #[test]
+    fn sum_model_mapping_reads_wide_spans_with_loads_in_flight() {
+        for (dtype, shape) in [
+            (DType::F32, "32768x4096"),
+            (DType::F32, "16384x8192"),
+            (DType::Bf16, "4096x32768"),
+        ] {
+            let mut pr = problem(Operator::Sum, shape);
+            pr.dtype = dtype;
+            let p = plan(&pr, &Target::h200(), &LayoutRequest::default()).unwrap();
+            let l = p.layout;
+            let span = l.workers * l.pack * dtype.size_bytes() as u32;
+            let in_flight = l.unroll * l.pack * dtype.size_bytes() as u32;
+            assert!(span >= 256, "{shape}: {}", p.describe());
+            assert!(in_flight >= 32, "{shape}: {}", p.describe());
+            let seed = LayoutRequest {
+                mapper: MapperPolicy::Seed,
+                ..Default::default()
+            };
+            assert_eq!(plan(&pr, &Target::h200(), &seed).unwrap().layout.unroll, 1);
         }
     }
 

@@ -1,10 +1,9 @@
-//! The cost model against what the H200 search measured
-//! (bench/results/2026-11-29-rmsnorm-search-h200): each candidate's
-//! recorded request is planned again and scored; the model's pick must be
-//! within 10% of the best measured candidate and its ranking positively
-//! correlated with the measurements. In-sample: roofline-v2 was adjusted
-//! after this search (bench/NOTES.md), so this pins the lesson, it does not
-//! prove the model on unseen shapes.
+//! The cost model against what the H200 searches measured
+//! (bench/results/2026-11-29-*-search-h200): each candidate's recorded
+//! layout is planned again and scored; the model's pick must be within 10%
+//! of the best measured candidate. In-sample: roofline-v2 and v3 were
+//! adjusted after these searches (bench/NOTES.md), so this pins the lessons,
+//! it does not prove the model on unseen shapes.
 
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, CostPolicy, Features, LayoutRequest, Problem, RooflinePolicy, Target};
@@ -30,15 +29,31 @@ fn spearman(a: &[f64], b: &[f64]) -> f64 {
     cov / (va * vb).sqrt()
 }
 
-#[test]
-fn roofline_v2_picks_within_10_percent_of_the_h200_search_winner() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../bench/results/2026-11-29-rmsnorm-search-h200/results.json"
+/// Every H200 search committed so far: the candidates of each problem,
+/// planned again from their recorded layouts (not their requests, whose
+/// automatic parts may resolve differently today) and scored.
+const SEARCHES: [&str; 5] = [
+    "2026-11-29-rmsnorm-search-h200",
+    "2026-11-29-softmax-search-h200",
+    "2026-11-29-layernorm-search-h200",
+    "2026-11-29-cross_entropy-search-h200",
+    "2026-11-29-sum-unroll-search-h200",
+];
+
+struct Scored {
+    id: String,
+    regret: f64,
+    rho: f64,
+}
+
+fn score(dir: &str) -> Vec<Scored> {
+    let path = format!(
+        "{}/../../bench/results/{dir}/results.json",
+        env!("CARGO_MANIFEST_DIR")
     );
     let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let target = Target::h200();
-    let mut problems = 0;
+    let mut out = vec![];
     for p in file["problems"].as_array().unwrap() {
         let op: Operator = p["op"].as_str().unwrap().parse().unwrap();
         let dtype: DType = p["dtype"].as_str().unwrap().parse().unwrap();
@@ -48,26 +63,75 @@ fn roofline_v2_picks_within_10_percent_of_the_h200_search_winner() {
             dtype,
             p["shape"].as_str().unwrap().parse().unwrap(),
         );
-        let (mut predicted, mut measured) = (vec![], vec![]);
+        let (mut predicted, mut measured, mut names) = (vec![], vec![], vec![]);
         for c in p["candidates"].as_array().unwrap() {
             let Some(gpu) = c["side"]["summary"]["gpu"]["p50"].as_f64() else {
                 continue;
             };
-            let request: LayoutRequest = serde_json::from_value(c["request"].clone()).unwrap();
+            let layout = &c["plan"]["layout"];
+            let field = |k: &str| layout[k].as_u64().unwrap() as u32;
+            let request: LayoutRequest = LayoutRequest {
+                workers: field("workers"),
+                pack: field("pack"),
+                unroll: field("unroll"),
+                rows_per_group: field("rows_per_group"),
+                residency: serde_json::from_value(c["plan"]["residency"].clone()).unwrap(),
+                ..serde_json::from_value(c["request"].clone()).unwrap()
+            };
             let plan = plan(&problem, &target, &request).unwrap();
+            assert_eq!(
+                serde_json::to_value(plan.layout).unwrap(),
+                *layout,
+                "{dir} {}",
+                p["id"]
+            );
             let f = Features::of(&plan, &target);
             predicted.push(RooflinePolicy.predict_us(&f, &plan, &target));
             measured.push(gpu);
+            names.push(plan.describe());
         }
         let pick = (0..predicted.len())
             .min_by(|&a, &b| predicted[a].total_cmp(&predicted[b]))
             .unwrap();
-        let best = measured.iter().cloned().fold(f64::INFINITY, f64::min);
-        let regret = measured[pick] / best - 1.0;
-        let rho = spearman(&predicted, &measured);
-        assert!(regret <= 0.10, "{}: regret {regret:.3}", p["id"]);
-        assert!(rho > 0.0, "{}: rank correlation {rho:.3}", p["id"]);
-        problems += 1;
+        let best = (0..measured.len())
+            .min_by(|&a, &b| measured[a].total_cmp(&measured[b]))
+            .unwrap();
+        out.push(Scored {
+            id: format!(
+                "{dir}: {} (pick {}, best {})",
+                p["id"].as_str().unwrap(),
+                names[pick],
+                names[best]
+            ),
+            regret: measured[pick] / measured[best] - 1.0,
+            rho: spearman(&predicted, &measured),
+        });
     }
-    assert_eq!(problems, 4);
+    out
+}
+
+#[test]
+fn the_cost_model_picks_within_10_percent_of_every_h200_search_winner() {
+    let mut problems = 0;
+    let mut failures = vec![];
+    for dir in SEARCHES {
+        for s in score(dir) {
+            eprintln!("{}: regret {:.3}, rho {:.3}", s.id, s.regret, s.rho);
+            if s.regret > 0.10 {
+                failures.push(format!("{}: regret {:.3}", s.id, s.regret));
+            }
+            problems += 1;
+        }
+    }
+    assert_eq!(problems, 4 + 3 * 6 + 6);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The W x V x U sum search is where v2 saw no difference at all; v3 must
+/// rank it the way the H200 did.
+#[test]
+fn the_cost_model_ranks_the_sum_unroll_search_positively() {
+    for s in score("2026-11-29-sum-unroll-search-h200") {
+        assert!(s.rho > 0.3, "{}: rank correlation {:.3}", s.id, s.rho);
+    }
 }
