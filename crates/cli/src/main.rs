@@ -330,10 +330,7 @@ fn main() {
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
-        Command::Report { dir } => {
-            lanefold_measure::results::ResultsFile::read(&dir.join("results.json"))
-                .and_then(|f| lanefold_measure::bench::write_report(&f, &dir))
-        }
+        Command::Report { dir } => report_cmd(&dir),
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
             &args.dtypes,
@@ -347,6 +344,29 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(exit_code(&e));
+    }
+}
+
+/// Render results.md (and plot.svg) again for any of the three results
+/// schemas, chosen by the file's `schema` field.
+fn report_cmd(dir: &std::path::Path) -> Result<()> {
+    use lanefold_measure::{bench, replay, results::ResultsFile, search::SearchFile};
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s.starts_with("lanefold-replay/") => {
+            replay::write_report(&replay::ReplayFile::read(&path)?, dir)
+        }
+        Some(s) if s.starts_with("lanefold-search/") => {
+            let md = lanefold_measure::search::markdown(&SearchFile::read(&path)?);
+            Ok(lanefold_cpu::npy::write_atomically(
+                &dir.join("results.md"),
+                md.as_bytes(),
+            )?)
+        }
+        _ => bench::write_report(&ResultsFile::read(&path)?, dir),
     }
 }
 

@@ -921,14 +921,20 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     }
     capture_env.record_end_clocks(&mut file.environment);
     file.write(&results)?;
-    npy::write_atomically(&spec.output.join("results.md"), markdown(&file).as_bytes())?;
-    crate::render::plot_points(
-        &plot_points(&file),
-        "median of round p50s",
-        &spec.output.join("plot.svg"),
-    )?;
+    write_report(&file, &spec.output)?;
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(file)
+}
+
+/// results.md and plot.svg beside a replay's results.json (also for a
+/// replay cut short: its complete rounds are all it reports).
+pub fn write_report(file: &ReplayFile, dir: &Path) -> Result<()> {
+    npy::write_atomically(&dir.join("results.md"), markdown(file).as_bytes())?;
+    crate::render::plot_points(
+        &plot_points(file),
+        "median of round p50s",
+        &dir.join("plot.svg"),
+    )
 }
 
 /// plot.svg's points: each side's headline (objective phase) as GB/s of
@@ -2542,14 +2548,14 @@ mod freeze_tests {
         };
         let c = case(old);
         let today = plan(&problem_of(&c).unwrap(), &Target::h200(), &c.request).unwrap();
-        assert_ne!(today.layout, old, "the test needs a layout the mapper no longer picks");
+        assert_ne!(
+            today.layout, old,
+            "the test needs a layout the mapper no longer picks"
+        );
         let (p, _) = freeze(&c, REFERENCE, &Target::h200()).unwrap();
         assert_eq!(p.layout, old);
         // A layout no request can reproduce is still refused.
-        let illegal = case(Layout {
-            workers: 3,
-            ..old
-        });
+        let illegal = case(Layout { workers: 3, ..old });
         assert!(freeze(&illegal, REFERENCE, &Target::h200()).is_err());
     }
 }

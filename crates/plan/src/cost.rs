@@ -184,7 +184,12 @@ impl CostPolicy for RooflinePolicy {
         let occupancy = (capacity / 512.0).min(1.0);
         let esize = plan.dtype().size_bytes() as u64;
         let span = (f.live_lanes as u64 * f.access_bytes as u64).min(plan.shape().n as u64 * esize);
-        let efficiency = access
+        // Few long-lived waves leave a tail: on 4096x32768 sum the same
+        // bytes in flight ran 0.89x at one wave of 4-row groups, 0.94x at
+        // two, 0.99x at eight or more.
+        let tail = 1.0 - 0.12 / f.waves.max(1.0);
+        let efficiency = tail
+            * access
             * f.lane_utilization.max(0.05)
             * occupancy.max(0.02)
             * in_flight
@@ -194,7 +199,10 @@ impl CostPolicy for RooflinePolicy {
         let t = &plan.tree;
         let tree_us = (t.lanes as f64).log2() * 0.02
             + if t.warps > 1 { 0.3 } else { 0.0 }
-            + if t.groups > 1 { 0.8 } else { 0.0 };
+            // A cluster barrier and distributed shared memory round trip:
+            // 8-group clusters ran 1.6-2.5x slower than W=512 on 4096x32768
+            // (2026-11-29-wide-rows-search-h200).
+            + if t.groups > 1 { 2.5 } else { 0.0 };
         // Vector instructions (at most 16 bytes each) per worker and phase.
         let per_chunk = f.access_bytes.div_ceil(16).max(1) as f64;
         let instructions = plan.layout.chunks(plan.shape().n) as f64 * per_chunk;

@@ -275,7 +275,10 @@ fn choose_by_model(
     // H200 every streamed pick the model made ran 3-7x slower than register
     // plans of the same problem (bench/NOTES.md, 2026-11-29 large shapes),
     // so a streamed plan is chosen only when no register plan is legal.
-    let mut best: Option<((bool, f64), u32, u32)> = None;
+    // Predictions within 2% are a tie the model cannot resolve; the tie
+    // goes to the plan with the fewest groups per row (a cluster costs
+    // barriers the model prices only roughly), then the lowest prediction.
+    let mut scored_plans: Vec<(bool, f64, u32, u32, u32)> = vec![];
     let mut w = 8;
     while w <= target.max_workers() {
         for v in VALID_PACKS {
@@ -286,14 +289,22 @@ fn choose_by_model(
             };
             if let Ok(p) = plan_rows(&scored, target, &candidate) {
                 let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
-                let key = (p.rereads_tiles(), us);
-                if best.is_none_or(|(b, _, _)| key < b) {
-                    best = Some((key, w, v));
-                }
+                scored_plans.push((p.rereads_tiles(), us, p.groups_per_row, w, v));
             }
         }
         w *= 2;
     }
+    let streamed_only = scored_plans.iter().all(|c| c.0);
+    let pool: Vec<_> = scored_plans
+        .into_iter()
+        .filter(|c| streamed_only || !c.0)
+        .collect();
+    let fastest = pool.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+    let best = pool
+        .iter()
+        .filter(|c| c.1 <= fastest * 1.02)
+        .min_by(|a, b| a.2.cmp(&b.2).then(a.1.total_cmp(&b.1)))
+        .map(|c| ((), c.3, c.4));
     Ok(match best {
         Some((_, workers, pack)) => LayoutRequest {
             workers,
@@ -812,8 +823,8 @@ mod tests {
                 for v in VALID_PACKS {
                     if let Ok(other) = plan(&p, &t, &req(w, v)) {
                         assert!(
-                            predict(&other) >= best,
-                            "{shape}: W={w} V={v} predicts lower than {}",
+                            predict(&other) * 1.02 >= best,
+                            "{shape}: W={w} V={v} predicts more than 2% lower than {}",
                             chosen.describe()
                         );
                     }
