@@ -140,6 +140,14 @@ fn a_cpu_replay_is_balanced_validated_and_auditable() {
     let o = audit(&out);
     assert!(o.status.success(), "{}", text(&o));
 
+    // Regression: `report` read every results.json as a bench file and
+    // failed on a replay ("missing field `request`"); it renders replays.
+    std::fs::remove_file(out.join("results.md")).unwrap();
+    let o = lanefold(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let again = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert_eq!(again, md, "report renders the replay's results.md again");
+
     // One raw sample changed: the audit fails naming the case.
     let mut t = load(&out);
     let id = t["cases"][1]["id"].as_str().unwrap().to_string();

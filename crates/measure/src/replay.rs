@@ -257,10 +257,15 @@ pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, O
     let problem = problem_of(case)?;
     let mut p = plan(&problem, target, &case.request)
         .map_err(|e| anyhow!("case {id}: the {role}'s recorded request is refused: {e}"))?;
-    if p.layout != case.layout && case.request.workers == 0 && case.request.pack == 0 {
+    if p.layout != case.layout
+        && case.request.workers == 0
+        && case.request.pack == 0
+        && case.source_sha256.is_some()
+    {
         // An automatic request recorded before a mapper change resolves
-        // differently today; what is frozen is the layout (and the source
-        // hash below), so plan that layout explicitly.
+        // differently today; what is frozen is the layout and the source
+        // hash (checked below), so plan that layout explicitly. Without a
+        // recorded hash nothing would prove the kernel is the same one.
         let explicit = LayoutRequest {
             workers: case.layout.workers,
             pack: case.layout.pack,
@@ -2546,7 +2551,17 @@ mod freeze_tests {
             unroll: 1,
             rows_per_group: 32,
         };
-        let c = case(old);
+        let mut c = case(old);
+        let explicit = LayoutRequest {
+            workers: 8,
+            pack: 4,
+            unroll: 1,
+            rows_per_group: 32,
+            ..c.request
+        };
+        let recorded = plan(&problem_of(&c).unwrap(), &Target::h200(), &explicit).unwrap();
+        let source = lanefold_codegen::generate(&recorded, &CodegenOptions::default()).unwrap();
+        c.source_sha256 = Some(sha256_hex(source.source.as_bytes()));
         let today = plan(&problem_of(&c).unwrap(), &Target::h200(), &c.request).unwrap();
         assert_ne!(
             today.layout, old,
@@ -2554,8 +2569,12 @@ mod freeze_tests {
         );
         let (p, _) = freeze(&c, REFERENCE, &Target::h200()).unwrap();
         assert_eq!(p.layout, old);
-        // A layout no request can reproduce is still refused.
-        let illegal = case(Layout { workers: 3, ..old });
-        assert!(freeze(&illegal, REFERENCE, &Target::h200()).is_err());
+        // Without a recorded source hash nothing proves the kernel: refused.
+        let unproven = case(old);
+        assert!(freeze(&unproven, REFERENCE, &Target::h200()).is_err());
+        // A recorded hash that is not this layout's source: refused.
+        let mut tampered = c.clone();
+        tampered.layout.pack = 8;
+        assert!(freeze(&tampered, REFERENCE, &Target::h200()).is_err());
     }
 }
