@@ -208,6 +208,10 @@ struct LayoutArgs {
     /// prediction) or `seed` (V=1, the seed's reference).
     #[arg(long, value_enum, default_value_t = MapperArg::Model)]
     mapper: MapperArg,
+    /// Evict-first cache hints on read-once row tiles and row outputs
+    /// (`ld/st.global.cs`; vector accesses only). Same results, bit for bit.
+    #[arg(long)]
+    streaming_hints: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -237,6 +241,7 @@ impl LayoutArgs {
                 MapperArg::Seed => MapperPolicy::Seed,
                 MapperArg::Model => MapperPolicy::Model,
             },
+            streaming_hints: self.streaming_hints,
         }
     }
 }
@@ -631,6 +636,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     selftest::refusal_checks(&mut report);
     selftest::exact_sum_checks(&backend, &mut report);
     selftest::batch_invariance_checks(&backend, &[127, 4096], &mut report);
+    selftest::streaming_hints_checks(&backend, &mut report);
     selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
     println!(
         "layout matrix done: {} ({:.1} s)",

@@ -74,6 +74,9 @@ pub struct SearchArgs {
     /// Directory for results.json (raw samples) and results.md.
     #[arg(long)]
     pub output: PathBuf,
+    /// Every candidate with evict-first cache hints (see `bench --help`).
+    #[arg(long)]
+    pub streaming_hints: bool,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -141,9 +144,11 @@ fn summarize(file: &SearchFile, dir: &std::path::Path) {
 /// `lanefold search`: every problem searched, results.json + results.md.
 /// A problem without a winner is recorded, not an error.
 pub fn search_cmd(args: SearchArgs) -> Result<()> {
-    let spec = args
-        .search
-        .spec(LayoutRequest::default(), args.output.clone())?;
+    let base = LayoutRequest {
+        streaming_hints: args.streaming_hints,
+        ..Default::default()
+    };
+    let spec = args.search.spec(base, args.output.clone())?;
     let file = search(&spec)?;
     summarize(&file, &args.output);
     Ok(())

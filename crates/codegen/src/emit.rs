@@ -24,6 +24,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.groups_per_row > 1 {
         name += &format!("_c{}", plan.groups_per_row);
     }
+    if plan.streaming_hints {
+        name += "_cs";
+    }
     name
 }
 
@@ -141,6 +144,36 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
     float y;
     asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x * 1.4426950408889634f));
     return y;
+}
+";
+
+/// Evict-first ("cache streaming") vector loads and stores for
+/// `LayoutRequest::streaming_hints`: data touched once should not push
+/// data that is reused (weights, re-read tiles) out of L2. Loads are plain
+/// `asm` so the compiler may still schedule them early.
+const STREAMING_HELPERS: &str = "__device__ __forceinline__ uint4 lf_ld_cs(const uint4* p) {
+    uint4 v;
+    asm(\"ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 lf_ld_cs(const uint2* p) {
+    uint2 v;
+    asm(\"ld.global.cs.v2.u32 {%0, %1}, [%2];\" : \"=r\"(v.x), \"=r\"(v.y) : \"l\"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned lf_ld_cs(const unsigned* p) {
+    unsigned v;
+    asm(\"ld.global.cs.u32 %0, [%1];\" : \"=r\"(v) : \"l\"(p));
+    return v;
+}
+__device__ __forceinline__ void lf_st_cs(uint4* p, uint4 v) {
+    asm volatile(\"st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\" :: \"l\"(p), \"r\"(v.x), \"r\"(v.y), \"r\"(v.z), \"r\"(v.w) : \"memory\");
+}
+__device__ __forceinline__ void lf_st_cs(uint2* p, uint2 v) {
+    asm volatile(\"st.global.cs.v2.u32 [%0], {%1, %2};\" :: \"l\"(p), \"r\"(v.x), \"r\"(v.y) : \"memory\");
+}
+__device__ __forceinline__ void lf_st_cs(unsigned* p, unsigned v) {
+    asm volatile(\"st.global.cs.u32 [%0], %1;\" :: \"l\"(p), \"r\"(v) : \"memory\");
 }
 ";
 
@@ -493,9 +526,18 @@ impl Ctx<'_> {
                     self.line(&format!(
                         "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                     ));
+                    // A row tile read once (no later phase re-reads it from
+                    // memory) may be evicted first; columns are reused.
+                    let streamed = self.plan.streaming_hints
+                        && base.starts_with("row_off")
+                        && !self.plan.rereads_tiles();
                     for k in 0..vec.words / vec.per_access {
                         self.open("{");
-                        self.line(&format!("const {ty} a = q[{k}];"));
+                        if streamed {
+                            self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
+                        } else {
+                            self.line(&format!("const {ty} a = q[{k}];"));
+                        }
                         for (f, field) in vec.fields().iter().enumerate() {
                             let src = if field.is_empty() {
                                 "a".to_string()
@@ -641,7 +683,11 @@ impl Ctx<'_> {
                         };
                         self.line(&format!("{dst} = {bits};"));
                     }
-                    self.line(&format!("q[{k}] = a;"));
+                    if self.plan.streaming_hints {
+                        self.line(&format!("lf_st_cs(q + {k}, a);"));
+                    } else {
+                        self.line(&format!("q[{k}] = a;"));
+                    }
                     self.close();
                 }
                 self.close();
@@ -938,6 +984,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     );
     head.push_str(storage_helpers(plan.dtype()));
     head.push_str(MATH_HELPERS);
+    if plan.streaming_hints {
+        head.push_str(STREAMING_HELPERS);
+    }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
     }

@@ -51,6 +51,70 @@ fn golden(plan: &Plan) -> String {
     )
 }
 
+/// Streaming hints: the read-once row tile x loads evict-first, the
+/// reused weight loads plainly, the row output stores evict-first.
+#[test]
+fn golden_rmsnorm_f32_w256_v4_streaming_hints() {
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 1,
+            streaming_hints: true,
+            ..Default::default()
+        },
+    );
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_rmsnorm_f32_w256_v4_u1_g1_cs");
+    assert!(
+        k.source.contains("= lf_ld_cs(q + 0);"),
+        "x loads evict-first"
+    );
+    assert!(
+        k.source.contains("const uint4 a = q[0];"),
+        "the weight loads plainly"
+    );
+    assert!(k.source.contains("lf_st_cs(q + 0, a);"));
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// A streamed plan re-reads its row tiles: their first read must stay in
+/// L2, so only the output store carries the hint.
+#[test]
+fn streaming_hints_spare_tiles_a_streamed_plan_reads_again() {
+    let p = make_with(
+        Operator::Softmax,
+        DType::F32,
+        "4x8192",
+        LayoutRequest {
+            workers: 32,
+            pack: 4,
+            residency: lanefold_plan::ResidencyRequest::Stream,
+            streaming_hints: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.rereads_tiles());
+    let src = kernel(&p).source;
+    assert!(!src.contains("= lf_ld_cs("), "{src}");
+    assert!(src.contains("lf_st_cs(q + 0, a);"), "{src}");
+    // Without the flag no helper is even defined.
+    let plain = make_with(
+        Operator::Softmax,
+        DType::F32,
+        "4x8192",
+        LayoutRequest {
+            workers: 32,
+            pack: 4,
+            ..Default::default()
+        },
+    );
+    assert!(!kernel(&plain).source.contains("lf_ld_cs"));
+}
+
 /// The model mapping's automatic U: a streamed loop unrolled so each
 /// worker has 64 bytes of loads in flight (U=4 at V=4 f32).
 #[test]

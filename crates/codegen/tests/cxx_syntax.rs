@@ -66,7 +66,8 @@ fn shimmed(source: &str) -> String {
 
 /// Sources covering every emitter path: the six operators in three storage
 /// dtypes; scalar, 4-, 8- and 16-byte accesses; partial packs; unrolled
-/// stripes; packed rows; streamed tiles; clusters; gathered targets.
+/// stripes; packed rows; streamed tiles; clusters; gathered targets;
+/// evict-first cache hints.
 fn sources() -> Vec<(String, String)> {
     let target = Target::h200();
     let mut out = vec![];
@@ -84,10 +85,15 @@ fn sources() -> Vec<(String, String)> {
                     shape.parse().unwrap(),
                 );
                 for residency in [ResidencyRequest::Auto, ResidencyRequest::Stream] {
-                    for mapper in [MapperPolicy::Model, MapperPolicy::Seed] {
+                    for (mapper, streaming_hints) in [
+                        (MapperPolicy::Model, false),
+                        (MapperPolicy::Model, true),
+                        (MapperPolicy::Seed, false),
+                    ] {
                         let base = LayoutRequest {
                             residency,
                             mapper,
+                            streaming_hints,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };
@@ -117,6 +123,12 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
     assert!(
         kernels.iter().any(|(n, _)| n.contains("_stream")),
         "a streamed kernel"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, s)| n.ends_with("_cs") && s.contains("lf_st_cs(q + 0, a);")),
+        "a kernel with streaming hints"
     );
     let Some(cxx) = cxx() else {
         eprintln!("SKIPPED: no C++ compiler (set CXX); the generated sources were not checked");

@@ -91,6 +91,10 @@ pub struct LayoutRequest {
     /// mapping existed meant the seed's.
     #[serde(default = "MapperPolicy::seed")]
     pub mapper: MapperPolicy,
+    /// Mark read-once row tiles and row outputs evict-first in the caches
+    /// (`ld/st.global.cs`). A cache policy only: results are the same bits.
+    #[serde(default)]
+    pub streaming_hints: bool,
 }
 
 /// How the mapper fills in an automatic W and V.
@@ -157,6 +161,8 @@ pub struct Plan {
     pub shared_bytes: u32,
     pub target: String,
     pub batch_invariant: bool,
+    /// See [`LayoutRequest::streaming_hints`].
+    pub streaming_hints: bool,
 }
 
 impl Plan {
@@ -193,6 +199,9 @@ impl Plan {
         );
         if self.groups_per_row > 1 {
             s += &format!(" cluster={}", self.groups_per_row);
+        }
+        if self.streaming_hints {
+            s += " streaming-hints";
         }
         s
     }
@@ -490,6 +499,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         shared_bytes,
         target: target.name.clone(),
         batch_invariant: false,
+        streaming_hints: request.streaming_hints,
     })
 }
 
