@@ -4,7 +4,8 @@
 # campaign 3)? Benches the default mapping without and with the hints, then
 # a frozen replay of the two against torch.compile and Liger, then audit.
 # Usage: scripts/h200-issue6-hints.sh DATE [LANEFOLD_BIN]   (OPS, SHAPES,
-# ROUNDS override; LIGER_WHEEL as in h200-issue6-final.sh)
+# ROUNDS override; DEADLINE_S ends the replay after the last round that
+# fits; LIGER_WHEEL as in h200-issue6-final.sh)
 set -euo pipefail
 date=${1:?date}
 bin=${2:-target/release/lanefold}
@@ -19,5 +20,5 @@ r=bench/results/$date-hints
 $bin bench --backend cuda --ops "$ops" --shapes "$shapes" --dtypes f32,bf16 $s --capture-sources --output "$r-off-h200"
 $bin bench --backend cuda --ops "$ops" --shapes "$shapes" --dtypes f32,bf16 --streaming-hints $s --capture-sources --output "$r-on-h200"
 $bin replay --backend cuda --reference "$r-off-h200/results.json" --candidate "$r-on-h200/results.json" \
-  --rounds "${ROUNDS:-3}" $s --torch-compile --liger --output "$r-replay-h200"
+  --rounds "${ROUNDS:-3}" $s --torch-compile --liger ${DEADLINE_S:+--deadline-s $DEADLINE_S} --output "$r-replay-h200"
 $bin audit "$r-off-h200" "$r-on-h200" "$r-replay-h200"

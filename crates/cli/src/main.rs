@@ -103,6 +103,10 @@ struct BenchArgs {
     /// Store each kernel's CUDA source beside results.json (sources/SHA.cu).
     #[arg(long)]
     capture_sources: bool,
+    /// Wall-clock budget in seconds: start no case the longest case so far
+    /// says would end past it, and write the report of the cases done.
+    #[arg(long)]
+    deadline_s: Option<f64>,
     #[arg(long)]
     output: PathBuf,
     #[arg(long, default_value_t = 1)]
@@ -705,6 +709,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         output: args.output.clone(),
         seed: args.seed,
         command_line: std::env::args().collect(),
+        deadline_s: args.deadline_s,
     };
     let file = run_bench(&spec)?;
     let invalid = file

@@ -57,6 +57,11 @@ pub struct ReplayArgs {
     /// the current directory or the executable's).
     #[arg(long)]
     pub peer_script: Option<PathBuf>,
+    /// Wall-clock budget in seconds: start no round the longest round so
+    /// far says would end past it, and write the report of the rounds done
+    /// (for a run under an outer time limit).
+    #[arg(long)]
+    pub deadline_s: Option<f64>,
 }
 
 pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
@@ -87,6 +92,7 @@ pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
         output: args.output.clone(),
         seed: args.seed,
         command_line: std::env::args().collect(),
+        deadline_s: args.deadline_s,
     };
     let file = run_replay(&spec)?;
     for s in &file.sources {

@@ -45,6 +45,9 @@ pub struct BenchSpec {
     pub output: PathBuf,
     pub seed: u64,
     pub command_line: Vec<String>,
+    /// Wall-clock budget in seconds: no case starts that the longest case
+    /// so far predicts would end past it (None: no budget).
+    pub deadline_s: Option<f64>,
 }
 
 /// Bytes of one input set (for sizing L2-cold rotation).
@@ -138,9 +141,19 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
     };
     let capture = spec.capture_sources.then(|| spec.output.clone());
     let mut k = 0usize;
-    for &shape in &spec.shapes {
+    let mut deadline = crate::deadline::Deadline::new(spec.deadline_s);
+    let planned = spec.shapes.len() * spec.ops.len() * spec.dtypes.len();
+    'cases: for &shape in &spec.shapes {
         for &op in &spec.ops {
             for &dtype in &spec.dtypes {
+                if !deadline.allows_another() {
+                    println!(
+                        "deadline: stopping after {k} of {planned} cases (--deadline-s {})",
+                        deadline.limit_s().unwrap_or_default()
+                    );
+                    break 'cases;
+                }
+                deadline.start_unit();
                 let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
                 let p = plan(&problem, &target, &spec.request)?;
                 let features = Features::of(&p, &target);
@@ -222,6 +235,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 // An interrupted run keeps every case already measured.
                 file.write(&spec.output.join("results.json"))?;
                 k += 1;
+                deadline.end_unit();
             }
         }
     }

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod deadline;
 pub mod devices;
 pub mod env;
 pub mod peer;

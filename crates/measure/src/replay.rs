@@ -691,6 +691,9 @@ pub struct ReplaySpec {
     pub output: PathBuf,
     pub seed: u64,
     pub command_line: Vec<String>,
+    /// Wall-clock budget in seconds: no round starts that the longest round
+    /// so far predicts would end past it (None: no budget).
+    pub deadline_s: Option<f64>,
 }
 
 /// `target` relative to `base` (both made absolute), when both resolve.
@@ -836,7 +839,17 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     };
     let scratch = std::env::temp_dir().join(format!("lanefold-replay-{}", std::process::id()));
     let results = spec.output.join("results.json");
+    let mut deadline = crate::deadline::Deadline::new(spec.deadline_s);
     for r in 0..spec.rounds {
+        if !deadline.allows_another() {
+            println!(
+                "deadline: stopping after {r} of {} rounds (--deadline-s {})",
+                spec.rounds,
+                deadline.limit_s().unwrap_or_default()
+            );
+            break;
+        }
+        deadline.start_unit();
         let order = round_order(r, &peers);
         for (k, case) in prepared.iter().enumerate() {
             let seed = spec.seed + (r as u64) * 1_000_003 + (k as u64) * 10_007;
@@ -923,6 +936,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         file.rounds_done = r + 1;
         // An interrupted replay keeps every round already measured.
         file.write(&results)?;
+        deadline.end_unit();
     }
     capture_env.record_end_clocks(&mut file.environment);
     file.write(&results)?;
@@ -2118,6 +2132,7 @@ mod tests {
             output: dir.to_path_buf(),
             seed: 1,
             command_line: vec!["test".into()],
+            deadline_s: None,
         };
         run_bench(&spec).unwrap()
     }
@@ -2136,6 +2151,46 @@ mod tests {
             output: out.to_path_buf(),
             seed: 7,
             command_line: vec!["test".into()],
+            deadline_s: None,
+        }
+    }
+
+    /// Under a spent budget a replay stops after its first round, and a
+    /// bench after its first case, each with a complete, auditable report.
+    #[test]
+    fn a_deadline_ends_runs_after_whole_units_with_their_reports() {
+        let (r, out) = (tmp("deadline-ref"), tmp("deadline-out"));
+        bench(&r, LayoutRequest::default());
+        let mut s = spec(&r, None, &out);
+        s.rounds = 3;
+        s.deadline_s = Some(1e-6);
+        let file = run_replay(&s).unwrap();
+        assert_eq!(file.rounds_done, 1);
+        assert!(file.cases.iter().all(|c| c.rounds.len() == 1));
+        assert!(out.join("results.md").is_file());
+        assert!(audit(&out).is_empty(), "{:?}", audit(&out));
+
+        let b = tmp("deadline-bench");
+        let spec = BenchSpec {
+            ops: vec![Operator::Sum],
+            shapes: vec!["3x64".parse().unwrap(), "2x257".parse().unwrap()],
+            dtypes: vec![DType::F32],
+            request: LayoutRequest::default(),
+            device: Device::Cpu,
+            config: cfg(),
+            peer_modes: vec![],
+            python: "python3".into(),
+            peer_script: PathBuf::from("python/torch_peer.py"),
+            capture_sources: false,
+            output: b.clone(),
+            seed: 1,
+            command_line: vec!["test".into()],
+            deadline_s: Some(1e-6),
+        };
+        assert_eq!(run_bench(&spec).unwrap().cases.len(), 1);
+        assert!(b.join("results.md").is_file());
+        for d in [r, out, b] {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 
