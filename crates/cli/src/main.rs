@@ -216,6 +216,10 @@ struct LayoutArgs {
     /// (`ld/st.global.cs`; vector accesses only). Same results, bit for bit.
     #[arg(long)]
     streaming_hints: bool,
+    /// Load weight and bias with the row tile and keep them in registers
+    /// (where they fit), instead of after the reduction. Same results.
+    #[arg(long)]
+    hoist_columns: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -246,6 +250,7 @@ impl LayoutArgs {
                 MapperArg::Model => MapperPolicy::Model,
             },
             streaming_hints: self.streaming_hints,
+            hoist_columns: self.hoist_columns,
         }
     }
 }
@@ -640,7 +645,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     selftest::refusal_checks(&mut report);
     selftest::exact_sum_checks(&backend, &mut report);
     selftest::batch_invariance_checks(&backend, &[127, 4096], &mut report);
-    selftest::streaming_hints_checks(&backend, &mut report);
+    selftest::load_policy_checks(&backend, &mut report);
     selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
     println!(
         "layout matrix done: {} ({:.1} s)",

@@ -77,6 +77,9 @@ pub struct SearchArgs {
     /// Every candidate with evict-first cache hints (see `bench --help`).
     #[arg(long)]
     pub streaming_hints: bool,
+    /// Every candidate with weight and bias loaded with the row tile.
+    #[arg(long)]
+    pub hoist_columns: bool,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -146,6 +149,7 @@ fn summarize(file: &SearchFile, dir: &std::path::Path) {
 pub fn search_cmd(args: SearchArgs) -> Result<()> {
     let base = LayoutRequest {
         streaming_hints: args.streaming_hints,
+        hoist_columns: args.hoist_columns,
         ..Default::default()
     };
     let spec = args.search.spec(base, args.output.clone())?;

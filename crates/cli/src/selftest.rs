@@ -334,10 +334,11 @@ pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Rep
     }
 }
 
-/// Streaming hints are a cache policy: with them every output is valid and
+/// Streaming hints and hoisted columns change where and how loads happen,
+/// never the arithmetic: with either or both every output is valid and
 /// bit-identical to the same plan without them (register plans, whose row
 /// tiles load evict-first, and streamed plans, whose tiles do not).
-pub fn streaming_hints_checks(backend: &Backend, report: &mut Report) {
+pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
     for op in Operator::SIX {
         for dtype in [DType::F32, DType::Bf16] {
@@ -345,8 +346,7 @@ pub fn streaming_hints_checks(backend: &Backend, report: &mut Report) {
                 (64, 4096, 256, ResidencyRequest::Auto),
                 (4, 8192, 32, ResidencyRequest::Stream),
             ] {
-                let label = format!("streaming hints {op} {dtype} {rows}x{n} {residency:?}");
-                let case = |streaming_hints: bool| Case {
+                let case = |streaming_hints: bool, hoist_columns: bool| Case {
                     op,
                     dtype,
                     shape: shape(rows, n),
@@ -355,25 +355,34 @@ pub fn streaming_hints_checks(backend: &Backend, report: &mut Report) {
                         pack: 4,
                         residency,
                         streaming_hints,
+                        hoist_columns,
                         ..Default::default()
                     },
                     seed: 11 + n as u64,
                 };
-                let run = |hints: bool| run_case(backend, &case(hints), &CodegenOptions::default());
-                match (run(false), run(true)) {
-                    (Ok(plain), Ok(hinted)) => {
-                        let bits = |o: &crate::Outcome| -> Vec<u32> {
-                            o.outputs
-                                .values()
-                                .flat_map(|t| (0..t.len()).map(|i| t.get(i).to_bits()))
-                                .collect()
-                        };
-                        let ok = hinted.validation.pass
-                            && hinted.plan.streaming_hints
-                            && bits(&plain) == bits(&hinted);
-                        report.record(ok, &label, "invalid, or not the same bits as without hints");
+                let bits = |o: &crate::Outcome| -> Vec<u32> {
+                    o.outputs
+                        .values()
+                        .flat_map(|t| (0..t.len()).map(|i| t.get(i).to_bits()))
+                        .collect()
+                };
+                let plain = run_case(backend, &case(false, false), &CodegenOptions::default());
+                for (hints, hoist) in [(true, false), (false, true), (true, true)] {
+                    let label = format!(
+                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist}"
+                    );
+                    let changed =
+                        run_case(backend, &case(hints, hoist), &CodegenOptions::default());
+                    match (&plain, changed) {
+                        (Ok(plain), Ok(changed)) => {
+                            let ok = changed.validation.pass
+                                && changed.plan.streaming_hints == hints
+                                && bits(plain) == bits(&changed);
+                            report.record(ok, &label, "invalid, or not the same bits as without");
+                        }
+                        (Err(e), _) => report.record(false, &label, &format!("{e:#}")),
+                        (_, Err(e)) => report.record(false, &label, &format!("{e:#}")),
                     }
-                    (Err(e), _) | (_, Err(e)) => report.record(false, &label, &format!("{e:#}")),
                 }
             }
         }

@@ -27,6 +27,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.streaming_hints {
         name += "_cs";
     }
+    if plan.hoisted_columns {
+        name += "_hc";
+    }
     name
 }
 

@@ -81,6 +81,52 @@ fn golden_rmsnorm_f32_w256_v4_streaming_hints() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// Hoisted columns: layernorm's weight and bias load in phase 0 beside x
+/// and live in private slots; the normalize phase reads the slots.
+#[test]
+fn golden_layernorm_f32_w256_v4_hoisted_columns() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 1,
+            hoist_columns: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.hoisted_columns);
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u1_g1_hc");
+    let phase0 = k.source.split("// ---- phase 1 ----").next().unwrap();
+    assert!(
+        phase0.contains("p_weight + i0") && phase0.contains("p_bias + i0"),
+        "{phase0}"
+    );
+    let later = &k.source[phase0.len()..];
+    assert!(!later.contains("p_weight + i0") && !later.contains("p_bias + i0"));
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Hoisting never turns a register plan into a streamed one: where the
+/// column slots do not fit it is simply not applied.
+#[test]
+fn hoisting_columns_that_do_not_fit_leaves_the_plan_as_it_was() {
+    let req = |hoist_columns| LayoutRequest {
+        workers: 256,
+        pack: 4,
+        hoist_columns,
+        ..Default::default()
+    };
+    let plain = make_with(Operator::Layernorm, DType::F32, "4x49152", req(false));
+    let asked = make_with(Operator::Layernorm, DType::F32, "4x49152", req(true));
+    assert_eq!(plain.residency, asked.residency);
+    assert!(!asked.hoisted_columns, "{}", asked.describe());
+    assert_eq!(kernel(&plain).source, kernel(&asked).source);
+}
+
 /// A streamed plan re-reads its row tiles: their first read must stay in
 /// L2, so only the output store carries the hint.
 #[test]

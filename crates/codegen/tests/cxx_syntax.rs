@@ -67,7 +67,7 @@ fn shimmed(source: &str) -> String {
 /// Sources covering every emitter path: the six operators in three storage
 /// dtypes; scalar, 4-, 8- and 16-byte accesses; partial packs; unrolled
 /// stripes; packed rows; streamed tiles; clusters; gathered targets;
-/// evict-first cache hints.
+/// evict-first cache hints and hoisted column loads.
 fn sources() -> Vec<(String, String)> {
     let target = Target::h200();
     let mut out = vec![];
@@ -85,7 +85,7 @@ fn sources() -> Vec<(String, String)> {
                     shape.parse().unwrap(),
                 );
                 for residency in [ResidencyRequest::Auto, ResidencyRequest::Stream] {
-                    for (mapper, streaming_hints) in [
+                    for (mapper, load_policies) in [
                         (MapperPolicy::Model, false),
                         (MapperPolicy::Model, true),
                         (MapperPolicy::Seed, false),
@@ -93,7 +93,8 @@ fn sources() -> Vec<(String, String)> {
                         let base = LayoutRequest {
                             residency,
                             mapper,
-                            streaming_hints,
+                            streaming_hints: load_policies,
+                            hoist_columns: load_policies,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };
@@ -129,6 +130,10 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
             .iter()
             .any(|(n, s)| n.ends_with("_cs") && s.contains("lf_st_cs(q + 0, a);")),
         "a kernel with streaming hints"
+    );
+    assert!(
+        kernels.iter().any(|(n, _)| n.ends_with("_hc")),
+        "a kernel with hoisted columns"
     );
     let Some(cxx) = cxx() else {
         eprintln!("SKIPPED: no C++ compiler (set CXX); the generated sources were not checked");

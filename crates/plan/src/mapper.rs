@@ -95,6 +95,12 @@ pub struct LayoutRequest {
     /// (`ld/st.global.cs`). A cache policy only: results are the same bits.
     #[serde(default)]
     pub streaming_hints: bool,
+    /// Load per-column inputs (weight, bias) in the first tile phase, with
+    /// the row tile, and keep them in private slots, instead of after the
+    /// reduction that precedes their use: the load leaves the critical path
+    /// at the cost of registers. Applied only where they fit; same bits.
+    #[serde(default)]
+    pub hoist_columns: bool,
 }
 
 /// How the mapper fills in an automatic W and V.
@@ -163,6 +169,9 @@ pub struct Plan {
     pub batch_invariant: bool,
     /// See [`LayoutRequest::streaming_hints`].
     pub streaming_hints: bool,
+    /// Column loads moved into the first tile phase (see
+    /// [`LayoutRequest::hoist_columns`]); false where they did not fit.
+    pub hoisted_columns: bool,
 }
 
 impl Plan {
@@ -202,6 +211,9 @@ impl Plan {
         }
         if self.streaming_hints {
             s += " streaming-hints";
+        }
+        if self.hoisted_columns {
+            s += " hoisted-columns";
         }
         s
     }
@@ -325,7 +337,7 @@ fn choose_by_model(
 }
 
 fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
-    let analysis = problem
+    let mut analysis = problem
         .program
         .verify()
         .map_err(|e| Refusal::Unverified(e.to_string()))?;
@@ -424,6 +436,18 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
 
     let slot_bound = layout.slot_bound(n);
+    let mut hoisted_columns = false;
+    if request.hoist_columns && request.residency != ResidencyRequest::Stream {
+        let hoisted = hoist_column_loads(&problem.program, &analysis);
+        let extra = hoisted.resident.len() - analysis.resident.len();
+        // Only when the hoisted columns fit beside the row tiles: hoisting
+        // must never turn a register plan into a streamed one.
+        if extra > 0 && hoisted.resident.len() * slot_bound <= budget(threads) {
+            analysis = hoisted;
+            hoisted_columns = true;
+        }
+    }
+    let resident_tiles = analysis.resident.len();
     let needed_slots = resident_tiles * slot_bound;
     let fits = needed_slots <= budget(threads);
     let residency = match request.residency {
@@ -500,6 +524,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         target: target.name.clone(),
         batch_invariant: false,
         streaming_hints: request.streaming_hints,
+        hoisted_columns,
     })
 }
 
@@ -527,6 +552,47 @@ fn auto_workers(
         w *= 2;
     }
     w
+}
+
+/// The analysis with every column load (weight, bias) that is first needed
+/// after the first tile phase also demanded in that phase and resident, so
+/// the emitter loads it there and keeps it in private slots.
+fn hoist_column_loads(program: &Program, analysis: &Analysis) -> Analysis {
+    use lanefold_ir::{BufferKind, Instr, Kind, Value};
+    let kind_of = |buffer: &str| program.input(buffer).map(|d| d.kind);
+    let loads = || {
+        program
+            .body
+            .iter()
+            .enumerate()
+            .filter_map(|(at, i)| match i {
+                Instr::Load { buffer } if analysis.kinds[at] == Kind::Tile => {
+                    Some((at, kind_of(buffer)))
+                }
+                _ => None,
+            })
+    };
+    let first_row_phase = loads()
+        .filter(|(_, k)| *k == Some(BufferKind::Row))
+        .filter_map(|(at, _)| analysis.demanded[at].first().copied())
+        .min();
+    let mut out = analysis.clone();
+    let Some(first) = first_row_phase else {
+        return out;
+    };
+    for (at, kind) in loads() {
+        if kind == Some(BufferKind::Column)
+            && analysis.demanded[at].first().is_some_and(|&p| p > first)
+        {
+            out.demanded[at].insert(first);
+            let v = Value(at as u32);
+            if !out.resident.contains(&v) {
+                out.resident.push(v);
+            }
+        }
+    }
+    out.resident.sort_by_key(|v| v.index());
+    out
 }
 
 /// Bytes of independent loads each worker should have in flight in a
