@@ -103,18 +103,19 @@ pub trait CostPolicy {
 }
 
 /// Memory traffic over copy bandwidth, derated by access width, idle lanes,
-/// the bytes each multiprocessor keeps in flight and the contiguous span a
-/// row reads per chunk; against a latency floor per wave of groups: for
-/// each phase, a memory round trip, the vector load instructions each
-/// worker issues in sequence, and the tree descent; plus the launch.
+/// the bytes each multiprocessor keeps in flight, the plan's occupancy, the
+/// contiguous span a row reads per chunk and a few-wave tail; against a
+/// latency floor per wave of groups: for each phase, a memory round trip,
+/// the vector load instructions each worker issues in sequence, and the
+/// tree descent (cluster barriers priced high); plus the launch.
 ///
 /// v2 (2026-11-29) priced the per-worker instruction count and narrow
 /// accesses after the H200 rmsnorm search showed v1 ranking candidates
-/// backwards on two of four shapes. v3 (2026-11-29) replaced the thread
-/// fill by bytes in flight and added the row span after the H200 sum
-/// search over W x V x U (`bench/results/2026-11-29-sum-unroll-search-h200`),
-/// where v2 predicted every candidate equal and its pick ran at 0.71-0.86x
-/// of the best; see bench/NOTES.md.
+/// backwards on two of four shapes. v3 (2026-11-29) added bytes in flight,
+/// the row span and the tail after the H200 sum search over W x V x U
+/// (`bench/results/2026-11-29-sum-unroll-search-h200`), where v2 predicted
+/// every candidate equal and its pick ran at 0.71-0.86x of the best, and
+/// the cluster cost after the 4096x32768 W search; see bench/NOTES.md.
 pub struct RooflinePolicy;
 
 /// Bytes in flight per multiprocessor at which the H200 reached its best
