@@ -220,6 +220,10 @@ struct LayoutArgs {
     /// (where they fit), instead of after the reduction. Same results.
     #[arg(long)]
     hoist_columns: bool,
+    /// Threads per group when a row spans a cluster, a power of two
+    /// (0: the target's, 512 on the H200).
+    #[arg(long, default_value_t = 0)]
+    cluster_group_threads: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -251,6 +255,7 @@ impl LayoutArgs {
             },
             streaming_hints: self.streaming_hints,
             hoist_columns: self.hoist_columns,
+            cluster_group_threads: self.cluster_group_threads,
         }
     }
 }
@@ -646,6 +651,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     selftest::exact_sum_checks(&backend, &mut report);
     selftest::batch_invariance_checks(&backend, &[127, 4096], &mut report);
     selftest::load_policy_checks(&backend, &mut report);
+    selftest::cluster_group_checks(&backend, &mut report);
     selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
     println!(
         "layout matrix done: {} ({:.1} s)",

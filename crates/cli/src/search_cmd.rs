@@ -80,6 +80,9 @@ pub struct SearchArgs {
     /// Every candidate with weight and bias loaded with the row tile.
     #[arg(long)]
     pub hoist_columns: bool,
+    /// Threads per group of every candidate whose row spans a cluster.
+    #[arg(long, default_value_t = 0)]
+    pub cluster_group_threads: u32,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -150,6 +153,7 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
     let base = LayoutRequest {
         streaming_hints: args.streaming_hints,
         hoist_columns: args.hoist_columns,
+        cluster_group_threads: args.cluster_group_threads,
         ..Default::default()
     };
     let spec = args.search.spec(base, args.output.clone())?;

@@ -388,3 +388,38 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
         }
     }
 }
+
+/// Rows spanning clusters of smaller groups (`cluster_group_threads`):
+/// 8 and 16 groups of 256 threads, every operator valid. The tree differs
+/// from the 512-thread plan's, so results are judged against float64,
+/// not compared bit for bit.
+pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
+    for op in Operator::SIX {
+        for dtype in [DType::F32, DType::Bf16] {
+            for workers in [2048, 4096] {
+                let case = Case {
+                    op,
+                    dtype,
+                    shape: shape(3, 65536),
+                    request: LayoutRequest {
+                        workers,
+                        pack: 4,
+                        cluster_group_threads: 256,
+                        ..Default::default()
+                    },
+                    seed: 5 + workers as u64,
+                };
+                let label = format!("cluster groups of 256 {op} {dtype} 3x65536 W={workers}");
+                match run_case(backend, &case, &CodegenOptions::default()) {
+                    Ok(out) => {
+                        let ok = out.validation.pass
+                            && out.plan.threads_per_group == 256
+                            && out.plan.groups_per_row == workers / 256;
+                        report.record(ok, &label, &out.plan.describe());
+                    }
+                    Err(e) => report.record(false, &label, &format!("{e:#}")),
+                }
+            }
+        }
+    }
+}

@@ -81,6 +81,29 @@ fn golden_rmsnorm_f32_w256_v4_streaming_hints() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// A cluster of eight 256-thread groups: 8 warps per group, an 8-way
+/// cluster level, launch geometry to match.
+#[test]
+fn golden_softmax_bf16_w2048_v8_cluster_of_256_thread_groups() {
+    let p = make_with(
+        Operator::Softmax,
+        DType::Bf16,
+        "2x131072",
+        LayoutRequest {
+            workers: 2048,
+            pack: 8,
+            unroll: 1,
+            cluster_group_threads: 256,
+            ..Default::default()
+        },
+    );
+    let k = kernel(&p);
+    assert_eq!(k.cluster, Some(8));
+    assert_eq!(k.block, (256, 1, 1));
+    assert_eq!(k.grid, (2 * 8, 1, 1));
+    insta::assert_snapshot!(golden(&p));
+}
+
 /// Hoisted columns: layernorm's weight and bias load in phase 0 beside x
 /// and live in private slots; the normalize phase reads the slots.
 #[test]

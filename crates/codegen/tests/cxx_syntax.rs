@@ -67,7 +67,8 @@ fn shimmed(source: &str) -> String {
 /// Sources covering every emitter path: the six operators in three storage
 /// dtypes; scalar, 4-, 8- and 16-byte accesses; partial packs; unrolled
 /// stripes; packed rows; streamed tiles; clusters; gathered targets;
-/// evict-first cache hints and hoisted column loads.
+/// evict-first cache hints, hoisted column loads and 256-thread cluster
+/// groups.
 fn sources() -> Vec<(String, String)> {
     let target = Target::h200();
     let mut out = vec![];
@@ -95,6 +96,7 @@ fn sources() -> Vec<(String, String)> {
                             mapper,
                             streaming_hints: load_policies,
                             hoist_columns: load_policies,
+                            cluster_group_threads: if load_policies { 256 } else { 0 },
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };

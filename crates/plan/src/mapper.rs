@@ -101,6 +101,11 @@ pub struct LayoutRequest {
     /// at the cost of registers. Applied only where they fit; same bits.
     #[serde(default)]
     pub hoist_columns: bool,
+    /// Threads of each group when a row spans a cluster (0: the target's).
+    /// Smaller groups let two of a long row's groups share a multiprocessor
+    /// and overlap one's loads with the other's reduction and stores.
+    #[serde(default)]
+    pub cluster_group_threads: u32,
 }
 
 /// How the mapper fills in an automatic W and V.
@@ -215,6 +220,10 @@ impl Plan {
         if self.hoisted_columns {
             s += " hoisted-columns";
         }
+        let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
+        if self.groups_per_row > 1 && default_group_threads != Some(self.threads_per_group) {
+            s += &format!(" group-threads={}", self.threads_per_group);
+        }
         s
     }
 }
@@ -232,6 +241,23 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let resized;
+    let target = match request.cluster_group_threads {
+        0 => target,
+        t if t.is_power_of_two() && t >= target.warp_size && t <= target.max_threads_per_group => {
+            resized = Target {
+                cluster_group_threads: t,
+                ..target.clone()
+            };
+            &resized
+        }
+        t => {
+            return Err(width(format!(
+                "cluster group threads {t}: must be a power of two from {} to {}",
+                target.warp_size, target.max_threads_per_group
+            )))
+        }
+    };
     let chosen;
     let request =
         if request.mapper == MapperPolicy::Model && request.workers == 0 && request.pack == 0 {
@@ -879,6 +905,46 @@ mod tests {
             };
             assert_eq!(plan(&pr, &Target::h200(), &seed).unwrap().layout.unroll, 1);
         }
+    }
+
+    /// Smaller cluster groups: W=2048 over 8 groups of 256 threads (the
+    /// tree's levels follow), named in `describe`; sizes that are not a
+    /// power of two from a warp to a group are refused.
+    #[test]
+    fn cluster_group_threads_resize_a_rows_groups() {
+        let p = problem(Operator::Softmax, "2x131072");
+        let t = Target::h200();
+        let req = |threads| LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            cluster_group_threads: threads,
+            ..Default::default()
+        };
+        let small = plan(&p, &t, &req(256)).unwrap();
+        assert_eq!((small.groups_per_row, small.threads_per_group), (8, 256));
+        assert_eq!(
+            (small.tree.lanes, small.tree.warps, small.tree.groups),
+            (32, 8, 8)
+        );
+        assert!(small.describe().contains("cluster=8 group-threads=256"));
+        let default = plan(&p, &t, &req(0)).unwrap();
+        assert_eq!(
+            (default.groups_per_row, default.threads_per_group),
+            (4, 512)
+        );
+        assert!(!default.describe().contains("group-threads"));
+        for bad in [16, 384, 2048] {
+            assert!(
+                matches!(plan(&p, &t, &req(bad)), Err(Refusal::InvalidWidth(_))),
+                "{bad}"
+            );
+        }
+        // The widest row shrinks with the groups: 16 groups of 256.
+        let too_wide = LayoutRequest {
+            workers: 8192,
+            ..req(256)
+        };
+        assert!(plan(&p, &t, &too_wide).is_err());
     }
 
     #[test]
