@@ -12,7 +12,7 @@ set -euo pipefail
 date=${1:?date}
 bin=${2:-target/release/lanefold}
 ops=${OPS:-rmsnorm,layernorm,sum,softmax}
-shapes=${SHAPES:-32768x4096,16384x8192}
+shapes=${SHAPES:-32768x4096,16384x8192,1024x4096,1x127}
 s="--samples ${SAMPLES:-3} --sample-ms ${SAMPLE_MS:-5} --warmup-ms ${WARMUP_MS:-20}"
 if [ -n "${LIGER_WHEEL:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$LIGER_WHEEL"
