@@ -288,3 +288,34 @@ fn peer_flags_add_each_side_and_a_refusing_peer_is_recorded_missing() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// The load policies and the cluster group size are part of the recorded
+/// request: a bench that asked for them replays them (A/A) and says so.
+#[test]
+fn requests_with_load_policies_replay_as_recorded() {
+    let r = bench(
+        "policies",
+        &[
+            "--workers",
+            "32",
+            "--pack",
+            "4",
+            "--streaming-hints",
+            "--hoist-columns",
+        ],
+    );
+    let v = load(&r);
+    for case in v["cases"].as_array().unwrap() {
+        assert_eq!(case["request"]["streaming_hints"], true);
+        assert_eq!(case["request"]["hoist_columns"], true);
+        let id = case["id"].as_str().unwrap();
+        assert!(id.contains("streaming-hints"), "{id}");
+    }
+    let out = tmp("policies-out");
+    let o = replay(&r, None, &out);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(audit(&out).status.success());
+    for d in [r, out] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
