@@ -1103,8 +1103,8 @@ pub fn markdown(file: &ReplayFile) -> String {
         );
     }
     let _ = writeln!(md, "## Throughput (µs per op)\n");
-    let mut h = "| op | dtype | shape | reference W / V | candidate W / V | phase | reference µs/op | candidate µs/op | paired speedup median [range] | coverage | sign-test p |".to_string();
-    let mut sep = "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|".to_string();
+    let mut h = "| op | dtype | shape | reference W / V | candidate W / V | phase | reference µs/op | candidate µs/op | candidate GB/s | paired speedup median [range] | coverage | sign-test p |".to_string();
+    let mut sep = "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|".to_string();
     for p in &peers {
         let _ = write!(h, " {p} µs/op | candidate vs {p} median [range] |");
         sep += "---:|---:|";
@@ -1117,15 +1117,20 @@ pub fn markdown(file: &ReplayFile) -> String {
                 continue;
             }
             let g = ph.gain.summary;
+            let candidate_us = ph.headline.get(CANDIDATE).copied().flatten();
+            // Effective bandwidth: inputs read once plus outputs written once.
+            let gbps = candidate_us.filter(|u| *u > 0.0).map_or("—".into(), |u| {
+                format!("{:.0}", case.bytes_moved as f64 / (u * 1e3))
+            });
             let mut row = format!(
-                "| {} | {} | {} | {} | {} | {phase} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {phase} | {} | {} | {gbps} | {} | {} | {} |",
                 case.op,
                 case.dtype,
                 case.shape,
                 wv(&case.reference.layout),
                 wv(&case.candidate.layout),
                 us(ph.headline.get(REFERENCE).copied().flatten()),
-                us(ph.headline.get(CANDIDATE).copied().flatten()),
+                us(candidate_us),
                 gain_text(Some(&ph.gain)),
                 g.map_or("—".into(), |g| format!("{:.3} (n={})", g.coverage, g.n)),
                 g.map_or("—".into(), |g| format!("{:.3}", g.sign_test_p)),
