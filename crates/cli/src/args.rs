@@ -54,6 +54,17 @@ pub fn parse_shape(s: &str) -> Result<Shape, String> {
         .map_err(|e: lanefold_plan::ShapeError| e.to_string())
 }
 
+/// A time budget in seconds: a finite number above zero.
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(x) => Err(format!(
+            "{x}: a budget must be a positive number of seconds"
+        )),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
+}
+
 pub fn parse_dtype(s: &str) -> Result<DType, String> {
     s.parse()
         .map_err(|e: lanefold_ir::DTypeError| e.to_string())
@@ -70,4 +81,18 @@ pub fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_is_a_positive_finite_number_of_seconds() {
+        assert_eq!(parse_seconds("300"), Ok(300.0));
+        assert_eq!(parse_seconds("0.5"), Ok(0.5));
+        for bad in ["0", "-3", "inf", "NaN", "five"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -105,7 +105,7 @@ struct BenchArgs {
     capture_sources: bool,
     /// Wall-clock budget in seconds: start no case the longest case so far
     /// says would end past it, and write the report of the cases done.
-    #[arg(long)]
+    #[arg(long, value_parser = lanefold::args::parse_seconds)]
     deadline_s: Option<f64>,
     #[arg(long)]
     output: PathBuf,

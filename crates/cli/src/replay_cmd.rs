@@ -60,7 +60,7 @@ pub struct ReplayArgs {
     /// Wall-clock budget in seconds: start no round the longest round so
     /// far says would end past it, and write the report of the rounds done
     /// (for a run under an outer time limit).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::parse_seconds)]
     pub deadline_s: Option<f64>,
 }
 
