@@ -319,3 +319,55 @@ fn requests_with_load_policies_replay_as_recorded() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// Regression for the shared peer inputs: the case's `.npy` inputs are
+/// written once and every peer side reads them; with the stand-in peer
+/// (which computes real row sums from them) eager and compile both run and
+/// validate, so the second side found the files the first one used.
+#[test]
+fn peer_sides_of_a_case_share_one_copy_of_the_inputs() {
+    let python_ok = std::process::Command::new("python3")
+        .args(["-c", "import json, struct"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !python_ok {
+        eprintln!("no python3 here; skipping");
+        return;
+    }
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py");
+    let dir = tmp("shared-inputs");
+    let o = lanefold(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--ops",
+        "sum",
+        "--shapes",
+        "3x64,2x257",
+        "--dtypes",
+        "f32",
+        "--samples",
+        "3",
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "1",
+        "--torch",
+        "--torch-compile",
+        "--peer-script",
+        fake.to_str().unwrap(),
+        "--output",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load(&dir);
+    for case in v["cases"].as_array().unwrap() {
+        let sides = case["sides"].as_array().unwrap();
+        let names: Vec<&str> = sides.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        for s in sides {
+            assert_eq!(s["validation"]["pass"], true, "{}", s["name"]);
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

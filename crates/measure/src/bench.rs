@@ -171,6 +171,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     order.rotate_left(1);
                 }
                 let mut sides = vec![];
+                let mut peer_files = PeerInputs::new(scratch.join(format!("case{k}")));
                 let mut kernel = None;
                 for who in &order {
                     if who == "lanefold" {
@@ -187,15 +188,14 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                         sides.push(side);
                     } else {
                         let peer = peer.as_mut().expect("peer started when modes are given");
-                        let dir = scratch.join(format!("case{k}"));
                         match measure_peer(
                             peer,
                             who,
                             &problem,
                             &input_sets,
+                            &mut peer_files,
                             &want,
                             &spec.config,
-                            &dir,
                             features.bytes_moved,
                         ) {
                             Ok(side) => sides.push(side),
@@ -309,33 +309,72 @@ pub fn measure_native(
     Ok((Side::new("lanefold", v, phases, bytes_moved), kernel))
 }
 
+/// The `.npy` files of one case's input sets for the PyTorch peer,
+/// written once on first use and shared by every peer side of the case
+/// (each side used to write its own copy: up to 1.6 GB per large case and
+/// round with three peers). The directory is removed on drop.
+pub struct PeerInputs {
+    dir: PathBuf,
+    /// Per input set: buffer name to its file.
+    files: Option<Vec<BTreeMap<String, PathBuf>>>,
+}
+
+impl PeerInputs {
+    pub fn new(dir: PathBuf) -> PeerInputs {
+        PeerInputs { dir, files: None }
+    }
+
+    fn files(
+        &mut self,
+        problem: &Problem,
+        input_sets: &[Buffers],
+    ) -> Result<Vec<BTreeMap<String, PathBuf>>> {
+        if self.files.is_none() {
+            let mut files = vec![];
+            for (s, inputs) in input_sets.iter().enumerate() {
+                files.push(write_inputs(
+                    &self.dir.join(format!("set{s}")),
+                    problem,
+                    inputs,
+                )?);
+            }
+            self.files = Some(files);
+        }
+        Ok(self.files.clone().unwrap_or_default())
+    }
+}
+
+impl Drop for PeerInputs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Measure the PyTorch peer side `who` (a [`PeerMode::side`] name) on the
-/// same inputs, through `.npy` files under `dir`.
+/// same inputs, through `.npy` files shared by the case's peer sides.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_peer(
     peer: &mut TorchPeer,
     who: &str,
     problem: &Problem,
     input_sets: &[Buffers],
+    files: &mut PeerInputs,
     want: &Reference,
     config: &PhaseConfig,
-    dir: &Path,
     bytes_moved: u64,
 ) -> Result<Side> {
     let mode = PeerMode::of_side(who)
         .with_context(|| format!("{who} is not a PyTorch peer side"))?
         .to_string();
-    let mut files = vec![];
-    for (s, inputs) in input_sets.iter().enumerate() {
-        files.push(write_inputs(&dir.join(format!("set{s}")), problem, inputs)?);
-    }
+    let input_files = files.files(problem, input_sets)?;
+    let outputs_dir = files.dir.join(format!("out-{mode}"));
     let request = PeerRequest {
         op: problem.program.name.clone(),
         dtype: problem.dtype.name().to_string(),
         rows: problem.shape.rows,
         n: problem.shape.n,
-        input_sets: files,
-        outputs_dir: dir.join(format!("out-{mode}")),
+        input_sets: input_files,
+        outputs_dir: outputs_dir.clone(),
         mode,
         samples: config.samples,
         sample_ms: config.sample_ms,
@@ -354,7 +393,7 @@ pub fn measure_peer(
         };
         Ok(Side::new(who, v, phases, bytes_moved))
     });
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(&outputs_dir);
     result
 }
 

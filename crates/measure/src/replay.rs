@@ -19,7 +19,7 @@
 //! - [`audit_replay`] recomputes all of it from the raw samples with its
 //!   own arithmetic and re-checks the frozen layouts against the sources.
 
-use crate::bench::{input_sets, measure_native, measure_peer, Device};
+use crate::bench::{input_sets, measure_native, measure_peer, Device, PeerInputs};
 use crate::peer::{PeerMode, TorchPeer};
 use crate::phases::{BatchSample, L2Mode, PhaseConfig};
 use crate::results::{
@@ -870,19 +870,19 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                 kernel_sha256: BTreeMap::new(),
                 missing: vec![],
             };
+            let mut peer_files = PeerInputs::new(scratch.join(format!("round{r}-case{k}")));
             for who in &order {
                 if PeerMode::of_side(who).is_some() {
                     let peer = peer.as_mut().expect("peer started when peers are enabled");
-                    let dir = scratch.join(format!("round{r}-case{k}"));
                     // A refusal or a dead peer costs this side, never the replay.
                     match measure_peer(
                         peer,
                         who,
                         &case.problem,
                         &sets,
+                        &mut peer_files,
                         &want,
                         &spec.config,
-                        &dir,
                         case.bytes_moved,
                     ) {
                         Ok(side) => round.sides.push(side),
