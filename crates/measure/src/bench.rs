@@ -68,7 +68,7 @@ fn write_inputs(
             k => vec![expected_len(k, rows as usize, n as usize) as u64],
         };
         let path = dir.join(format!("{}.npy", decl.name));
-        npy::write(&path, &inputs[&decl.name], &shape)?;
+        npy::write_scratch(&path, &inputs[&decl.name], &shape)?;
         out.insert(decl.name.clone(), path);
     }
     Ok(out)
