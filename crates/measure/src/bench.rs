@@ -173,7 +173,9 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 let mut sides = vec![];
                 let mut peer_files = PeerInputs::new(scratch.join(format!("case{k}")));
                 let mut kernel = None;
+                let mut wall: Vec<String> = vec![];
                 for who in &order {
+                    let side_started = std::time::Instant::now();
                     if who == "lanefold" {
                         let (side, k) = measure_native(
                             cuda.as_ref(),
@@ -202,6 +204,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                             Err(e) => eprintln!("{id}: {who} did not run: {e:#}"),
                         }
                     }
+                    wall.push(format!("{who} {:.1}", side_started.elapsed().as_secs_f64()));
                 }
                 let ratios = CaseResult::compute_ratios(&sides);
                 let line: Vec<String> = sides
@@ -219,6 +222,8 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     })
                     .collect();
                 println!("{id:<60} {}", line.join("  "));
+                // Where a case's wall time goes, for planning device calls.
+                println!("        wall s: {}", wall.join(", "));
                 file.cases.push(CaseResult {
                     id,
                     op: op.name().into(),

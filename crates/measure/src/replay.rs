@@ -852,6 +852,8 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         deadline.start_unit();
         let order = round_order(r, &peers);
         for (k, case) in prepared.iter().enumerate() {
+            let case_started = std::time::Instant::now();
+            let mut wall: Vec<(String, f64)> = vec![];
             let seed = spec.seed + (r as u64) * 1_000_003 + (k as u64) * 10_007;
             let sets = input_sets(
                 &case.problem,
@@ -871,7 +873,12 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                 missing: vec![],
             };
             let mut peer_files = PeerInputs::new(scratch.join(format!("round{r}-case{k}")));
+            wall.push((
+                "inputs+reference".into(),
+                case_started.elapsed().as_secs_f64(),
+            ));
             for who in &order {
+                let side_started = std::time::Instant::now();
                 if PeerMode::of_side(who).is_some() {
                     let peer = peer.as_mut().expect("peer started when peers are enabled");
                     // A refusal or a dead peer costs this side, never the replay.
@@ -888,6 +895,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                         Ok(side) => round.sides.push(side),
                         Err(e) => round.missing.push(format!("{who} did not run: {e:#}")),
                     }
+                    wall.push((who.clone(), side_started.elapsed().as_secs_f64()));
                     continue;
                 }
                 let (p, frozen) = if who == REFERENCE {
@@ -919,6 +927,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                     round.kernel_sha256.insert(who.clone(), kr.source_sha256);
                 }
                 round.sides.push(side);
+                wall.push((who.clone(), side_started.elapsed().as_secs_f64()));
             }
             for s in &round.sides {
                 if s.voided {
@@ -932,6 +941,13 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             rec.rounds.push(round);
             rec.stats = case_stats(&rec.rounds, &peers);
             print_round(rec, r, &peers);
+            // Where a round's wall time goes, for planning device calls.
+            let parts: Vec<String> = wall.iter().map(|(w, t)| format!("{w} {t:.1}")).collect();
+            println!(
+                "        wall s: {} (case {:.1})",
+                parts.join(", "),
+                case_started.elapsed().as_secs_f64()
+            );
         }
         file.rounds_done = r + 1;
         // An interrupted replay keeps every round already measured.
