@@ -351,9 +351,9 @@ fn choose_by_model(
         .iter()
         .filter(|c| c.1 <= fastest * 1.02)
         .min_by(|a, b| a.2.cmp(&b.2).then(a.1.total_cmp(&b.1)))
-        .map(|c| ((), c.3, c.4));
+        .map(|c| (c.3, c.4));
     Ok(match best {
-        Some((_, workers, pack)) => LayoutRequest {
+        Some((workers, pack)) => LayoutRequest {
             workers,
             pack,
             ..*request
