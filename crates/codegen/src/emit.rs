@@ -532,7 +532,7 @@ impl Ctx<'_> {
                     // A row tile read once (no later phase re-reads it from
                     // memory) may be evicted first; columns are reused.
                     let streamed = self.plan.streaming_hints
-                        && base.starts_with("row_off")
+                        && self.buffer_kind(buffer) == BufferKind::Row
                         && !self.plan.rereads_tiles();
                     for k in 0..vec.words / vec.per_access {
                         self.open("{");
