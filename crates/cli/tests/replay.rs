@@ -75,6 +75,19 @@ fn replay_with(reference: &Path, candidate: Option<&Path>, out: &Path, extra: &[
     lanefold(&args)
 }
 
+/// The stand-in PyTorch peer, where python3 can run it.
+fn fake_peer() -> Option<PathBuf> {
+    let python_ok = std::process::Command::new("python3")
+        .args(["-c", "import json, struct"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !python_ok {
+        eprintln!("no python3 here; skipping");
+        return None;
+    }
+    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py"))
+}
+
 fn audit(dir: &Path) -> Output {
     lanefold(&["audit", dir.to_str().unwrap()])
 }
@@ -234,17 +247,11 @@ fn an_aa_control_records_its_range_and_whether_it_contains_one() {
 
 #[test]
 fn peer_flags_add_each_side_and_a_refusing_peer_is_recorded_missing() {
-    let python_ok = std::process::Command::new("python3")
-        .args(["-c", "import json, struct"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !python_ok {
-        eprintln!("no python3 here; skipping");
+    let Some(fake) = fake_peer() else {
         return;
-    }
+    };
     // The stand-in peer answers only `sum` (and never liger): on rmsnorm
     // every peer side refuses, which must cost those sides, not the replay.
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py");
     let r = bench("peers", &[]);
     let out = tmp("peers-out");
     let o = replay_with(
@@ -337,15 +344,9 @@ fn requests_with_load_policies_replay_as_recorded() {
 /// validate, so the second side found the files the first one used.
 #[test]
 fn peer_sides_of_a_case_share_one_copy_of_the_inputs() {
-    let python_ok = std::process::Command::new("python3")
-        .args(["-c", "import json, struct"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !python_ok {
-        eprintln!("no python3 here; skipping");
+    let Some(fake) = fake_peer() else {
         return;
-    }
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py");
+    };
     let dir = tmp("shared-inputs");
     let o = lanefold(&[
         "bench",

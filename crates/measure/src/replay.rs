@@ -2139,7 +2139,11 @@ mod tests {
     }
 
     fn bench(dir: &Path, request: LayoutRequest) -> ResultsFile {
-        let spec = BenchSpec {
+        run_bench(&bench_spec(dir, request)).unwrap()
+    }
+
+    fn bench_spec(dir: &Path, request: LayoutRequest) -> BenchSpec {
+        BenchSpec {
             ops: vec![Operator::Sum],
             shapes: vec!["3x64".parse().unwrap(), "2x257".parse().unwrap()],
             dtypes: vec![DType::F32],
@@ -2154,8 +2158,7 @@ mod tests {
             seed: 1,
             command_line: vec!["test".into()],
             deadline_s: None,
-        };
-        run_bench(&spec).unwrap()
+        }
     }
 
     fn spec(reference: &Path, candidate: Option<&Path>, out: &Path) -> ReplaySpec {
@@ -2193,20 +2196,8 @@ mod tests {
 
         let b = tmp("deadline-bench");
         let spec = BenchSpec {
-            ops: vec![Operator::Sum],
-            shapes: vec!["3x64".parse().unwrap(), "2x257".parse().unwrap()],
-            dtypes: vec![DType::F32],
-            request: LayoutRequest::default(),
-            device: Device::Cpu,
-            config: cfg(),
-            peer_modes: vec![],
-            python: "python3".into(),
-            peer_script: PathBuf::from("python/torch_peer.py"),
-            capture_sources: false,
-            output: b.clone(),
-            seed: 1,
-            command_line: vec!["test".into()],
             deadline_s: Some(1e-6),
+            ..bench_spec(&b, LayoutRequest::default())
         };
         assert_eq!(run_bench(&spec).unwrap().cases.len(), 1);
         assert!(b.join("results.md").is_file());
