@@ -793,7 +793,11 @@ impl Ctx<'_> {
         for (k, _, op, _) in self.reductions_in(p) {
             self.line(&format!("float a{k} = {};", identity(op)));
         }
-        let needs_slots = self.resident.iter().any(|r| self.needed(r.index(), p));
+        // Only register plans fill slots here; a streamed plan's loop is
+        // unrolled U times, never fully (fully unrolled 32-chunk loops of a
+        // 1024-thread streamed plan spilled 600-900 bytes per thread on the
+        // H200: 2026-11-29-long-rows-search-g512-h200).
+        let needs_slots = self.registers && self.resident.iter().any(|r| self.needed(r.index(), p));
         if self.full > 0 {
             if needs_slots {
                 self.line("#pragma unroll");

@@ -258,6 +258,34 @@ fn golden_layernorm_f32_stream() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// Regression: streamed plans fully unrolled every chunk loop of a phase
+/// that re-reads a tile, so a 1024-thread rmsnorm over 131072-wide rows
+/// (32 chunks per worker) hoisted all 32 loads and spilled 760 bytes per
+/// thread to local memory on the H200; its loops must unroll U times.
+#[test]
+fn streamed_plan_loops_unroll_u_times_not_fully() {
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "8x131072",
+        LayoutRequest {
+            workers: 1024,
+            pack: 4,
+            unroll: 2,
+            residency: ResidencyRequest::Stream,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.residency, lanefold_plan::Residency::Stream);
+    let g = golden(&p);
+    let lines: Vec<&str> = g.lines().map(str::trim).collect();
+    let chunk_loops: Vec<&str> = (1..lines.len())
+        .filter(|&i| lines[i].starts_with("for (int c = 0; c < LF_FULL"))
+        .map(|i| lines[i - 1])
+        .collect();
+    assert_eq!(chunk_loops, ["#pragma unroll 2"; 2], "{g}");
+}
+
 #[test]
 fn golden_cross_entropy_bf16() {
     insta::assert_snapshot!(golden(&make(
