@@ -257,29 +257,44 @@ pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, O
     let problem = problem_of(case)?;
     let mut p = plan(&problem, target, &case.request)
         .map_err(|e| anyhow!("case {id}: the {role}'s recorded request is refused: {e}"))?;
-    if p.layout != case.layout
-        && case.request.workers == 0
-        && case.request.pack == 0
-        && case.source_sha256.is_some()
-    {
-        // An automatic request recorded before a mapper change resolves
-        // differently today; what is frozen is the layout and the source
-        // hash (checked below), so plan that layout explicitly. Without a
-        // recorded hash nothing would prove the kernel is the same one.
-        let explicit = LayoutRequest {
-            workers: case.layout.workers,
-            pack: case.layout.pack,
-            unroll: case.layout.unroll,
-            rows_per_group: case.layout.rows_per_group,
-            ..case.request
-        };
-        if let Ok(q) = plan(&problem, target, &explicit) {
-            eprintln!(
-                "note: case {id}: the {role}'s automatic request now maps to {}; replaying its recorded layout {}",
-                layout_text(&p.layout),
-                layout_text(&case.layout)
-            );
-            p = q;
+    let source_hash = |p: &Plan| {
+        lanefold_codegen::generate(p, &CodegenOptions::default())
+            .ok()
+            .map(|k| sha256_hex(k.source.as_bytes()))
+    };
+    let automatic = case.request.workers == 0 && case.request.pack == 0;
+    if let (true, Some(recorded)) = (automatic, &case.source_sha256) {
+        if p.layout != case.layout || source_hash(&p).as_ref() != Some(recorded) {
+            // An automatic request recorded before a mapper change resolves
+            // differently today (another layout, or the same layout in other
+            // cluster groups); what is frozen is the layout and the source
+            // hash, so plan that layout explicitly, in whichever cluster
+            // group size regenerates the recorded source. Without a recorded
+            // hash nothing would prove the kernel is the same one.
+            let group_sizes = std::iter::once(case.request.cluster_group_threads)
+                .chain((5..=10).map(|k| 1u32 << k));
+            for cluster_group_threads in group_sizes {
+                let explicit = LayoutRequest {
+                    workers: case.layout.workers,
+                    pack: case.layout.pack,
+                    unroll: case.layout.unroll,
+                    rows_per_group: case.layout.rows_per_group,
+                    cluster_group_threads,
+                    ..case.request
+                };
+                let Ok(q) = plan(&problem, target, &explicit) else {
+                    continue;
+                };
+                if q.layout == case.layout && source_hash(&q).as_ref() == Some(recorded) {
+                    eprintln!(
+                        "note: case {id}: the {role}'s automatic request now maps to {}; replaying its recorded {}",
+                        p.describe(),
+                        q.describe()
+                    );
+                    p = q;
+                    break;
+                }
+            }
         }
     }
     if p.layout != case.layout {
@@ -2643,5 +2658,46 @@ mod freeze_tests {
         let mut tampered = c.clone();
         tampered.layout.pack = 8;
         assert!(freeze(&tampered, REFERENCE, &Target::h200()).is_err());
+    }
+
+    /// Regression: after the model mapping learned 256-thread cluster
+    /// groups, an automatic long-row request recorded with 512-thread groups
+    /// re-planned to the same W, V, U and G in other groups, so the layout
+    /// matched but the regenerated source did not, and the replay refused a
+    /// case it can reproduce.
+    #[test]
+    fn an_automatic_request_replays_its_recorded_cluster_groups_after_a_mapper_change() {
+        let mut c = case(Layout {
+            workers: 2048,
+            pack: 4,
+            unroll: 4,
+            rows_per_group: 1,
+        });
+        c.op = "softmax".into();
+        c.shape = "4096x131072".into();
+        let problem = problem_of(&c).unwrap();
+        let explicit_512 = LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 4,
+            rows_per_group: 1,
+            cluster_group_threads: 512,
+            ..c.request
+        };
+        let recorded = plan(&problem, &Target::h200(), &explicit_512).unwrap();
+        let source = lanefold_codegen::generate(&recorded, &CodegenOptions::default()).unwrap();
+        c.source_sha256 = Some(sha256_hex(source.source.as_bytes()));
+        let today = plan(&problem, &Target::h200(), &c.request).unwrap();
+        assert_eq!(
+            today.layout, c.layout,
+            "the test needs the same layout today"
+        );
+        assert_ne!(
+            today.threads_per_group, recorded.threads_per_group,
+            "the test needs other cluster groups today"
+        );
+        let (p, hash) = freeze(&c, REFERENCE, &Target::h200()).unwrap();
+        assert_eq!(p.threads_per_group, 512);
+        assert_eq!(hash, c.source_sha256);
     }
 }

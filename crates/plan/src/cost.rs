@@ -211,7 +211,18 @@ impl CostPolicy for RooflinePolicy {
         // Waves overlap: a partial last wave costs its fraction (v2 rounded
         // up, which ranked W=256 behind W=32 on 1024x4096 bf16 softmax).
         let latency_us = f.waves.max(1.0) * per_wave_us;
-        target.launch_us + stream_us.max(latency_us)
+        // Groups overlap one another's loads with their reductions and
+        // barriers only where two or more share a multiprocessor; at one
+        // per multiprocessor and several waves, a group's phases run in
+        // turn (softmax f32 4096x131072: 4 groups of 512 threads at 128
+        // registers, one per SM, ran 1410 µs; 8 groups of 256, two or three
+        // per SM, 1133: 2026-11-29-long-rows-search-g256-h200).
+        let groups_per_mp = f.concurrent_groups / target.multiprocessors.max(1) as u64;
+        if groups_per_mp <= 1 && f.waves > 1.0 {
+            target.launch_us + stream_us + latency_us
+        } else {
+            target.launch_us + stream_us.max(latency_us)
+        }
     }
 }
 

@@ -11,8 +11,8 @@ mod target;
 pub use cost::{CostPolicy, Features, RooflinePolicy};
 pub use layout::{Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{
-    enumerate, plan, Candidate, LayoutRequest, MapperPolicy, Plan, Problem, ReductionOrder,
-    Refusal, Residency, ResidencyRequest,
+    enumerate, model_pick, plan, Candidate, LayoutRequest, MapperPolicy, ModelScore, Plan, Problem,
+    ReductionOrder, Refusal, Residency, ResidencyRequest,
 };
 pub use shape::{Shape, ShapeError};
 pub use target::Target;

@@ -241,23 +241,8 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
-    let resized;
-    let target = match request.cluster_group_threads {
-        0 => target,
-        t if t.is_power_of_two() && t >= target.warp_size && t <= target.max_threads_per_group => {
-            resized = Target {
-                cluster_group_threads: t,
-                ..target.clone()
-            };
-            &resized
-        }
-        t => {
-            return Err(width(format!(
-                "cluster group threads {t}: must be a power of two from {} to {}",
-                target.warp_size, target.max_threads_per_group
-            )))
-        }
-    };
+    // Validate the user's cluster group size before the model may choose one.
+    with_cluster_group_threads(target, request.cluster_group_threads)?;
     let chosen;
     let request =
         if request.mapper == MapperPolicy::Model && request.workers == 0 && request.pack == 0 {
@@ -266,6 +251,7 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
         } else {
             request
         };
+    let target = &with_cluster_group_threads(target, request.cluster_group_threads)?;
     let mut p = plan_rows(problem, target, request)?;
     if request.batch_invariant {
         // The same request for one row must give the same arithmetic.
@@ -289,6 +275,69 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
     }
     Ok(p)
 }
+
+/// `target` with each cluster group `threads` wide (0: the target's own).
+fn with_cluster_group_threads(target: &Target, threads: u32) -> Result<Target, Refusal> {
+    match threads {
+        0 => Ok(target.clone()),
+        t if t.is_power_of_two() && t >= target.warp_size && t <= target.max_threads_per_group => {
+            Ok(Target {
+                cluster_group_threads: t,
+                ..target.clone()
+            })
+        }
+        t => Err(width(format!(
+            "cluster group threads {t}: must be a power of two from {} to {}",
+            target.warp_size, target.max_threads_per_group
+        ))),
+    }
+}
+
+/// What the model mapping ranks a legal candidate by (see [`model_pick`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelScore {
+    /// The plan re-reads resident tiles from memory (streamed).
+    pub rereads_tiles: bool,
+    pub predicted_us: f64,
+    pub groups_per_row: u32,
+}
+
+/// The model mapping's choice among scored candidates (an index), shared
+/// by the mapper and the test that holds it against the H200 searches.
+/// Ranked by (re-reads resident tiles, predicted µs): on the H200 every
+/// streamed pick the model made ran 3-7x slower than register plans of the
+/// same problem (bench/NOTES.md, 2026-11-29 large shapes), so a streamed
+/// plan is chosen only when no register plan is legal. Predictions within
+/// 2% are a tie the model cannot resolve; the tie goes to the plan with
+/// the fewest groups per row (a cluster costs barriers the model prices
+/// only roughly), then the lowest prediction.
+pub fn model_pick(scored: &[ModelScore]) -> Option<usize> {
+    let streamed_only = scored.iter().all(|c| c.rereads_tiles);
+    let pool = || {
+        scored
+            .iter()
+            .enumerate()
+            .filter(move |(_, c)| streamed_only || !c.rereads_tiles)
+    };
+    let fastest = pool()
+        .map(|(_, c)| c.predicted_us)
+        .fold(f64::INFINITY, f64::min);
+    pool()
+        .filter(|(_, c)| c.predicted_us <= fastest * 1.02)
+        .min_by(|(_, a), (_, b)| {
+            a.groups_per_row
+                .cmp(&b.groups_per_row)
+                .then(a.predicted_us.total_cmp(&b.predicted_us))
+        })
+        .map(|(i, _)| i)
+}
+
+/// Cluster group size the model mapping also tries for rows that span a
+/// cluster when the request leaves it automatic: on the H200, 256-thread
+/// groups let two or more of a long row's groups share a multiprocessor,
+/// and softmax f32 4096x131072 ran 1133 µs in 8 such groups against 1410
+/// in 4 groups of 512 (2026-11-29-long-rows-search-g256-h200).
+const AUTO_CLUSTER_GROUP_THREADS: u32 = 256;
 
 /// The request with W and V filled in by the cost model (see
 /// [`MapperPolicy::Model`]). An exact-order or element-only request keeps
@@ -318,48 +367,47 @@ fn choose_by_model(
     } else {
         problem.clone()
     };
-    // Rank by (re-reads resident tiles from memory, predicted µs): on the
-    // H200 every streamed pick the model made ran 3-7x slower than register
-    // plans of the same problem (bench/NOTES.md, 2026-11-29 large shapes),
-    // so a streamed plan is chosen only when no register plan is legal.
-    // Predictions within 2% are a tie the model cannot resolve; the tie
-    // goes to the plan with the fewest groups per row (a cluster costs
-    // barriers the model prices only roughly), then the lowest prediction.
-    let mut scored_plans: Vec<(bool, f64, u32, u32, u32)> = vec![];
-    let mut w = 8;
-    while w <= target.max_workers() {
-        for v in VALID_PACKS {
-            let candidate = LayoutRequest {
-                workers: w,
-                pack: v,
-                ..*request
-            };
-            if let Ok(p) = plan_rows(&scored, target, &candidate) {
-                let us = RooflinePolicy.predict_us(&Features::of(&p, target), &p, target);
-                scored_plans.push((p.rereads_tiles(), us, p.groups_per_row, w, v));
-            }
-        }
-        w *= 2;
+    // Rows that span a cluster may also use smaller groups when the user
+    // left the group size automatic.
+    let mut group_sizes = vec![request.cluster_group_threads];
+    if request.cluster_group_threads == 0
+        && target.max_cluster_groups > 1
+        && target.cluster_group_threads != AUTO_CLUSTER_GROUP_THREADS
+    {
+        group_sizes.push(AUTO_CLUSTER_GROUP_THREADS);
     }
-    let streamed_only = scored_plans.iter().all(|c| c.0);
-    let pool: Vec<_> = scored_plans
-        .into_iter()
-        .filter(|c| streamed_only || !c.0)
-        .collect();
-    let fastest = pool.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
-    let best = pool
-        .iter()
-        .filter(|c| c.1 <= fastest * 1.02)
-        .min_by(|a, b| a.2.cmp(&b.2).then(a.1.total_cmp(&b.1)))
-        .map(|c| (c.3, c.4));
-    Ok(match best {
-        Some((workers, pack)) => LayoutRequest {
-            workers,
-            pack,
-            ..*request
-        },
-        None => seed,
-    })
+    let mut requests = vec![];
+    let mut scores = vec![];
+    for &group_threads in &group_sizes {
+        let target = with_cluster_group_threads(target, group_threads)?;
+        let mut w = 8;
+        while w <= target.max_workers() {
+            for v in VALID_PACKS {
+                let candidate = LayoutRequest {
+                    workers: w,
+                    pack: v,
+                    cluster_group_threads: group_threads,
+                    ..*request
+                };
+                let Ok(p) = plan_rows(&scored, &target, &candidate) else {
+                    continue;
+                };
+                // Smaller groups change only plans whose rows span clusters.
+                if group_threads != request.cluster_group_threads && p.groups_per_row == 1 {
+                    continue;
+                }
+                let us = RooflinePolicy.predict_us(&Features::of(&p, &target), &p, &target);
+                scores.push(ModelScore {
+                    rereads_tiles: p.rereads_tiles(),
+                    predicted_us: us,
+                    groups_per_row: p.groups_per_row,
+                });
+                requests.push(candidate);
+            }
+            w *= 2;
+        }
+    }
+    Ok(model_pick(&scores).map_or(seed, |i| requests[i]))
 }
 
 fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
