@@ -32,7 +32,8 @@ Phases (the same definitions as lanefold's):
          sized so one replay takes about sample_ms. If capture fails the
          batch runs as eager calls between the events and gpu_graph is false.
   e2e    host perf_counter around batch eager calls + torch.cuda.synchronize.
-  single one call between two events + synchronize, also timed on the host.
+  single one call between two events + synchronize, then one call timed on
+         the host (call + synchronize, no event in the window).
 Warm-up (warmup_ms, after a first call that covers torch.compile's
 compilation) is excluded. Outputs written for validation are those of a
 final call on input set 0, after the timing.
@@ -440,12 +441,17 @@ def measure(fn, sets, samples, sample_ms, warmup_ms, notes):
     end = torch.cuda.Event(enable_timing=True)
     for i in range(samples):
         a = sets[i % len(sets)]
+        # Timed twice, separately, as lanefold's own side is: device events
+        # around one call, then the host clock of a call plus synchronize
+        # with no event in the window.
         sync()
         start.record()
-        t0 = time.perf_counter()
         fn(a)
         end.record()
         end.synchronize()
+        t0 = time.perf_counter()
+        fn(a)
+        sync()
         host_us = (time.perf_counter() - t0) * 1e6
         single.append({"gpu_us": start.elapsed_time(end) * 1e3, "host_us": host_us})
 

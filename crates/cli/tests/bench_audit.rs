@@ -93,6 +93,24 @@ fn a_false_validation_record_or_missing_scope_fails_the_audit() {
     assert!(out.contains("scope label for gpu"), "{out}");
 }
 
+/// Files written before the host clock of the single call left the end
+/// event out keep their own label, which the audit still accepts; any other
+/// label fails.
+#[test]
+fn the_audit_accepts_the_earlier_single_call_label_and_no_other() {
+    let dir = bench_dir("single-label");
+    let mut v = load(&dir);
+    v["cases"][0]["sides"][0]["scopes"]["single"] =
+        Value::from("single: one synchronized call; gpu = device events, host = wall clock (µs)");
+    save(&dir, &v);
+    let o = lanefold(&["audit", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    v["cases"][1]["sides"][0]["scopes"]["single"] = Value::from("single: host time");
+    save(&dir, &v);
+    let out = text(&lanefold(&["audit", dir.to_str().unwrap()]));
+    assert!(out.contains("scope label for single"), "{out}");
+}
+
 #[test]
 fn a_changed_captured_source_fails_its_hash_check() {
     let dir = bench_dir("source");

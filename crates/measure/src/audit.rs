@@ -4,7 +4,9 @@
 //! captured-source hashes and the schema. Each discrepancy names its case.
 
 use crate::phases::BatchSample;
-use crate::results::{ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE};
+use crate::results::{
+    ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE, SCOPE_SINGLE_V1,
+};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -87,12 +89,16 @@ pub(crate) fn audit_side(
     if side.voided && has_samples {
         bad(format!("{who}: invalid output but timing samples kept"));
     }
-    for (k, v) in [
-        ("gpu", SCOPE_GPU),
-        ("e2e", SCOPE_E2E),
-        ("single", SCOPE_SINGLE),
+    for (k, labels) in [
+        ("gpu", &[SCOPE_GPU][..]),
+        ("e2e", &[SCOPE_E2E][..]),
+        ("single", &[SCOPE_SINGLE, SCOPE_SINGLE_V1][..]),
     ] {
-        if side.scopes.get(k).map(String::as_str) != Some(v) {
+        if !side
+            .scopes
+            .get(k)
+            .is_some_and(|v| labels.contains(&v.as_str()))
+        {
             bad(format!("{who}: scope label for {k} missing or altered"));
         }
     }

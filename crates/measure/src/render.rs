@@ -66,9 +66,16 @@ pub fn markdown(file: &ResultsFile) -> String {
     ] {
         let _ = writeln!(md, "| {k} | {} |", v.unwrap_or_else(|| "—".into()));
     }
+    // The file's own single-call label: older files timed it differently.
+    let single_scope = file
+        .cases
+        .iter()
+        .flat_map(|c| &c.sides)
+        .find_map(|s| s.scopes.get("single"))
+        .map_or(SCOPE_SINGLE, String::as_str);
     let _ = writeln!(
         md,
-        "\n**Method.** {} samples per phase, each batch sized to about {} ms of host time, {} ms warm-up (compilation and transfers excluded), L2 {}. Phases are sampled separately and never subtracted:\n\n- {SCOPE_GPU}\n- {SCOPE_E2E}\n- {SCOPE_SINGLE}\n\nEvery output of every side was validated against a float64 reference before its timing counted (normwise relative error; f32 ≤ 1e-5, f16 ≤ 2e-3, bf16 ≤ 1e-2); an invalid side's samples are dropped. Figures are p50 of the samples; ratios are peer p50 over lanefold p50 (above 1: lanefold faster). One run: this is a measurement, not a frozen replay.\n",
+        "\n**Method.** {} samples per phase, each batch sized to about {} ms of host time, {} ms warm-up (compilation and transfers excluded), L2 {}. Phases are sampled separately and never subtracted:\n\n- {SCOPE_GPU}\n- {SCOPE_E2E}\n- {single_scope}\n\nEvery output of every side was validated against a float64 reference before its timing counted (normwise relative error; f32 ≤ 1e-5, f16 ≤ 2e-3, bf16 ≤ 1e-2); an invalid side's samples are dropped. Figures are p50 of the samples; ratios are peer p50 over lanefold p50 (above 1: lanefold faster). One run: this is a measurement, not a frozen replay.\n",
         c.samples,
         c.sample_ms,
         c.warmup_ms,

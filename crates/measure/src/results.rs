@@ -16,6 +16,10 @@ pub const SCOPE_GPU: &str =
 pub const SCOPE_E2E: &str =
     "e2e: host wall clock around a batch of direct launches ending in a synchronize, divided by the batch (µs per op)";
 pub const SCOPE_SINGLE: &str =
+    "single: one synchronized call, timed twice separately; gpu = device events around it, host = wall clock of launch + synchronize with no event in the window (µs)";
+/// The single-call label of files written before 2026-11-29 session 4, when
+/// the host clock also covered recording and waiting on the end event.
+pub const SCOPE_SINGLE_V1: &str =
     "single: one synchronized call; gpu = device events, host = wall clock (µs)";
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
