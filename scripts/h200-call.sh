@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # One device call of the issue-6 plan (bench/NOTES.md, "Next device
-# session"), each step bounded so the call ends inside the device tool's
-# 10-minute limit, and every results directory tarred into $OUT as soon as
-# its step ends (the tool returns at most 8 files and keeps nothing else).
+# session", session 5), each step bounded so the call ends inside the device
+# tool's 10-minute limit, and every results directory tarred into $OUT as
+# soon as its step ends (the tool returns at most 8 files and keeps nothing
+# else).
 # Usage on the device: scripts/h200-call.sh CALL DATE
-#   CALL 1: quick CUDA selftest, then the load-policy A/B
-#   CALL 2: large-shape replay of rmsnorm, layernorm, residual_layernorm
-#           and sum against the campaign-1 default, all three peers
-#   CALL 3: long-row W search (512- and 256-thread cluster groups)
-#   CALL 4: short rows of sum, layernorm, residual_layernorm; bf16 softmax
-#           W x V search
+#   CALL 1: quick CUDA selftest (256-thread cluster groups and the streamed
+#           unroll fix on CUDA for the first time), then a bench of today's
+#           default on the long rows (no peers): the candidate of calls 2-3
+#   CALL 2: replay of the session-4 long-row default (cross_entropy and
+#           layernorm, long-rows-2-h200) against call 1's, torch eager and
+#           torch.compile
+#   CALL 3: replay of softmax and rmsnorm 4096x131072 (long-rows-h200)
+#           against call 1's; then residual_layernorm 4096x32768 and the
+#           other norms on 4096x32768 (bench with torch.compile; untar call
+#           1's results here first: calls 2-3 read them from the working tree)
+#   CALL 4: short rows, rmsnorm/softmax/cross_entropy/layernorm, torch eager
+#           and torch.compile: single-call host latency by the new method
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
 # (default 540), OUT (the device tool's output folder; unset: no tarring).
 set -uo pipefail
@@ -33,41 +40,40 @@ r=bench/results/$date
 case $call in
 1)
   step selftest
-  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-h200" > "${OUT:-/tmp}/selftest.log" 2>&1
-  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-h200"
-  step load policies
-  OPS=rmsnorm,layernorm,softmax SHAPES=32768x4096,1024x4096 BUDGET_S=$(left) \
-    timeout "$(left)" bash scripts/h200-issue6-hints.sh "$date" "$bin" > "${OUT:-/tmp}/loads.log" 2>&1
-  echo "loads rc=$?"; keep loads "$r"-loads-*
+  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-s5-h200" > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-s5-h200"
+  step long-row bench
+  timeout "$(left)" "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,cross_entropy \
+    --shapes 4096x131072,1024x262144 --dtypes f32,bf16 $s --capture-sources \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-long-rows-v4-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-long-rows-v4-h200"
   ;;
 2)
-  step bench
-  timeout "$(left)" "$bin" bench --backend cuda --ops rmsnorm,layernorm,residual_layernorm,sum \
-    --shapes 32768x4096,16384x8192,4096x32768 --dtypes f32,bf16 $s --capture-sources \
-    --deadline-s 120 --output "$r-large-final-h200" > "${OUT:-/tmp}/bench.log" 2>&1
-  echo "bench rc=$?"; keep bench "$r-large-final-h200"
-  step replay
-  timeout "$(left)" "$bin" replay --backend cuda --reference bench/results/2026-11-29-large-auto-h200/results.json \
-    --candidate "$r-large-final-h200/results.json" --rounds 3 $s --torch --torch-compile --liger \
-    --deadline-s "$(( $(left) - 30 ))" --output "$r-large-final-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
-  echo "replay rc=$?"; keep replay "$r-large-final-replay-h200"
+  step long-row replay
+  timeout "$(left)" "$bin" replay --backend cuda --reference bench/results/2026-11-29-long-rows-2-h200/results.json \
+    --candidate "$r-long-rows-v4-h200/results.json" --rounds 2 $s --torch --torch-compile \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-long-rows-v4-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-rows-v4-replay-h200"
   ;;
 3)
-  step long-row search
-  timeout "$(left)" bash scripts/h200-issue6-long.sh "$date" "$bin" > "${OUT:-/tmp}/long.log" 2>&1
-  echo "long rc=$?"; keep long "$r"-long-rows-search-*
+  step long-row replay, softmax and rmsnorm
+  timeout 300 "$bin" replay --backend cuda --reference bench/results/2026-11-29-long-rows-h200/results.json \
+    --candidate "$r-long-rows-v4-h200/results.json" --rounds 2 $s --torch --torch-compile \
+    --deadline-s 270 --output "$r-long-rows-v4-replay-2-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-rows-v4-replay-2-h200"
+  step wide rows, the current default
+  timeout "$(left)" "$bin" bench --backend cuda --ops residual_layernorm,rmsnorm,layernorm \
+    --shapes 4096x32768 --dtypes f32,bf16 $s --capture-sources --torch-compile \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-wide-v4-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-wide-v4-h200"
   ;;
 4)
   step short rows
-  timeout 200 "$bin" bench --backend cuda --ops sum,layernorm,residual_layernorm \
+  timeout "$(left)" "$bin" bench --backend cuda --ops rmsnorm,softmax,cross_entropy,layernorm \
     --shapes 1x127,17x257,1x4096,8x4096,32x4096,64x4096,1024x4096 --dtypes f32,bf16 \
-    --torch --torch-compile $s --capture-sources --deadline-s 180 --output "$r-short-rows-2-h200" > "${OUT:-/tmp}/short.log" 2>&1
-  echo "short rc=$?"; keep short "$r-short-rows-2-h200"
-  step bf16 softmax search
-  timeout "$(left)" "$bin" search --backend cuda --ops softmax --shapes 32768x4096,16384x8192 --dtypes bf16 \
-    --tune-workers 64,128,256,512 --tune-pack 4,8 --tuning-metric gpu $s --capture-sources \
-    --output "$r-softmax-bf16-search-h200" > "${OUT:-/tmp}/search.log" 2>&1
-  echo "search rc=$?"; keep search "$r-softmax-bf16-search-h200"
+    --torch --torch-compile $s --capture-sources --deadline-s "$(( $(left) - 30 ))" \
+    --output "$r-short-rows-v4-h200" > "${OUT:-/tmp}/short.log" 2>&1
+  echo "short rc=$?"; keep short "$r-short-rows-v4-h200"
   ;;
 *) echo "unknown call $call (1-4)"; exit 2 ;;
 esac
