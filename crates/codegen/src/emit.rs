@@ -2,7 +2,7 @@
 
 use crate::{CodegenError, CodegenOptions, Kernel, Param, ParamKind};
 use lanefold_ir::{BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, UnaryOp, Value};
-use lanefold_plan::{Plan, Residency};
+use lanefold_plan::{vector_access, Plan, Residency};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -218,18 +218,6 @@ impl Vector {
             _ => &[""],
         }
     }
-}
-
-/// Vector loads and stores are used when a pack is at least 4 bytes, a
-/// multiple of 4 bytes, and every row start is aligned to the pack (n % V
-/// == 0, so row * n * size is a multiple of V * size).
-pub(crate) fn vector_access(dtype: DType, pack: usize, n: usize) -> Option<(usize, usize)> {
-    let bytes = pack * dtype.size_bytes();
-    if pack < 2 || !bytes.is_multiple_of(4) || !n.is_multiple_of(pack) {
-        return None;
-    }
-    let words = bytes / 4;
-    Some((words, words.min(4)))
 }
 
 #[derive(Clone)]

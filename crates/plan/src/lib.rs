@@ -9,7 +9,7 @@ mod shape;
 mod target;
 
 pub use cost::{CostPolicy, Features, RooflinePolicy};
-pub use layout::{Layout, TreeLevels, VALID_PACKS};
+pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{
     enumerate, model_pick, plan, Candidate, LayoutRequest, MapperPolicy, ModelScore, Plan, Problem,
     ReductionOrder, Refusal, Residency, ResidencyRequest,
