@@ -130,6 +130,20 @@ impl Layout {
     }
 }
 
+/// Vector loads and stores are used when a pack is at least 4 bytes, a
+/// multiple of 4 bytes, and every row start is aligned to the pack (n % V
+/// == 0, so row * n * size is a multiple of V * size). Returns (32-bit
+/// words per pack, words per access instruction); None: one scalar access
+/// per element. The code generator and the cost model both decide by it.
+pub fn vector_access(dtype: DType, pack: usize, n: usize) -> Option<(usize, usize)> {
+    let bytes = pack * dtype.size_bytes();
+    if pack < 2 || !bytes.is_multiple_of(4) || !n.is_multiple_of(pack) {
+        return None;
+    }
+    let words = bytes / 4;
+    Some((words, words.min(4)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,18 +222,4 @@ mod tests {
             prop_assert_eq!(t.lanes * t.warps * t.groups, l.workers);
         }
     }
-}
-
-/// Vector loads and stores are used when a pack is at least 4 bytes, a
-/// multiple of 4 bytes, and every row start is aligned to the pack (n % V
-/// == 0, so row * n * size is a multiple of V * size). Returns (32-bit
-/// words per pack, words per access instruction); None: one scalar access
-/// per element. The code generator and the cost model both decide by it.
-pub fn vector_access(dtype: DType, pack: usize, n: usize) -> Option<(usize, usize)> {
-    let bytes = pack * dtype.size_bytes();
-    if pack < 2 || !bytes.is_multiple_of(4) || !n.is_multiple_of(pack) {
-        return None;
-    }
-    let words = bytes / 4;
-    Some((words, words.min(4)))
 }
