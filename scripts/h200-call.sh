@@ -16,7 +16,9 @@
 #           other norms on 4096x32768 (bench with torch.compile; untar call
 #           1's results here first: calls 2-3 read them from the working tree)
 #   CALL 4: short rows, rmsnorm/softmax/cross_entropy/layernorm, torch eager
-#           and torch.compile: single-call host latency by the new method
+#           and torch.compile: single-call host latency by the new method;
+#           then the SASS of lanefold's and torch.compile's f32 rmsnorm and
+#           layernorm (scripts/h200-sass.sh)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
 # (default 540), OUT (the device tool's output folder; unset: no tarring).
 set -uo pipefail
@@ -74,6 +76,9 @@ case $call in
     --torch --torch-compile $s --capture-sources --deadline-s "$(( $(left) - 30 ))" \
     --output "$r-short-rows-v4-h200" > "${OUT:-/tmp}/short.log" 2>&1
   echo "short rc=$?"; keep short "$r-short-rows-v4-h200"
+  step SASS of lanefold and torch.compile, f32 rmsnorm and layernorm
+  timeout "$(left)" bash scripts/h200-sass.sh "$bin" > "${OUT:-/tmp}/sass.log" 2>&1
+  echo "sass rc=$?"
   ;;
 *) echo "unknown call $call (1-4)"; exit 2 ;;
 esac

@@ -221,7 +221,8 @@ struct LayoutArgs {
     #[arg(long)]
     hoist_columns: bool,
     /// Threads per group when a row spans a cluster, a power of two
-    /// (0: the target's, 512 on the H200).
+    /// (0: automatic; the model mapping picks 512 or 256 on the H200,
+    /// explicit layouts and the seed mapping take the target's 512).
     #[arg(long, default_value_t = 0)]
     cluster_group_threads: u32,
 }

@@ -80,7 +80,9 @@ pub struct SearchArgs {
     /// Every candidate with weight and bias loaded with the row tile.
     #[arg(long)]
     pub hoist_columns: bool,
-    /// Threads per group of every candidate whose row spans a cluster.
+    /// Threads per group of every candidate whose row spans a cluster
+    /// (0: the target's, 512 on the H200; the automatic candidate may
+    /// pick 256).
     #[arg(long, default_value_t = 0)]
     pub cluster_group_threads: u32,
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Dump what torch.compile generates for one lanefold operator, for reading
+side by side with lanefold's kernel (bench/NOTES.md, campaign 4: f32 rmsnorm
+and layernorm run 3% behind torch.compile and no layout closes it).
+
+Usage: python3 python/inductor_dump.py OP DTYPE ROWSxN OUTDIR
+
+Writes OUTDIR/inductor_output_code.py (Inductor's generated Python/Triton),
+and copies the Triton cache entries the compilation produced (.ttir, .ptx,
+.cubin, .json) into OUTDIR/triton/. The operators are torch_peer's own, so
+the compiled function is the one the peer times.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+
+def main():
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    op, dtype_name, shape, out = sys.argv[1:]
+    rows, n = (int(v) for v in shape.split("x"))
+    os.makedirs(out, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="triton-cache-")
+    # A fresh Triton cache, so what it holds afterwards is this compilation.
+    os.environ["TRITON_CACHE_DIR"] = cache
+    os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_peer as peer
+
+    peer.import_torch()
+    torch = peer.torch
+    if torch is None:
+        sys.exit(f"torch is not importable: {peer.IMPORT_ERROR}")
+
+    code = []
+    try:
+        from torch._inductor.graph import GraphLowering
+
+        compile_to_module = GraphLowering.compile_to_module
+
+        def keep_source(self):
+            module = compile_to_module(self)
+            path = getattr(module, "__file__", None)
+            if path and os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    code.append(f.read())
+            return module
+
+        GraphLowering.compile_to_module = keep_source
+    except (ImportError, AttributeError) as e:
+        print(f"note: Inductor's module source not captured: {e}", file=sys.stderr)
+
+    dtype = peer.storage_dtype(dtype_name)
+    ins, columns, _ = peer.OPS[op]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = {}
+    for name in ins + columns:
+        shape_of = peer.input_shape(name, rows, n)
+        if name == "target":
+            a[name] = torch.randint(0, n, shape_of, device="cuda", generator=gen)
+        else:
+            a[name] = torch.randn(shape_of, device="cuda", generator=gen).to(dtype)
+    fn = torch.compile(peer.eager_op(op, n), dynamic=False)
+    fn(a)
+    torch.cuda.synchronize()
+
+    with open(os.path.join(out, "inductor_output_code.py"), "w", encoding="utf-8") as f:
+        f.write("\n\n# ---- next module ----\n\n".join(code) if code else "# not captured\n")
+    dest = os.path.join(out, "triton")
+    os.makedirs(dest, exist_ok=True)
+    kept = 0
+    for root, _, files in os.walk(cache):
+        for name in files:
+            if name.endswith((".ttir", ".ttgir", ".ptx", ".cubin", ".json")):
+                shutil.copy(os.path.join(root, name), os.path.join(dest, name))
+                kept += 1
+    print(f"{op} {dtype_name} {shape}: {len(code)} module(s), {kept} Triton files in {out}")
+
+
+if __name__ == "__main__":
+    main()
