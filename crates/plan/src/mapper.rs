@@ -476,15 +476,11 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     } else {
         auto_workers(n, pack, resident_tiles, target, &budget)
     };
-    let unroll = match (request.unroll, request.mapper) {
-        (0, MapperPolicy::Seed) => 1,
-        (0, MapperPolicy::Model) => auto_unroll(n, workers, pack, problem.dtype),
-        (u, _) => u,
-    };
+    // U is settled below, once the residency is known.
     let layout_for = |g: u32| Layout {
         workers,
         pack,
-        unroll,
+        unroll: 1,
         rows_per_group: g,
     };
     let rows_per_group = if request.rows_per_group != 0 {
@@ -492,7 +488,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     } else {
         auto_rows_per_group(workers, rows, target)
     };
-    let layout = layout_for(rows_per_group);
+    let mut layout = layout_for(rows_per_group);
     let groups_per_row = layout.groups_per_row(target);
     if groups_per_row > 1 && rows_per_group != 1 {
         return Err(width(format!(
@@ -539,6 +535,14 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         ResidencyRequest::Registers => Residency::Registers,
         ResidencyRequest::Auto if resident_tiles > 0 && !fits => Residency::Stream,
         ResidencyRequest::Auto => Residency::Registers,
+    };
+    layout.unroll = match (request.unroll, request.mapper) {
+        (0, MapperPolicy::Seed) => 1,
+        (0, MapperPolicy::Model) => {
+            let rereads = residency == Residency::Stream && resident_tiles > 0;
+            auto_unroll(n, workers, pack, problem.dtype, rereads)
+        }
+        (u, _) => u,
     };
     let resident_slots = if residency == Residency::Registers {
         needed_slots
@@ -673,14 +677,26 @@ fn hoist_column_loads(program: &Program, analysis: &Analysis) -> Analysis {
 /// streamed loop: on the H200 sum search (bench/NOTES.md, 2026-11-29 unroll)
 /// 8 bytes ran at 0.84x of the best, 16 at 0.94x, 32-64 at 0.98-1.0x.
 const AUTO_BYTES_IN_FLIGHT: u32 = 64;
+/// The same for a streamed plan that re-reads its tiles: the best plan of
+/// rmsnorm f32 4096x32768 (2026-11-29-wide-rows-search-h200 and
+/// norms-search-h200: W=1024 V=4, 270.6 µs) had all 8 of its 16-byte chunks
+/// in flight per phase (its loops were then always fully unrolled).
+const AUTO_BYTES_IN_FLIGHT_REREAD: u32 = 128;
 
 /// Stripe unroll for the model mapping: enough chunks per loop step for
-/// [`AUTO_BYTES_IN_FLIGHT`], never more than the worker's full chunks. U
-/// changes only how the loop is unrolled, never the arithmetic order.
-fn auto_unroll(n: usize, workers: u32, pack: u32, dtype: DType) -> u32 {
+/// [`AUTO_BYTES_IN_FLIGHT`] (or, re-reading tiles,
+/// [`AUTO_BYTES_IN_FLIGHT_REREAD`]), never more than the worker's full
+/// chunks. U changes only how the loop is unrolled, never the arithmetic
+/// order.
+fn auto_unroll(n: usize, workers: u32, pack: u32, dtype: DType, rereads: bool) -> u32 {
     let access = pack * dtype.size_bytes() as u32;
     let full = (n / (workers as usize * pack as usize)).max(1) as u32;
-    (AUTO_BYTES_IN_FLIGHT / access).clamp(1, 8).min(full)
+    let bytes = if rereads {
+        AUTO_BYTES_IN_FLIGHT_REREAD
+    } else {
+        AUTO_BYTES_IN_FLIGHT
+    };
+    (bytes / access).clamp(1, 8).min(full)
 }
 
 /// Pack short rows so groups have about 256 threads, but keep at least one
@@ -776,6 +792,29 @@ mod tests {
         let short = plan(&problem(Operator::Softmax, "4096x4096"), &t, &auto).unwrap();
         assert_eq!(short.groups_per_row, 1);
         assert!(short.threads_per_group <= 1024);
+    }
+
+    /// Streamed loops that re-read tiles keep 128 bytes in flight per worker
+    /// (the measured best rmsnorm f32 4096x32768 plan), read-once loops 64.
+    #[test]
+    fn automatic_unroll_keeps_more_in_flight_when_a_streamed_plan_rereads() {
+        let t = Target::h200();
+        let stream = LayoutRequest {
+            workers: 1024,
+            pack: 4,
+            residency: ResidencyRequest::Stream,
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        let rereads = plan(&problem(Operator::Rmsnorm, "4096x32768"), &t, &stream).unwrap();
+        assert!(rereads.rereads_tiles());
+        assert_eq!(rereads.layout.unroll, 8);
+        let once = plan(&problem(Operator::Sum, "4096x32768"), &t, &stream).unwrap();
+        assert!(!once.rereads_tiles());
+        assert_eq!(once.layout.unroll, 4);
+        // Never more than the worker's full chunks: 2 on 1024x8192 at W=1024.
+        let short = plan(&problem(Operator::Rmsnorm, "64x8192"), &t, &stream).unwrap();
+        assert_eq!(short.layout.unroll, 2);
     }
 
     #[test]
@@ -1042,6 +1081,11 @@ mod tests {
             while w <= t.max_workers() {
                 for v in VALID_PACKS {
                     if let Ok(other) = plan(&p, &t, &req(w, v)) {
+                        // Streamed plans compete only where no register
+                        // plan is legal (see `model_pick`).
+                        if other.rereads_tiles() && !chosen.rereads_tiles() {
+                            continue;
+                        }
                         assert!(
                             predict(&other) * 1.02 >= best,
                             "{shape}: W={w} V={v} predicts more than 2% lower than {}",
