@@ -62,6 +62,12 @@ pub struct ReplayArgs {
     /// (for a run under an outer time limit).
     #[arg(long, value_parser = crate::args::parse_seconds)]
     pub deadline_s: Option<f64>,
+    /// Continue the replay already in --output from its last complete
+    /// round up to --rounds, in a later session (same binary, sources,
+    /// phase settings, seed and peers, or it is refused): a replay longer
+    /// than one device call.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
@@ -93,6 +99,7 @@ pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
         seed: args.seed,
         command_line: std::env::args().collect(),
         deadline_s: args.deadline_s,
+        resume: args.resume,
     };
     let file = run_replay(&spec)?;
     for s in &file.sources {

@@ -383,3 +383,96 @@ fn peer_sides_of_a_case_share_one_copy_of_the_inputs() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The arguments of a replay of `r` against `c` into `out`, for `rounds`.
+fn replay_rounds(r: &Path, c: &Path, out: &Path, rounds: &str, extra: &[&str]) -> Output {
+    let (r, c) = (r.join("results.json"), c.join("results.json"));
+    let mut args = vec![
+        "replay",
+        "--backend",
+        "cpu",
+        "--reference",
+        r.to_str().unwrap(),
+        "--candidate",
+        c.to_str().unwrap(),
+        "--rounds",
+        rounds,
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "1",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    if !extra.contains(&"--samples") {
+        args.extend_from_slice(&["--samples", "3"]);
+    }
+    lanefold(&args)
+}
+
+/// A replay longer than one device call: a later run continues it from its
+/// last complete round, with the seeds and positions the uninterrupted
+/// replay would have used, and the file records both sessions.
+#[test]
+fn a_resumed_replay_continues_its_rounds_and_passes_the_audit() {
+    let r = bench("resume-ref", &[]);
+    let c = bench("resume-cand", &["--workers", "32", "--pack", "4"]);
+    let out = tmp("resume-out");
+    let o = replay_rounds(&r, &c, &out, "1", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(load(&out)["rounds_done"], 1);
+    let o = replay_rounds(&r, &c, &out, "3", &["--resume"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("resuming"), "{}", text(&o));
+    let v = load(&out);
+    assert_eq!(v["rounds_done"], 3);
+    assert_eq!(v["resumed"].as_array().unwrap().len(), 1);
+    for (k, case) in v["cases"].as_array().unwrap().iter().enumerate() {
+        let rounds = case["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 3);
+        for (i, round) in rounds.iter().enumerate() {
+            assert_eq!(round["round"], i);
+            assert_eq!(round["seed"], 1 + i as u64 * 1_000_003 + k as u64 * 10_007);
+        }
+        assert_eq!(
+            rounds[1]["order"],
+            serde_json::json!(["candidate", "reference"])
+        );
+        assert_eq!(case["stats"]["phases"]["e2e"]["gain"]["summary"]["n"], 3);
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("Continued with `--resume`"), "{md}");
+    let o = audit(&out);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `--resume` refuses what it cannot continue, naming why: other phase
+/// settings, a replay that already has the rounds asked for, no replay.
+#[test]
+fn resume_refuses_other_settings_a_complete_replay_and_a_missing_one() {
+    let r = bench("resume2-ref", &[]);
+    let c = bench("resume2-cand", &["--workers", "32", "--pack", "4"]);
+    let out = tmp("resume2-out");
+    let o = replay_rounds(&r, &c, &out, "1", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = replay_rounds(&r, &c, &out, "2", &["--resume", "--samples", "4"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("phase configuration"), "{}", text(&o));
+    let o = replay_rounds(&r, &c, &out, "1", &["--resume"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("already has 1 complete rounds"),
+        "{}",
+        text(&o)
+    );
+    let o = replay_rounds(&r, &c, &tmp("resume2-none"), "2", &["--resume"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("--resume needs the replay"),
+        "{}",
+        text(&o)
+    );
+    // The refusals left the replay as it was.
+    assert_eq!(load(&out)["rounds_done"], 1);
+}

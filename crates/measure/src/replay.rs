@@ -472,6 +472,10 @@ pub struct ReplayFile {
     /// Cases of one source without a match in the other.
     pub unmatched: Vec<String>,
     pub cases: Vec<ReplayCase>,
+    /// The environments of later sessions that continued the replay
+    /// (`--resume`), in order; `environment` is the first session's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<Environment>,
 }
 
 impl ReplayFile {
@@ -709,6 +713,59 @@ pub struct ReplaySpec {
     /// Wall-clock budget in seconds: no round starts that the longest round
     /// so far predicts would end past it (None: no budget).
     pub deadline_s: Option<f64>,
+    /// Continue the replay already in `output` from its last complete round
+    /// up to `rounds`: a replay longer than one device call.
+    pub resume: bool,
+}
+
+/// Why `earlier` (the replay in the output folder) cannot be continued as
+/// `now` (this invocation, before any round), if it cannot: every frozen
+/// input of the measurement must be the same, and so must the binary.
+fn resume_mismatch(earlier: &ReplayFile, now: &ReplayFile) -> Option<String> {
+    let differ = |what: &str| Some(format!("{what} differs from the replay being resumed"));
+    if earlier.schema != now.schema {
+        return differ("the schema");
+    }
+    if earlier.environment.binary_sha256 != now.environment.binary_sha256 {
+        return differ("the lanefold binary (environment.binary_sha256)");
+    }
+    if earlier.environment.gpu_name != now.environment.gpu_name
+        || earlier.environment.backend != now.environment.backend
+    {
+        return differ("the device");
+    }
+    if earlier.config != now.config {
+        return differ("the phase configuration (--samples, --sample-ms, --warmup-ms, --l2)");
+    }
+    if earlier.aa != now.aa || earlier.seed != now.seed {
+        return differ("--aa or --seed");
+    }
+    if earlier.peer_sides() != now.peer_sides() {
+        return differ("the peer sides (--torch, --torch-compile, --liger)");
+    }
+    for (a, b) in earlier.sources.iter().zip(&now.sources) {
+        if a.role != b.role || a.file_sha256 != b.file_sha256 || a.cases != b.cases {
+            return differ(&format!("the {} file", b.role));
+        }
+    }
+    let ids = |f: &ReplayFile| f.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    if ids(earlier) != ids(now) {
+        return differ("the matched cases");
+    }
+    for (a, b) in earlier.cases.iter().zip(&now.cases) {
+        if a.reference != b.reference || a.candidate != b.candidate {
+            return differ(&format!("case {}'s frozen sides", a.id));
+        }
+        if a.rounds.len() != earlier.rounds_done {
+            return Some(format!(
+                "case {} has {} rounds but the replay records {} complete",
+                a.id,
+                a.rounds.len(),
+                earlier.rounds_done
+            ));
+        }
+    }
+    None
 }
 
 /// `target` relative to `base` (both made absolute), when both resolve.
@@ -851,11 +908,40 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         sources,
         unmatched,
         cases,
+        resumed: vec![],
     };
     let scratch = std::env::temp_dir().join(format!("lanefold-replay-{}", std::process::id()));
     let results = spec.output.join("results.json");
+    if spec.resume {
+        let earlier =
+            ReplayFile::read(&results).context("--resume needs the replay to continue")?;
+        if let Some(why) = resume_mismatch(&earlier, &file) {
+            bail!("--resume {}: {why}", spec.output.display());
+        }
+        if earlier.rounds_done >= spec.rounds {
+            bail!(
+                "--resume {}: the replay already has {} complete rounds; ask for more with --rounds",
+                spec.output.display(),
+                earlier.rounds_done
+            );
+        }
+        println!(
+            "resuming {} after {} of {} rounds",
+            spec.output.display(),
+            earlier.rounds_done,
+            spec.rounds
+        );
+        let this_session = std::mem::replace(&mut file.environment, earlier.environment);
+        file.resumed = earlier.resumed;
+        file.resumed.push(this_session);
+        file.rounds_done = earlier.rounds_done;
+        for (case, before) in file.cases.iter_mut().zip(earlier.cases) {
+            case.rounds = before.rounds;
+            case.stats = case_stats(&case.rounds, &peers);
+        }
+    }
     let mut deadline = crate::deadline::Deadline::new(spec.deadline_s);
-    for r in 0..spec.rounds {
+    for r in file.rounds_done..spec.rounds {
         if !deadline.allows_another() {
             println!(
                 "deadline: stopping after {r} of {} rounds (--deadline-s {})",
@@ -969,7 +1055,8 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         file.write(&results)?;
         deadline.end_unit();
     }
-    capture_env.record_end_clocks(&mut file.environment);
+    let session = file.resumed.last_mut().unwrap_or(&mut file.environment);
+    capture_env.record_end_clocks(session);
     file.write(&results)?;
     write_report(&file, &spec.output)?;
     let _ = std::fs::remove_dir_all(&scratch);
@@ -1071,6 +1158,18 @@ pub fn markdown(file: &ReplayFile) -> String {
     let peers = file.peer_sides();
     let mut md = crate::render::header(kind, e);
     md.push('\n');
+    if !file.resumed.is_empty() {
+        let when: Vec<String> = file
+            .resumed
+            .iter()
+            .map(|r| format!("{} (`{}`)", r.utc_time, r.command_line.join(" ")))
+            .collect();
+        let _ = writeln!(
+            md,
+            "Continued with `--resume` (same binary, sources and settings) at {}.\n",
+            when.join("; ")
+        );
+    }
     let valid: usize = file.cases.iter().map(|c| c.stats.outputs_valid).sum();
     let invalid: usize = file.cases.iter().map(|c| c.stats.outputs_invalid).sum();
     let missing: usize = file
@@ -1558,6 +1657,14 @@ pub fn audit_replay(dir: &Path, value: &serde_json::Value) -> Vec<String> {
     let env_bin = &file.environment.binary_sha256;
     if env_bin.len() != 64 || !env_bin.chars().all(|c| c.is_ascii_hexdigit()) {
         out.push("environment: binary_sha256 is not a SHA-256".into());
+    }
+    for (i, e) in file.resumed.iter().enumerate() {
+        if e.binary_sha256 != *env_bin {
+            out.push(format!(
+                "resumed[{i}]: binary {} is not the replay's {env_bin}",
+                e.binary_sha256
+            ));
+        }
     }
     // Sources: binary flags, and the frozen cases as the files say now.
     let mut frozen_of: BTreeMap<String, BTreeMap<String, FrozenCase>> = BTreeMap::new();
@@ -2191,6 +2298,7 @@ mod tests {
             seed: 7,
             command_line: vec!["test".into()],
             deadline_s: None,
+            resume: false,
         }
     }
 
