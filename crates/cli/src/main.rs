@@ -68,6 +68,12 @@ enum Command {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// Judge the replays in these directories against issue 6's speed
+    /// targets, case by case, from their recorded rounds (markdown).
+    Scorecard {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -351,6 +357,7 @@ fn main() {
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
         Command::Report { dir } => report_cmd(&dir),
+        Command::Scorecard { dirs } => scorecard_cmd(&dirs),
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
             &args.dtypes,
@@ -369,6 +376,27 @@ fn main() {
 
 /// Render results.md (and plot.svg) again for any of the three results
 /// schemas, chosen by the file's `schema` field.
+fn scorecard_cmd(dirs: &[PathBuf]) -> Result<()> {
+    use lanefold_measure::{replay::ReplayFile, scorecard};
+    for dir in dirs {
+        let file = ReplayFile::read(&dir.join("results.json"))
+            .with_context(|| format!("{}: the scorecard reads replay files", dir.display()))?;
+        let verdicts = scorecard::score(&file);
+        println!(
+            "# {} ({} of {} rounds)\n{}",
+            dir.display(),
+            file.rounds_done,
+            file.rounds,
+            if verdicts.is_empty() {
+                "\nno case of a target shape\n".to_string()
+            } else {
+                scorecard::markdown(&verdicts)
+            }
+        );
+    }
+    Ok(())
+}
+
 fn report_cmd(dir: &std::path::Path) -> Result<()> {
     use lanefold_measure::{bench, replay, results::ResultsFile, search::SearchFile};
     let path = dir.join("results.json");

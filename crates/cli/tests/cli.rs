@@ -250,3 +250,19 @@ fn a_closed_stdout_pipe_ends_the_command_without_a_panic() {
     child.wait().unwrap();
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The scorecard judges a committed replay from its recorded rounds and
+/// refuses a file that is not a replay, naming the directory.
+#[test]
+fn scorecard_judges_a_replay_and_refuses_a_bench_file() {
+    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/results");
+    let replay = results.join("2026-11-29-large-final-replay-h200");
+    let o = lanefold(&["scorecard", replay.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("(1 of 3 rounds)"), "{out}");
+    assert!(out.contains("## Target 1 large shapes: 9 of 24 cases met"), "{out}");
+    let bench = results.join("2026-11-29-large-final-h200");
+    let o = lanefold(&["scorecard", bench.to_str().unwrap()]);
+    assert_clean_failure(&o, 1, "the scorecard reads replay files");
+}

@@ -12,5 +12,6 @@ pub mod phases;
 pub mod render;
 pub mod replay;
 pub mod results;
+pub mod scorecard;
 pub mod search;
 pub mod tuning;
