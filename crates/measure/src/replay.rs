@@ -2716,6 +2716,34 @@ mod freeze_tests {
     use super::*;
     use lanefold_plan::{Layout, MapperPolicy};
 
+    /// The committed results files `scripts/h200-call.sh` replays next
+    /// must freeze with today's mapper on the H200 target: a refusal found
+    /// on the device costs a call.
+    #[test]
+    fn the_results_files_the_device_plan_replays_still_freeze() {
+        for dir in [
+            "2026-11-29-long-rows-h200",
+            "2026-11-29-long-rows-2-h200",
+            "2026-11-29-short-rows-h200",
+            "2026-11-29-large-final-h200",
+        ] {
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../bench/results")
+                .join(dir)
+                .join("results.json");
+            let frozen = load_frozen(&path).unwrap();
+            assert!(!frozen.cases.is_empty(), "{dir}");
+            for c in &frozen.cases {
+                let (p, hash) = freeze(c, REFERENCE, &Target::h200())
+                    .unwrap_or_else(|e| panic!("{dir}: {e:#}"));
+                assert_eq!(p.layout, c.layout, "{dir} {}", c.key());
+                if c.source_sha256.is_some() {
+                    assert_eq!(hash, c.source_sha256, "{dir} {}", c.key());
+                }
+            }
+        }
+    }
+
     fn case(layout: Layout) -> FrozenCase {
         FrozenCase {
             op: "sum".into(),
