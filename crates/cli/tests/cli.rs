@@ -261,7 +261,10 @@ fn scorecard_judges_a_replay_and_refuses_a_bench_file() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("(1 of 3 rounds)"), "{out}");
-    assert!(out.contains("## Target 1 large shapes: 9 of 24 cases met"), "{out}");
+    assert!(
+        out.contains("## Target 1 large shapes: 9 of 24 cases met"),
+        "{out}"
+    );
     let bench = results.join("2026-11-29-large-final-h200");
     let o = lanefold(&["scorecard", bench.to_str().unwrap()]);
     assert_clean_failure(&o, 1, "the scorecard reads replay files");
