@@ -164,15 +164,9 @@ fn round_p50s(phase: &PhaseStats, side: &str) -> Vec<Option<f64>> {
 }
 
 /// The smallest paired per-round ratio peer / candidate, over the rounds
-/// where both ran (None: never both).
+/// where both ran (None: never both): the recorded gain summary's minimum.
 fn worst_ratio(phase: &PhaseStats, peer: &str) -> Option<f64> {
-    phase
-        .peer_gain(peer)?
-        .ratios
-        .iter()
-        .flatten()
-        .copied()
-        .reduce(f64::min)
+    Some(phase.peer_gain(peer)?.summary.as_ref()?.min)
 }
 
 /// A markdown table of verdicts, grouped by family, with a count per family.

@@ -302,6 +302,18 @@ pub struct ModelScore {
     pub groups_per_row: u32,
 }
 
+impl ModelScore {
+    /// The roofline policy's score of `plan` on `target`.
+    pub fn of(plan: &Plan, target: &Target) -> ModelScore {
+        use crate::cost::{CostPolicy, Features, RooflinePolicy};
+        ModelScore {
+            rereads_tiles: plan.rereads_tiles(),
+            predicted_us: RooflinePolicy.predict_us(&Features::of(plan, target), plan, target),
+            groups_per_row: plan.groups_per_row,
+        }
+    }
+}
+
 /// The model mapping's choice among scored candidates (an index), shared
 /// by the mapper and the test that holds it against the H200 searches.
 /// Ranked by (re-reads resident tiles, predicted µs): on the H200 every
@@ -347,7 +359,6 @@ fn choose_by_model(
     target: &Target,
     request: &LayoutRequest,
 ) -> Result<LayoutRequest, Refusal> {
-    use crate::cost::{CostPolicy, Features, RooflinePolicy};
     let seed = LayoutRequest {
         mapper: MapperPolicy::Seed,
         ..*request
@@ -396,12 +407,7 @@ fn choose_by_model(
                 if group_threads != request.cluster_group_threads && p.groups_per_row == 1 {
                     continue;
                 }
-                let us = RooflinePolicy.predict_us(&Features::of(&p, &target), &p, &target);
-                scores.push(ModelScore {
-                    rereads_tiles: p.rereads_tiles(),
-                    predicted_us: us,
-                    groups_per_row: p.groups_per_row,
-                });
+                scores.push(ModelScore::of(&p, &target));
                 requests.push(candidate);
             }
             w *= 2;

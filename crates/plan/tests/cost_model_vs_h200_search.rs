@@ -6,10 +6,7 @@
 //! it does not prove the model on unseen shapes.
 
 use lanefold_ir::{DType, Operator, OperatorOptions};
-use lanefold_plan::{
-    model_pick, plan, CostPolicy, Features, LayoutRequest, ModelScore, Problem, RooflinePolicy,
-    Target,
-};
+use lanefold_plan::{model_pick, plan, LayoutRequest, ModelScore, Problem, Target};
 use serde_json::Value;
 
 fn ranks(v: &[f64]) -> Vec<f64> {
@@ -61,7 +58,6 @@ struct Scored {
 }
 
 struct Measured {
-    predicted: f64,
     measured: f64,
     name: String,
     score: ModelScore,
@@ -114,17 +110,10 @@ fn score(dirs: &[&str]) -> Vec<Scored> {
                     *layout,
                     "{dir} {id}"
                 );
-                let f = Features::of(&plan, &target);
-                let predicted = RooflinePolicy.predict_us(&f, &plan, &target);
                 problems[at].1.push(Measured {
-                    predicted,
                     measured: gpu,
                     name: plan.describe(),
-                    score: ModelScore {
-                        rereads_tiles: plan.rereads_tiles(),
-                        predicted_us: predicted,
-                        groups_per_row: plan.groups_per_row,
-                    },
+                    score: ModelScore::of(&plan, &target),
                 });
             }
         }
@@ -137,7 +126,7 @@ fn score(dirs: &[&str]) -> Vec<Scored> {
             let best = (0..m.len())
                 .min_by(|&a, &b| m[a].measured.total_cmp(&m[b].measured))
                 .unwrap();
-            let predicted: Vec<f64> = m.iter().map(|c| c.predicted).collect();
+            let predicted: Vec<f64> = m.iter().map(|c| c.score.predicted_us).collect();
             let measured: Vec<f64> = m.iter().map(|c| c.measured).collect();
             Scored {
                 id: format!(
