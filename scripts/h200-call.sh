@@ -19,6 +19,9 @@
 #           cross_entropy) with torch eager and torch.compile, single call by
 #           the new method; then the SASS of lanefold's and torch.compile's
 #           f32 rmsnorm and layernorm (scripts/h200-sass.sh)
+#   CALL 6: A/A replay of call 1's long rows with both torch peers
+#   CALL 7: launch-latency probe, then call 4's A/A replay again
+#   CALL 8: searches of residual_layernorm 4096x32768 and rmsnorm 1024x4096
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -101,6 +104,51 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-large-aa-h200"
   "$bin" scorecard "$r-large-aa-h200" | grep "## Target"
   ;;
-*) echo "unknown call $call (1-5)"; exit 2 ;;
+6)
+  # Target 2 needs rounds with both torch peers: an A/A replay of call 1's
+  # long-row default (Liger refuses rows over 65536 except cross_entropy).
+  step long rows, A/A replay
+  timeout "$(left)" "$bin" replay --backend cuda --aa \
+    --reference "$r-long-rows-v4-h200/results.json" --rounds 2 $s \
+    --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 30 ))" \
+    --output "$r-long-rows-v4-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-rows-v4-aa-h200"
+  "$bin" scorecard "$r-long-rows-v4-aa-h200" | grep "## Target"
+  ;;
+7)
+  # Target 3 with lanefold's graph call path: the launch-latency probe on
+  # three short shapes, then call 4's A/A replay again.
+  step launch-latency probe
+  mkdir -p "bench/probes/$date-latency-h200"
+  for c in "rmsnorm 1x127 f32" "softmax 64x4096 f32" "rmsnorm 1024x4096 bf16"; do
+    set -- $c
+    timeout 60 "$bin" latency --op "$1" --shape "$2" --dtype "$3" --iters 2000 \
+      --output "bench/probes/$date-latency-h200/$1-$2-$3.json" > "bench/probes/$date-latency-h200/$1-$2-$3.txt" 2>&1
+  done
+  keep latency "bench/probes/$date-latency-h200"
+  step short rows, A/A replay
+  timeout "$(( $(left) - 60 ))" "$bin" replay --backend cuda --aa \
+    --reference bench/results/2026-11-29-short-rows-h200/results.json --rounds 3 $s \
+    --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 90 ))" \
+    --output "$r-short-rows-aa-2-h200" > "${OUT:-/tmp}/short.log" 2>&1
+  echo "short rc=$?"; keep short "$r-short-rows-aa-2-h200"
+  "$bin" scorecard "$r-short-rows-aa-2-h200" | grep "## Target"
+  ;;
+8)
+  # The two widest misses left by the mapper: residual_layernorm 4096x32768
+  # (0.66x of torch.compile in bf16) and rmsnorm 1024x4096 (0.92x).
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  step residual_layernorm 4096x32768 search
+  timeout 240 "$bin" search --backend cuda --ops residual_layernorm --shapes 4096x32768 \
+    --dtypes bf16,f32 --tune-workers 0,512,1024,2048,4096 --tune-pack 4,8 --tune-unroll 1,2 \
+    --max-candidates 10 $q --output "$r-residual-search-h200" > "${OUT:-/tmp}/search1.log" 2>&1
+  echo "search rc=$?"; keep search1 "$r-residual-search-h200"
+  step rmsnorm 1024x4096 search
+  timeout "$(left)" "$bin" search --backend cuda --ops rmsnorm --shapes 1024x4096 \
+    --dtypes f32,bf16 --tune-workers 0,64,128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2,4 \
+    --max-candidates 16 $q --output "$r-rmsnorm-1024-search-h200" > "${OUT:-/tmp}/search2.log" 2>&1
+  echo "search rc=$?"; keep search2 "$r-rmsnorm-1024-search-h200"
+  ;;
+*) echo "unknown call $call (1-8)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -68,6 +68,20 @@ enum Command {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// CUDA: where a synchronized single call's host time goes, by launch
+    /// API, wait method and context scheduling mode (raw samples to JSON).
+    Latency {
+        #[arg(long, value_parser = parse_operator, default_value = "rmsnorm")]
+        op: Operator,
+        #[arg(long, value_parser = parse_shape, default_value = "1x127")]
+        shape: Shape,
+        #[arg(long, value_parser = parse_dtype, default_value = "f32")]
+        dtype: DType,
+        #[arg(long, default_value_t = 2000)]
+        iters: usize,
+        #[arg(long)]
+        output: PathBuf,
+    },
     /// Judge the replays in these directories against issue 6's speed
     /// targets, case by case, from their recorded rounds (markdown).
     Scorecard {
@@ -358,6 +372,23 @@ fn main() {
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
         Command::Report { dir } => report_cmd(&dir),
         Command::Scorecard { dirs } => scorecard_cmd(&dirs),
+        Command::Latency {
+            op,
+            shape,
+            dtype,
+            iters,
+            output,
+        } => lanefold::latency::latency(
+            &Case {
+                op,
+                dtype,
+                shape,
+                request: LayoutRequest::default(),
+                seed: 1,
+            },
+            iters,
+            &output,
+        ),
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
             &args.dtypes,

@@ -10,9 +10,12 @@
 //! [`CudaError::NoNvrtc`] instead.
 
 mod cache;
+mod call_graph;
+mod latency;
 mod prepared;
 
 pub use cache::{compile_key, sha256_hex, DiskCache};
+pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
 
 use cudarc::driver::{
@@ -178,6 +181,15 @@ impl DeviceArgs {
         }
         out
     }
+}
+
+/// Which driver entry point launches a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LaunchApi {
+    /// `cuLaunchKernelEx` (needed for cluster dimensions).
+    Ex,
+    /// `cuLaunchKernel`.
+    Legacy,
 }
 
 pub struct CudaBackend {
@@ -494,9 +506,43 @@ impl CudaBackend {
     }
 
     /// Enqueue one launch on the stream.
-    fn launch(&self, loaded: &Loaded, args: &mut DeviceArgs) -> Result<(), CudaError> {
+    pub(crate) fn launch(&self, loaded: &Loaded, args: &mut DeviceArgs) -> Result<(), CudaError> {
+        self.launch_with(loaded, args, LaunchApi::Ex)
+    }
+
+    /// Launch through `api`. `Legacy` (`cuLaunchKernel`) has no launch
+    /// attributes, so a cluster kernel always goes through `Ex`.
+    pub(crate) fn launch_with(
+        &self,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+        api: LaunchApi,
+    ) -> Result<(), CudaError> {
         let k = &loaded.kernel;
         let mut raw = args.raw(k);
+        if api == LaunchApi::Legacy && k.cluster.is_none() {
+            self.ctx
+                .bind_to_thread()
+                .map_err(driver("binding the context"))?;
+            // SAFETY: as below; no launch attributes are needed.
+            return unsafe {
+                sys::cuLaunchKernel(
+                    loaded.function.cu_function(),
+                    k.grid.0,
+                    k.grid.1,
+                    k.grid.2,
+                    k.block.0,
+                    k.block.1,
+                    k.block.2,
+                    k.shared_bytes,
+                    self.stream.cu_stream(),
+                    raw.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .result()
+            .map_err(driver("launching the kernel"));
+        }
         let mut attrs: Vec<sys::CUlaunchAttribute> = vec![];
         if let Some(c) = k.cluster {
             // SAFETY: a plain-data union, zero is a valid bit pattern.

@@ -5,7 +5,7 @@
 
 use crate::phases::BatchSample;
 use crate::results::{
-    ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE, SCOPE_SINGLE_V1,
+    ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE, SCOPE_SINGLE_V1, SCOPE_SINGLE_V2,
 };
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -92,7 +92,10 @@ pub(crate) fn audit_side(
     for (k, labels) in [
         ("gpu", &[SCOPE_GPU][..]),
         ("e2e", &[SCOPE_E2E][..]),
-        ("single", &[SCOPE_SINGLE, SCOPE_SINGLE_V1][..]),
+        (
+            "single",
+            &[SCOPE_SINGLE, SCOPE_SINGLE_V2, SCOPE_SINGLE_V1][..],
+        ),
     ] {
         if !side
             .scopes

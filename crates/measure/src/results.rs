@@ -16,6 +16,10 @@ pub const SCOPE_GPU: &str =
 pub const SCOPE_E2E: &str =
     "e2e: host wall clock around a batch of direct launches ending in a synchronize, divided by the batch (µs per op)";
 pub const SCOPE_SINGLE: &str =
+    "single: one synchronized call through each side's own call path (lanefold: a cached one-node graph given the call's parameters; a peer: its op), timed twice separately; gpu = device events around it, host = wall clock of call + synchronize with no event in the window (µs)";
+/// The single-call label of files written in 2026-11-29 session 4 up to
+/// 2026-11-30, when lanefold's call was a direct `cuLaunchKernelEx`.
+pub const SCOPE_SINGLE_V2: &str =
     "single: one synchronized call, timed twice separately; gpu = device events around it, host = wall clock of launch + synchronize with no event in the window (µs)";
 /// The single-call label of files written before 2026-11-29 session 4, when
 /// the host clock also covered recording and waiting on the end event.

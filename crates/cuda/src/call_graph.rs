@@ -1,0 +1,110 @@
+//! lanefold's call path for one synchronized call: a one-node CUDA graph
+//! built once per prepared kernel, whose kernel parameters are rewritten
+//! for each call (`cuGraphExecKernelNodeSetParams`) before it is replayed.
+//! On the H200 a one-node graph replay reached the GPU about 2.4 µs sooner
+//! than `cuLaunchKernel(Ex)` of the same kernel (bench/NOTES.md, campaign
+//! 5). Cluster kernels keep the direct launch: the cluster dimension is a
+//! launch attribute this path does not carry.
+
+use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
+use cudarc::driver::sys;
+
+pub(crate) struct CallGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+}
+
+fn node_params(loaded: &Loaded, raw: &mut [*mut std::ffi::c_void]) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    let k = &loaded.kernel;
+    // SAFETY: a plain-data struct; zero (null kern/ctx: the function and
+    // the current context are used) is valid.
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    p.func = loaded.function.cu_function();
+    (p.gridDimX, p.gridDimY, p.gridDimZ) = k.grid;
+    (p.blockDimX, p.blockDimY, p.blockDimZ) = k.block;
+    p.sharedMemBytes = k.shared_bytes;
+    p.kernelParams = raw.as_mut_ptr();
+    p
+}
+
+impl CallGraph {
+    /// Build and instantiate the graph for `loaded` with `args`; None for
+    /// a cluster kernel.
+    pub(crate) fn new(
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+    ) -> Result<Option<CallGraph>, CudaError> {
+        if loaded.kernel.cluster.is_some() {
+            return Ok(None);
+        }
+        backend
+            .ctx
+            .bind_to_thread()
+            .map_err(driver("binding the context"))?;
+        let mut raw = args.raw(&loaded.kernel);
+        let params = node_params(loaded, &mut raw);
+        let mut out = CallGraph {
+            graph: std::ptr::null_mut(),
+            exec: std::ptr::null_mut(),
+            node: std::ptr::null_mut(),
+        };
+        // SAFETY: out-pointers to locals; `params` points at live argument
+        // storage for the duration of the call (the driver copies it).
+        unsafe {
+            sys::cuGraphCreate(&mut out.graph, 0)
+                .result()
+                .map_err(driver("creating the call graph"))?;
+            sys::cuGraphAddKernelNode_v2(&mut out.node, out.graph, std::ptr::null(), 0, &params)
+                .result()
+                .map_err(driver("adding the call graph's kernel node"))?;
+            sys::cuGraphInstantiateWithFlags(&mut out.exec, out.graph, 0)
+                .result()
+                .map_err(driver("instantiating the call graph"))?;
+            sys::cuGraphUpload(out.exec, backend.stream.cu_stream())
+                .result()
+                .map_err(driver("uploading the call graph"))?;
+        }
+        Ok(Some(out))
+    }
+
+    /// One call: this call's arguments into the node, then one replay.
+    pub(crate) fn launch(
+        &self,
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+    ) -> Result<(), CudaError> {
+        backend
+            .ctx
+            .bind_to_thread()
+            .map_err(driver("binding the context"))?;
+        let mut raw = args.raw(&loaded.kernel);
+        let params = node_params(loaded, &mut raw);
+        // SAFETY: the exec and node are live (owned by self); `params`
+        // points at live argument storage, copied by the driver.
+        unsafe {
+            sys::cuGraphExecKernelNodeSetParams_v2(self.exec, self.node, &params)
+                .result()
+                .map_err(driver("setting the call's parameters"))?;
+            sys::cuGraphLaunch(self.exec, backend.stream.cu_stream())
+                .result()
+                .map_err(driver("launching the call graph"))
+        }
+    }
+}
+
+impl Drop for CallGraph {
+    fn drop(&mut self) {
+        // SAFETY: handles created in `new`, destroyed once; null is skipped.
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = sys::cuGraphExecDestroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                let _ = sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}

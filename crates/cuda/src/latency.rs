@@ -1,0 +1,193 @@
+//! Where the synchronized single-call host time goes: one prepared plan
+//! launched and waited for by several driver paths and context scheduling
+//! modes, interleaved so drift spreads over all of them. A diagnostic for
+//! the single-call target, not a timing phase of the results files.
+
+use crate::{driver, CudaError, LaunchApi, Prepared};
+use cudarc::driver::sys;
+use std::time::Instant;
+
+/// One way to launch and wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LatencyVariant {
+    /// `cuStreamSynchronize` on an idle stream: the wait's own cost.
+    SyncOnly,
+    /// `cuLaunchKernelEx` then `cuStreamSynchronize`.
+    ExSync,
+    /// `cuLaunchKernelEx` then polling `cuStreamQuery`.
+    ExSpin,
+    /// `cuLaunchKernel` then `cuStreamSynchronize`.
+    LegacySync,
+    /// `cuLaunchKernel` then polling `cuStreamQuery`.
+    LegacySpin,
+    /// A one-launch graph replayed, then `cuStreamSynchronize`.
+    GraphSync,
+    /// A one-launch graph replayed, then polling `cuStreamQuery`.
+    GraphSpin,
+    /// lanefold's call path (the graph with this call's parameters set),
+    /// then `cuStreamSynchronize`: the `single` phase.
+    CallSync,
+    /// lanefold's call path, then polling `cuStreamQuery`.
+    CallSpin,
+}
+
+impl LatencyVariant {
+    pub const ALL: [LatencyVariant; 9] = [
+        LatencyVariant::SyncOnly,
+        LatencyVariant::ExSync,
+        LatencyVariant::ExSpin,
+        LatencyVariant::LegacySync,
+        LatencyVariant::LegacySpin,
+        LatencyVariant::GraphSync,
+        LatencyVariant::GraphSpin,
+        LatencyVariant::CallSync,
+        LatencyVariant::CallSpin,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            LatencyVariant::SyncOnly => "sync only",
+            LatencyVariant::ExSync => "launch-ex + sync",
+            LatencyVariant::ExSpin => "launch-ex + poll",
+            LatencyVariant::LegacySync => "launch + sync",
+            LatencyVariant::LegacySpin => "launch + poll",
+            LatencyVariant::GraphSync => "graph + sync",
+            LatencyVariant::GraphSpin => "graph + poll",
+            LatencyVariant::CallSync => "call path + sync",
+            LatencyVariant::CallSpin => "call path + poll",
+        }
+    }
+}
+
+/// Context scheduling modes tried, with the flag `cuCtxSetFlags` takes.
+pub const SCHEDULES: [(&str, Option<u32>); 3] = [
+    ("as opened", None),
+    ("spin", Some(sys::CUctx_flags::CU_CTX_SCHED_SPIN as u32)),
+    (
+        "blocking",
+        Some(sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32),
+    ),
+];
+
+/// Host µs of every iteration of one variant under one schedule.
+#[derive(Clone, Debug)]
+pub struct LatencyProbe {
+    pub schedule: &'static str,
+    pub variant: LatencyVariant,
+    pub host_us: Vec<f64>,
+}
+
+const SCHED_MASK: u32 = 0x07;
+
+fn ctx_flags() -> Result<u32, CudaError> {
+    let mut flags: std::ffi::c_uint = 0;
+    // SAFETY: writes one unsigned int; the context is current.
+    unsafe { sys::cuCtxGetFlags(&mut flags) }
+        .result()
+        .map_err(driver("reading the context flags"))?;
+    Ok(flags)
+}
+
+fn set_ctx_flags(flags: u32) -> Result<(), CudaError> {
+    // SAFETY: only the scheduling bits change; the context is current.
+    unsafe { sys::cuCtxSetFlags(flags) }
+        .result()
+        .map_err(driver("setting the context flags"))
+}
+
+impl Prepared<'_> {
+    /// Poll the stream until its work is done.
+    fn poll(&self) -> Result<(), CudaError> {
+        let stream = self.backend.stream.cu_stream();
+        loop {
+            // SAFETY: a live stream of the current context.
+            match unsafe { sys::cuStreamQuery(stream) } {
+                sys::CUresult::CUDA_SUCCESS => return Ok(()),
+                sys::CUresult::CUDA_ERROR_NOT_READY => std::hint::spin_loop(),
+                e => return e.result().map_err(driver("polling the stream")),
+            }
+        }
+    }
+
+    fn one(&mut self, variant: LatencyVariant) -> Result<f64, CudaError> {
+        let n = self.sets.len();
+        let k = self.next_single % n;
+        self.next_single = (k + 1) % n;
+        let t0 = Instant::now();
+        match variant {
+            LatencyVariant::SyncOnly => {}
+            LatencyVariant::ExSync | LatencyVariant::ExSpin => {
+                self.backend
+                    .launch_with(&self.loaded, &mut self.sets[k], LaunchApi::Ex)?
+            }
+            LatencyVariant::LegacySync | LatencyVariant::LegacySpin => {
+                self.backend
+                    .launch_with(&self.loaded, &mut self.sets[k], LaunchApi::Legacy)?
+            }
+            LatencyVariant::GraphSync | LatencyVariant::GraphSpin => match self.graphs.get(&1) {
+                Some(Some(g)) => g.launch().map_err(driver("launching the graph"))?,
+                _ => self.backend.launch(&self.loaded, &mut self.sets[0])?,
+            },
+            LatencyVariant::CallSync | LatencyVariant::CallSpin => self.call(k)?,
+        }
+        match variant {
+            LatencyVariant::ExSpin
+            | LatencyVariant::LegacySpin
+            | LatencyVariant::GraphSpin
+            | LatencyVariant::CallSpin => self.poll()?,
+            _ => self.synchronize("waiting in the latency probe")?,
+        }
+        Ok(t0.elapsed().as_secs_f64() * 1e6)
+    }
+
+    /// `iters` timed calls of every variant under every schedule in
+    /// [`SCHEDULES`] (after `iters / 10` untimed ones); the context's
+    /// original flags are restored before returning, error or not.
+    pub fn latency_probe(&mut self, iters: usize) -> Result<Vec<LatencyProbe>, CudaError> {
+        self.backend
+            .ctx
+            .bind_to_thread()
+            .map_err(driver("binding the context"))?;
+        self.graph(1)?;
+        self.call(0)?;
+        self.synchronize("warming the call path")?;
+        let original = ctx_flags()?;
+        let result = self.probe_schedules(iters.max(1), original);
+        let restored = set_ctx_flags(original);
+        let out = result?;
+        restored?;
+        Ok(out)
+    }
+
+    fn probe_schedules(
+        &mut self,
+        iters: usize,
+        original: u32,
+    ) -> Result<Vec<LatencyProbe>, CudaError> {
+        let mut out = vec![];
+        for (schedule, sched_flag) in SCHEDULES {
+            let flags = match sched_flag {
+                Some(f) => (original & !SCHED_MASK) | f,
+                None => original,
+            };
+            set_ctx_flags(flags)?;
+            let mut samples = vec![Vec::with_capacity(iters); LatencyVariant::ALL.len()];
+            for i in 0..iters + iters / 10 {
+                for (v, variant) in LatencyVariant::ALL.iter().enumerate() {
+                    let us = self.one(*variant)?;
+                    if i >= iters / 10 {
+                        samples[v].push(us);
+                    }
+                }
+            }
+            for (variant, host_us) in LatencyVariant::ALL.iter().zip(samples) {
+                out.push(LatencyProbe {
+                    schedule,
+                    variant: *variant,
+                    host_us,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
