@@ -22,6 +22,7 @@
 #   CALL 6: A/A replay of call 1's long rows with both torch peers
 #   CALL 7: launch-latency probe, then call 4's A/A replay again
 #   CALL 8: searches of residual_layernorm 4096x32768 and rmsnorm 1024x4096
+#   CALL 9: the register tie-break's new defaults, bench and A/A replay
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -149,6 +150,24 @@ case $call in
     --max-candidates 16 $q --output "$r-rmsnorm-1024-search-h200" > "${OUT:-/tmp}/search2.log" 2>&1
   echo "search rc=$?"; keep search2 "$r-rmsnorm-1024-search-h200"
   ;;
-*) echo "unknown call $call (1-8)"; exit 2 ;;
+9)
+  # The register tie-break's new defaults: a bench of them, then an A/A
+  # replay of the 1024x4096 ones with both torch peers (target 3).
+  step bench of the changed defaults
+  timeout 90 "$bin" bench --backend cuda --ops rmsnorm,cross_entropy,residual_layernorm,sum \
+    --shapes 1024x4096 --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-tiebreak-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-tiebreak-h200"
+  timeout 40 "$bin" bench --backend cuda --ops sum --shapes 32768x4096 --dtypes f32 $s \
+    --capture-sources --output "$r-tiebreak-sum-h200" > "${OUT:-/tmp}/bench2.log" 2>&1
+  echo "bench rc=$?"; keep bench2 "$r-tiebreak-sum-h200"
+  step A/A replay with torch peers
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-tiebreak-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-tiebreak-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-tiebreak-aa-h200"
+  "$bin" scorecard "$r-tiebreak-aa-h200" | grep "## Target"
+  ;;
+*) echo "unknown call $call (1-9)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -300,6 +300,9 @@ pub struct ModelScore {
     pub rereads_tiles: bool,
     pub predicted_us: f64,
     pub groups_per_row: u32,
+    /// The plan's register estimate per thread.
+    pub registers: u32,
+    pub threads_per_group: u32,
 }
 
 impl ModelScore {
@@ -310,6 +313,8 @@ impl ModelScore {
             rereads_tiles: plan.rereads_tiles(),
             predicted_us: RooflinePolicy.predict_us(&Features::of(plan, target), plan, target),
             groups_per_row: plan.groups_per_row,
+            registers: plan.registers,
+            threads_per_group: plan.threads_per_group,
         }
     }
 }
@@ -334,11 +339,24 @@ pub fn model_pick(scored: &[ModelScore]) -> Option<usize> {
     let fastest = pool()
         .map(|(_, c)| c.predicted_us)
         .fold(f64::INFINITY, f64::min);
-    pool()
-        .filter(|(_, c)| c.predicted_us <= fastest * 1.02)
+    let tied = || pool().filter(move |(_, c)| c.predicted_us <= fastest * 1.02);
+    let (_, choice) = tied().min_by(|(_, a), (_, b)| {
+        a.groups_per_row
+            .cmp(&b.groups_per_row)
+            .then(a.predicted_us.total_cmp(&b.predicted_us))
+    })?;
+    // Among the tied plans of the same group size and row split, the one
+    // with the fewest registers: rmsnorm bf16 1024x4096 ran 4.10 µs as
+    // W=128 V=8 G=2 against 4.68 as W=64 V=8 G=4, both 256 threads, which
+    // the model priced 0.2% apart (2026-11-30-rmsnorm-1024-search-h200).
+    tied()
+        .filter(|(_, c)| {
+            c.threads_per_group == choice.threads_per_group
+                && c.groups_per_row == choice.groups_per_row
+        })
         .min_by(|(_, a), (_, b)| {
-            a.groups_per_row
-                .cmp(&b.groups_per_row)
+            a.registers
+                .cmp(&b.registers)
                 .then(a.predicted_us.total_cmp(&b.predicted_us))
         })
         .map(|(i, _)| i)
