@@ -423,3 +423,51 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
         }
     }
 }
+
+/// CUDA only: lanefold's one-call path (a cached one-node graph whose
+/// parameters are rewritten per call; a direct launch for clusters) writes
+/// exactly what a direct launch writes, into the buffers of the call's own
+/// input set: two sets, each called once, each compared bit for bit.
+pub fn call_path_checks(backend: &Backend, report: &mut Report) {
+    let Backend::Cuda(cuda) = backend else {
+        return;
+    };
+    let options = CodegenOptions::default();
+    for (op, dtype, rows, n) in [
+        (Operator::Rmsnorm, DType::F32, 1, 127),
+        (Operator::Softmax, DType::Bf16, 64, 4096),
+        (Operator::CrossEntropy, DType::F32, 1024, 4096),
+        (Operator::ResidualLayernorm, DType::Bf16, 17, 257),
+        (Operator::Layernorm, DType::F32, 3, 65536),
+    ] {
+        let label = format!("call path {op} {dtype} {rows}x{n}");
+        let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape(rows, n));
+        let result = (|| -> anyhow::Result<bool> {
+            let plan = plan(&problem, &backend.target(), &LayoutRequest::default())?;
+            let sets = [random_inputs(&problem, 21), random_inputs(&problem, 22)];
+            let mut prepared = cuda.prepare(&plan, &options, &sets)?;
+            // Each single() calls twice with one set, rotating sets.
+            prepared.single()?;
+            prepared.single()?;
+            let mut same = true;
+            for (k, inputs) in sets.iter().enumerate() {
+                let mut direct = poisoned_outputs(&problem);
+                backend.execute(&plan, &options, inputs, &mut direct)?;
+                let called = prepared.outputs(k)?;
+                same &= bits(&direct) == bits(&called);
+            }
+            Ok(same)
+        })();
+        match result {
+            Ok(same) => report.record(same, &label, "outputs differ from a direct launch's"),
+            Err(e) => report.record(false, &label, &format!("{e:#}")),
+        }
+    }
+}
+
+fn bits(outputs: &Buffers) -> Vec<u32> {
+    outputs
+        .values()
+        .flat_map(|t| (0..t.len()).map(|i| t.get(i).to_bits()))
+        .collect()
+}

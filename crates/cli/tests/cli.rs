@@ -126,6 +126,27 @@ fn cuda_without_a_driver_says_so() {
         "cuda",
     ]);
     assert_clean_failure(&o, 1, "no CUDA driver");
+    // The latency probe is CUDA-only: the same clean refusal, no file.
+    let out = std::env::temp_dir().join(format!("lanefold-latency-{}.json", std::process::id()));
+    let o = lanefold(&["latency", "--output", out.to_str().unwrap()]);
+    assert_clean_failure(&o, 1, "no CUDA driver");
+    assert!(!out.exists());
+}
+
+#[test]
+fn latency_refuses_a_malformed_shape() {
+    let o = lanefold(&[
+        "latency",
+        "--shape",
+        "0x127",
+        "--output",
+        "/tmp/unused.json",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("0x127"),
+        "{o:?}"
+    );
 }
 
 #[test]

@@ -1155,4 +1155,57 @@ mod tests {
         assert_eq!(c.len(), 12);
         assert!(c.iter().all(|c| c.outcome.is_ok()));
     }
+
+    #[test]
+    fn tied_plans_of_one_group_size_go_to_the_fewest_registers() {
+        let score = |predicted_us, registers, threads_per_group| ModelScore {
+            rereads_tiles: false,
+            predicted_us,
+            groups_per_row: 1,
+            registers,
+            threads_per_group,
+        };
+        // Same group size, 0.2% apart: the lighter plan wins.
+        assert_eq!(
+            model_pick(&[score(5.40, 110, 256), score(5.41, 64, 256)]),
+            Some(1)
+        );
+        // Another group size is no candidate for the register tie-break.
+        assert_eq!(
+            model_pick(&[score(5.40, 110, 256), score(5.41, 64, 512)]),
+            Some(0)
+        );
+        // Outside the 2% tie the prediction decides.
+        assert_eq!(
+            model_pick(&[score(5.00, 110, 256), score(5.41, 64, 256)]),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn regression_rmsnorm_bf16_1024x4096_takes_the_lighter_of_two_tied_layouts() {
+        // W=64 V=8 G=4 (110 registers) ran 4.68 us, W=128 V=8 G=2 (64
+        // registers) 4.10 (2026-11-30-rmsnorm-1024-search-h200).
+        let p = Problem::operator(
+            Operator::Rmsnorm,
+            OperatorOptions::default(),
+            DType::Bf16,
+            "1024x4096".parse().unwrap(),
+        );
+        let r = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        let chosen = plan(&p, &Target::h200(), &r).unwrap();
+        assert_eq!(
+            (
+                chosen.layout.workers,
+                chosen.layout.pack,
+                chosen.layout.rows_per_group
+            ),
+            (128, 8, 2),
+            "{}",
+            chosen.describe()
+        );
+    }
 }
