@@ -245,6 +245,12 @@ struct LayoutArgs {
     /// explicit layouts and the seed mapping take the target's 512).
     #[arg(long, default_value_t = 0)]
     cluster_group_threads: u32,
+    /// Groups per multiprocessor the kernel promises to allow
+    /// (`__launch_bounds__(threads, groups)`): the compiler must fit that
+    /// many, capping registers and spilling if it must (0: no promise).
+    /// Same results.
+    #[arg(long, default_value_t = 0)]
+    occupancy: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -277,6 +283,7 @@ impl LayoutArgs {
             streaming_hints: self.streaming_hints,
             hoist_columns: self.hoist_columns,
             cluster_group_threads: self.cluster_group_threads,
+            occupancy: self.occupancy,
         }
     }
 }

@@ -85,6 +85,10 @@ pub struct SearchArgs {
     /// pick 256).
     #[arg(long, default_value_t = 0)]
     pub cluster_group_threads: u32,
+    /// Every candidate promises this many groups per multiprocessor
+    /// (see `bench --help`; 0: no promise).
+    #[arg(long, default_value_t = 0)]
+    pub occupancy: u32,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -156,6 +160,7 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
         streaming_hints: args.streaming_hints,
         hoist_columns: args.hoist_columns,
         cluster_group_threads: args.cluster_group_threads,
+        occupancy: args.occupancy,
         ..Default::default()
     };
     let spec = args.search.spec(base, args.output.clone())?;

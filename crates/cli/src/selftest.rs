@@ -346,7 +346,7 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
                 (64, 4096, 256, ResidencyRequest::Auto),
                 (4, 8192, 32, ResidencyRequest::Stream),
             ] {
-                let case = |streaming_hints: bool, hoist_columns: bool| Case {
+                let case = |streaming_hints: bool, hoist_columns: bool, bounds: bool| Case {
                     op,
                     dtype,
                     shape: shape(rows, n),
@@ -356,28 +356,37 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
                         residency,
                         streaming_hints,
                         hoist_columns,
+                        occupancy: if bounds { 2 } else { 0 },
                         ..Default::default()
                     },
                     seed: 11 + n as u64,
                 };
-                let bits = |o: &crate::Outcome| -> Vec<u32> {
-                    o.outputs
-                        .values()
-                        .flat_map(|t| (0..t.len()).map(|i| t.get(i).to_bits()))
-                        .collect()
-                };
-                let plain = run_case(backend, &case(false, false), &CodegenOptions::default());
-                for (hints, hoist) in [(true, false), (false, true), (true, true)] {
+                let plain = run_case(
+                    backend,
+                    &case(false, false, false),
+                    &CodegenOptions::default(),
+                );
+                for (hints, hoist, bounds) in [
+                    (true, false, false),
+                    (false, true, false),
+                    (true, true, false),
+                    (false, false, true),
+                ] {
                     let label = format!(
-                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist}"
+                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist} occupancy={}",
+                        if bounds { 2 } else { 0 }
                     );
-                    let changed =
-                        run_case(backend, &case(hints, hoist), &CodegenOptions::default());
+                    let changed = run_case(
+                        backend,
+                        &case(hints, hoist, bounds),
+                        &CodegenOptions::default(),
+                    );
                     match (&plain, changed) {
                         (Ok(plain), Ok(changed)) => {
                             let ok = changed.validation.pass
                                 && changed.plan.streaming_hints == hints
-                                && bits(plain) == bits(&changed);
+                                && changed.plan.min_groups_per_multiprocessor.is_some() == bounds
+                                && bits(&plain.outputs) == bits(&changed.outputs);
                             report.record(ok, &label, "invalid, or not the same bits as without");
                         }
                         (Err(e), _) => report.record(false, &label, &format!("{e:#}")),

@@ -30,6 +30,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.hoisted_columns {
         name += "_hc";
     }
+    if let Some(groups) = plan.min_groups_per_multiprocessor {
+        name += &format!("_ob{groups}");
+    }
     name
 }
 
@@ -991,9 +994,13 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     );
     cx.out = head;
 
+    let bounds = match plan.min_groups_per_multiprocessor {
+        Some(groups) => format!("{threads}, {groups}"),
+        None => threads.to_string(),
+    };
     let _ = writeln!(
         cx.out,
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(\n    {})\n{{",
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {name}(\n    {})\n{{",
         sig.join(",\n    ")
     );
     cx.indent = 1;

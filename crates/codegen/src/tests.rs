@@ -81,6 +81,56 @@ fn golden_rmsnorm_f32_w256_v4_streaming_hints() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// The occupancy promise: `__launch_bounds__(threads, groups)`, and a
+/// name of its own; the body is the plain plan's.
+#[test]
+fn an_occupancy_promise_changes_only_the_declaration_and_the_name() {
+    let request = LayoutRequest {
+        workers: 2048,
+        pack: 8,
+        unroll: 4,
+        cluster_group_threads: 256,
+        ..Default::default()
+    };
+    let plain = make_with(Operator::Rmsnorm, DType::Bf16, "4x131072", request);
+    let bounded = make_with(
+        Operator::Rmsnorm,
+        DType::Bf16,
+        "4x131072",
+        LayoutRequest {
+            occupancy: 4,
+            ..request
+        },
+    );
+    assert_eq!(bounded.min_groups_per_multiprocessor, Some(4));
+    let (k_plain, k_bounded) = (kernel(&plain), kernel(&bounded));
+    assert!(k_plain.source.contains("__launch_bounds__(256) "));
+    assert!(k_bounded.source.contains("__launch_bounds__(256, 4) "));
+    assert_eq!(k_bounded.name, format!("{}_ob4", k_plain.name));
+    let strip = |s: &str, name: &str, describe: &str| {
+        s.replace(name, "NAME")
+            .replace(describe, "DESCRIBE")
+            .replace("__launch_bounds__(256, 4)", "__launch_bounds__(256)")
+    };
+    assert_eq!(
+        strip(&k_plain.source, &k_plain.name, &plain.describe()),
+        strip(&k_bounded.source, &k_bounded.name, &bounded.describe())
+    );
+    // A promise the thread limit cannot keep is refused.
+    let problem = Problem::operator(
+        Operator::Rmsnorm,
+        OperatorOptions::default(),
+        DType::Bf16,
+        "4x131072".parse().unwrap(),
+    );
+    let too_many = LayoutRequest {
+        occupancy: 9,
+        ..request
+    };
+    let err = plan(&problem, &Target::h200(), &too_many).unwrap_err();
+    assert!(err.to_string().contains("occupancy 9"), "{err}");
+}
+
 /// A cluster of eight 256-thread groups: 8 warps per group, an 8-way
 /// cluster level, launch geometry to match.
 #[test]

@@ -97,6 +97,7 @@ fn sources() -> Vec<(String, String)> {
                             streaming_hints: load_policies,
                             hoist_columns: load_policies,
                             cluster_group_threads: if load_policies { 256 } else { 0 },
+                            occupancy: u32::from(load_policies),
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };

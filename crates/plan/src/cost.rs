@@ -66,11 +66,11 @@ impl Features {
         let l = &plan.layout;
         let live = l.live_workers(shape.n) as u32;
         let launched_lanes = l.workers.max(1).next_power_of_two();
-        let threads = plan.threads_per_group as u64;
-        let per_mp_by_threads = target.max_threads_per_multiprocessor as u64 / threads.max(1);
-        let per_mp_by_regs =
-            target.registers_per_group as u64 / (plan.registers as u64 * threads).max(1);
-        let per_mp = per_mp_by_threads.min(per_mp_by_regs).clamp(1, 32);
+        let per_mp = crate::mapper::groups_per_multiprocessor(
+            target,
+            plan.threads_per_group,
+            plan.registers,
+        ) as u64;
         let concurrent = per_mp * target.multiprocessors as u64;
         Features {
             pack: l.pack,

@@ -106,6 +106,13 @@ pub struct LayoutRequest {
     /// and overlap one's loads with the other's reduction and stores.
     #[serde(default)]
     pub cluster_group_threads: u32,
+    /// Groups per multiprocessor the kernel promises to allow, declared as
+    /// `__launch_bounds__(threads, groups)` so the compiler must fit that
+    /// many (capping registers, spilling if it cannot) instead of taking
+    /// a few registers more and one group per multiprocessor fewer (0: no
+    /// promise). Arithmetic unchanged: same bits.
+    #[serde(default)]
+    pub occupancy: u32,
 }
 
 /// How the mapper fills in an automatic W and V.
@@ -177,6 +184,9 @@ pub struct Plan {
     /// Column loads moved into the first tile phase (see
     /// [`LayoutRequest::hoist_columns`]); false where they did not fit.
     pub hoisted_columns: bool,
+    /// Groups per multiprocessor the kernel must allow (see
+    /// [`LayoutRequest::occupancy`]); None: no such promise.
+    pub min_groups_per_multiprocessor: Option<u32>,
 }
 
 impl Plan {
@@ -219,6 +229,9 @@ impl Plan {
         }
         if self.hoisted_columns {
             s += " hoisted-columns";
+        }
+        if let Some(b) = self.min_groups_per_multiprocessor {
+            s += &format!(" occupancy={b}");
         }
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
         if self.groups_per_row > 1 && default_group_threads != Some(self.threads_per_group) {
@@ -529,6 +542,18 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         )));
     }
 
+    if request.occupancy > 0
+        && (request.occupancy > 32
+            || request.occupancy as u64 * threads as u64
+                > target.max_threads_per_multiprocessor as u64)
+    {
+        return Err(width(format!(
+            "occupancy {}: groups of {threads} threads allow 1 to {} per multiprocessor",
+            request.occupancy,
+            (target.max_threads_per_multiprocessor / threads.max(1)).min(32)
+        )));
+    }
+
     let slot_bound = layout.slot_bound(n);
     let mut hoisted_columns = false;
     if request.hoist_columns && request.residency != ResidencyRequest::Stream {
@@ -627,7 +652,17 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         batch_invariant: false,
         streaming_hints: request.streaming_hints,
         hoisted_columns,
+        min_groups_per_multiprocessor: (request.occupancy > 0).then_some(request.occupancy),
     })
+}
+
+/// Groups of `threads` threads at `registers` per thread that fit on one
+/// multiprocessor at once (at least 1): the occupancy the cost model
+/// assumes for a plan.
+pub fn groups_per_multiprocessor(target: &Target, threads: u32, registers: u32) -> u32 {
+    let by_threads = target.max_threads_per_multiprocessor / threads.max(1);
+    let by_registers = target.registers_per_group / (registers.max(1) * threads.max(1));
+    by_threads.min(by_registers).clamp(1, 32)
 }
 
 /// Aim for a few elements per worker; widen into a cluster while resident
