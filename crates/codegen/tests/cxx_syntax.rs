@@ -131,12 +131,18 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
     assert!(
         kernels
             .iter()
-            .any(|(n, s)| n.ends_with("_cs") && s.contains("lf_st_cs(q + 0, a);")),
+            .any(|(n, s)| n.contains("_cs") && s.contains("lf_st_cs(q + 0, a);")),
         "a kernel with streaming hints"
     );
     assert!(
-        kernels.iter().any(|(n, _)| n.ends_with("_hc")),
+        kernels.iter().any(|(n, _)| n.contains("_hc")),
         "a kernel with hoisted columns"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, s)| n.ends_with("_ob1") && s.contains(" __launch_bounds__(256, 1) ")),
+        "a kernel with an occupancy promise"
     );
     let Some(cxx) = cxx() else {
         eprintln!("SKIPPED: no C++ compiler (set CXX); the generated sources were not checked");
