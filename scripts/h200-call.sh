@@ -23,6 +23,7 @@
 #   CALL 7: launch-latency probe, then call 4's A/A replay again
 #   CALL 8: searches of residual_layernorm 4096x32768 and rmsnorm 1024x4096
 #   CALL 9: the register tie-break's new defaults, bench and A/A replay
+#   CALL 10: the occupancy promise on long rows; 8 groups of 512 on 1024x262144
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -168,6 +169,25 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-tiebreak-aa-h200"
   "$bin" scorecard "$r-tiebreak-aa-h200" | grep "## Target"
   ;;
-*) echo "unknown call $call (1-9)"; exit 2 ;;
+10)
+  # Next levers (bench/NOTES.md, campaign 5 plan): the occupancy promise on
+  # the long-row plans NVRTC gave a few registers too many, and 8 groups of
+  # 512 against 16 of 256 on 1024x262144.
+  step occupancy promise, long rows
+  for occ in 0 4; do
+    timeout 150 "$bin" bench --backend cuda --ops rmsnorm,softmax,cross_entropy,layernorm \
+      --shapes 4096x131072 --dtypes bf16 --workers 2048 --pack 8 --cluster-group-threads 256 \
+      --occupancy "$occ" $s --capture-sources --output "$r-occupancy-$occ-h200" \
+      > "${OUT:-/tmp}/occupancy-$occ.log" 2>&1
+    echo "bench occupancy=$occ rc=$?"; keep "occupancy-$occ" "$r-occupancy-$occ-h200"
+  done
+  step 1024x262144, 8 groups of 512
+  timeout "$(left)" "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,cross_entropy \
+    --shapes 1024x262144 --dtypes f32,bf16 --workers 4096 --cluster-group-threads 512 $s \
+    --capture-sources --deadline-s "$(( $(left) - 30 ))" --output "$r-g512-262144-h200" \
+    > "${OUT:-/tmp}/g512.log" 2>&1
+  echo "bench rc=$?"; keep g512 "$r-g512-262144-h200"
+  ;;
+*) echo "unknown call $call (1-10)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
