@@ -83,7 +83,8 @@ enum Command {
         output: PathBuf,
     },
     /// Judge the replays in these directories against issue 6's speed
-    /// targets, case by case, from their recorded rounds (markdown).
+    /// targets 1-3, case by case, from their recorded rounds, and searches
+    /// against target 4 (the automatic mapping against the winner).
     Scorecard {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
@@ -415,16 +416,31 @@ fn main() {
 /// Render results.md (and plot.svg) again for any of the three results
 /// schemas, chosen by the file's `schema` field.
 fn scorecard_cmd(dirs: &[PathBuf]) -> Result<()> {
-    use lanefold_measure::{replay::ReplayFile, scorecard};
+    use lanefold_measure::{replay::ReplayFile, scorecard, search::SearchFile};
     for dir in dirs {
-        let file = ReplayFile::read(&dir.join("results.json"))
-            .with_context(|| format!("{}: the scorecard reads replay files", dir.display()))?;
-        let verdicts = scorecard::score(&file);
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+        let (verdicts, what) = match value.get("schema").and_then(|s| s.as_str()) {
+            Some(s) if s.starts_with("lanefold-search/") => {
+                let file = SearchFile::read(&path)?;
+                (scorecard::score_search(&file), "search".to_string())
+            }
+            _ => {
+                let file = ReplayFile::read(&path).with_context(|| {
+                    format!(
+                        "{}: the scorecard reads replay and search files",
+                        dir.display()
+                    )
+                })?;
+                let rounds = format!("{} of {} rounds", file.rounds_done, file.rounds);
+                (scorecard::score(&file), rounds)
+            }
+        };
         println!(
-            "# {} ({} of {} rounds)\n{}",
+            "# {} ({what})\n{}",
             dir.display(),
-            file.rounds_done,
-            file.rounds,
             if verdicts.is_empty() {
                 "\nno case of a target shape\n".to_string()
             } else {

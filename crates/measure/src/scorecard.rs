@@ -5,6 +5,7 @@
 
 use crate::peer::PeerMode;
 use crate::replay::{PhaseStats, ReplayCase, ReplayFile, CANDIDATE, TORCH};
+use crate::search::{SearchFile, SearchProblem};
 use std::fmt::Write as _;
 
 /// What a case of a family must show.
@@ -17,6 +18,9 @@ pub enum Criterion {
     /// round; single-call host latency at most `max_single_us` and at most
     /// half of torch eager's, in every round.
     ShortRows { max_single_us: f64 },
+    /// Judged from searches: the automatic mapping reaches at least
+    /// `min_fraction` of the searched winner's throughput.
+    Automatic { min_fraction: f64 },
 }
 
 /// A target family: its shapes and its criterion.
@@ -55,6 +59,13 @@ pub const ISSUE_6: [Family; 3] = [
         },
     },
 ];
+
+/// Issue 6's target 4, judged from search files on the shapes of 1-3.
+pub const AUTOMATIC: Family = Family {
+    name: "4 automatic mapping",
+    shapes: &[],
+    criterion: Criterion::Automatic { min_fraction: 0.9 },
+};
 
 /// One case's verdict.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,6 +124,9 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
                 }
             }
         }
+        (Some(_), Criterion::Automatic { .. }) => {
+            misses.push("target 4 is judged from search files".into())
+        }
         (Some(phase), Criterion::ShortRows { max_single_us }) => {
             let eager = PeerMode::Eager.side();
             let compile = PeerMode::Compile.side();
@@ -159,6 +173,55 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
     }
 }
 
+/// Target 4 for every problem of `file` on a target shape: the automatic
+/// candidate's measured objective p50 (through its duplicate when it was
+/// measured once under another request) against the winner's fresh p50.
+pub fn score_search(file: &SearchFile) -> Vec<Verdict> {
+    file.problems
+        .iter()
+        .filter(|p| family_of(&p.shape).is_some())
+        .map(automatic_verdict)
+        .collect()
+}
+
+fn automatic_verdict(problem: &SearchProblem) -> Verdict {
+    let Criterion::Automatic { min_fraction } = AUTOMATIC.criterion else {
+        unreachable!("target 4 is an Automatic criterion")
+    };
+    let mut misses = vec![];
+    let mut at = problem.automatic;
+    while let Some(dup) = at.and_then(|i| problem.candidates.get(i)?.duplicate_of) {
+        at = Some(dup);
+    }
+    let automatic_us = at.and_then(|i| problem.candidates.get(i)?.objective_p50);
+    let winner = problem.winner.as_ref();
+    let winner_us = winner.and_then(|w| w.fresh_p50);
+    match (automatic_us, winner_us) {
+        (None, _) => misses.push("automatic mapping not measured".into()),
+        (_, None) => misses.push(format!(
+            "no winner ({})",
+            problem
+                .no_winner
+                .as_deref()
+                .unwrap_or("no fresh measurement")
+        )),
+        (Some(auto), Some(best)) if best / auto < min_fraction => misses.push(format!(
+            "automatic reaches {:.0}% of the searched winner ({best:.2} µs, {})",
+            100.0 * best / auto,
+            winner.map_or("", |w| w.describe.as_str())
+        )),
+        _ => {}
+    }
+    Verdict {
+        id: problem.id.clone(),
+        family: AUTOMATIC.name,
+        rounds: 1,
+        candidate_us: automatic_us,
+        tbps: automatic_us.map(|us| problem.bytes_moved as f64 / us / 1e6),
+        misses,
+    }
+}
+
 fn round_p50s(phase: &PhaseStats, side: &str) -> Vec<Option<f64>> {
     phase.p50s.get(side).cloned().unwrap_or_default()
 }
@@ -172,7 +235,7 @@ fn worst_ratio(phase: &PhaseStats, peer: &str) -> Option<f64> {
 /// A markdown table of verdicts, grouped by family, with a count per family.
 pub fn markdown(verdicts: &[Verdict]) -> String {
     let mut md = String::new();
-    for family in &ISSUE_6 {
+    for family in ISSUE_6.iter().chain([&AUTOMATIC]) {
         let mine: Vec<&Verdict> = verdicts
             .iter()
             .filter(|v| v.family == family.name)
@@ -183,10 +246,14 @@ pub fn markdown(verdicts: &[Verdict]) -> String {
         let met = mine.iter().filter(|v| v.met()).count();
         let _ = writeln!(
             md,
-            "\n## Target {}: {met} of {} cases met\n\n| case | rounds | µs | TB/s | verdict |\n|---|---:|---:|---:|---|",
+            "\n## Target {}: {met} of {} cases met\n",
             family.name,
             mine.len()
         );
+        if family.name == AUTOMATIC.name {
+            md += "The automatic mapping as the binary that ran the search resolved it (a later mapper may pick otherwise); µs is its measured p50.\n\n";
+        }
+        md += "| case | rounds | µs | TB/s | verdict |\n|---|---:|---:|---:|---|\n";
         for v in mine {
             let num = |x: Option<f64>, d: usize| x.map_or("—".into(), |x| format!("{x:.d$}"));
             let verdict = if v.met() {
@@ -287,5 +354,39 @@ mod tests {
         assert_eq!(all.len(), n);
         assert_eq!(family_of("1024x262144").unwrap().name, "2 long rows");
         assert!(family_of("3x64").is_none());
+    }
+
+    /// Target 4 from the committed searches of 2026-11-30: the automatic
+    /// mapping against the fresh winner, through duplicates.
+    #[test]
+    fn automatic_mapping_verdicts_come_from_the_searches() {
+        let search = |dir: &str| {
+            let path = format!(
+                "{}/../../bench/results/{dir}/results.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            SearchFile::read(std::path::Path::new(&path)).unwrap()
+        };
+        let v = score_search(&search("2026-11-30-rmsnorm-1024-search-h200"));
+        assert_eq!(v.len(), 2);
+        let get = |v: &[Verdict], id: &str| v.iter().find(|x| x.id == id).unwrap().clone();
+        // f32: the automatic W=256 V=4 U=4 is the winner's layout family.
+        let f32 = get(&v, "rmsnorm/f32/1024x4096");
+        assert!(f32.met(), "{:?}", f32.misses);
+        assert!((f32.candidate_us.unwrap() - 7.081).abs() < 0.01);
+        // bf16: the automatic W=64 V=8 (4.68 µs, measured as a duplicate
+        // of an explicit request) reaches under 90% of the winner.
+        let bf16 = get(&v, "rmsnorm/bf16/1024x4096");
+        assert!((bf16.candidate_us.unwrap() - 4.681).abs() < 0.01);
+        assert!(
+            bf16.misses[0].starts_with("automatic reaches 8"),
+            "{:?}",
+            bf16.misses
+        );
+        let v = score_search(&search("2026-11-30-residual-search-h200"));
+        let res = get(&v, "residual_layernorm/bf16/4096x32768");
+        assert!(res.misses[0].contains("W=1024 V=8 U=2"), "{:?}", res.misses);
+        let md = markdown(&v);
+        assert!(md.contains("## Target 4 automatic mapping: "), "{md}");
     }
 }
