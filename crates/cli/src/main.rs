@@ -425,7 +425,12 @@ fn scorecard_cmd(dirs: &[PathBuf]) -> Result<()> {
         let (verdicts, what) = match value.get("schema").and_then(|s| s.as_str()) {
             Some(s) if s.starts_with("lanefold-search/") => {
                 let file = SearchFile::read(&path)?;
-                (scorecard::score_search(&file), "search".to_string())
+                let target = lanefold_plan::Target::by_name(&file.target).with_context(|| {
+                    format!("{}: unknown target {}", dir.display(), file.target)
+                })?;
+                let mut verdicts = scorecard::score_search(&file);
+                verdicts.extend(scorecard::score_search_today(&file, &target));
+                (verdicts, "search".to_string())
             }
             _ => {
                 let file = ReplayFile::read(&path).with_context(|| {
