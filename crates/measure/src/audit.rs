@@ -187,6 +187,16 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
         }
     } else if selftest.exists() {
         audit_selftest(dir)
+    } else if let Some(probes) = latency_files(dir) {
+        probes
+            .iter()
+            .flat_map(|path| {
+                let name = path.file_name().map_or("?".into(), |n| n.to_string_lossy());
+                audit_latency_file(path)
+                    .into_iter()
+                    .map(move |f| format!("{name}: {f}"))
+            })
+            .collect()
     } else {
         vec![format!(
             "{}: neither results.json nor selftest.log",
@@ -305,6 +315,65 @@ fn audit_speed(v: &serde_json::Value) -> Vec<String> {
     out
 }
 
+/// The `lanefold-latency/1` files of a probe directory (None: none there).
+fn latency_files(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    (!files.is_empty()).then_some(files)
+}
+
+/// A launch-latency probe: every variant has the iterations the file
+/// claims, and each recorded p50 follows from its raw samples.
+fn audit_latency_file(path: &Path) -> Vec<String> {
+    let value: serde_json::Value = match std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("corrupt JSON: {e}")))
+    {
+        Ok(v) => v,
+        Err(e) => return vec![e],
+    };
+    if value["schema"].as_str() != Some("lanefold-latency/1") {
+        return vec![format!("unknown schema {:?}", value["schema"])];
+    }
+    let mut out = vec![];
+    let iters = value["iters"].as_u64();
+    let Some(probes) = value["probes"].as_array().filter(|p| !p.is_empty()) else {
+        return vec!["no probes".into()];
+    };
+    for p in probes {
+        let id = format!(
+            "{} / {}",
+            p["schedule"].as_str().unwrap_or("?"),
+            p["variant"].as_str().unwrap_or("?")
+        );
+        let samples: Vec<f64> = p["host_us_samples"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
+        if iters != Some(samples.len() as u64) {
+            out.push(format!(
+                "{id}: {} samples, the file claims {iters:?} iterations",
+                samples.len()
+            ));
+        }
+        if samples.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+            out.push(format!("{id}: a sample is not a positive time"));
+        }
+        let recorded = p["host_us_p50"].as_f64();
+        if !close_opt(recorded, quantile(&samples, 0.5)) {
+            out.push(format!(
+                "{id}: recorded p50 {recorded:?} but samples give {:?}",
+                quantile(&samples, 0.5)
+            ));
+        }
+    }
+    out
+}
+
 fn audit_selftest(dir: &Path) -> Vec<String> {
     let log = match std::fs::read_to_string(dir.join("selftest.log")) {
         Ok(l) => l,
@@ -351,5 +420,37 @@ mod tests {
         assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0], 0.5), Some(2.5));
         assert_eq!(quantile(&[5.0], 0.25), Some(5.0));
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    /// The committed probe passes; a copy with one sample changed, or a
+    /// sample missing, does not.
+    #[test]
+    fn a_tampered_latency_probe_fails_its_audit() {
+        let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench/probes/2026-11-30-latency-h200");
+        assert_eq!(audit_dir(&committed), Vec::<String>::new());
+        let dir = std::env::temp_dir().join(format!("lanefold-probe-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = std::fs::read_to_string(committed.join("rmsnorm-1x127-f32.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let samples = v["probes"][1]["host_us_samples"].as_array_mut().unwrap();
+        for x in samples.iter_mut().take(1500) {
+            *x = serde_json::json!(1.0);
+        }
+        v["probes"][2]["host_us_samples"]
+            .as_array_mut()
+            .unwrap()
+            .pop();
+        std::fs::write(dir.join("tampered.json"), v.to_string()).unwrap();
+        let findings = audit_dir(&dir);
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(
+            findings.iter().any(|f| f.contains("recorded p50")),
+            "{findings:?}"
+        );
+        assert!(
+            findings.iter().any(|f| f.contains("1999 samples")),
+            "{findings:?}"
+        );
     }
 }
