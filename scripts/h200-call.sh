@@ -24,6 +24,7 @@
 #   CALL 8: searches of residual_layernorm 4096x32768 and rmsnorm 1024x4096
 #   CALL 9: the register tie-break's new defaults, bench and A/A replay
 #   CALL 10: the occupancy promise on long rows; 8 groups of 512 on 1024x262144
+#   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -188,6 +189,21 @@ case $call in
     > "${OUT:-/tmp}/g512.log" 2>&1
   echo "bench rc=$?"; keep g512 "$r-g512-262144-h200"
   ;;
-*) echo "unknown call $call (1-10)"; exit 2 ;;
+11)
+  # Target 1 for softmax and cross_entropy, which no replay with all three
+  # peers covers yet: a bench of today's default, then its A/A replay.
+  step large softmax and cross_entropy, bench
+  timeout 120 "$bin" bench --backend cuda --ops softmax,cross_entropy \
+    --shapes 32768x4096,16384x8192,4096x32768 --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-large-sm-ce-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-large-sm-ce-h200"
+  step A/A replay with all peers
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-large-sm-ce-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile --liger ${RESUME:+--resume} \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-large-sm-ce-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-large-sm-ce-aa-h200"
+  "$bin" scorecard "$r-large-sm-ce-aa-h200" | grep "## Target"
+  ;;
+*) echo "unknown call $call (1-11)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
