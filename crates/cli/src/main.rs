@@ -440,7 +440,11 @@ fn scorecard_cmd(dirs: &[PathBuf]) -> Result<()> {
                     )
                 })?;
                 let rounds = format!("{} of {} rounds", file.rounds_done, file.rounds);
-                (scorecard::score(&file), rounds)
+                let mut verdicts = scorecard::score(&file);
+                if let Some(target) = lanefold_plan::Target::by_name(&file.environment.backend) {
+                    scorecard::mark_todays_default(&mut verdicts, &file, &target);
+                }
+                (verdicts, rounds)
             }
         };
         println!(

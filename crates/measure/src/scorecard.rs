@@ -87,6 +87,9 @@ pub struct Verdict {
     pub tbps: Option<f64>,
     /// Each requirement the case missed, in words with its numbers.
     pub misses: Vec<String>,
+    /// Set where this binary's default mapping differs from the layout
+    /// the verdict is about (the verdict then says nothing about today's).
+    pub todays_default: Option<String>,
 }
 
 impl Verdict {
@@ -178,6 +181,7 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
         candidate_us,
         tbps,
         misses,
+        todays_default: None,
     }
 }
 
@@ -222,12 +226,32 @@ pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> 
         .collect()
 }
 
+/// Marks each replay verdict whose candidate layout is not what this
+/// binary's default mapping picks on `target` today.
+pub fn mark_todays_default(
+    verdicts: &mut [Verdict],
+    file: &ReplayFile,
+    target: &lanefold_plan::Target,
+) {
+    for v in verdicts.iter_mut() {
+        let Some(case) = file.cases.iter().find(|c| c.id == v.id) else {
+            continue;
+        };
+        let request = lanefold_plan::LayoutRequest {
+            streaming_hints: case.candidate.request.streaming_hints,
+            hoist_columns: case.candidate.request.hoist_columns,
+            occupancy: case.candidate.request.occupancy,
+            ..Default::default()
+        };
+        match default_pick(&case.op, &case.dtype, &case.shape, &request, target) {
+            Ok(today) if today != case.candidate.describe => v.todays_default = Some(today),
+            Ok(_) => {}
+            Err(e) => v.todays_default = Some(format!("refused today: {e}")),
+        }
+    }
+}
+
 fn todays_pick(problem: &SearchProblem, target: &lanefold_plan::Target) -> Result<String, String> {
-    let op: lanefold_ir::Operator = problem.op.parse().map_err(|e| format!("{e}"))?;
-    let dtype: lanefold_ir::DType = problem.dtype.parse().map_err(|e| format!("{e}"))?;
-    let shape = problem.shape.parse().map_err(|e| format!("{e}"))?;
-    let p =
-        lanefold_plan::Problem::operator(op, lanefold_ir::OperatorOptions::default(), dtype, shape);
     // Today's default request, keeping only the base's cache and launch
     // policies (old searches recorded the seed mapper or fixed cluster
     // group sizes in their base).
@@ -237,7 +261,29 @@ fn todays_pick(problem: &SearchProblem, target: &lanefold_plan::Target) -> Resul
         occupancy: problem.base.occupancy,
         ..Default::default()
     };
-    lanefold_plan::plan(&p, target, &request)
+    default_pick(
+        &problem.op,
+        &problem.dtype,
+        &problem.shape,
+        &request,
+        target,
+    )
+}
+
+/// The default mapping's layout description for one problem.
+fn default_pick(
+    op: &str,
+    dtype: &str,
+    shape: &str,
+    request: &lanefold_plan::LayoutRequest,
+    target: &lanefold_plan::Target,
+) -> Result<String, String> {
+    let op: lanefold_ir::Operator = op.parse().map_err(|e| format!("{e}"))?;
+    let dtype: lanefold_ir::DType = dtype.parse().map_err(|e| format!("{e}"))?;
+    let shape = shape.parse().map_err(|e| format!("{e}"))?;
+    let p =
+        lanefold_plan::Problem::operator(op, lanefold_ir::OperatorOptions::default(), dtype, shape);
+    lanefold_plan::plan(&p, target, request)
         .map(|plan| plan.describe())
         .map_err(|e| e.to_string())
 }
@@ -285,6 +331,7 @@ fn automatic_verdict_at(
         candidate_us: automatic_us,
         tbps: automatic_us.map(|us| problem.bytes_moved as f64 / us / 1e6),
         misses,
+        todays_default: None,
     }
 }
 
@@ -325,11 +372,14 @@ pub fn markdown(verdicts: &[Verdict]) -> String {
         md += "| case | rounds | µs | TB/s | verdict |\n|---|---:|---:|---:|---|\n";
         for v in mine {
             let num = |x: Option<f64>, d: usize| x.map_or("—".into(), |x| format!("{x:.d$}"));
-            let verdict = if v.met() {
+            let mut verdict = if v.met() {
                 "met".to_string()
             } else {
                 v.misses.join("; ")
             };
+            if let Some(today) = &v.todays_default {
+                let _ = write!(verdict, " (not today's default: {today})");
+            }
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {verdict} |",
@@ -474,5 +524,26 @@ mod tests {
             "{:?}",
             f32.misses
         );
+    }
+
+    /// A replay of session 4's layouts: where today's default maps a case
+    /// otherwise, the verdict says so (and only there).
+    #[test]
+    fn replay_verdicts_name_a_different_default_of_today() {
+        let file = committed("2026-11-30-large-aa-h200");
+        let mut verdicts = score(&file);
+        mark_todays_default(&mut verdicts, &file, &lanefold_plan::Target::h200());
+        let get = |id: &str| verdicts.iter().find(|v| v.id == id).unwrap();
+        let res = get("residual_layernorm/bf16/4096x32768");
+        assert!(
+            res.todays_default
+                .as_deref()
+                .is_some_and(|t| t.contains("group-threads=256")),
+            "{:?}",
+            res.todays_default
+        );
+        // rmsnorm f32 32768x4096 still maps as recorded.
+        assert_eq!(get("rmsnorm/f32/32768x4096").todays_default, None);
+        assert!(markdown(&verdicts).contains("(not today's default: "));
     }
 }
