@@ -25,6 +25,7 @@
 #   CALL 9: the register tie-break's new defaults, bench and A/A replay
 #   CALL 10: the occupancy promise on long rows; 8 groups of 512 on 1024x262144
 #   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
+#   CALL 12: target 4 for today's mapper, one small search per searched problem
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -204,6 +205,25 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-large-sm-ce-aa-h200"
   "$bin" scorecard "$r-large-sm-ce-aa-h200" | grep "## Target"
   ;;
-*) echo "unknown call $call (1-11)"; exit 2 ;;
+12)
+  # Target 4 for today's mapper: per searched problem, a search of the best
+  # committed winner's layout alone, which also measures today's automatic
+  # mapping (scripts/target4_grid.py); all outputs in one tar.
+  step target 4 searches
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --max-candidates 2"
+  python3 scripts/target4_grid.py bench/results | while read -r op dt shape w v u t; do
+    [ "$(left)" -gt 40 ] || { echo "deadline: stopping before $op $dt $shape"; break; }
+    # 512-thread cluster groups are what an explicit layout gets anyway;
+    # asking for them would also force them on the automatic candidate.
+    [ "$t" = 512 ] && t=0
+    timeout 60 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dt" \
+      --tune-workers "$w" --tune-pack "$v" --tune-unroll "$u" --cluster-group-threads "$t" \
+      $q --output "$r-t4-$op-$dt-$shape-h200" > /dev/null 2>&1
+    echo "$op $dt $shape rc=$?"
+  done > "${OUT:-/tmp}/target4.log"
+  keep target4 "$r"-t4-*-h200
+  "$bin" scorecard "$r"-t4-*-h200 | grep -E "reaches|not measured here" || true
+  ;;
+*) echo "unknown call $call (1-12)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
