@@ -288,5 +288,5 @@ fn scorecard_judges_a_replay_and_refuses_a_bench_file() {
     );
     let bench = results.join("2026-11-29-large-final-h200");
     let o = lanefold(&["scorecard", bench.to_str().unwrap()]);
-    assert_clean_failure(&o, 1, "the scorecard reads replay files");
+    assert_clean_failure(&o, 1, "the scorecard reads replay and search files");
 }
