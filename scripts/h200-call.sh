@@ -26,6 +26,7 @@
 #   CALL 10: the occupancy promise on long rows; 8 groups of 512 on 1024x262144
 #   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
 #   CALL 12: target 4 for today's mapper, one small search per searched problem
+#   CALL 13: re-read hints on streamed plans, off then on
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -224,6 +225,25 @@ case $call in
   keep target4 "$r"-t4-*-h200
   "$bin" scorecard "$r"-t4-*-h200 | grep -E "reaches|not measured here" || true
   ;;
-*) echo "unknown call $call (1-12)"; exit 2 ;;
+13)
+  # Re-read hints on streamed plans, off then on, the way torch.compile's
+  # looped reductions keep a row in L2 for its second pass (bench/NOTES.md,
+  # campaign 5 plan): 4096x32768 in one 1024-thread group per row, and
+  # 32768x4096 streamed against its register default.
+  for hints in off on; do
+    flag=""; [ "$hints" = on ] && flag="--reread-hints"
+    step "4096x32768 streamed, re-read hints $hints"
+    timeout 150 "$bin" bench --backend cuda --ops rmsnorm,layernorm,residual_layernorm,softmax \
+      --shapes 4096x32768 --dtypes f32,bf16 --workers 1024 --unroll 2 --residency stream $flag \
+      $s --capture-sources --output "$r-reread-$hints-wide-h200" > "${OUT:-/tmp}/wide-$hints.log" 2>&1
+    echo "bench rc=$?"; keep "wide-$hints" "$r-reread-$hints-wide-h200"
+    step "32768x4096 streamed, re-read hints $hints"
+    timeout 100 "$bin" bench --backend cuda --ops rmsnorm,layernorm --shapes 32768x4096 \
+      --dtypes f32,bf16 --workers 256 --residency stream $flag $s --capture-sources \
+      --output "$r-reread-$hints-large-h200" > "${OUT:-/tmp}/large-$hints.log" 2>&1
+    echo "bench rc=$?"; keep "large-$hints" "$r-reread-$hints-large-h200"
+  done
+  ;;
+*) echo "unknown call $call (1-13)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -252,6 +252,10 @@ struct LayoutArgs {
     /// Same results.
     #[arg(long, default_value_t = 0)]
     occupancy: u32,
+    /// Streamed plans: a re-read row tile's first load asks L2 to keep it
+    /// (evict-last), its last re-read lets it go (evict-first). Same results.
+    #[arg(long)]
+    reread_hints: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -285,6 +289,7 @@ impl LayoutArgs {
             hoist_columns: self.hoist_columns,
             cluster_group_threads: self.cluster_group_threads,
             occupancy: self.occupancy,
+            reread_hints: self.reread_hints,
         }
     }
 }

@@ -89,6 +89,10 @@ pub struct SearchArgs {
     /// (see `bench --help`; 0: no promise).
     #[arg(long, default_value_t = 0)]
     pub occupancy: u32,
+    /// Every streamed candidate with L2 keep/drop hints on re-read tiles
+    /// (see `bench --help`).
+    #[arg(long)]
+    pub reread_hints: bool,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -161,6 +165,7 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
         hoist_columns: args.hoist_columns,
         cluster_group_threads: args.cluster_group_threads,
         occupancy: args.occupancy,
+        reread_hints: args.reread_hints,
         ..Default::default()
     };
     let spec = args.search.spec(base, args.output.clone())?;

@@ -346,39 +346,42 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
                 (64, 4096, 256, ResidencyRequest::Auto),
                 (4, 8192, 32, ResidencyRequest::Stream),
             ] {
-                let case = |streaming_hints: bool, hoist_columns: bool, bounds: bool| Case {
-                    op,
-                    dtype,
-                    shape: shape(rows, n),
-                    request: LayoutRequest {
-                        workers,
-                        pack: 4,
-                        residency,
-                        streaming_hints,
-                        hoist_columns,
-                        occupancy: if bounds { 2 } else { 0 },
-                        ..Default::default()
-                    },
-                    seed: 11 + n as u64,
-                };
+                let case =
+                    |streaming_hints: bool, hoist_columns: bool, bounds: bool, reread: bool| Case {
+                        op,
+                        dtype,
+                        shape: shape(rows, n),
+                        request: LayoutRequest {
+                            workers,
+                            pack: 4,
+                            residency,
+                            streaming_hints,
+                            hoist_columns,
+                            occupancy: if bounds { 2 } else { 0 },
+                            reread_hints: reread,
+                            ..Default::default()
+                        },
+                        seed: 11 + n as u64,
+                    };
                 let plain = run_case(
                     backend,
-                    &case(false, false, false),
+                    &case(false, false, false, false),
                     &CodegenOptions::default(),
                 );
-                for (hints, hoist, bounds) in [
-                    (true, false, false),
-                    (false, true, false),
-                    (true, true, false),
-                    (false, false, true),
+                for (hints, hoist, bounds, reread) in [
+                    (true, false, false, false),
+                    (false, true, false, false),
+                    (true, true, false, false),
+                    (false, false, true, false),
+                    (false, false, false, true),
                 ] {
                     let label = format!(
-                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist} occupancy={}",
+                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist} occupancy={} reread={reread}",
                         if bounds { 2 } else { 0 }
                     );
                     let changed = run_case(
                         backend,
-                        &case(hints, hoist, bounds),
+                        &case(hints, hoist, bounds, reread),
                         &CodegenOptions::default(),
                     );
                     match (&plain, changed) {

@@ -30,6 +30,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.hoisted_columns {
         name += "_hc";
     }
+    if plan.reread_hints {
+        name += "_rr";
+    }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
@@ -180,6 +183,51 @@ __device__ __forceinline__ void lf_st_cs(uint2* p, uint2 v) {
 }
 __device__ __forceinline__ void lf_st_cs(unsigned* p, unsigned v) {
     asm volatile(\"st.global.cs.u32 [%0], %1;\" :: \"l\"(p), \"r\"(v) : \"memory\");
+}
+";
+
+/// `LayoutRequest::reread_hints`: L2 eviction priorities through cache
+/// policies (sm_80+). A tile's first load asks L2 (and L1) to keep it for
+/// the phase that reads it again; its last re-read lets it go first.
+const REREAD_HELPERS: &str = "__device__ __forceinline__ unsigned long long lf_policy_keep() {
+    unsigned long long p;
+    asm(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(p));
+    return p;
+}
+__device__ __forceinline__ unsigned long long lf_policy_drop() {
+    unsigned long long p;
+    asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(p));
+    return p;
+}
+__device__ __forceinline__ uint4 lf_ld_keep(const uint4* p, unsigned long long pol) {
+    uint4 v;
+    asm(\"ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));
+    return v;
+}
+__device__ __forceinline__ uint2 lf_ld_keep(const uint2* p, unsigned long long pol) {
+    uint2 v;
+    asm(\"ld.global.L1::evict_last.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\" : \"=r\"(v.x), \"=r\"(v.y) : \"l\"(p), \"l\"(pol));
+    return v;
+}
+__device__ __forceinline__ unsigned lf_ld_keep(const unsigned* p, unsigned long long pol) {
+    unsigned v;
+    asm(\"ld.global.L1::evict_last.L2::cache_hint.u32 %0, [%1], %2;\" : \"=r\"(v) : \"l\"(p), \"l\"(pol));
+    return v;
+}
+__device__ __forceinline__ uint4 lf_ld_drop(const uint4* p, unsigned long long pol) {
+    uint4 v;
+    asm(\"ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));
+    return v;
+}
+__device__ __forceinline__ uint2 lf_ld_drop(const uint2* p, unsigned long long pol) {
+    uint2 v;
+    asm(\"ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\" : \"=r\"(v.x), \"=r\"(v.y) : \"l\"(p), \"l\"(pol));
+    return v;
+}
+__device__ __forceinline__ unsigned lf_ld_drop(const unsigned* p, unsigned long long pol) {
+    unsigned v;
+    asm(\"ld.global.L1::evict_first.L2::cache_hint.u32 %0, [%1], %2;\" : \"=r\"(v) : \"l\"(p), \"l\"(pol));
+    return v;
 }
 ";
 
@@ -525,10 +573,28 @@ impl Ctx<'_> {
                     let streamed = self.plan.streaming_hints
                         && self.buffer_kind(buffer) == BufferKind::Row
                         && !self.plan.rereads_tiles();
+                    // A re-read row tile: kept by its first load, let go
+                    // by its last.
+                    let phases = &self.demanded[val.index()];
+                    let reread = self.plan.reread_hints
+                        && self.buffer_kind(buffer) == BufferKind::Row
+                        && phases.len() > 1;
+                    let policy = if !reread {
+                        None
+                    } else if phases.first() == Some(&p) {
+                        Some("lf_ld_keep({ptr}, lf_keep)")
+                    } else if phases.last() == Some(&p) {
+                        Some("lf_ld_drop({ptr}, lf_drop)")
+                    } else {
+                        None
+                    };
                     for k in 0..vec.words / vec.per_access {
                         self.open("{");
                         if streamed {
                             self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
+                        } else if let Some(call) = policy {
+                            let call = call.replace("{ptr}", &format!("q + {k}"));
+                            self.line(&format!("const {ty} a = {call};"));
                         } else {
                             self.line(&format!("const {ty} a = q[{k}];"));
                         }
@@ -985,6 +1051,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if plan.streaming_hints {
         head.push_str(STREAMING_HELPERS);
     }
+    if plan.reread_hints {
+        head.push_str(REREAD_HELPERS);
+    }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
     }
@@ -1028,6 +1097,12 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     cx.line("const int row_c = row_ok ? row : rows - 1;");
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
+    if plan.reread_hints {
+        cx.line("const unsigned long long lf_keep = lf_policy_keep();");
+        cx.line("const unsigned long long lf_drop = lf_policy_drop();");
+        cx.line("(void)lf_keep;");
+        cx.line("(void)lf_drop;");
+    }
     if cx.lanes > 1 {
         if cx.lanes == 32 {
             cx.line("const unsigned lf_mask = 0xffffffffu;");

@@ -131,6 +131,72 @@ fn an_occupancy_promise_changes_only_the_declaration_and_the_name() {
     assert!(err.to_string().contains("occupancy 9"), "{err}");
 }
 
+/// Re-read hints: in a streamed plan, x's first load keeps it in L2 and
+/// its last re-read lets it go; loads of tiles read once, columns and
+/// stores stay plain; a register plan has nothing to hint.
+#[test]
+fn reread_hints_keep_a_streamed_tile_for_its_reread_and_drop_it_after() {
+    let request = LayoutRequest {
+        workers: 1024,
+        pack: 4,
+        unroll: 2,
+        residency: ResidencyRequest::Stream,
+        ..Default::default()
+    };
+    let hinted_request = LayoutRequest {
+        reread_hints: true,
+        ..request
+    };
+    let plain = make_with(Operator::Rmsnorm, DType::F32, "4x32768", request);
+    let hinted = make_with(Operator::Rmsnorm, DType::F32, "4x32768", hinted_request);
+    assert!(hinted.reread_hints && hinted.describe().ends_with(" reread-hints"));
+    let (k_plain, k) = (kernel(&plain), kernel(&hinted));
+    assert_eq!(k.name, format!("{}_rr", k_plain.name));
+    let phase1 = k.source.find("// ---- phase 1 ----").unwrap();
+    let (p0, p1) = k.source.split_at(phase1);
+    assert!(
+        p0.contains("const uint4 a = lf_ld_keep(q + 0, lf_keep);"),
+        "{p0}"
+    );
+    assert!(!p0.contains("lf_ld_drop(q"));
+    assert!(
+        p1.contains("const uint4 a = lf_ld_drop(q + 0, lf_drop);"),
+        "{p1}"
+    );
+    // The weight (a column) loads plainly.
+    assert!(p1.contains("const uint4 a = q[0];"), "{p1}");
+    // Only loads, helpers, policies and the name change.
+    let strip = |s: &str, name: &str, describe: &str| {
+        s.replace(name, "NAME")
+            .replace(describe, "DESCRIBE")
+            .replace("lf_ld_keep(q + 0, lf_keep)", "q[0]")
+            .replace("lf_ld_drop(q + 0, lf_drop)", "q[0]")
+            .lines()
+            .filter(|l| !l.contains("lf_keep") && !l.contains("lf_drop"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let body = |s: &str| s[s.find("#define LF_N").unwrap()..].to_string();
+    assert_eq!(
+        strip(&body(&k_plain.source), &k_plain.name, &plain.describe()),
+        strip(&body(&k.source), &k.name, &hinted.describe())
+    );
+    // A register plan re-reads nothing: the request changes nothing.
+    let registers = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            reread_hints: true,
+            ..Default::default()
+        },
+    );
+    assert!(!registers.reread_hints);
+    assert!(!kernel(&registers).source.contains("lf_ld_keep"));
+}
+
 /// A cluster of eight 256-thread groups: 8 warps per group, an 8-way
 /// cluster level, launch geometry to match.
 #[test]

@@ -98,6 +98,7 @@ fn sources() -> Vec<(String, String)> {
                             hoist_columns: load_policies,
                             cluster_group_threads: if load_policies { 256 } else { 0 },
                             occupancy: u32::from(load_policies),
+                            reread_hints: load_policies,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };
@@ -143,6 +144,12 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
             .iter()
             .any(|(n, s)| n.ends_with("_ob1") && s.contains(" __launch_bounds__(256, 1) ")),
         "a kernel with an occupancy promise"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, s)| n.contains("_rr") && s.contains("lf_ld_drop(q + 0, lf_drop)")),
+        "a kernel with re-read hints"
     );
     let Some(cxx) = cxx() else {
         eprintln!("SKIPPED: no C++ compiler (set CXX); the generated sources were not checked");

@@ -113,6 +113,12 @@ pub struct LayoutRequest {
     /// promise). Arithmetic unchanged: same bits.
     #[serde(default)]
     pub occupancy: u32,
+    /// In a streamed plan, load a row tile that a later phase reads again
+    /// with L2 evict-last priority, and its last re-read with evict-first,
+    /// so re-reads stay L2 hits under the output stream. A cache policy
+    /// only: same bits; no effect on plans that re-read nothing.
+    #[serde(default)]
+    pub reread_hints: bool,
 }
 
 /// How the mapper fills in an automatic W and V.
@@ -187,6 +193,8 @@ pub struct Plan {
     /// Groups per multiprocessor the kernel must allow (see
     /// [`LayoutRequest::occupancy`]); None: no such promise.
     pub min_groups_per_multiprocessor: Option<u32>,
+    /// See [`LayoutRequest::reread_hints`]; false where nothing is re-read.
+    pub reread_hints: bool,
 }
 
 impl Plan {
@@ -229,6 +237,9 @@ impl Plan {
         }
         if self.hoisted_columns {
             s += " hoisted-columns";
+        }
+        if self.reread_hints {
+            s += " reread-hints";
         }
         if let Some(b) = self.min_groups_per_multiprocessor {
             s += &format!(" occupancy={b}");
@@ -653,6 +664,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         streaming_hints: request.streaming_hints,
         hoisted_columns,
         min_groups_per_multiprocessor: (request.occupancy > 0).then_some(request.occupancy),
+        reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
     })
 }
 
