@@ -184,12 +184,16 @@ case $call in
       > "${OUT:-/tmp}/occupancy-$occ.log" 2>&1
     echo "bench occupancy=$occ rc=$?"; keep "occupancy-$occ" "$r-occupancy-$occ-h200"
   done
-  step 1024x262144, 8 groups of 512
-  timeout "$(left)" "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,cross_entropy \
-    --shapes 1024x262144 --dtypes f32,bf16 --workers 4096 --cluster-group-threads 512 $s \
-    --capture-sources --deadline-s "$(( $(left) - 30 ))" --output "$r-g512-262144-h200" \
-    > "${OUT:-/tmp}/g512.log" 2>&1
-  echo "bench rc=$?"; keep g512 "$r-g512-262144-h200"
+  for dp in f32:4 bf16:8; do
+    dt=${dp%:*}; v=${dp#*:}
+    step "1024x262144 $dt, 8 groups of 512"
+    timeout "$(( $(left) - 10 ))" "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,cross_entropy \
+      --shapes 1024x262144 --dtypes "$dt" --workers 4096 --pack "$v" --cluster-group-threads 512 $s \
+      --capture-sources --deadline-s "$(( $(left) - 40 ))" --output "$r-g512-262144-$dt-h200" \
+      > "${OUT:-/tmp}/g512-$dt.log" 2>&1
+    echo "bench rc=$?"
+  done
+  keep g512 "$r"-g512-262144-*-h200
   ;;
 11)
   # Target 1 for softmax and cross_entropy, which no replay with all three
@@ -229,19 +233,24 @@ case $call in
   # Re-read hints on streamed plans, off then on, the way torch.compile's
   # looped reductions keep a row in L2 for its second pass (bench/NOTES.md,
   # campaign 5 plan): 4096x32768 in one 1024-thread group per row, and
-  # 32768x4096 streamed against its register default.
+  # 32768x4096 streamed against its register default; 16-byte packs (an
+  # explicit W without V would mean V=1).
   for hints in off on; do
     flag=""; [ "$hints" = on ] && flag="--reread-hints"
-    step "4096x32768 streamed, re-read hints $hints"
-    timeout 150 "$bin" bench --backend cuda --ops rmsnorm,layernorm,residual_layernorm,softmax \
-      --shapes 4096x32768 --dtypes f32,bf16 --workers 1024 --unroll 2 --residency stream $flag \
-      $s --capture-sources --output "$r-reread-$hints-wide-h200" > "${OUT:-/tmp}/wide-$hints.log" 2>&1
-    echo "bench rc=$?"; keep "wide-$hints" "$r-reread-$hints-wide-h200"
-    step "32768x4096 streamed, re-read hints $hints"
-    timeout 100 "$bin" bench --backend cuda --ops rmsnorm,layernorm --shapes 32768x4096 \
-      --dtypes f32,bf16 --workers 256 --residency stream $flag $s --capture-sources \
-      --output "$r-reread-$hints-large-h200" > "${OUT:-/tmp}/large-$hints.log" 2>&1
-    echo "bench rc=$?"; keep "large-$hints" "$r-reread-$hints-large-h200"
+    for dp in f32:4 bf16:8; do
+      dt=${dp%:*}; v=${dp#*:}
+      step "$dt streamed, re-read hints $hints"
+      timeout 120 "$bin" bench --backend cuda --ops rmsnorm,layernorm,residual_layernorm,softmax \
+        --shapes 4096x32768 --dtypes "$dt" --workers 1024 --pack "$v" --unroll 2 --residency stream \
+        $flag $s --capture-sources --output "$r-reread-$hints-wide-$dt-h200" \
+        > "${OUT:-/tmp}/wide-$hints-$dt.log" 2>&1
+      echo "bench rc=$?"
+      timeout 80 "$bin" bench --backend cuda --ops rmsnorm,layernorm --shapes 32768x4096 \
+        --dtypes "$dt" --workers 256 --pack "$v" --residency stream $flag $s --capture-sources \
+        --output "$r-reread-$hints-large-$dt-h200" > "${OUT:-/tmp}/large-$hints-$dt.log" 2>&1
+      echo "bench rc=$?"
+    done
+    keep "reread-$hints" "$r"-reread-"$hints"-*-h200
   done
   ;;
 *) echo "unknown call $call (1-13)"; exit 2 ;;

@@ -12,6 +12,7 @@ use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Refusal, Shape, Target};
 
 pub mod args;
+pub mod compile_check;
 pub mod latency;
 pub mod replay_cmd;
 pub mod search_cmd;

@@ -82,6 +82,21 @@ enum Command {
         #[arg(long)]
         output: PathBuf,
     },
+    /// Generate and compile plans with NVRTC alone (no GPU needed) and
+    /// print ptxas' registers and spills per kernel; exit 1 if any fails.
+    CompileCheck {
+        /// Operators, comma separated, or `all` (the six).
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        ops: Vec<String>,
+        #[arg(long, value_delimiter = ',', value_parser = parse_shape, required = true)]
+        shapes: Vec<Shape>,
+        #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32")]
+        dtypes: Vec<DType>,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+    },
     /// Judge the replays in these directories against issue 6's speed
     /// targets 1-3, case by case, from their recorded rounds, and searches
     /// against target 4 (the automatic mapping against the winner).
@@ -402,6 +417,15 @@ fn main() {
             iters,
             &output,
         ),
+        Command::CompileCheck {
+            ops,
+            shapes,
+            dtypes,
+            layout,
+            arch,
+        } => parse_ops(&ops).and_then(|ops| {
+            lanefold::compile_check::compile_check(&ops, &shapes, &dtypes, &layout.request(), &arch)
+        }),
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
             &args.dtypes,

@@ -134,6 +134,18 @@ fn cuda_without_a_driver_says_so() {
 }
 
 #[test]
+fn compile_check_without_nvrtc_says_so() {
+    let has_nvrtc = std::env::var_os("LD_LIBRARY_PATH").is_some()
+        || std::path::Path::new("/usr/local/cuda/lib64").exists()
+        || std::path::Path::new("/usr/lib/x86_64-linux-gnu/libnvrtc.so").exists();
+    if has_nvrtc {
+        return; // Only meaningful where no NVRTC can be found (CI's tests).
+    }
+    let o = lanefold(&["compile-check", "--ops", "sum", "--shapes", "4x128"]);
+    assert_clean_failure(&o, 1, "no NVRTC found");
+}
+
+#[test]
 fn latency_refuses_a_malformed_shape() {
     let o = lanefold(&[
         "latency",

@@ -325,7 +325,7 @@ impl CudaBackend {
         let loaded = match binary {
             Some(l) => l,
             None => {
-                let bytes = self.compile(&kernel, &opts)?;
+                let (bytes, _log) = compile_kernel(&kernel, &opts)?;
                 if let Some(disk) = &self.disk {
                     if let Err(e) = disk.store(&key, &bytes) {
                         eprintln!(
@@ -343,64 +343,6 @@ impl CudaBackend {
             .expect("cache lock")
             .insert(key, loaded.clone());
         Ok(loaded)
-    }
-
-    fn compile(&self, kernel: &Kernel, opts: &[String]) -> Result<Vec<u8>, CudaError> {
-        let nv = |error: nvrtc::result::NvrtcError, log: String| CudaError::Compile {
-            kernel: kernel.name.clone(),
-            error: error.to_string(),
-            log,
-        };
-        let src = CString::new(kernel.source.as_str())
-            .map_err(|_| CudaError::Data("kernel source contains a NUL byte".into()))?;
-        let file =
-            CString::new(format!("{}.cu", kernel.name)).expect("kernel names are identifiers");
-        let prog =
-            nvrtc::result::create_program(&src, Some(&file)).map_err(|e| nv(e, String::new()))?;
-        // SAFETY: `prog` is a live program until destroyed below.
-        let result = unsafe {
-            let compiled = nvrtc::result::compile_program(prog, opts);
-            let log = nvrtc::result::get_program_log(prog)
-                .map(|l| {
-                    let bytes: Vec<u8> = l
-                        .iter()
-                        .take_while(|&&c| c != 0)
-                        .map(|&c| c as u8)
-                        .collect();
-                    String::from_utf8_lossy(&bytes).into_owned()
-                })
-                .unwrap_or_default();
-            match compiled {
-                Err(e) => Err(nv(e, log)),
-                Ok(()) => {
-                    let mut size = 0usize;
-                    match nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size).result() {
-                        Err(e) => Err(nv(e, log)),
-                        Ok(()) => {
-                            let mut bin = vec![0u8; size];
-                            nvrtc::sys::nvrtcGetCUBIN(
-                                prog,
-                                bin.as_mut_ptr() as *mut std::ffi::c_char,
-                            )
-                            .result()
-                            .map(|()| bin)
-                            .map_err(|e| nv(e, log))
-                        }
-                    }
-                }
-            }
-        };
-        // SAFETY: destroyed once.
-        let _ = unsafe { nvrtc::result::destroy_program(prog) };
-        let bin = result?;
-        if bin.is_empty() {
-            return Err(CudaError::Compile {
-                kernel: kernel.name.clone(),
-                error: "empty cubin".into(),
-                log: String::new(),
-            });
-        }
-        Ok(bin)
     }
 
     fn load_binary(&self, kernel: &Kernel, bytes: Vec<u8>) -> Result<Loaded, CudaError> {
@@ -642,8 +584,158 @@ impl CudaBackend {
     }
 }
 
+/// NVRTC: a kernel's source to a cubin, with the compiler's log. Needs
+/// `libnvrtc` only, no driver or device.
+fn compile_kernel(kernel: &Kernel, opts: &[String]) -> Result<(Vec<u8>, String), CudaError> {
+    let nv = |error: nvrtc::result::NvrtcError, log: String| CudaError::Compile {
+        kernel: kernel.name.clone(),
+        error: error.to_string(),
+        log,
+    };
+    let src = CString::new(kernel.source.as_str())
+        .map_err(|_| CudaError::Data("kernel source contains a NUL byte".into()))?;
+    let file = CString::new(format!("{}.cu", kernel.name)).expect("kernel names are identifiers");
+    let prog =
+        nvrtc::result::create_program(&src, Some(&file)).map_err(|e| nv(e, String::new()))?;
+    // SAFETY: `prog` is a live program until destroyed below.
+    let result = unsafe {
+        let compiled = nvrtc::result::compile_program(prog, opts);
+        let log = nvrtc::result::get_program_log(prog)
+            .map(|l| {
+                let bytes: Vec<u8> = l
+                    .iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+            .unwrap_or_default();
+        match compiled {
+            Err(e) => Err(nv(e, log)),
+            Ok(()) => {
+                let mut size = 0usize;
+                match nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size).result() {
+                    Err(e) => Err(nv(e, log)),
+                    Ok(()) => {
+                        let mut bin = vec![0u8; size];
+                        match nvrtc::sys::nvrtcGetCUBIN(
+                            prog,
+                            bin.as_mut_ptr() as *mut std::ffi::c_char,
+                        )
+                        .result()
+                        {
+                            Ok(()) => Ok((bin, log)),
+                            Err(e) => Err(nv(e, log)),
+                        }
+                    }
+                }
+            }
+        }
+    };
+    // SAFETY: destroyed once.
+    let _ = unsafe { nvrtc::result::destroy_program(prog) };
+    let (bin, log) = result?;
+    if bin.is_empty() {
+        return Err(CudaError::Compile {
+            kernel: kernel.name.clone(),
+            error: "empty cubin".into(),
+            log: String::new(),
+        });
+    }
+    Ok((bin, log))
+}
+
+/// What ptxas reported for one kernel (`--ptxas-options=-v`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PtxasReport {
+    pub registers: Option<u32>,
+    pub stack_bytes: Option<u32>,
+    pub spill_store_bytes: Option<u32>,
+    pub spill_load_bytes: Option<u32>,
+}
+
+impl PtxasReport {
+    /// Read the numbers out of a verbose ptxas log.
+    pub fn parse(log: &str) -> PtxasReport {
+        // "<n> <unit>" pairs: the number just before `unit`.
+        fn before(text: &str, unit: &str) -> Option<u32> {
+            let at = text.find(unit)?;
+            text[..at].split_whitespace().last()?.parse().ok()
+        }
+        let mut r = PtxasReport::default();
+        for line in log.lines() {
+            if line.contains("Used ") && line.contains(" registers") {
+                r.registers = before(line, " registers");
+            }
+            if line.contains("stack frame") {
+                r.stack_bytes = before(line, " bytes stack frame");
+                r.spill_store_bytes = before(line, " bytes spill stores");
+                r.spill_load_bytes = before(line, " bytes spill loads");
+            }
+        }
+        r
+    }
+}
+
+/// One kernel compiled without a device.
+#[derive(Clone, Debug)]
+pub struct OfflineCompile {
+    pub kernel: String,
+    pub cubin_bytes: usize,
+    pub log: String,
+    pub ptxas: PtxasReport,
+}
+
+/// Generate and compile `plan` for `arch` (e.g. `sm_90`) through NVRTC
+/// alone, with ptxas' verbose report: a check of the generated code and
+/// a register count where no GPU is. Loads nothing onto a device.
+pub fn compile_offline(
+    plan: &Plan,
+    options: &CodegenOptions,
+    arch: &str,
+) -> Result<OfflineCompile, CudaError> {
+    probe_nvrtc()?;
+    let kernel = generate(plan, options)?;
+    let mut opts = nvrtc_options(options, arch);
+    opts.push("--ptxas-options=-v".to_string());
+    let (cubin, log) = compile_kernel(&kernel, &opts)?;
+    Ok(OfflineCompile {
+        kernel: kernel.name,
+        cubin_bytes: cubin.len(),
+        ptxas: PtxasReport::parse(&log),
+        log,
+    })
+}
+
+/// `major.minor` of the loaded NVRTC, or None where it is missing.
+pub fn nvrtc_version() -> Option<String> {
+    probe_nvrtc().ok()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loaded (probed); writes two ints.
+    unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .ok()?;
+    Some(format!("{major}.{minor}"))
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn ptxas_reports_are_read_from_a_verbose_log() {
+        let log = "ptxas info    : 11 bytes gmem\n\
+ptxas info    : Compiling entry function 'lf_softmax_bf16_w2048_v8_u4_g1_c8_ob4' for 'sm_90'\n\
+ptxas info    : Function properties for lf_softmax_bf16_w2048_v8_u4_g1_c8_ob4\n\
+    160 bytes stack frame, 184 bytes spill stores, 180 bytes spill loads\n\
+ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack size\n";
+        let r = PtxasReport::parse(log);
+        assert_eq!(r.registers, Some(64));
+        assert_eq!(r.stack_bytes, Some(160));
+        assert_eq!(r.spill_store_bytes, Some(184));
+        assert_eq!(r.spill_load_bytes, Some(180));
+        assert_eq!(PtxasReport::parse("no report"), PtxasReport::default());
+    }
+
     use super::*;
 
     /// This machine has no GPU: open must fail with a clear error.

@@ -1,0 +1,101 @@
+//! `lanefold compile-check`: every requested plan generated and compiled
+//! by NVRTC alone (no driver, no GPU), with ptxas' register and spill
+//! report per kernel. Catches code NVRTC refuses (inline PTX included)
+//! and shows register counts where no device is at hand.
+
+use anyhow::{bail, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use lanefold_codegen::CodegenOptions;
+use lanefold_ir::{DType, Operator, OperatorOptions};
+use lanefold_plan::{plan, LayoutRequest, Problem, Shape, Target};
+
+pub fn compile_check(
+    ops: &[Operator],
+    shapes: &[Shape],
+    dtypes: &[DType],
+    request: &LayoutRequest,
+    arch: &str,
+) -> Result<()> {
+    let version = lanefold_cuda::nvrtc_version();
+    let Some(version) = version else {
+        // The same clear error the runtime gives.
+        lanefold_cuda::probe_nvrtc()?;
+        bail!("NVRTC is present but did not report its version");
+    };
+    let target = Target::h200();
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "op",
+        "dtype",
+        "shape",
+        "plan",
+        "kernel",
+        "registers",
+        "spill st/ld B",
+        "stack B",
+        "result",
+    ]);
+    let (mut failures, mut compiled, mut refused) = (0, 0, 0);
+    for &shape in shapes {
+        for &op in ops {
+            for &dtype in dtypes {
+                let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                let cells = match plan(&problem, &target, request) {
+                    Err(refusal) => {
+                        refused += 1;
+                        vec![
+                            "—".into(),
+                            "—".into(),
+                            "—".into(),
+                            "—".into(),
+                            "—".into(),
+                            format!("refused: {refusal}"),
+                        ]
+                    }
+                    Ok(p) => {
+                        match lanefold_cuda::compile_offline(&p, &CodegenOptions::default(), arch) {
+                            Ok(c) => {
+                                compiled += 1;
+                                let n = |x: Option<u32>| x.map_or("?".into(), |x| x.to_string());
+                                vec![
+                                    p.describe(),
+                                    c.kernel,
+                                    n(c.ptxas.registers),
+                                    format!(
+                                        "{}/{}",
+                                        n(c.ptxas.spill_store_bytes),
+                                        n(c.ptxas.spill_load_bytes)
+                                    ),
+                                    n(c.ptxas.stack_bytes),
+                                    "ok".into(),
+                                ]
+                            }
+                            Err(e) => {
+                                failures += 1;
+                                vec![
+                                    p.describe(),
+                                    "—".into(),
+                                    "—".into(),
+                                    "—".into(),
+                                    "—".into(),
+                                    format!("FAILED: {e}"),
+                                ]
+                            }
+                        }
+                    }
+                };
+                let mut row = vec![op.to_string(), dtype.to_string(), shape.to_string()];
+                row.extend(cells);
+                table.add_row(row);
+            }
+        }
+    }
+    println!("NVRTC {version}, {arch}, target {}", target.name);
+    println!("{table}");
+    println!("{compiled} kernels compiled, {failures} failed, {refused} plans refused");
+    if failures > 0 {
+        bail!("{failures} kernels did not compile");
+    }
+    Ok(())
+}
