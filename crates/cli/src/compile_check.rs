@@ -31,7 +31,7 @@ pub fn compile_check(
         "shape",
         "plan",
         "kernel",
-        "registers",
+        "registers (estimate)",
         "spill st/ld B",
         "stack B",
         "result",
@@ -61,7 +61,7 @@ pub fn compile_check(
                                 vec![
                                     p.describe(),
                                     c.kernel,
-                                    n(c.ptxas.registers),
+                                    format!("{} ({})", n(c.ptxas.registers), p.registers),
                                     format!(
                                         "{}/{}",
                                         n(c.ptxas.spill_store_bytes),
