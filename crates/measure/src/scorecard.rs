@@ -237,12 +237,7 @@ pub fn mark_todays_default(
         let Some(case) = file.cases.iter().find(|c| c.id == v.id) else {
             continue;
         };
-        let request = lanefold_plan::LayoutRequest {
-            streaming_hints: case.candidate.request.streaming_hints,
-            hoist_columns: case.candidate.request.hoist_columns,
-            occupancy: case.candidate.request.occupancy,
-            ..Default::default()
-        };
+        let request = case.candidate.request.automatic_with_policies();
         match default_pick(&case.op, &case.dtype, &case.shape, &request, target) {
             Ok(today) if today != case.candidate.describe => v.todays_default = Some(today),
             Ok(_) => {}
@@ -252,15 +247,9 @@ pub fn mark_todays_default(
 }
 
 fn todays_pick(problem: &SearchProblem, target: &lanefold_plan::Target) -> Result<String, String> {
-    // Today's default request, keeping only the base's cache and launch
-    // policies (old searches recorded the seed mapper or fixed cluster
-    // group sizes in their base).
-    let request = lanefold_plan::LayoutRequest {
-        streaming_hints: problem.base.streaming_hints,
-        hoist_columns: problem.base.hoist_columns,
-        occupancy: problem.base.occupancy,
-        ..Default::default()
-    };
+    // Old searches recorded the seed mapper or fixed cluster group sizes
+    // in their base: only its policies carry over.
+    let request = problem.base.automatic_with_policies();
     default_pick(
         &problem.op,
         &problem.dtype,

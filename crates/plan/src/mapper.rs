@@ -121,6 +121,21 @@ pub struct LayoutRequest {
     pub reread_hints: bool,
 }
 
+impl LayoutRequest {
+    /// Today's default request with this one's load and launch policies
+    /// (hints, hoisting, occupancy) and nothing of its layout: what a user
+    /// asking for the same policies gets from the automatic mapping.
+    pub fn automatic_with_policies(&self) -> LayoutRequest {
+        LayoutRequest {
+            streaming_hints: self.streaming_hints,
+            hoist_columns: self.hoist_columns,
+            occupancy: self.occupancy,
+            reread_hints: self.reread_hints,
+            ..Default::default()
+        }
+    }
+}
+
 /// How the mapper fills in an automatic W and V.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
