@@ -574,12 +574,15 @@ impl Ctx<'_> {
                         && self.buffer_kind(buffer) == BufferKind::Row
                         && !self.plan.rereads_tiles();
                     // A re-read row tile: kept by its first load, let go
-                    // by its last.
+                    // by its last. Columns (weight, bias), which every row
+                    // reads, are kept too.
                     let phases = &self.demanded[val.index()];
-                    let reread = self.plan.reread_hints
-                        && self.buffer_kind(buffer) == BufferKind::Row
-                        && phases.len() > 1;
-                    let policy = if !reread {
+                    let kind = self.buffer_kind(buffer);
+                    let reread =
+                        self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
+                    let policy = if self.plan.reread_hints && kind == BufferKind::Column {
+                        Some("lf_ld_keep({ptr}, lf_keep)")
+                    } else if !reread {
                         None
                     } else if phases.first() == Some(&p) {
                         Some("lf_ld_keep({ptr}, lf_keep)")

@@ -163,8 +163,9 @@ fn reread_hints_keep_a_streamed_tile_for_its_reread_and_drop_it_after() {
         p1.contains("const uint4 a = lf_ld_drop(q + 0, lf_drop);"),
         "{p1}"
     );
-    // The weight (a column) loads plainly.
-    assert!(p1.contains("const uint4 a = q[0];"), "{p1}");
+    // The weight (a column, read by every row) is kept as well.
+    assert_eq!(p1.matches("lf_ld_keep(q + 0, lf_keep)").count(), 1, "{p1}");
+    assert!(!p1.contains("const uint4 a = q[0];"), "{p1}");
     // Only loads, helpers, policies and the name change.
     let strip = |s: &str, name: &str, describe: &str| {
         s.replace(name, "NAME")

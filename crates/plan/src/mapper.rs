@@ -115,8 +115,10 @@ pub struct LayoutRequest {
     pub occupancy: u32,
     /// In a streamed plan, load a row tile that a later phase reads again
     /// with L2 evict-last priority, and its last re-read with evict-first,
-    /// so re-reads stay L2 hits under the output stream. A cache policy
-    /// only: same bits; no effect on plans that re-read nothing.
+    /// so re-reads stay L2 hits under the output stream; columns (weight,
+    /// bias) are loaded evict-last too. Torch.compile's looped reductions
+    /// do the same. A cache policy only: same bits; no effect on plans
+    /// that re-read nothing.
     #[serde(default)]
     pub reread_hints: bool,
 }
