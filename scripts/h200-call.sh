@@ -236,7 +236,7 @@ case $call in
   # 32768x4096 streamed against its register default; 16-byte packs (an
   # explicit W without V would mean V=1).
   for hints in off on; do
-    flag=""; [ "$hints" = on ] && flag="--reread-hints"
+    flag=""; [ "$hints" = on ] && flag="--reread-hints --torch-compile"
     for dp in f32:4 bf16:8; do
       dt=${dp%:*}; v=${dp#*:}
       step "$dt streamed, re-read hints $hints"
