@@ -14,6 +14,8 @@ import statistics
 import subprocess
 import sys
 
+from target4_grid import cluster_group_threads
+
 
 def main(binary):
     lib = subprocess.check_output(["bash", "scripts/fetch-nvrtc.sh"]).decode().strip()
@@ -31,8 +33,7 @@ def main(binary):
                 if key in seen:
                     continue
                 seen.add(key)
-                threads = re.search(r"group-threads=(\d+)", describe)
-                cgt = threads.group(1) if threads else ("512" if "cluster=" in describe else "0")
+                cgt = cluster_group_threads(describe)
                 args = [binary, "compile-check", "--ops", p["op"], "--shapes", p["shape"],
                         "--dtypes", p["dtype"], "--workers", str(layout["workers"]),
                         "--pack", str(layout["pack"]), "--unroll", str(layout["unroll"]),

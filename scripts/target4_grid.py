@@ -17,6 +17,15 @@ TARGET_SHAPES = {
 }
 
 
+def cluster_group_threads(describe):
+    """The cluster group size a layout description names: its
+    `group-threads=T`, else 512 (the H200's) for a cluster, else 0."""
+    threads = re.search(r"group-threads=(\d+)", describe)
+    if threads:
+        return threads.group(1)
+    return "512" if "cluster=" in describe else "0"
+
+
 def main(root):
     best = {}
     for path in sorted(glob.glob(os.path.join(root, "*search*", "results.json"))):
@@ -31,9 +40,7 @@ def main(root):
             m = re.match(r"W=(\d+) V=(\d+) U=(\d+) G=\d+", w["describe"])
             if not m:
                 sys.exit(f"{path}: {p['id']}: unreadable layout {w['describe']!r}")
-            threads = re.search(r"group-threads=(\d+)", w["describe"])
-            cluster = "cluster=" in w["describe"]
-            t = threads.group(1) if threads else ("512" if cluster else "0")
+            t = cluster_group_threads(w["describe"])
             key = (p["op"], p["dtype"], p["shape"])
             if key not in best or w["fresh_p50"] < best[key][0]:
                 best[key] = (w["fresh_p50"], m.group(1), m.group(2), m.group(3), t)

@@ -44,14 +44,7 @@ pub fn compile_check(
                 let cells = match plan(&problem, &target, request) {
                     Err(refusal) => {
                         refused += 1;
-                        vec![
-                            "—".into(),
-                            "—".into(),
-                            "—".into(),
-                            "—".into(),
-                            "—".into(),
-                            format!("refused: {refusal}"),
-                        ]
+                        no_kernel("—".into(), format!("refused: {refusal}"))
                     }
                     Ok(p) => {
                         match lanefold_cuda::compile_offline(&p, &CodegenOptions::default(), arch) {
@@ -73,14 +66,7 @@ pub fn compile_check(
                             }
                             Err(e) => {
                                 failures += 1;
-                                vec![
-                                    p.describe(),
-                                    "—".into(),
-                                    "—".into(),
-                                    "—".into(),
-                                    "—".into(),
-                                    format!("FAILED: {e}"),
-                                ]
+                                no_kernel(p.describe(), format!("FAILED: {e}"))
                             }
                         }
                     }
@@ -98,4 +84,10 @@ pub fn compile_check(
         bail!("{failures} kernels did not compile");
     }
     Ok(())
+}
+
+/// The cells of a row without a compiled kernel: its plan, its result.
+fn no_kernel(plan: String, result: String) -> Vec<String> {
+    let dash = || "—".to_string();
+    vec![plan, dash(), dash(), dash(), dash(), result]
 }

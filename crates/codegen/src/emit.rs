@@ -580,14 +580,16 @@ impl Ctx<'_> {
                     let kind = self.buffer_kind(buffer);
                     let reread =
                         self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
+                    const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
+                    const DROP: (&str, &str) = ("lf_ld_drop", "lf_drop");
                     let policy = if self.plan.reread_hints && kind == BufferKind::Column {
-                        Some("lf_ld_keep({ptr}, lf_keep)")
+                        Some(KEEP)
                     } else if !reread {
                         None
                     } else if phases.first() == Some(&p) {
-                        Some("lf_ld_keep({ptr}, lf_keep)")
+                        Some(KEEP)
                     } else if phases.last() == Some(&p) {
-                        Some("lf_ld_drop({ptr}, lf_drop)")
+                        Some(DROP)
                     } else {
                         None
                     };
@@ -595,9 +597,8 @@ impl Ctx<'_> {
                         self.open("{");
                         if streamed {
                             self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
-                        } else if let Some(call) = policy {
-                            let call = call.replace("{ptr}", &format!("q + {k}"));
-                            self.line(&format!("const {ty} a = {call};"));
+                        } else if let Some((load, pol)) = policy {
+                            self.line(&format!("const {ty} a = {load}(q + {k}, {pol});"));
                         } else {
                             self.line(&format!("const {ty} a = q[{k}];"));
                         }

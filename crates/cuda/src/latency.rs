@@ -110,9 +110,7 @@ impl Prepared<'_> {
     }
 
     fn one(&mut self, variant: LatencyVariant) -> Result<f64, CudaError> {
-        let n = self.sets.len();
-        let k = self.next_single % n;
-        self.next_single = (k + 1) % n;
+        let k = self.next_single_set();
         let t0 = Instant::now();
         match variant {
             LatencyVariant::SyncOnly => {}

@@ -47,7 +47,7 @@ pub struct Prepared<'a> {
     start: CudaEvent,
     end: CudaEvent,
     /// Set used by the next `single` call (rotates like the batches).
-    pub(crate) next_single: usize,
+    next_single: usize,
     /// lanefold's one-call path, built on first use; Some(None) for a
     /// cluster kernel (direct launch).
     call_graph: Option<Option<CallGraph>>,
@@ -152,6 +152,13 @@ impl<'a> Prepared<'a> {
     fn launch_set(&mut self, k: usize) -> Result<(), CudaError> {
         let n = self.sets.len();
         self.backend.launch(&self.loaded, &mut self.sets[k % n])
+    }
+
+    /// The input set of the next single call (rotating like the batches).
+    pub(crate) fn next_single_set(&mut self) -> usize {
+        let k = self.next_single % self.sets.len();
+        self.next_single = (k + 1) % self.sets.len();
+        k
     }
 
     /// One call the way lanefold's runtime makes it: a cached one-node
@@ -314,8 +321,7 @@ impl<'a> Prepared<'a> {
     pub fn single(&mut self) -> Result<(f64, f64), CudaError> {
         self.synchronize("before the single call")?;
         let stream = self.backend.stream.clone();
-        let k = self.next_single;
-        self.next_single = (k + 1) % self.sets.len();
+        let k = self.next_single_set();
         if self.call_graph.is_none() {
             self.call(k)?;
             self.synchronize("warming the call path")?;
