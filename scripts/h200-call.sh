@@ -27,6 +27,8 @@
 #   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
 #   CALL 12: target 4 for today's mapper, one small search per searched problem
 #   CALL 13: re-read hints on streamed plans, off then on
+#   CALL 14: streamed plans with re-read hints against today's default
+#           (bench both, then paired replays with all three peers)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -41,6 +43,15 @@ if [ -n "${LIGER_WHEEL:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$LIGER_WHEEL"
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# Peer inputs and outputs (hundreds of MB per large case and side) go
+# through files: keep them in RAM where /dev/shm has room (a container's
+# default 64 MB does not), since the replay's wall time per round is mostly
+# this traffic, not the timed phases.
+shm_free_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
+if [ "${shm_free_kb:-0}" -gt $((16 * 1024 * 1024)) ]; then
+  export TMPDIR=/dev/shm/lanefold-tmp && mkdir -p "$TMPDIR"
+fi
+echo "scratch: ${TMPDIR:-/tmp} (/dev/shm free: ${shm_free_kb:-?} KB)"
 left() { echo $((budget - SECONDS - 20)); }
 keep() { # tar the named results directories into $OUT
   [ -n "${OUT:-}" ] || return 0
@@ -253,6 +264,43 @@ case $call in
     keep "reread-$hints" "$r"-reread-"$hints"-*-h200
   done
   ;;
-*) echo "unknown call $call (1-13)"; exit 2 ;;
+14)
+  # Streamed plans with re-read hints against today's default where target 1
+  # is missed (call 13: bf16 rmsnorm 131 -> 126 µs on 32768x4096, 137 -> 129
+  # on 4096x32768): benches of both, then paired replays with all peers,
+  # one per streamed group width (automatic U).
+  step "today's default, bench"
+  timeout 60 "$bin" bench --backend cuda --ops rmsnorm,layernorm,softmax \
+    --shapes 32768x4096,16384x8192,4096x32768 --dtypes bf16 $s --capture-sources \
+    --output "$r-hints-default-bf16-h200" > "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops rmsnorm,layernorm --shapes 32768x4096,4096x32768 \
+    --dtypes f32 $s --capture-sources --output "$r-hints-default-f32-h200" >> "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  for c in bf16:8:32768x4096:256 bf16:8:16384x8192:512 bf16:8:4096x32768:1024 \
+    f32:4:32768x4096:256 f32:4:4096x32768:1024; do
+    IFS=: read -r dt v shape w <<< "$c"
+    step "streamed + hints $dt $shape W=$w"
+    ops=rmsnorm,layernorm,softmax; [ "$dt" = f32 ] && ops=rmsnorm,layernorm
+    timeout 40 "$bin" bench --backend cuda --ops "$ops" --shapes "$shape" --dtypes "$dt" \
+      --workers "$w" --pack "$v" --residency stream --reread-hints $s --capture-sources \
+      --output "$r-hints-$shape-$dt-h200" >> "${OUT:-/tmp}/hinted.log" 2>&1
+    echo "bench rc=$?"
+  done
+  keep benches "$r"-hints-*-h200
+  for c in bf16:32768x4096 bf16:16384x8192 bf16:4096x32768 f32:32768x4096 f32:4096x32768; do
+    IFS=: read -r dt shape <<< "$c"
+    step "replay $dt $shape"
+    [ "$(left)" -gt 60 ] || { echo "deadline: no replay of $dt $shape"; continue; }
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$r-hints-default-$dt-h200/results.json" \
+      --candidate "$r-hints-$shape-$dt-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+      --deadline-s "$(( $(left) - 40 ))" --output "$r-hints-replay-$shape-$dt-h200" \
+      >> "${OUT:-/tmp}/replay.log" 2>&1
+    echo "replay rc=$?"
+  done
+  keep replays "$r"-hints-replay-*-h200
+  "$bin" scorecard "$r"-hints-replay-*-h200 | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-14)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
