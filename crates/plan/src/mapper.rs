@@ -472,7 +472,76 @@ fn choose_by_model(
             w *= 2;
         }
     }
-    Ok(model_pick(&scores).map_or(seed, |i| requests[i]))
+    let Some(i) = model_pick(&scores) else {
+        return Ok(seed);
+    };
+    let pick = requests[i];
+    if request.residency == ResidencyRequest::Auto && !request.batch_invariant {
+        let picked = plan_rows(problem, target, &pick)?;
+        if let Some(streamed) = hinted_stream_instead(problem, target, &picked, &pick) {
+            return Ok(streamed);
+        }
+    }
+    Ok(pick)
+}
+
+/// Register plans keeping this many private slots per thread compile to
+/// 108-128 registers on sm_90 (the estimate says 100), one or two groups
+/// per multiprocessor (`lanefold compile-check`, bench/NOTES.md campaign 6).
+const WIDE_SLOT_PLAN: usize = 64;
+
+/// Problems at least this large (the H200's L2 is 50 MB) are where the
+/// streamed alternative below was measured.
+const HINTED_STREAM_MIN_BYTES: u64 = 64 << 20;
+
+/// The model's register pick replaced by a streamed plan with re-read hints
+/// (see [`LayoutRequest::reread_hints`]), where the H200 measured that faster
+/// in paired replays with all three peers (2026-11-30-hints-replay-*-h200):
+/// rmsnorm in f32 and bf16 and softmax in bf16, one group per row and a
+/// 64-slot register plan, on problems larger than the L2. There the
+/// streamed plan holds 32-46 registers instead of 108-128 and its re-reads
+/// stay in L2: rmsnorm bf16 1.024-1.055x on 32768x4096, 16384x8192 and
+/// 4096x32768, rmsnorm f32 4096x32768 1.106x, softmax bf16 1.040-1.068x.
+/// Left out, as measured slower: layernorm (0.78-1.04x, slower on two of
+/// three bf16 shapes and on f32 4096x32768); softmax f32 was not measured
+/// with the automatic unroll. The cost model prices re-reads as DRAM
+/// traffic and cannot see this, so it is a rule beside the model, not in it.
+fn hinted_stream_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let op = problem.operator_kind()?;
+    let measured_faster = match op {
+        Operator::Rmsnorm => true,
+        Operator::Softmax => problem.dtype == DType::Bf16,
+        _ => false,
+    };
+    let shape = problem.shape;
+    let bytes = shape.rows as u64 * shape.n as u64 * problem.dtype.size_bytes() as u64;
+    if !measured_faster
+        || picked.residency != Residency::Registers
+        || picked.groups_per_row != 1
+        || picked.resident_slots < WIDE_SLOT_PLAN
+        || bytes < HINTED_STREAM_MIN_BYTES
+    {
+        return None;
+    }
+    // Two 16-byte packs per worker and stripe, as measured: W=256 on rows of
+    // 4096 bf16, 512 on 8192, at most one full group on longer rows.
+    let pack = picked.layout.pack;
+    let per_two_packs = (shape.n as u32 / (2 * pack)).max(target.warp_size);
+    let workers = (1u32 << per_two_packs.ilog2()).min(target.max_threads_per_group);
+    let streamed = LayoutRequest {
+        workers,
+        pack,
+        rows_per_group: 0,
+        residency: ResidencyRequest::Stream,
+        reread_hints: true,
+        ..*pick
+    };
+    plan_rows(problem, target, &streamed).ok().map(|_| streamed)
 }
 
 fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
@@ -1271,5 +1340,79 @@ mod tests {
             "{}",
             chosen.describe()
         );
+    }
+
+    #[test]
+    fn regression_64_slot_register_plans_of_rmsnorm_and_bf16_softmax_stream_with_reread_hints() {
+        // Paired H200 replays with all three peers (2026-11-30-hints-replay-*-h200):
+        // these streamed plans beat the register defaults by 2-11%.
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        let pick = |op, dtype, shape: &str, r: &LayoutRequest| {
+            let p = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            plan(&p, &t, r).unwrap()
+        };
+        let (rms, sm, ln) = (Operator::Rmsnorm, Operator::Softmax, Operator::Layernorm);
+        for (op, dtype, shape, w, v, u) in [
+            (rms, DType::Bf16, "32768x4096", 256, 8, 2),
+            (sm, DType::Bf16, "32768x4096", 256, 8, 2),
+            (rms, DType::Bf16, "16384x8192", 512, 8, 2),
+            (rms, DType::Bf16, "4096x32768", 1024, 8, 4),
+            (sm, DType::Bf16, "4096x32768", 1024, 8, 4),
+            (rms, DType::F32, "4096x32768", 1024, 4, 8),
+        ] {
+            let p = pick(op, dtype, shape, &auto);
+            assert_eq!(
+                (
+                    p.layout.workers,
+                    p.layout.pack,
+                    p.layout.unroll,
+                    p.residency,
+                    p.reread_hints
+                ),
+                (w, v, u, Residency::Stream, true),
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+        }
+        // Measured slower, unmeasured, or not the 64-slot plan: unchanged.
+        for (op, dtype, shape) in [
+            (ln, DType::Bf16, "32768x4096"),
+            (ln, DType::F32, "4096x32768"),
+            (sm, DType::F32, "4096x32768"),
+            (rms, DType::F32, "32768x4096"),
+            (sm, DType::Bf16, "1024x4096"),
+            (rms, DType::Bf16, "4096x131072"),
+        ] {
+            let p = pick(op, dtype, shape, &auto);
+            assert_eq!(
+                p.residency,
+                Residency::Registers,
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+        }
+        // A user's residency or batch invariance is never overridden.
+        for r in [
+            LayoutRequest {
+                residency: ResidencyRequest::Registers,
+                ..auto
+            },
+            LayoutRequest {
+                batch_invariant: true,
+                ..auto
+            },
+        ] {
+            let p = pick(rms, DType::Bf16, "32768x4096", &r);
+            assert_eq!(p.residency, Residency::Registers, "{}", p.describe());
+        }
     }
 }
