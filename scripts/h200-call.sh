@@ -27,6 +27,7 @@
 #   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
 #   CALL 12: target 4 for today's mapper, one small search per searched problem
 #   CALL 13: re-read hints on streamed plans, off then on
+#   CALL 15: the final large-shape bench and A/A replay with all peers
 #   CALL 14: streamed plans with re-read hints against today's default
 #           (bench both, then paired replays with all three peers)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
@@ -301,6 +302,21 @@ case $call in
   keep replays "$r"-hints-replay-*-h200
   "$bin" scorecard "$r"-hints-replay-*-h200 | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-14)"; exit 2 ;;
+15)
+  # The final large-shape replay: today's default for all six operators
+  # (the hinted-stream rule included), benched, then an A/A replay with all
+  # three peers for as many rounds as the call allows.
+  step "large shapes, today's default, bench"
+  timeout 120 "$bin" bench --backend cuda --ops all --shapes 32768x4096,16384x8192,4096x32768 \
+    --dtypes f32,bf16 $s --capture-sources --output "$r-large-v6-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-large-v6-h200"
+  step "A/A replay with all peers"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-large-v6-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 30 ))" \
+    --output "$r-large-v6-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-large-v6-aa-h200"
+  "$bin" scorecard "$r-large-v6-aa-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-15)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
