@@ -15,6 +15,7 @@ pub fn compile_check(
     dtypes: &[DType],
     request: &LayoutRequest,
     arch: &str,
+    occupancy_from_compiler: bool,
 ) -> Result<()> {
     let version = lanefold_cuda::nvrtc_version();
     let Some(version) = version else {
@@ -47,6 +48,14 @@ pub fn compile_check(
                         no_kernel("—".into(), format!("refused: {refusal}"))
                     }
                     Ok(p) => {
+                        let p = if occupancy_from_compiler && request.occupancy == 0 {
+                            let promised = lanefold_measure::bench::compiler_promise(
+                                &problem, &target, request, p, arch,
+                            )?;
+                            promised.0
+                        } else {
+                            p
+                        };
                         match lanefold_cuda::compile_offline(&p, &CodegenOptions::default(), arch) {
                             Ok(c) => {
                                 compiled += 1;

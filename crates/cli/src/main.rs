@@ -96,6 +96,9 @@ enum Command {
         layout: LayoutArgs,
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// Show what bench's --occupancy-from-compiler would promise.
+        #[arg(long)]
+        occupancy_from_compiler: bool,
     },
     /// Judge the replays in these directories against issue 6's speed
     /// targets 1-3, case by case, from their recorded rounds, and searches
@@ -143,6 +146,12 @@ struct BenchArgs {
     /// says would end past it, and write the report of the cases done.
     #[arg(long, value_parser = lanefold::args::parse_seconds)]
     deadline_s: Option<f64>,
+    /// Where no --occupancy is given: compile each plan (NVRTC) and, when
+    /// the compiler lands a few registers over an occupancy step, promise
+    /// that step if the promised kernel does not spill; the promise is
+    /// recorded as an explicit layout. Same results.
+    #[arg(long)]
+    occupancy_from_compiler: bool,
     #[arg(long)]
     output: PathBuf,
     #[arg(long, default_value_t = 1)]
@@ -423,8 +432,16 @@ fn main() {
             dtypes,
             layout,
             arch,
+            occupancy_from_compiler,
         } => parse_ops(&ops).and_then(|ops| {
-            lanefold::compile_check::compile_check(&ops, &shapes, &dtypes, &layout.request(), &arch)
+            lanefold::compile_check::compile_check(
+                &ops,
+                &shapes,
+                &dtypes,
+                &layout.request(),
+                &arch,
+                occupancy_from_compiler,
+            )
         }),
         Command::Speed(args) => lanefold::speed::speed(
             &args.shapes,
@@ -843,6 +860,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         seed: args.seed,
         command_line: std::env::args().collect(),
         deadline_s: args.deadline_s,
+        occupancy_from_compiler: args.occupancy_from_compiler,
     };
     let file = run_bench(&spec)?;
     let invalid = file

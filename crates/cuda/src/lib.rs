@@ -707,6 +707,64 @@ pub fn compile_offline(
     })
 }
 
+/// What the compiler said about an occupancy promise for one plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OccupancyProbe {
+    /// Registers per thread without a promise.
+    pub registers: u32,
+    /// The promise tried (groups per multiprocessor) with the registers
+    /// and local bytes (spill stores + stack) it compiled to; None where
+    /// the count was not a few registers over a step.
+    pub tried: Option<(u32, u32, u32)>,
+    /// The promise to keep: tried and nothing spilled.
+    pub keep: Option<u32>,
+}
+
+/// Compile `plan` (offline) and, where the compiler lands a few registers
+/// over an occupancy step ([`lanefold_plan::occupancy_step_to_try`]), the
+/// same plan promising that step; keep the promise only if the promised
+/// kernel uses no local memory. The occupancy then comes from the
+/// compiler's count, not the mapper's estimate.
+pub fn compiler_occupancy(
+    plan: &Plan,
+    options: &CodegenOptions,
+    arch: &str,
+    target: &lanefold_plan::Target,
+) -> Result<OccupancyProbe, CudaError> {
+    let registers_of = |c: &OfflineCompile| {
+        c.ptxas.registers.ok_or_else(|| CudaError::Compile {
+            kernel: c.kernel.clone(),
+            error: "ptxas reported no register count".into(),
+            log: c.log.clone(),
+        })
+    };
+    let plain = Plan {
+        min_groups_per_multiprocessor: None,
+        ..plan.clone()
+    };
+    let registers = registers_of(&compile_offline(&plain, options, arch)?)?;
+    let Some(groups) =
+        lanefold_plan::occupancy_step_to_try(target, plan.threads_per_group, registers)
+    else {
+        return Ok(OccupancyProbe {
+            registers,
+            tried: None,
+            keep: None,
+        });
+    };
+    let promised = Plan {
+        min_groups_per_multiprocessor: Some(groups),
+        ..plain
+    };
+    let c = compile_offline(&promised, options, arch)?;
+    let local = c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0);
+    Ok(OccupancyProbe {
+        registers,
+        tried: Some((groups, registers_of(&c)?, local)),
+        keep: (local == 0).then_some(groups),
+    })
+}
+
 /// `major.minor` of the loaded NVRTC, or None where it is missing.
 pub fn nvrtc_version() -> Option<String> {
     probe_nvrtc().ok()?;
@@ -773,5 +831,45 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         assert_eq!(a.len(), 64);
         // FMA is an NVRTC option: the source differs only in its comment.
         assert_ne!(a, c);
+    }
+
+    /// Needs NVRTC: CI runs it after `scripts/fetch-nvrtc.sh` (`--ignored`).
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_occupancy_promise_is_kept_for_long_bf16_rmsnorm_and_refused_where_it_spills() {
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        use lanefold_plan::{plan, LayoutRequest, MapperPolicy, Problem, Target};
+        let target = Target::h200();
+        let probe = |op, dtype, shape: &str, workers, pack, group_threads| {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let request = LayoutRequest {
+                workers,
+                pack,
+                cluster_group_threads: group_threads,
+                mapper: MapperPolicy::Model,
+                ..Default::default()
+            };
+            let p = plan(&problem, &target, &request).unwrap();
+            super::compiler_occupancy(&p, &Default::default(), "sm_90", &target).unwrap()
+        };
+        // The layout measured on the H200 (campaign 6): W=2048 V=8 in 8
+        // groups of 256, 71 registers, 64 under the promise, no spill.
+        let rmsnorm = probe(Operator::Rmsnorm, DType::Bf16, "4x131072", 2048, 8, 256);
+        assert_eq!(rmsnorm.keep, Some(4), "{rmsnorm:?}");
+        assert!(rmsnorm.registers > 64, "{rmsnorm:?}");
+        // softmax there (80 registers) is too far over to try: it spilled.
+        let softmax = probe(Operator::Softmax, DType::Bf16, "4x131072", 2048, 8, 256);
+        assert_eq!((softmax.tried, softmax.keep), (None, None), "{softmax:?}");
+        // layernorm f32 W=256 V=4 (44 registers) is tried for 6 groups and
+        // needs local memory there: not kept.
+        let layernorm = probe(Operator::Layernorm, DType::F32, "4x4096", 256, 4, 0);
+        let (groups, _, local) = layernorm.tried.expect("a few registers over 6 groups' 40");
+        assert_eq!((groups, layernorm.keep), (6, None), "{layernorm:?}");
+        assert!(local > 0, "{layernorm:?}");
     }
 }

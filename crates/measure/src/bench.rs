@@ -17,7 +17,7 @@ use lanefold_cpu::reference::{reference, Reference};
 use lanefold_cpu::{validate, Buffers};
 use lanefold_cuda::CudaBackend;
 use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
-use lanefold_plan::{plan, Features, LayoutRequest, Problem, Shape, Target};
+use lanefold_plan::{plan, Features, LayoutRequest, Plan, Problem, Shape, Target};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +48,47 @@ pub struct BenchSpec {
     /// Wall-clock budget in seconds: no case starts that the longest case
     /// so far predicts would end past it (None: no budget).
     pub deadline_s: Option<f64>,
+    /// See [`compiler_promise`]: only where the request makes no promise.
+    pub occupancy_from_compiler: bool,
+}
+
+/// `p` with the occupancy promise the compiler supports
+/// ([`lanefold_cuda::compiler_occupancy`]) and the explicit request that
+/// plans to it, or `p` and `request` unchanged; prints the decision.
+pub fn compiler_promise(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+    p: Plan,
+    arch: &str,
+) -> Result<(Plan, LayoutRequest)> {
+    let probe = lanefold_cuda::compiler_occupancy(&p, &CodegenOptions::default(), arch, target)
+        .context("--occupancy-from-compiler needs NVRTC")?;
+    let what = format!("{} {}", problem.program.name, p.describe());
+    let Some(groups) = probe.keep else {
+        match probe.tried {
+            Some((g, r, local)) => println!(
+                "occupancy: {what}: {} registers; promising {g} groups gave {r} and {local} local bytes: not kept",
+                probe.registers
+            ),
+            None => println!("occupancy: {what}: {} registers, no step to try", probe.registers),
+        }
+        return Ok((p, *request));
+    };
+    let pinned = p.pinned_request(request, groups);
+    let promised = plan(problem, target, &pinned)?;
+    if promised.layout != p.layout || promised.min_groups_per_multiprocessor != Some(groups) {
+        bail!(
+            "{what}: the promised request planned to {} (a mapper bug: a pinned request must keep the layout)",
+            promised.describe()
+        );
+    }
+    let (_, r, _) = probe.tried.expect("a kept promise was tried");
+    println!(
+        "occupancy: {what}: {} registers -> {r} promising {groups} groups, no spill: kept",
+        probe.registers
+    );
+    Ok((promised, pinned))
 }
 
 /// Bytes of one input set (for sizing L2-cold rotation).
@@ -155,7 +196,12 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 }
                 deadline.start_unit();
                 let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
-                let p = plan(&problem, &target, &spec.request)?;
+                let mut p = plan(&problem, &target, &spec.request)?;
+                let mut request = spec.request;
+                if spec.occupancy_from_compiler && spec.request.occupancy == 0 {
+                    let arch = cuda.as_ref().map_or("sm_90", |c| c.arch());
+                    (p, request) = compiler_promise(&problem, &target, &spec.request, p, arch)?;
+                }
                 let features = Features::of(&p, &target);
                 let input_sets = input_sets(
                     &problem,
@@ -229,7 +275,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     op: op.name().into(),
                     dtype: dtype.name().into(),
                     shape: shape.to_string(),
-                    request: spec.request,
+                    request,
                     plan: PlanRecord::of(&p, &features, &target),
                     kernel: kernel.take(),
                     bytes_moved: features.bytes_moved,

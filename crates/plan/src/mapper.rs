@@ -269,6 +269,36 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// A request that plans to exactly this plan's layout and policies
+    /// (W, V, U, G, residency, cluster group size, hints, hoisting) with the
+    /// occupancy promise `groups` (0: none); `base` supplies the rest
+    /// (mapper, order, batch invariance). For a promise decided after
+    /// planning, recorded so that replays re-plan it without a compiler.
+    pub fn pinned_request(&self, base: &LayoutRequest, groups: u32) -> LayoutRequest {
+        LayoutRequest {
+            workers: self.layout.workers,
+            pack: self.layout.pack,
+            unroll: self.layout.unroll,
+            rows_per_group: self.layout.rows_per_group,
+            residency: match self.residency {
+                Residency::Registers => ResidencyRequest::Registers,
+                Residency::Stream => ResidencyRequest::Stream,
+            },
+            cluster_group_threads: if self.groups_per_row > 1 {
+                self.threads_per_group
+            } else {
+                0
+            },
+            streaming_hints: self.streaming_hints,
+            hoist_columns: self.hoisted_columns,
+            reread_hints: self.reread_hints,
+            occupancy: groups,
+            ..*base
+        }
+    }
+}
+
 /// One enumerated candidate: its request and what the mapper made of it.
 #[derive(Clone, Debug)]
 pub struct Candidate {
@@ -761,6 +791,33 @@ pub fn groups_per_multiprocessor(target: &Target, threads: u32, registers: u32) 
     let by_threads = target.max_threads_per_multiprocessor / threads.max(1);
     let by_registers = target.registers_per_group / (registers.max(1) * threads.max(1));
     by_threads.min(by_registers).clamp(1, 32)
+}
+
+/// Registers per thread a group may use for `groups` of `threads` threads
+/// to share one multiprocessor (whole multiples of 8, as sm_90 allocates).
+fn register_budget(target: &Target, threads: u32, groups: u32) -> u32 {
+    (target.registers_per_group / (threads.max(1) * groups.max(1))) / 8 * 8
+}
+
+/// How far over the next occupancy step's budget the compiler's count may
+/// be for the promise to be worth a compile: rmsnorm bf16 4096x131072 went
+/// from 71 to the budget of 64 registers (1.11x) without spilling and ran
+/// 659 -> 599 µs; softmax (80, 1.25x) and layernorm (117) spilled under the
+/// same promise and slowed 27-38% (bench/NOTES.md, campaign 6).
+const OCCUPANCY_STEP_SLACK: f64 = 1.15;
+
+/// The occupancy promise worth trying once the compiler's register count
+/// for a plan is known: one more group per multiprocessor than `registers`
+/// allows, when the count is within [`OCCUPANCY_STEP_SLACK`] of that step's
+/// budget and the thread limit permits it. The caller compiles the promise
+/// and keeps it only if nothing spills.
+pub fn occupancy_step_to_try(target: &Target, threads: u32, registers: u32) -> Option<u32> {
+    let now = groups_per_multiprocessor(target, threads, registers);
+    let next = now + 1;
+    let budget = register_budget(target, threads, next);
+    let fits_threads = next * threads <= target.max_threads_per_multiprocessor;
+    let close = f64::from(registers) <= f64::from(budget) * OCCUPANCY_STEP_SLACK;
+    (fits_threads && budget >= BASE_REGISTERS && registers > budget && close).then_some(next)
 }
 
 /// Aim for a few elements per worker; widen into a cluster while resident
@@ -1414,6 +1471,60 @@ mod tests {
         ] {
             let p = pick(rms, DType::Bf16, "32768x4096", &r);
             assert_eq!(p.residency, Residency::Registers, "{}", p.describe());
+        }
+    }
+
+    #[test]
+    fn an_occupancy_step_is_tried_only_a_few_registers_over_its_budget() {
+        let t = Target::h200();
+        // Measured: 71 -> 64 fit (no spill), 80 and 117 spilled.
+        assert_eq!(occupancy_step_to_try(&t, 256, 71), Some(4));
+        assert_eq!(occupancy_step_to_try(&t, 256, 80), None);
+        assert_eq!(occupancy_step_to_try(&t, 256, 117), None);
+        // Already at the step, or at the thread limit.
+        assert_eq!(occupancy_step_to_try(&t, 256, 64), None);
+        assert_eq!(occupancy_step_to_try(&t, 1024, 20), None);
+        // 86 registers: 2 groups of 256; 3 need 80 or fewer.
+        assert_eq!(occupancy_step_to_try(&t, 256, 86), Some(3));
+        assert_eq!(occupancy_step_to_try(&t, 512, 110), None);
+    }
+
+    #[test]
+    fn a_pinned_request_plans_to_the_same_plan_with_only_the_promise_added() {
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        for (op, dtype, shape) in [
+            (Operator::Rmsnorm, DType::Bf16, "4096x131072"),
+            (Operator::Rmsnorm, DType::Bf16, "32768x4096"),
+            (Operator::Softmax, DType::F32, "1024x262144"),
+            (Operator::Layernorm, DType::Bf16, "1024x4096"),
+            (Operator::Sum, DType::F32, "17x257"),
+            (Operator::CrossEntropy, DType::Bf16, "4096x32768"),
+        ] {
+            let p = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let chosen = plan(&p, &t, &auto).unwrap();
+            let same = plan(&p, &t, &chosen.pinned_request(&auto, 0)).unwrap();
+            assert_eq!(same.describe(), chosen.describe(), "{op} {dtype} {shape}");
+            let threads = chosen.threads_per_group;
+            let groups = (t.max_threads_per_multiprocessor / threads).min(2);
+            let promised = plan(&p, &t, &chosen.pinned_request(&auto, groups)).unwrap();
+            assert_eq!(promised.layout, chosen.layout, "{op} {dtype} {shape}");
+            assert_eq!(promised.min_groups_per_multiprocessor, Some(groups));
+            assert_eq!(
+                promised
+                    .describe()
+                    .replace(&format!(" occupancy={groups}"), ""),
+                chosen.describe(),
+                "{op} {dtype} {shape}"
+            );
         }
     }
 }
