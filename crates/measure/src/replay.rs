@@ -2280,6 +2280,7 @@ mod tests {
             seed: 1,
             command_line: vec!["test".into()],
             deadline_s: None,
+            occupancy_from_compiler: false,
         }
     }
 
@@ -2325,6 +2326,40 @@ mod tests {
         assert_eq!(run_bench(&spec).unwrap().cases.len(), 1);
         assert!(b.join("results.md").is_file());
         for d in [r, out, b] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    /// Needs NVRTC (CI runs it with `--ignored nvrtc`): a promise decided
+    /// by the compiler is recorded as an explicit request, and a replay
+    /// re-plans it, promise included, without compiling anything first.
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_a_compiler_promise_is_recorded_and_replayed_as_an_explicit_layout() {
+        let (r, out) = (tmp("occupancy-ref"), tmp("occupancy-out"));
+        let request = LayoutRequest {
+            workers: 2048,
+            pack: 8,
+            cluster_group_threads: 256,
+            mapper: lanefold_plan::MapperPolicy::Model,
+            ..Default::default()
+        };
+        let file = run_bench(&BenchSpec {
+            ops: vec![Operator::Rmsnorm],
+            shapes: vec!["2x131072".parse().unwrap()],
+            dtypes: vec![DType::Bf16],
+            occupancy_from_compiler: true,
+            ..bench_spec(&r, request)
+        })
+        .unwrap();
+        let case = &file.cases[0];
+        assert_eq!(case.request.occupancy, 4, "{:?}", case.request);
+        assert_eq!(case.request.cluster_group_threads, 256);
+        assert!(case.id.contains("occupancy=4"), "{}", case.id);
+        let replayed = run_replay(&spec(&r, None, &out)).unwrap();
+        assert_eq!(replayed.rounds_done, 2);
+        assert!(audit(&out).is_empty(), "{:?}", audit(&out));
+        for d in [r, out] {
             let _ = std::fs::remove_dir_all(d);
         }
     }
