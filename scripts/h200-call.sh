@@ -27,6 +27,8 @@
 #   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
 #   CALL 12: target 4 for today's mapper, one small search per searched problem
 #   CALL 13: re-read hints on streamed plans, off then on
+#   CALL 16: long rows streamed in a cluster with re-read hints, and the
+#           compiler's occupancy promise, each paired against the default
 #   CALL 15: the final large-shape bench and A/A replay with all peers
 #   CALL 14: streamed plans with re-read hints against today's default
 #           (bench both, then paired replays with all three peers)
@@ -319,6 +321,39 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-large-v6-aa-h200"
   "$bin" scorecard "$r-large-v6-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-15)"; exit 2 ;;
+16)
+  # Target 2 levers (bench/NOTES.md, next device session): long rows
+  # streamed inside a cluster with re-read hints (32-40 registers, so
+  # several rows per multiprocessor; a wave's re-reads fit in L2), and the
+  # compiler's occupancy promise on the register defaults; each paired
+  # against session 5's long-row default with both torch peers.
+  for dp in f32:4 bf16:8; do
+    dt=${dp%:*}; v=${dp#*:}
+    step "long rows streamed in a cluster, $dt"
+    timeout 90 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,cross_entropy \
+      --shapes 4096x131072 --dtypes "$dt" --workers 4096 --pack "$v" --residency stream \
+      --reread-hints $s --capture-sources --output "$r-long-stream-$dt-h200" \
+      > "${OUT:-/tmp}/stream-$dt.log" 2>&1
+    echo "bench rc=$?"
+  done
+  step "long rows, occupancy from the compiler"
+  timeout 90 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,cross_entropy \
+    --shapes 4096x131072 --dtypes f32,bf16 --occupancy-from-compiler $s --capture-sources \
+    --output "$r-long-occ-h200" > "${OUT:-/tmp}/occ.log" 2>&1
+  echo "bench rc=$?"
+  keep benches "$r"-long-stream-*-h200 "$r-long-occ-h200"
+  for c in stream-f32 stream-bf16 occ; do
+    step "replay $c"
+    [ "$(left)" -gt 60 ] || { echo "deadline: no replay of $c"; continue; }
+    timeout "$(left)" "$bin" replay --backend cuda \
+      --reference bench/results/2026-11-30-long-rows-v4-h200/results.json \
+      --candidate "$r-long-$c-h200/results.json" --rounds 2 $s --torch --torch-compile \
+      --deadline-s "$(( $(left) - 40 ))" --output "$r-long-$c-replay-h200" >> "${OUT:-/tmp}/replay.log" 2>&1
+    echo "replay rc=$?"
+  done
+  keep replays "$r"-long-*-replay-h200
+  "$bin" scorecard "$r"-long-*-replay-h200 | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-16)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
