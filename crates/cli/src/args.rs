@@ -65,6 +65,19 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `auto`, `registers` or `stream`.
+pub fn parse_residency(s: &str) -> Result<lanefold_plan::ResidencyRequest, String> {
+    use lanefold_plan::ResidencyRequest as R;
+    match s.trim() {
+        "auto" => Ok(R::Auto),
+        "registers" => Ok(R::Registers),
+        "stream" => Ok(R::Stream),
+        other => Err(format!(
+            "unknown residency '{other}' (expected auto, registers or stream)"
+        )),
+    }
+}
+
 pub fn parse_dtype(s: &str) -> Result<DType, String> {
     s.parse()
         .map_err(|e: lanefold_ir::DTypeError| e.to_string())

@@ -1,7 +1,7 @@
 //! `lanefold search` and `lanefold tune`: the finite layout search with an
 //! explicit objective, and the tuning cache it fills.
 
-use crate::args::{parse_dtype, parse_ops, parse_shape, BackendArg, L2Arg};
+use crate::args::{parse_dtype, parse_ops, parse_residency, parse_shape, BackendArg, L2Arg};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use lanefold_ir::{DType, Operator};
@@ -9,7 +9,7 @@ use lanefold_measure::env::utc_now;
 use lanefold_measure::phases::PhaseConfig;
 use lanefold_measure::search::{device_of, search, Objective, SearchFile, SearchSpec};
 use lanefold_measure::tuning::{TuningCache, TuningEntry, TuningKey};
-use lanefold_plan::{LayoutRequest, Shape};
+use lanefold_plan::{LayoutRequest, ResidencyRequest, Shape};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,6 +43,12 @@ pub struct SearchOptions {
     /// U candidates (0 = automatic).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub tune_unroll: Vec<u32>,
+    /// Residencies each W x V x U is tried with: auto (registers where
+    /// they fit), registers, stream. Streamed candidates re-read tiles, so
+    /// the cost model ranks them low: raise --max-candidates to measure
+    /// them (with --reread-hints they keep re-reads in L2).
+    #[arg(long, value_delimiter = ',', value_parser = parse_residency, default_value = "auto")]
+    pub tune_residency: Vec<ResidencyRequest>,
     /// The objective: host-wall (e2e p50, the default) or gpu (gpu-phase
     /// p50). A candidate without its objective's phase is rejected.
     #[arg(long, value_enum, default_value_t = TuningMetric::HostWall)]
@@ -126,6 +132,7 @@ impl SearchOptions {
             workers: self.tune_workers.clone(),
             packs: self.tune_pack.clone(),
             unrolls: self.tune_unroll.clone(),
+            residencies: self.tune_residency.clone(),
             objective: match self.tuning_metric {
                 TuningMetric::Gpu => Objective::Gpu,
                 TuningMetric::HostWall => Objective::HostWall,

@@ -25,8 +25,8 @@ use lanefold_cpu::reference::reference;
 use lanefold_cuda::CudaBackend;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{
-    enumerate, plan, CostPolicy, Features, LayoutRequest, Plan, Problem, RooflinePolicy, Shape,
-    Target,
+    enumerate, plan, CostPolicy, Features, LayoutRequest, Plan, Problem, ResidencyRequest,
+    RooflinePolicy, Shape, Target,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -105,6 +105,8 @@ pub struct SearchSpec {
     pub workers: Vec<u32>,
     pub packs: Vec<u32>,
     pub unrolls: Vec<u32>,
+    /// Residencies each W x V x U is tried with (empty: the base's alone).
+    pub residencies: Vec<ResidencyRequest>,
     pub objective: Objective,
     /// Distinct legal realizations measured at most (plus the automatic).
     pub max_candidates: usize,
@@ -223,6 +225,10 @@ pub struct SearchFile {
     pub workers: Vec<u32>,
     pub packs: Vec<u32>,
     pub unrolls: Vec<u32>,
+    /// Residencies tried (empty in files written before the list existed:
+    /// the base request's alone).
+    #[serde(default)]
+    pub residencies: Vec<ResidencyRequest>,
     pub max_candidates: usize,
     pub target: String,
     pub problems: Vec<SearchProblem>,
@@ -428,6 +434,7 @@ pub fn search(spec: &SearchSpec) -> Result<SearchFile> {
         workers: spec.workers.clone(),
         packs: spec.packs.clone(),
         unrolls: spec.unrolls.clone(),
+        residencies: spec.residencies.clone(),
         max_candidates: spec.max_candidates,
         target: target.name.clone(),
         problems: vec![],
@@ -490,14 +497,30 @@ fn search_problem(
         problem.program.name, problem.dtype, problem.shape
     );
     let capture = spec.capture_sources.then_some(spec.output.as_path());
-    let mut enumerated = enumerate(
-        problem,
-        target,
-        &spec.base,
-        &spec.workers,
-        &spec.packs,
-        &spec.unrolls,
-    );
+    let bases: Vec<LayoutRequest> = if spec.residencies.is_empty() {
+        vec![spec.base]
+    } else {
+        spec.residencies
+            .iter()
+            .map(|&residency| LayoutRequest {
+                residency,
+                ..spec.base
+            })
+            .collect()
+    };
+    let mut enumerated: Vec<_> = bases
+        .iter()
+        .flat_map(|base| {
+            enumerate(
+                problem,
+                target,
+                base,
+                &spec.workers,
+                &spec.packs,
+                &spec.unrolls,
+            )
+        })
+        .collect();
     // The automatic mapping: the base request as given.
     let auto_plan = plan(problem, target, &spec.base).ok();
     let auto_sha = match &auto_plan {
@@ -1150,6 +1173,7 @@ mod tests {
             workers: workers.to_vec(),
             packs: packs.to_vec(),
             unrolls: vec![1],
+            residencies: vec![],
             objective: Objective::HostWall,
             max_candidates: k,
             device: Device::Cpu,
@@ -1223,6 +1247,28 @@ mod tests {
         assert_eq!(select_for_measurement(&d, Some(3), 2), vec![1, 3]);
         assert_eq!(select_for_measurement(&d, Some(0), 3), vec![0, 1, 2, 3]);
         assert_eq!(select_for_measurement(&d, None, 9), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn residencies_multiply_the_space_and_streamed_candidates_are_measured() {
+        let mut s = spec("residency", "4x256", &[32, 64], &[4], 12);
+        s.residencies = vec![ResidencyRequest::Auto, ResidencyRequest::Stream];
+        let file = search(&s).unwrap();
+        assert_eq!(file.residencies, s.residencies);
+        let p = &file.problems[0];
+        let enumerated = p.candidates.iter().filter(|c| !c.added).count();
+        assert_eq!(enumerated, 4, "2 W x 1 V x 2 residencies");
+        let measured_residency = |r: &str| {
+            p.candidates.iter().any(|c| {
+                c.side.is_some() && c.plan.as_ref().is_some_and(|plan| plan.residency == r)
+            })
+        };
+        assert!(measured_residency("stream"), "{:#?}", p.candidates);
+        assert!(measured_residency("registers"));
+        // The list is recorded and read back; older files read as empty.
+        let again = SearchFile::read(&s.output.join("results.json")).unwrap();
+        assert_eq!(again.residencies, s.residencies);
+        let _ = std::fs::remove_dir_all(&s.output);
     }
 
     #[test]
