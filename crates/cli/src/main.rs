@@ -686,6 +686,11 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
         policy.name()
     );
     println!("{table}");
+    if !searching {
+        if let Some(note) = lanefold_plan::automatic_note(&problem, &target, &base) {
+            println!("note: {note}");
+        }
+    }
     Ok(())
 }
 
