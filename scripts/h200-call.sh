@@ -29,6 +29,7 @@
 #   CALL 13: re-read hints on streamed plans, off then on
 #   CALL 16: long rows streamed in a cluster with re-read hints, and the
 #           compiler's occupancy promise, each paired against the default
+#   CALL 17: occupancy from the compiler on the large shapes, paired
 #   CALL 15: the final large-shape bench and A/A replay with all peers
 #   CALL 14: streamed plans with re-read hints against today's default
 #           (bench both, then paired replays with all three peers)
@@ -354,6 +355,28 @@ case $call in
   keep replays "$r"-long-*-replay-h200
   "$bin" scorecard "$r"-long-*-replay-h200 | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-16)"; exit 2 ;;
+17)
+  # Occupancy from the compiler on the large shapes where compile-check
+  # says it promises (residual_layernorm f32 and bf16, cross_entropy bf16,
+  # softmax f32 16384x8192): default and promised benches, then a paired
+  # replay of the two with torch.compile.
+  q="--ops residual_layernorm,cross_entropy,softmax --shapes 32768x4096,16384x8192 --dtypes f32,bf16"
+  step "large shapes, default"
+  timeout 120 "$bin" bench --backend cuda $q $s --capture-sources \
+    --output "$r-occ-default-h200" > "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  step "large shapes, occupancy from the compiler"
+  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --occupancy-from-compiler \
+    --output "$r-occ-compiler-h200" > "${OUT:-/tmp}/occ.log" 2>&1
+  echo "bench rc=$?"
+  keep benches "$r-occ-default-h200" "$r-occ-compiler-h200"
+  step "paired replay"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-occ-default-h200/results.json" \
+    --candidate "$r-occ-compiler-h200/results.json" --rounds 2 $s --torch-compile \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-occ-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-occ-replay-h200"
+  "$bin" scorecard "$r-occ-replay-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-17)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
