@@ -29,6 +29,7 @@
 #   CALL 13: re-read hints on streamed plans, off then on
 #   CALL 16: long rows streamed in a cluster with re-read hints, and the
 #           compiler's occupancy promise, each paired against the default
+#   CALL 18: the latency probe with the mapped-flag wait (target 3)
 #   CALL 17: occupancy from the compiler on the large shapes, paired
 #   CALL 15: the final large-shape bench and A/A replay with all peers
 #   CALL 14: streamed plans with re-read hints against today's default
@@ -377,6 +378,21 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-occ-replay-h200"
   "$bin" scorecard "$r-occ-replay-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-17)"; exit 2 ;;
+18)
+  # Target 3's single call: the latency probe again, now with the
+  # mapped-flag wait (the GPU writes a host-mapped flag after the kernel;
+  # the host spins on it instead of asking the driver).
+  step "launch-latency probe with the mapped-flag wait"
+  mkdir -p "bench/probes/$date-latency-flag-h200"
+  for c in "rmsnorm 1x127 f32" "softmax 64x4096 f32" "softmax 1x4096 bf16"; do
+    set -- $c
+    timeout 90 "$bin" latency --op "$1" --shape "$2" --dtype "$3" --iters 2000 \
+      --output "bench/probes/$date-latency-flag-h200/$1-$2-$3.json" \
+      > "bench/probes/$date-latency-flag-h200/$1-$2-$3.txt" 2>&1
+    echo "latency $1 $2 $3 rc=$?"
+  done
+  keep latency "bench/probes/$date-latency-flag-h200"
+  ;;
+*) echo "unknown call $call (1-18)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -29,10 +29,14 @@ pub enum LatencyVariant {
     CallSync,
     /// lanefold's call path, then polling `cuStreamQuery`.
     CallSpin,
+    /// lanefold's call path, then `cuStreamWriteValue32` of a host-mapped
+    /// flag after the kernel, which the host spins on without a driver
+    /// call: how much of the wait is the driver noticing completion.
+    CallFlag,
 }
 
 impl LatencyVariant {
-    pub const ALL: [LatencyVariant; 9] = [
+    pub const ALL: [LatencyVariant; 10] = [
         LatencyVariant::SyncOnly,
         LatencyVariant::ExSync,
         LatencyVariant::ExSpin,
@@ -42,6 +46,7 @@ impl LatencyVariant {
         LatencyVariant::GraphSpin,
         LatencyVariant::CallSync,
         LatencyVariant::CallSpin,
+        LatencyVariant::CallFlag,
     ];
 
     pub fn label(self) -> &'static str {
@@ -55,6 +60,7 @@ impl LatencyVariant {
             LatencyVariant::GraphSpin => "graph + poll",
             LatencyVariant::CallSync => "call path + sync",
             LatencyVariant::CallSpin => "call path + poll",
+            LatencyVariant::CallFlag => "call path + mapped flag",
         }
     }
 }
@@ -95,6 +101,79 @@ fn set_ctx_flags(flags: u32) -> Result<(), CudaError> {
         .map_err(driver("setting the context flags"))
 }
 
+/// A 4-byte flag in host-mapped pinned memory that the GPU writes after
+/// the stream's earlier work (`cuStreamWriteValue32`, ordered after it,
+/// with a memory barrier) and the host reads without a driver call.
+struct HostFlag {
+    host: *mut u32,
+    device: sys::CUdeviceptr,
+    seq: u32,
+}
+
+/// Longest wait for the flag before the variant is declared unsupported.
+const FLAG_TIMEOUT_S: f64 = 1.0;
+
+impl HostFlag {
+    fn new() -> Result<HostFlag, CudaError> {
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: out-pointers to locals; 4 bytes, mapped into the device's
+        // address space; freed in Drop.
+        unsafe {
+            sys::cuMemHostAlloc(&mut host, 4, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+                .result()
+                .map_err(driver("allocating the mapped flag"))?;
+            let flag = HostFlag {
+                host: host.cast(),
+                device: 0,
+                seq: 0,
+            };
+            std::ptr::write_volatile(flag.host, 0);
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0)
+                .result()
+                .map_err(driver("mapping the flag"))?;
+            Ok(HostFlag { device, ..flag })
+        }
+    }
+
+    /// Enqueue the next value behind the stream's work and spin until it
+    /// lands in host memory.
+    fn signal_and_wait(&mut self, stream: sys::CUstream) -> Result<(), CudaError> {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        // SAFETY: a live stream; the address is the mapped flag's.
+        unsafe {
+            sys::cuStreamWriteValue32_v2(
+                stream,
+                self.device,
+                self.seq,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+            )
+        }
+        .result()
+        .map_err(driver("enqueueing the flag write"))?;
+        let started = Instant::now();
+        // SAFETY: the pinned allocation lives as long as self.
+        while unsafe { std::ptr::read_volatile(self.host) } != self.seq {
+            if started.elapsed().as_secs_f64() > FLAG_TIMEOUT_S {
+                return Err(CudaError::Data(format!(
+                    "the mapped flag did not arrive within {FLAG_TIMEOUT_S} s"
+                )));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HostFlag {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc in `new`, freed once.
+        unsafe {
+            let _ = sys::cuMemFreeHost(self.host.cast());
+        }
+    }
+}
+
 impl Prepared<'_> {
     /// Poll the stream until its work is done.
     fn poll(&self) -> Result<(), CudaError> {
@@ -109,7 +188,11 @@ impl Prepared<'_> {
         }
     }
 
-    fn one(&mut self, variant: LatencyVariant) -> Result<f64, CudaError> {
+    fn one(
+        &mut self,
+        variant: LatencyVariant,
+        flag: &mut Option<HostFlag>,
+    ) -> Result<f64, CudaError> {
         let k = self.next_single_set();
         let t0 = Instant::now();
         match variant {
@@ -126,7 +209,16 @@ impl Prepared<'_> {
                 Some(Some(g)) => g.launch().map_err(driver("launching the graph"))?,
                 _ => self.backend.launch(&self.loaded, &mut self.sets[0])?,
             },
-            LatencyVariant::CallSync | LatencyVariant::CallSpin => self.call(k)?,
+            LatencyVariant::CallSync | LatencyVariant::CallSpin | LatencyVariant::CallFlag => {
+                self.call(k)?
+            }
+        }
+        if variant == LatencyVariant::CallFlag {
+            let flag = flag
+                .as_mut()
+                .expect("the flag variant runs only with a flag");
+            flag.signal_and_wait(self.backend.stream.cu_stream())?;
+            return Ok(t0.elapsed().as_secs_f64() * 1e6);
         }
         match variant {
             LatencyVariant::ExSpin
@@ -149,8 +241,17 @@ impl Prepared<'_> {
         self.graph(1)?;
         self.call(0)?;
         self.synchronize("warming the call path")?;
+        // Stream memory operations may be missing on a driver or device:
+        // then the flag variant is left out, not the probe.
+        let mut flag = HostFlag::new().ok();
+        if let Some(f) = flag.as_mut() {
+            if let Err(e) = f.signal_and_wait(self.backend.stream.cu_stream()) {
+                eprintln!("latency: the mapped-flag variant is left out: {e}");
+                flag = None;
+            }
+        }
         let original = ctx_flags()?;
-        let result = self.probe_schedules(iters.max(1), original);
+        let result = self.probe_schedules(iters.max(1), original, &mut flag);
         let restored = set_ctx_flags(original);
         let out = result?;
         restored?;
@@ -161,7 +262,12 @@ impl Prepared<'_> {
         &mut self,
         iters: usize,
         original: u32,
+        flag: &mut Option<HostFlag>,
     ) -> Result<Vec<LatencyProbe>, CudaError> {
+        let variants: Vec<LatencyVariant> = LatencyVariant::ALL
+            .into_iter()
+            .filter(|v| *v != LatencyVariant::CallFlag || flag.is_some())
+            .collect();
         let mut out = vec![];
         for (schedule, sched_flag) in SCHEDULES {
             let flags = match sched_flag {
@@ -169,16 +275,16 @@ impl Prepared<'_> {
                 None => original,
             };
             set_ctx_flags(flags)?;
-            let mut samples = vec![Vec::with_capacity(iters); LatencyVariant::ALL.len()];
+            let mut samples = vec![Vec::with_capacity(iters); variants.len()];
             for i in 0..iters + iters / 10 {
-                for (v, variant) in LatencyVariant::ALL.iter().enumerate() {
-                    let us = self.one(*variant)?;
+                for (v, variant) in variants.iter().enumerate() {
+                    let us = self.one(*variant, flag)?;
                     if i >= iters / 10 {
                         samples[v].push(us);
                     }
                 }
             }
-            for (variant, host_us) in LatencyVariant::ALL.iter().zip(samples) {
+            for (variant, host_us) in variants.iter().zip(samples) {
                 out.push(LatencyProbe {
                     schedule,
                     variant: *variant,
