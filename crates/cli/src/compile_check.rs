@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use lanefold_codegen::CodegenOptions;
 use lanefold_ir::{DType, Operator, OperatorOptions};
-use lanefold_plan::{plan, LayoutRequest, Problem, Shape, Target};
+use lanefold_plan::{groups_per_multiprocessor, plan, LayoutRequest, Problem, Shape, Target};
 
 pub fn compile_check(
     ops: &[Operator],
@@ -33,6 +33,7 @@ pub fn compile_check(
         "plan",
         "kernel",
         "registers (estimate)",
+        "groups/SM (estimate)",
         "spill st/ld B",
         "stack B",
         "result",
@@ -64,6 +65,19 @@ pub fn compile_check(
                                     p.describe(),
                                     c.kernel,
                                     format!("{} ({})", n(c.ptxas.registers), p.registers),
+                                    {
+                                        // What the register counts allow, as the
+                                        // cost model computes it from its estimate.
+                                        let groups = |r| {
+                                            groups_per_multiprocessor(
+                                                &target,
+                                                p.threads_per_group,
+                                                r,
+                                            )
+                                        };
+                                        let by_compiler = c.ptxas.registers.map(groups);
+                                        format!("{} ({})", n(by_compiler), groups(p.registers))
+                                    },
                                     format!(
                                         "{}/{}",
                                         n(c.ptxas.spill_store_bytes),
@@ -98,5 +112,5 @@ pub fn compile_check(
 /// The cells of a row without a compiled kernel: its plan, its result.
 fn no_kernel(plan: String, result: String) -> Vec<String> {
     let dash = || "—".to_string();
-    vec![plan, dash(), dash(), dash(), dash(), result]
+    vec![plan, dash(), dash(), dash(), dash(), dash(), result]
 }
