@@ -576,6 +576,10 @@ fn hinted_stream_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
+    // Measured on the H200 only; other targets keep the model's pick.
+    if target.name != "h200" {
+        return None;
+    }
     let op = problem.operator_kind()?;
     let measured_faster = match op {
         Operator::Rmsnorm => true,
@@ -1492,6 +1496,17 @@ mod tests {
                 p.describe()
             );
         }
+        // Another target (the CPU executor's) keeps the model's pick.
+        let p = Problem::operator(
+            rms,
+            OperatorOptions::default(),
+            DType::Bf16,
+            "32768x4096".parse().unwrap(),
+        );
+        assert_eq!(
+            plan(&p, &Target::cpu(), &auto).unwrap().residency,
+            Residency::Registers
+        );
         // A user's residency or batch invariance is never overridden.
         for r in [
             LayoutRequest {
