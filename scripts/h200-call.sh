@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call of the issue-6 plan (bench/NOTES.md, "Next device
-# session", session 5), each step bounded so the call ends inside the device
+# session"), each step bounded so the call ends inside the device
 # tool's 10-minute limit, and every results directory tarred into $OUT as
 # soon as its step ends (the tool returns at most 8 files and keeps nothing
 # else).
@@ -27,13 +27,13 @@
 #   CALL 11: target 1 for softmax and cross_entropy: bench, A/A with all peers
 #   CALL 12: target 4 for today's mapper, one small search per searched problem
 #   CALL 13: re-read hints on streamed plans, off then on
-#   CALL 16: long rows streamed in a cluster with re-read hints, and the
-#           compiler's occupancy promise, each paired against the default
-#   CALL 18: the latency probe with the mapped-flag wait (target 3)
-#   CALL 17: occupancy from the compiler on the large shapes, paired
-#   CALL 15: the final large-shape bench and A/A replay with all peers
 #   CALL 14: streamed plans with re-read hints against today's default
 #           (bench both, then paired replays with all three peers)
+#   CALL 15: the final large-shape bench and A/A replay with all peers
+#   CALL 16: long rows streamed in a cluster with re-read hints, and the
+#           compiler's occupancy promise, each paired against the default
+#   CALL 17: occupancy from the compiler on the large shapes, paired
+#   CALL 18: the latency probe with the mapped-flag wait (target 3)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
