@@ -34,6 +34,8 @@
 #           compiler's occupancy promise, each paired against the default
 #   CALL 17: occupancy from the compiler on the large shapes, paired
 #   CALL 18: the latency probe with the mapped-flag wait (target 3)
+#   CALL 19: the online normalizer: quick selftest, then default and online
+#           benches of softmax and cross_entropy, paired with torch.compile
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -393,6 +395,31 @@ case $call in
   done
   keep latency "bench/probes/$date-latency-flag-h200"
   ;;
-*) echo "unknown call $call (1-18)"; exit 2 ;;
+19)
+  # The online normalizer (softmax and cross_entropy, max and sum of exp in
+  # one pass): quick selftest first (its checks run on CUDA for the first
+  # time), then default and online benches on the target shapes where
+  # softmax or cross_entropy miss, paired with torch.compile.
+  step "quick selftest"
+  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-online-h200" > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-online-h200"
+  q="--ops softmax,cross_entropy --shapes 4096x32768,16384x8192,4096x131072,1024x262144 --dtypes f32,bf16"
+  step "default"
+  timeout 100 "$bin" bench --backend cuda $q $s --capture-sources --output "$r-online-default-h200" \
+    > "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  step "online normalizer"
+  timeout 100 "$bin" bench --backend cuda $q $s --capture-sources --online-normalizer \
+    --output "$r-online-h200" > "${OUT:-/tmp}/online.log" 2>&1
+  echo "bench rc=$?"
+  keep benches "$r-online-default-h200" "$r-online-h200"
+  step "paired replay"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-online-default-h200/results.json" \
+    --candidate "$r-online-h200/results.json" --rounds 2 $s --torch-compile \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-online-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-online-replay-h200"
+  "$bin" scorecard "$r-online-replay-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-19)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

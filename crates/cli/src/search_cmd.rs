@@ -99,6 +99,9 @@ pub struct SearchArgs {
     /// (see `bench --help`).
     #[arg(long)]
     pub reread_hints: bool,
+    /// Every candidate with the online normalizer (see `bench --help`).
+    #[arg(long)]
+    pub online_normalizer: bool,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -173,6 +176,7 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
         cluster_group_threads: args.cluster_group_threads,
         occupancy: args.occupancy,
         reread_hints: args.reread_hints,
+        online_normalizer: args.online_normalizer,
         ..Default::default()
     };
     let spec = args.search.spec(base, args.output.clone())?;

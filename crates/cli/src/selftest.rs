@@ -436,6 +436,55 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
+/// The online normalizer on softmax and cross_entropy: register plans of
+/// one group, several rows per group and a cluster of 256-thread groups,
+/// and a streamed plan with re-read hints; each valid against float64
+/// (its rounding differs from the two-tree plan's), each with the plan
+/// marked online, and softmax with one phase fewer.
+pub fn online_normalizer_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    for op in [Operator::Softmax, Operator::CrossEntropy] {
+        for dtype in [DType::F32, DType::Bf16] {
+            for (rows, n, workers, pack, group_threads, residency) in [
+                (1, 127, 0, 0, 0, ResidencyRequest::Auto),
+                (17, 257, 32, 4, 0, ResidencyRequest::Auto),
+                (64, 4096, 256, 4, 0, ResidencyRequest::Auto),
+                (3, 65536, 2048, 4, 256, ResidencyRequest::Auto),
+                (4, 32768, 1024, 8, 0, ResidencyRequest::Stream),
+            ] {
+                let request = LayoutRequest {
+                    workers,
+                    pack,
+                    residency,
+                    cluster_group_threads: group_threads,
+                    reread_hints: residency == ResidencyRequest::Stream,
+                    online_normalizer: true,
+                    mapper: lanefold_plan::MapperPolicy::Model,
+                    ..Default::default()
+                };
+                let case = Case {
+                    op,
+                    dtype,
+                    shape: shape(rows, n),
+                    request,
+                    seed: 23 + n as u64,
+                };
+                let label =
+                    format!("online normalizer {op} {dtype} {rows}x{n} W={workers} {residency:?}");
+                match run_case(backend, &case, &CodegenOptions::default()) {
+                    Ok(out) => {
+                        let phases_ok =
+                            op != Operator::Softmax || out.plan.analysis.num_phases == 2;
+                        let ok = out.validation.pass && out.plan.online_normalizer() && phases_ok;
+                        report.record(ok, &label, &out.plan.describe());
+                    }
+                    Err(e) => report.record(false, &label, &format!("{e:#}")),
+                }
+            }
+        }
+    }
+}
+
 /// CUDA only: lanefold's one-call path (a cached one-node graph whose
 /// parameters are rewritten per call; a direct launch for clusters) writes
 /// exactly what a direct launch writes, into the buffers of the call's own

@@ -36,6 +36,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
+    if plan.online_normalizer() {
+        name += "_on";
+    }
     name
 }
 
@@ -408,6 +411,7 @@ impl Ctx<'_> {
                 Instr::Reduce { arg, .. } => {
                     self.phase[arg.index()] == p && self.gathers[at].is_none()
                 }
+                Instr::ReduceSumExp { arg, .. } => self.phase[arg.index()] == p,
                 Instr::Store { value, .. } => {
                     self.kinds[value.index()] == Kind::Tile && self.phase[value.index()] == p
                 }
@@ -434,6 +438,45 @@ impl Ctx<'_> {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The online normalizers accumulated in phase `p`: (k of the sum,
+    /// k of its paired maximum, the tile, the sum's value).
+    fn sum_exps_in(&self, p: usize) -> Vec<(usize, usize, Value, Value)> {
+        self.program
+            .body
+            .iter()
+            .enumerate()
+            .filter_map(|(at, instr)| match instr {
+                Instr::ReduceSumExp { arg, max } if self.phase[arg.index()] == p => Some((
+                    self.red_index[at].expect("every reduction is numbered"),
+                    self.red_index[max.index()].expect("every reduction is numbered"),
+                    *arg,
+                    Value(at as u32),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Plain reductions of phase `p` whose accumulator an online normalizer
+    /// updates instead (its maximum).
+    fn plain_reductions_in(&self, p: usize) -> Vec<(usize, Value, ReduceOp, Value)> {
+        let paired: BTreeSet<usize> = self.sum_exps_in(p).iter().map(|&(_, m, ..)| m).collect();
+        self.reductions_in(p)
+            .into_iter()
+            .filter(|(k, ..)| !paired.contains(k))
+            .collect()
+    }
+
+    /// One butterfly step over (max, sum) pairs: the partner's pair is
+    /// `om`, `os`; an empty pair (sum 0) adds 0 even with a -inf maximum.
+    fn pair_step(&mut self, m: &str, s: &str, om: &str, os: &str) {
+        self.line(&format!("const float lf_nm = fmaxf({m}, {om});"));
+        self.line(&format!(
+            "{s} = ({s} == 0.0f ? 0.0f : {s} * lf_exp({m} - lf_nm)) + ({os} == 0.0f ? 0.0f : {os} * lf_exp({om} - lf_nm));"
+        ));
+        self.line(&format!("{m} = lf_nm;"));
     }
 
     /// The gathered reductions whose masked tile belongs to phase `p`.
@@ -499,7 +542,7 @@ impl Ctx<'_> {
                     );
                     self.line(&s);
                 }
-                (Kind::Scalar, Instr::Reduce { .. }) => {}
+                (Kind::Scalar, Instr::Reduce { .. } | Instr::ReduceSumExp { .. }) => {}
                 (Kind::Scalar, _) => {
                     let e = self
                         .scalar_expr(instr)
@@ -695,10 +738,22 @@ impl Ctx<'_> {
                 self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0));
             }
         }
-        for (k, _, op, arg) in self.reductions_in(p) {
+        for (k, _, op, arg) in self.plain_reductions_in(p) {
             let acc = format!("a{k}");
             let c = combine(op, &acc, &self.name(arg));
             self.line(&format!("{acc} = {c};"));
+        }
+        for (ks, km, arg, _) in self.sum_exps_in(p) {
+            // Online normalizer: rescale the running sum only when the
+            // running maximum grows (one exp per element either way).
+            let x = self.name(arg);
+            self.open(&format!("if ({x} > a{km}) {{"));
+            self.line(&format!("a{ks} = a{ks} * lf_exp(a{km} - {x}) + 1.0f;"));
+            self.line(&format!("a{km} = {x};"));
+            self.close();
+            self.open("else {");
+            self.line(&format!("a{ks} += lf_exp({x} - a{km});"));
+            self.close();
         }
         for (buffer, value) in &stores {
             let s = if vector.is_some() {
@@ -761,13 +816,19 @@ impl Ctx<'_> {
 
     fn emit_tree(&mut self, p: usize) {
         let reds = self.reductions_in(p);
-        if reds.is_empty() {
+        let plain = self.plain_reductions_in(p);
+        let pairs = self.sum_exps_in(p);
+        if reds.is_empty() && pairs.is_empty() {
             return;
         }
+        // Every accumulator that crosses shared memory: the plain ones (a
+        // paired maximum included) and the online sums.
+        let mut all: Vec<usize> = reds.iter().map(|r| r.0).collect();
+        all.extend(pairs.iter().map(|p| p.0));
         let lanes = self.lanes;
         if lanes > 1 {
             self.line(&format!("// lane level: butterfly over {lanes} lanes"));
-            for (k, _, op, _) in &reds {
+            for (k, _, op, _) in &plain {
                 let mut off = lanes / 2;
                 while off >= 1 {
                     let c = combine(
@@ -779,6 +840,21 @@ impl Ctx<'_> {
                     off /= 2;
                 }
             }
+            for &(ks, km, ..) in &pairs {
+                let mut off = lanes / 2;
+                while off >= 1 {
+                    self.open("{");
+                    self.line(&format!(
+                        "const float lf_om = __shfl_xor_sync(lf_mask, a{km}, {off});"
+                    ));
+                    self.line(&format!(
+                        "const float lf_os = __shfl_xor_sync(lf_mask, a{ks}, {off});"
+                    ));
+                    self.pair_step(&format!("a{km}"), &format!("a{ks}"), "lf_om", "lf_os");
+                    self.close();
+                    off /= 2;
+                }
+            }
         }
         if self.warps > 1 {
             let warps = self.warps;
@@ -786,18 +862,20 @@ impl Ctx<'_> {
             self.line(&format!(
                 "// warp level: {warps} warps through shared memory"
             ));
-            for (k, ..) in &reds {
+            for k in &all {
                 self.line(&format!(
                     "if (lane == 0) lf_smem[{} + (tid >> 5)] = a{k};",
                     k * region
                 ));
             }
             self.line("__syncthreads();");
-            for (k, _, op, _) in &reds {
+            let slot =
+                |k: usize| format!("lf_smem[{} + row_in_group * {warps} + lane]", k * region);
+            for (k, _, op, _) in &plain {
                 self.open("{");
                 self.line(&format!(
-                    "float b = lane < {warps} ? lf_smem[{} + row_in_group * {warps} + lane] : {};",
-                    k * region,
+                    "float b = lane < {warps} ? {} : {};",
+                    slot(*k),
                     identity(*op)
                 ));
                 let mut off = warps / 2;
@@ -809,6 +887,17 @@ impl Ctx<'_> {
                 self.line(&format!("a{k} = __shfl_sync(0xffffffffu, b, 0);"));
                 self.close();
             }
+            for &(ks, km, ..) in &pairs {
+                let loads = (
+                    format!(
+                        "lane < {warps} ? {} : {}",
+                        slot(km),
+                        identity(ReduceOp::Max)
+                    ),
+                    format!("lane < {warps} ? {} : 0.0f", slot(ks)),
+                );
+                self.emit_pair_butterfly(ks, km, loads, warps);
+            }
         }
         if self.cluster > 1 {
             let c = self.cluster;
@@ -816,11 +905,11 @@ impl Ctx<'_> {
             self.line(&format!(
                 "// group level: {c} groups of the cluster through distributed shared memory"
             ));
-            for (k, ..) in &reds {
+            for k in &all {
                 self.line(&format!("if (tid == 0) lf_smem[{}] = a{k};", base + k));
             }
             self.line("lf_cluster_sync();");
-            for (k, _, op, _) in &reds {
+            for (k, _, op, _) in &plain {
                 self.open("{");
                 self.line(&format!(
                     "float b = lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : {};",
@@ -837,11 +926,54 @@ impl Ctx<'_> {
                 self.line(&format!("a{k} = __shfl_sync(0xffffffffu, b, 0);"));
                 self.close();
             }
+            for &(ks, km, ..) in &pairs {
+                let loads = (
+                    format!(
+                        "lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : {}",
+                        base + km,
+                        identity(ReduceOp::Max)
+                    ),
+                    format!(
+                        "lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : 0.0f",
+                        base + ks
+                    ),
+                );
+                self.emit_pair_butterfly(ks, km, loads, c);
+            }
         }
         for (k, r, ..) in &reds {
             let s = format!("const float {} = a{k};", self.name(*r));
             self.line(&s);
         }
+        for (ks, _, _, r) in &pairs {
+            let s = format!("const float {} = a{ks};", self.name(*r));
+            self.line(&s);
+        }
+    }
+
+    /// Warp- or group-level butterfly of an online normalizer's (max, sum)
+    /// pairs over `width` lanes, loaded by `loads`; every lane ends with
+    /// the row's pair.
+    fn emit_pair_butterfly(&mut self, ks: usize, km: usize, loads: (String, String), width: usize) {
+        self.open("{");
+        self.line(&format!("float bm = {};", loads.0));
+        self.line(&format!("float bs = {};", loads.1));
+        let mut off = width / 2;
+        while off >= 1 {
+            self.open("{");
+            self.line(&format!(
+                "const float lf_om = __shfl_xor_sync(0xffffffffu, bm, {off});"
+            ));
+            self.line(&format!(
+                "const float lf_os = __shfl_xor_sync(0xffffffffu, bs, {off});"
+            ));
+            self.pair_step("bm", "bs", "lf_om", "lf_os");
+            self.close();
+            off /= 2;
+        }
+        self.line(&format!("a{km} = __shfl_sync(0xffffffffu, bm, 0);"));
+        self.line(&format!("a{ks} = __shfl_sync(0xffffffffu, bs, 0);"));
+        self.close();
     }
 
     fn emit_phase(&mut self, p: usize) {
@@ -853,6 +985,9 @@ impl Ctx<'_> {
         }
         for (k, _, op, _) in self.reductions_in(p) {
             self.line(&format!("float a{k} = {};", identity(op)));
+        }
+        for (ks, ..) in self.sum_exps_in(p) {
+            self.line(&format!("float a{ks} = 0.0f;"));
         }
         // Only register plans fill slots here; a streamed plan's loop is
         // unrolled U times, never fully (fully unrolled 32-chunk loops of a

@@ -634,3 +634,59 @@ fn masked_tile_with_another_user_is_still_computed() {
     assert!(src.contains("gathered masked sum"), "{src}");
     assert!(src.contains("(long long)(i0 + e) == x1"), "{src}");
 }
+
+fn online(
+    op: Operator,
+    dtype: DType,
+    shape: &str,
+    w: u32,
+    v: u32,
+    g: u32,
+    group_threads: u32,
+) -> Plan {
+    let p = make_with(
+        op,
+        dtype,
+        shape,
+        LayoutRequest {
+            workers: w,
+            pack: v,
+            unroll: 1,
+            rows_per_group: g,
+            cluster_group_threads: group_threads,
+            online_normalizer: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.online_normalizer(), "{}", p.describe());
+    p
+}
+
+/// The online normalizer: max and sum of exp accumulated in one pass (the
+/// sum rescaled when the maximum grows), one tree over (max, sum) pairs at
+/// the lane and warp levels, softmax's output in the next phase.
+#[test]
+fn golden_softmax_f32_w256_v4_online_normalizer() {
+    let p = online(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1, 0);
+    assert_eq!(
+        p.analysis.num_phases, 2,
+        "one tree fewer than softmax's three phases"
+    );
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// The pairs cross the cluster's groups through distributed shared memory.
+#[test]
+fn golden_softmax_bf16_cluster_online_normalizer() {
+    let p = online(Operator::Softmax, DType::Bf16, "2x131072", 2048, 8, 1, 256);
+    assert!(p.groups_per_row > 1, "{}", p.describe());
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// cross_entropy becomes one pass over x: nothing is resident.
+#[test]
+fn golden_cross_entropy_bf16_online_normalizer() {
+    let p = online(Operator::CrossEntropy, DType::Bf16, "64x1003", 128, 2, 1, 0);
+    assert!(p.analysis.resident.is_empty(), "{}", p.describe());
+    insta::assert_snapshot!(golden(&p));
+}

@@ -116,6 +116,61 @@ fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, tree: TreeLevels) -> 
     reduce_tree(&acc, op, tree)
 }
 
+/// A running (max, sum of exp(x - max)): one element pushed. The sum is
+/// rescaled only when the maximum grows, so each element costs one exp.
+pub fn online_push((m, s): (f32, f32), x: f32) -> (f32, f32) {
+    if x > m {
+        (x, s * (m - x).exp() + 1.0)
+    } else {
+        (m, s + (x - m).exp())
+    }
+}
+
+/// Two running (max, sum) pairs combined, the first operand's term first;
+/// an empty pair (sum 0) contributes 0 even where its max is -inf.
+pub fn online_combine((m1, s1): (f32, f32), (m2, s2): (f32, f32)) -> (f32, f32) {
+    let m = m1.max(m2);
+    let term = |mi: f32, si: f32| if si == 0.0 { 0.0 } else { si * (mi - m).exp() };
+    (m, term(m1, s1) + term(m2, s2))
+}
+
+/// `sum(exp(x - max(x)))` by the plan's online normalizer: each worker's
+/// running pair in chunk/element order, then the same butterflies as
+/// [`reduce_tree`] over (max, sum) pairs.
+fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
+    let n = tile.len();
+    let (w, v) = (layout.workers as usize, layout.pack as usize);
+    let mut acc = vec![(f32::NEG_INFINITY, 0.0f32); w];
+    for chunk in 0..layout.chunks(n) {
+        for (worker, a) in acc.iter_mut().enumerate() {
+            for element in 0..v {
+                let i = layout.logical(chunk, worker, element);
+                if i < n {
+                    *a = online_push(*a, tile[i]);
+                }
+            }
+        }
+    }
+    let mut level = acc;
+    for width in [tree.lanes, tree.warps, tree.groups] {
+        level = level
+            .chunks_mut(width as usize)
+            .map(|seg| {
+                let mut off = seg.len() / 2;
+                while off >= 1 {
+                    let prev = seg.to_vec();
+                    for (l, p) in seg.iter_mut().enumerate() {
+                        *p = online_combine(prev[l], prev[l ^ off]);
+                    }
+                    off /= 2;
+                }
+                seg[0]
+            })
+            .collect();
+    }
+    level[0].1
+}
+
 /// Run `plan` over `inputs`, writing every element of `outputs`.
 pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(), ExecError> {
     let problem = &plan.problem;
@@ -167,6 +222,11 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                 Instr::Reduce { op, arg } => Val::Scalar(reduce_row(
                     vals[arg.index()].tile(),
                     *op,
+                    &plan.layout,
+                    plan.tree,
+                )),
+                Instr::ReduceSumExp { arg, .. } => Val::Scalar(reduce_sum_exp_row(
+                    vals[arg.index()].tile(),
                     &plan.layout,
                     plan.tree,
                 )),
@@ -304,6 +364,44 @@ mod tests {
         let got = reduce_tree(&[a, b, c, d], ReduceOp::Sum, tree);
         assert_eq!(got, (a + c) + (b + d));
         assert_ne!(got, ((a + b) + c) + d);
+    }
+
+    #[test]
+    fn the_online_normalizer_matches_the_two_pass_sum_with_empty_workers_too() {
+        let tile: Vec<f32> = (0..300)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37)
+            .collect();
+        let m = tile.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let want: f64 = tile.iter().map(|&x| ((x - m) as f64).exp()).sum();
+        for (w, v, lanes, warps, groups) in [
+            (1, 1, 1, 1, 1),
+            (32, 4, 32, 1, 1),
+            (1024, 1, 32, 32, 1),
+            (2048, 4, 32, 8, 8),
+        ] {
+            let layout = Layout {
+                workers: w,
+                pack: v,
+                unroll: 1,
+                rows_per_group: 1,
+            };
+            let tree = TreeLevels {
+                lanes,
+                warps,
+                groups,
+            };
+            // Most of the 1024 and 2048 workers hold nothing: (-inf, 0) pairs.
+            let got = reduce_sum_exp_row(&tile, &layout, tree) as f64;
+            assert!(
+                (got - want).abs() <= 1e-5 * want,
+                "W={w} V={v}: {got} vs {want}"
+            );
+        }
+        assert_eq!(
+            online_combine((f32::NEG_INFINITY, 0.0), (f32::NEG_INFINITY, 0.0)),
+            (f32::NEG_INFINITY, 0.0)
+        );
+        assert_eq!(online_push((f32::NEG_INFINITY, 0.0), 3.0), (3.0, 1.0));
     }
 
     #[test]

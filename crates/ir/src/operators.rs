@@ -215,6 +215,47 @@ mod tests {
     }
 
     #[test]
+    fn the_online_normalizer_takes_one_tree_from_softmax_and_a_pass_from_cross_entropy() {
+        let softmax = Operator::Softmax.program(OperatorOptions::default());
+        let online = softmax
+            .with_online_normalizer()
+            .expect("softmax has the pattern");
+        let a = online.verify().unwrap();
+        assert_eq!(
+            a.num_phases, 2,
+            "max and sum of exp in one pass, then the output"
+        );
+        assert_eq!(a.reductions.len(), 2);
+        assert_eq!(a.resident.len(), 1, "x is still read again for the output");
+        let ce = Operator::CrossEntropy.program(OperatorOptions::default());
+        let a = ce.with_online_normalizer().unwrap().verify().unwrap();
+        assert!(a.resident.is_empty(), "cross_entropy reads x once");
+        assert_eq!(a.num_phases, 2, "one accumulating phase, then scalars");
+        for op in [Operator::Sum, Operator::Rmsnorm, Operator::Layernorm] {
+            assert!(op
+                .program(OperatorOptions::default())
+                .with_online_normalizer()
+                .is_none());
+        }
+    }
+
+    #[test]
+    fn a_sum_exp_must_name_its_own_tiles_maximum() {
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        let y = b.input("y", BufferKind::Row);
+        let my = b.reduce(ReduceOp::Max, y);
+        let mut p = {
+            b.output("out", BufferKind::RowScalar, my);
+            b.finish()
+        };
+        // sum(exp(x - max(y))) is not an online normalizer.
+        let at = p.body.len() - 1;
+        p.body.insert(at, Instr::ReduceSumExp { arg: x, max: my });
+        assert!(matches!(p.verify(), Err(VerifyError::KindMismatch { .. })));
+    }
+
+    #[test]
     fn sum_and_add_keep_nothing_resident() {
         for op in [Operator::Sum, Operator::Add] {
             let a = op.program(OperatorOptions::default()).verify().unwrap();

@@ -107,6 +107,15 @@ pub enum Instr {
         op: ReduceOp,
         arg: Value,
     },
+    /// `sum(exp(arg - max))` with `max` the row's `Reduce(Max, arg)`,
+    /// accumulated in the same pass as that maximum (an online normalizer:
+    /// each worker rescales its running sum when its running maximum grows,
+    /// and the tree combines (max, sum) pairs). Ready in the same phase as
+    /// `max`, so softmax and cross-entropy need one tree fewer.
+    ReduceSumExp {
+        arg: Value,
+        max: Value,
+    },
     /// Round through the problem's storage dtype (identity for f32).
     RoundToStorage(Value),
     /// Element i of `tile` where i == index, 0 elsewhere.
@@ -138,6 +147,7 @@ impl Instr {
             | Instr::Reduce { arg, .. }
             | Instr::RoundToStorage(arg) => vec![*arg],
             Instr::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Instr::ReduceSumExp { arg, max } => vec![*arg, *max],
             Instr::MaskIndex { tile, index } => vec![*tile, *index],
             Instr::SelectIndexEq {
                 index,
@@ -175,6 +185,53 @@ impl Program {
     pub fn exact(mut self) -> Program {
         self.reassociation = false;
         self
+    }
+
+    /// The program with every `Reduce(Sum, Exp(Sub(x, Broadcast(m))))`,
+    /// where `m = Reduce(Max, x)`, accumulated with that maximum in one pass
+    /// ([`Instr::ReduceSumExp`]); None where no sum has that shape. The
+    /// value is the same up to rounding; the tree and the passes differ.
+    pub fn with_online_normalizer(&self) -> Option<Program> {
+        let body = &self.body;
+        let mut out = self.clone();
+        let mut changed = false;
+        for (at, instr) in body.iter().enumerate() {
+            let Instr::Reduce {
+                op: ReduceOp::Sum,
+                arg: e,
+            } = instr
+            else {
+                continue;
+            };
+            let Instr::Unary {
+                op: UnaryOp::Exp,
+                arg: d,
+            } = &body[e.index()]
+            else {
+                continue;
+            };
+            let Instr::Binary {
+                op: BinaryOp::Sub,
+                lhs: x,
+                rhs: mb,
+            } = &body[d.index()]
+            else {
+                continue;
+            };
+            let Instr::Broadcast(m) = &body[mb.index()] else {
+                continue;
+            };
+            if body[m.index()]
+                == (Instr::Reduce {
+                    op: ReduceOp::Max,
+                    arg: *x,
+                })
+            {
+                out.body[at] = Instr::ReduceSumExp { arg: *x, max: *m };
+                changed = true;
+            }
+        }
+        changed.then_some(out)
     }
 }
 

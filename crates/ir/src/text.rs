@@ -31,6 +31,9 @@ impl Program {
                 }
                 Instr::Broadcast(v) => format!("broadcast %{}", v.0),
                 Instr::Reduce { op, arg } => format!("reduce.{op:?} %{}", arg.0).to_lowercase(),
+                Instr::ReduceSumExp { arg, max } => {
+                    format!("reduce.sum_exp %{}, max %{}", arg.0, max.0)
+                }
                 Instr::RoundToStorage(v) => format!("round_to_storage %{}", v.0),
                 Instr::MaskIndex { tile, index } => {
                     format!("mask_index %{}, %{}", tile.0, index.0)

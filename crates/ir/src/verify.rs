@@ -169,6 +169,22 @@ impl Program {
                     reductions.push(Value(at as u32));
                     (Kind::Scalar, ph(arg) + 1)
                 }
+                Instr::ReduceSumExp { arg, max } => {
+                    let paired = self.body[max.index()]
+                        == Instr::Reduce {
+                            op: ReduceOp::Max,
+                            arg: *arg,
+                        };
+                    if k(arg) != Kind::Tile || !paired {
+                        return Err(mismatch(
+                            at,
+                            "reduce_sum_exp takes a tile and that tile's Reduce(Max)",
+                        ));
+                    }
+                    reductions.push(Value(at as u32));
+                    // Accumulated with its maximum: ready when the maximum is.
+                    (Kind::Scalar, ph(arg) + 1)
+                }
                 Instr::RoundToStorage(v) => match k(v) {
                     Kind::Tile | Kind::Scalar => (k(v), ph(v)),
                     _ => return Err(mismatch(at, "round takes a tile or scalar")),
@@ -245,7 +261,9 @@ impl Program {
             let instr = &self.body[at];
             let own: BTreeSet<usize> = match instr {
                 Instr::Store { value, .. } => [phase[value.index()]].into(),
-                Instr::Reduce { arg, .. } => [phase[arg.index()]].into(),
+                Instr::Reduce { arg, .. } | Instr::ReduceSumExp { arg, .. } => {
+                    [phase[arg.index()]].into()
+                }
                 _ => demanded[at].clone(),
             };
             for op in instr.operands() {
@@ -277,7 +295,7 @@ impl Program {
                 Instr::Reduce {
                     op: ReduceOp::Sum,
                     ..
-                }
+                } | Instr::ReduceSumExp { .. }
             )
         })
     }

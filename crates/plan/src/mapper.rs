@@ -121,6 +121,12 @@ pub struct LayoutRequest {
     /// that re-read nothing.
     #[serde(default)]
     pub reread_hints: bool,
+    /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
+    /// online normalizer: softmax and cross-entropy need one reduction tree
+    /// fewer, and streamed plans one re-read fewer). Changes rounding, not
+    /// the value; no effect on programs without that sum.
+    #[serde(default)]
+    pub online_normalizer: bool,
 }
 
 impl LayoutRequest {
@@ -133,6 +139,7 @@ impl LayoutRequest {
             hoist_columns: self.hoist_columns,
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
+            online_normalizer: self.online_normalizer,
             ..Default::default()
         }
     }
@@ -215,6 +222,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Is a `sum(exp(x - max))` accumulated with its maximum (see
+    /// [`LayoutRequest::online_normalizer`])?
+    pub fn online_normalizer(&self) -> bool {
+        self.problem
+            .program
+            .body
+            .iter()
+            .any(|i| matches!(i, lanefold_ir::Instr::ReduceSumExp { .. }))
+    }
+
     /// Does a phase re-read resident tiles from memory (rather than keep
     /// them in registers)?
     pub fn rereads_tiles(&self) -> bool {
@@ -258,6 +275,9 @@ impl Plan {
         if self.reread_hints {
             s += " reread-hints";
         }
+        if self.online_normalizer() {
+            s += " online-normalizer";
+        }
         if let Some(b) = self.min_groups_per_multiprocessor {
             s += &format!(" occupancy={b}");
         }
@@ -293,6 +313,7 @@ impl Plan {
             streaming_hints: self.streaming_hints,
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,
+            online_normalizer: self.online_normalizer(),
             occupancy: groups,
             ..*base
         }
@@ -312,6 +333,20 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let online;
+    let problem = match (
+        request.online_normalizer,
+        problem.program.with_online_normalizer(),
+    ) {
+        (true, Some(program)) => {
+            online = Problem {
+                program,
+                ..problem.clone()
+            };
+            &online
+        }
+        _ => problem,
+    };
     // Validate the user's cluster group size before the model may choose one.
     with_cluster_group_threads(target, request.cluster_group_threads)?;
     let chosen;
