@@ -603,10 +603,15 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
     let target = Target::by_name(&args.target)
         .with_context(|| format!("unknown target '{}' (expected h200 or cpu)", args.target))?;
     let problem = args.problem.problem();
-    if args.print_ir {
-        print!("{}", problem.program.to_text());
-    }
     let base = args.layout.request();
+    if args.print_ir {
+        // The program the plans run: rewritten where the request asks.
+        let online = base
+            .online_normalizer
+            .then(|| problem.program.with_online_normalizer())
+            .flatten();
+        print!("{}", online.as_ref().unwrap_or(&problem.program).to_text());
+    }
     let searching =
         !(args.tune_workers.is_empty() && args.tune_pack.is_empty() && args.tune_unroll.is_empty());
     let or_base = |list: &[u32], b: u32| {
