@@ -605,12 +605,7 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
     let problem = args.problem.problem();
     let base = args.layout.request();
     if args.print_ir {
-        // The program the plans run: rewritten where the request asks.
-        let online = base
-            .online_normalizer
-            .then(|| problem.program.with_online_normalizer())
-            .flatten();
-        print!("{}", online.as_ref().unwrap_or(&problem.program).to_text());
+        print!("{}", problem.as_requested(&base).program.to_text());
     }
     let searching =
         !(args.tune_workers.is_empty() && args.tune_pack.is_empty() && args.tune_unroll.is_empty());

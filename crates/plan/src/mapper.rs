@@ -43,6 +43,22 @@ impl Problem {
     pub fn operator_kind(&self) -> Option<Operator> {
         self.program.name.parse().ok()
     }
+
+    /// The problem whose program the plans of `request` run: rewritten
+    /// where the request asks (the online normalizer), else as it is.
+    pub fn as_requested(&self, request: &LayoutRequest) -> Problem {
+        match request
+            .online_normalizer
+            .then(|| self.program.with_online_normalizer())
+            .flatten()
+        {
+            Some(program) => Problem {
+                program,
+                ..self.clone()
+            },
+            None => self.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -333,20 +349,7 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
-    let online;
-    let problem = match (
-        request.online_normalizer,
-        problem.program.with_online_normalizer(),
-    ) {
-        (true, Some(program)) => {
-            online = Problem {
-                program,
-                ..problem.clone()
-            };
-            &online
-        }
-        _ => problem,
-    };
+    let problem = &problem.as_requested(request);
     // Validate the user's cluster group size before the model may choose one.
     with_cluster_group_threads(target, request.cluster_group_threads)?;
     let chosen;
@@ -569,6 +572,7 @@ pub fn automatic_note(
     if request.mapper != MapperPolicy::Model || request.workers != 0 || request.pack != 0 {
         return None;
     }
+    let problem = &problem.as_requested(request);
     let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
     let model = LayoutRequest {
         residency: ResidencyRequest::Registers,
