@@ -36,6 +36,7 @@
 #   CALL 18: the latency probe with the mapped-flag wait (target 3)
 #   CALL 19: the online normalizer: quick selftest, then default and online
 #           benches of softmax and cross_entropy, paired with torch.compile
+#   CALL 20: one-pass moments for layernorm and residual_layernorm, the same way
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -420,6 +421,30 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-online-replay-h200"
   "$bin" scorecard "$r-online-replay-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-19)"; exit 2 ;;
+20)
+  # One-pass moments for layernorm and residual_layernorm: quick selftest
+  # (their checks on CUDA for the first time), then default and one-pass
+  # benches where layernorm misses, paired with torch.compile.
+  step "quick selftest"
+  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-moments-h200" > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-moments-h200"
+  q="--ops layernorm,residual_layernorm --shapes 4096x32768,32768x4096,4096x131072,1024x262144 --dtypes f32,bf16"
+  step "default"
+  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources --output "$r-moments-default-h200" \
+    > "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  step "one-pass moments"
+  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources --one-pass-moments \
+    --output "$r-moments-h200" > "${OUT:-/tmp}/moments.log" 2>&1
+  echo "bench rc=$?"
+  keep benches "$r-moments-default-h200" "$r-moments-h200"
+  step "paired replay"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-moments-default-h200/results.json" \
+    --candidate "$r-moments-h200/results.json" --rounds 2 $s --torch-compile \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-moments-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-moments-replay-h200"
+  "$bin" scorecard "$r-moments-replay-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-20)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -285,6 +285,11 @@ struct LayoutArgs {
     /// when streamed). Same values up to rounding.
     #[arg(long)]
     online_normalizer: bool,
+    /// layernorm and residual_layernorm: both moments summed in one pass
+    /// about the row's first element (two phases instead of three). Same
+    /// values up to rounding.
+    #[arg(long)]
+    one_pass_moments: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -320,6 +325,7 @@ impl LayoutArgs {
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
             online_normalizer: self.online_normalizer,
+            one_pass_moments: self.one_pass_moments,
         }
     }
 }
@@ -802,6 +808,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     selftest::load_policy_checks(&backend, &mut report);
     selftest::cluster_group_checks(&backend, &mut report);
     selftest::online_normalizer_checks(&backend, &mut report);
+    selftest::one_pass_moments_checks(&backend, &mut report);
     selftest::call_path_checks(&backend, &mut report);
     selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
     println!(

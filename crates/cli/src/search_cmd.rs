@@ -102,6 +102,9 @@ pub struct SearchArgs {
     /// Every candidate with the online normalizer (see `bench --help`).
     #[arg(long)]
     pub online_normalizer: bool,
+    /// Every candidate with one-pass moments (see `bench --help`).
+    #[arg(long)]
+    pub one_pass_moments: bool,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -177,6 +180,7 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
         occupancy: args.occupancy,
         reread_hints: args.reread_hints,
         online_normalizer: args.online_normalizer,
+        one_pass_moments: args.one_pass_moments,
         ..Default::default()
     };
     let spec = args.search.spec(base, args.output.clone())?;

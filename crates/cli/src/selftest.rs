@@ -485,6 +485,52 @@ pub fn online_normalizer_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
+/// layernorm and residual_layernorm with one-pass moments, on the same
+/// layouts as the online normalizer's checks: valid against float64, the
+/// plan marked, two phases.
+pub fn one_pass_moments_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+        for dtype in [DType::F32, DType::Bf16] {
+            for (rows, n, workers, pack, group_threads, residency) in [
+                (1, 127, 0, 0, 0, ResidencyRequest::Auto),
+                (17, 257, 32, 4, 0, ResidencyRequest::Auto),
+                (64, 4096, 256, 4, 0, ResidencyRequest::Auto),
+                (3, 65536, 2048, 4, 256, ResidencyRequest::Auto),
+                (4, 32768, 1024, 8, 0, ResidencyRequest::Stream),
+            ] {
+                let case = Case {
+                    op,
+                    dtype,
+                    shape: shape(rows, n),
+                    request: LayoutRequest {
+                        workers,
+                        pack,
+                        residency,
+                        cluster_group_threads: group_threads,
+                        reread_hints: residency == ResidencyRequest::Stream,
+                        one_pass_moments: true,
+                        mapper: lanefold_plan::MapperPolicy::Model,
+                        ..Default::default()
+                    },
+                    seed: 29 + n as u64,
+                };
+                let label =
+                    format!("one-pass moments {op} {dtype} {rows}x{n} W={workers} {residency:?}");
+                match run_case(backend, &case, &CodegenOptions::default()) {
+                    Ok(out) => {
+                        let ok = out.validation.pass
+                            && out.plan.one_pass_moments()
+                            && out.plan.analysis.num_phases == 2;
+                        report.record(ok, &label, &out.plan.describe());
+                    }
+                    Err(e) => report.record(false, &label, &format!("{e:#}")),
+                }
+            }
+        }
+    }
+}
+
 /// CUDA only: lanefold's one-call path (a cached one-node graph whose
 /// parameters are rewritten per call; a direct launch for clusters) writes
 /// exactly what a direct launch writes, into the buffers of the call's own

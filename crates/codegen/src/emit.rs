@@ -39,6 +39,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.online_normalizer() {
         name += "_on";
     }
+    if plan.one_pass_moments() {
+        name += "_om";
+    }
     name
 }
 
@@ -505,6 +508,7 @@ impl Ctx<'_> {
         Some(match instr {
             Instr::Const(c) => lit(*c),
             Instr::RowLen => "(float)LF_N".to_string(),
+            Instr::RowFirst { buffer } => format!("lf_widen(p_{}[row_off])", ident(buffer)),
             Instr::Unary { op, arg } => unary(*op, &n(arg)),
             Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
             Instr::RoundToStorage(v) => format!("lf_round({})", n(v)),

@@ -683,6 +683,27 @@ fn golden_softmax_bf16_cluster_online_normalizer() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// layernorm's moments in one pass about the row's first element: both
+/// sums in one tree, the output in the second phase.
+#[test]
+fn golden_layernorm_f32_w256_v4_one_pass_moments() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 1,
+            one_pass_moments: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.one_pass_moments(), "{}", p.describe());
+    assert_eq!(p.analysis.num_phases, 2);
+    insta::assert_snapshot!(golden(&p));
+}
+
 /// cross_entropy becomes one pass over x: nothing is resident.
 #[test]
 fn golden_cross_entropy_bf16_online_normalizer() {

@@ -207,6 +207,7 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                     }
                 }
                 Instr::Const(c) => Val::Scalar(*c),
+                Instr::RowFirst { buffer } => Val::Scalar(inputs[buffer].get(row * n)),
                 Instr::RowLen => Val::Scalar(n as f32),
                 Instr::Unary { op, arg } => match &vals[arg.index()] {
                     Val::Tile(t) => Val::Tile(t.iter().map(|&x| unary(*op, x)).collect()),
@@ -402,6 +403,61 @@ mod tests {
             (f32::NEG_INFINITY, 0.0)
         );
         assert_eq!(online_push((f32::NEG_INFINITY, 0.0), 3.0), (3.0, 1.0));
+    }
+
+    /// One-pass moments about the row's first element: rows offset by 100
+    /// spreads, with a first element 10 spreads out, pass f32's 1e-5
+    /// against float64 as the two-pass plan does (the same rows with the
+    /// naive unshifted sum of squares would lose about 1e4 ulp).
+    #[test]
+    fn one_pass_moments_stay_accurate_on_offset_rows_with_an_outlying_first_element() {
+        let problem = Problem::operator(
+            Operator::Layernorm,
+            OperatorOptions::default(),
+            DType::F32,
+            "4x4096".parse().unwrap(),
+        );
+        let request = LayoutRequest {
+            workers: 256,
+            pack: 4,
+            one_pass_moments: true,
+            ..Default::default()
+        };
+        let mut inputs = random_inputs(&problem, 3);
+        let x = inputs.get_mut("x").unwrap();
+        let spread = {
+            let m = (0..x.len()).map(|i| x.get(i) as f64).sum::<f64>() / x.len() as f64;
+            ((0..x.len())
+                .map(|i| (x.get(i) as f64 - m).powi(2))
+                .sum::<f64>()
+                / x.len() as f64)
+                .sqrt() as f32
+        };
+        for i in 0..x.len() {
+            let v = x.get(i);
+            x.set(i, 100.0 * spread + v);
+        }
+        for row in 0..4 {
+            x.set(row * 4096, 110.0 * spread);
+        }
+        let want = crate::reference::reference(&problem, &inputs).unwrap();
+        for one_pass_moments in [false, true] {
+            let request = LayoutRequest {
+                one_pass_moments,
+                ..request
+            };
+            let plan = plan(&problem, &Target::h200(), &request).unwrap();
+            assert_eq!(plan.one_pass_moments(), one_pass_moments);
+            let mut outputs = poisoned_outputs(&problem);
+            execute(&plan, &inputs, &mut outputs).unwrap();
+            let v = crate::validate::validate(DType::F32, &outputs, &want);
+            assert!(
+                v.pass,
+                "{}: worst rel err {:.3e}",
+                plan.describe(),
+                v.worst_rel_err()
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The six operators, written as row programs (plus `add`, an element-only
 //! program used as a copy-bandwidth baseline and to exercise refusals).
 
-use crate::program::{BufferKind, Builder, Program, ReduceOp, UnaryOp};
+use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -147,6 +147,63 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// layernorm and residual_layernorm with both moments in one pass: the
+    /// row is shifted by its first element `k` (of h, for the residual
+    /// form), `d = h - k` and `d*d` are summed in the same phase, and
+    /// `mean = k + E[d]`, `var = max(E[d^2] - E[d]^2, 0)`. Two phases like
+    /// rmsnorm's instead of three; the shift keeps the cancellation small
+    /// (a row's own element is within a few standard deviations of its
+    /// mean). None for the other operators.
+    pub fn program_one_pass_moments(self, opts: OperatorOptions) -> Option<Program> {
+        let mut b = Builder::new(self.name());
+        let x = b.input("x", BufferKind::Row);
+        let (h, k) = match self {
+            Operator::Layernorm => (x, b.row_first("x")),
+            Operator::ResidualLayernorm => {
+                let r = b.input("residual", BufferKind::Row);
+                let sum = b.add(x, r);
+                let h = b.round_to_storage(sum);
+                b.output("h", BufferKind::Row, h);
+                let (x0, r0) = (b.row_first("x"), b.row_first("residual"));
+                let k0 = b.add(x0, r0);
+                (h, b.round_to_storage(k0))
+            }
+            _ => return None,
+        };
+        let n = b.row_len();
+        let kb = b.broadcast(k);
+        let d = b.sub(h, kb);
+        let s1 = b.reduce(ReduceOp::Sum, d);
+        let dd = b.unary(UnaryOp::Square, d);
+        let s2 = b.reduce(ReduceOp::Sum, dd);
+        let m1 = b.div(s1, n);
+        let m2 = b.div(s2, n);
+        let m1sq = b.unary(UnaryOp::Square, m1);
+        let raw = b.sub(m2, m1sq);
+        let zero = b.constant(0.0);
+        let var = b.binary(BinaryOp::Max, raw, zero);
+        let eps = b.constant(LAYERNORM_EPS);
+        let ve = b.add(var, eps);
+        let rstd = b.unary(UnaryOp::Rsqrt, ve);
+        let mean = b.add(m1, k);
+        let mb = b.broadcast(mean);
+        let c = b.sub(h, mb);
+        let rb = b.broadcast(rstd);
+        let mut y = b.mul(c, rb);
+        if opts.weight {
+            let w = b.input("weight", BufferKind::Column);
+            y = b.mul(y, w);
+        }
+        if opts.bias {
+            let bias = b.input("bias", BufferKind::Column);
+            y = b.add(y, bias);
+        }
+        b.output("y", BufferKind::Row, y);
+        Some(b.finish())
+    }
+}
+
 fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions) {
     let n = b.row_len();
     let s = b.reduce(ReduceOp::Sum, x);
@@ -237,6 +294,41 @@ mod tests {
                 .with_online_normalizer()
                 .is_none());
         }
+    }
+
+    #[test]
+    fn one_pass_moments_give_layernorm_rmsnorms_two_phases() {
+        for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+            for (weight, bias) in [(true, true), (false, false)] {
+                let opts = OperatorOptions { weight, bias };
+                let two_pass = op.program(opts);
+                let one_pass = op.program_one_pass_moments(opts).unwrap();
+                assert_eq!(two_pass.verify().unwrap().num_phases, 3, "{op}");
+                let a = one_pass.verify().unwrap();
+                assert_eq!(a.num_phases, 2, "{op}");
+                assert_eq!(a.reductions.len(), 2, "{op}: both sums in one tree");
+                // The same buffers in the same order: kernels bind them alike.
+                assert_eq!(one_pass.inputs, two_pass.inputs, "{op}");
+                assert_eq!(one_pass.outputs, two_pass.outputs, "{op}");
+            }
+        }
+        assert!(Operator::Softmax
+            .program_one_pass_moments(OperatorOptions::default())
+            .is_none());
+    }
+
+    #[test]
+    fn row_first_takes_a_row_input() {
+        let mut b = Builder::new("bad");
+        let w = b.input("w", BufferKind::Column);
+        let k = b.row_first("w");
+        let s = b.reduce(ReduceOp::Sum, w);
+        let t = b.add(s, k);
+        b.output("out", BufferKind::RowScalar, t);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::KindMismatch { .. })
+        ));
     }
 
     #[test]

@@ -88,6 +88,11 @@ pub enum Instr {
     },
     /// A scalar constant.
     Const(f32),
+    /// Element 0 of the row of a Row input, as a per-row scalar (the
+    /// shift of layernorm's one-pass moments).
+    RowFirst {
+        buffer: String,
+    },
     /// The row length N as a scalar.
     RowLen,
     Unary {
@@ -141,7 +146,9 @@ impl Instr {
     /// The SSA operands, in order.
     pub fn operands(&self) -> Vec<Value> {
         match self {
-            Instr::Load { .. } | Instr::Const(_) | Instr::RowLen => vec![],
+            Instr::Load { .. } | Instr::Const(_) | Instr::RowLen | Instr::RowFirst { .. } => {
+                vec![]
+            }
             Instr::Unary { arg, .. }
             | Instr::Broadcast(arg)
             | Instr::Reduce { arg, .. }
@@ -286,6 +293,13 @@ impl Builder {
 
     pub fn constant(&mut self, c: f32) -> Value {
         self.push(Instr::Const(c))
+    }
+
+    /// Element 0 of the row of the Row input `buffer`, as a scalar.
+    pub fn row_first(&mut self, buffer: &str) -> Value {
+        self.push(Instr::RowFirst {
+            buffer: buffer.to_string(),
+        })
     }
 
     pub fn row_len(&mut self) -> Value {

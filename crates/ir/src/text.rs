@@ -25,6 +25,7 @@ impl Program {
                 Instr::Load { buffer } => format!("load {buffer}"),
                 Instr::Const(c) => format!("const {c:e}"),
                 Instr::RowLen => "row_len".into(),
+                Instr::RowFirst { buffer } => format!("row_first {buffer}"),
                 Instr::Unary { op, arg } => format!("{op:?} %{}", arg.0).to_lowercase(),
                 Instr::Binary { op, lhs, rhs } => {
                     format!("{op:?} %{}, %{}", lhs.0, rhs.0).to_lowercase()

@@ -143,6 +143,12 @@ impl Program {
                     (kind, 0)
                 }
                 Instr::Const(_) | Instr::RowLen => (Kind::Scalar, 0),
+                Instr::RowFirst { buffer } => {
+                    if self.input(buffer).map(|d| d.kind) != Some(BufferKind::Row) {
+                        return Err(mismatch(at, "row_first takes a Row input buffer"));
+                    }
+                    (Kind::Scalar, 0)
+                }
                 Instr::Unary { arg, .. } => match k(arg) {
                     Kind::Tile | Kind::Scalar => (k(arg), ph(arg)),
                     _ => return Err(mismatch(at, "unary operand must be a tile or scalar")),

@@ -45,18 +45,34 @@ impl Problem {
     }
 
     /// The problem whose program the plans of `request` run: rewritten
-    /// where the request asks (the online normalizer), else as it is.
+    /// where the request asks (one-pass moments, the online normalizer),
+    /// else as it is.
     pub fn as_requested(&self, request: &LayoutRequest) -> Problem {
-        match request
-            .online_normalizer
-            .then(|| self.program.with_online_normalizer())
-            .flatten()
-        {
-            Some(program) => Problem {
-                program,
-                ..self.clone()
-            },
-            None => self.clone(),
+        let mut program = self.program.clone();
+        if request.one_pass_moments {
+            let options = OperatorOptions {
+                weight: program.input("weight").is_some(),
+                bias: program.input("bias").is_some(),
+            };
+            let one_pass = self
+                .operator_kind()
+                .and_then(|op| op.program_one_pass_moments(options));
+            if let Some(p) = one_pass {
+                program = if self.program.reassociation {
+                    p
+                } else {
+                    p.exact()
+                };
+            }
+        }
+        if request.online_normalizer {
+            if let Some(p) = program.with_online_normalizer() {
+                program = p;
+            }
+        }
+        Problem {
+            program,
+            ..self.clone()
         }
     }
 }
@@ -143,6 +159,12 @@ pub struct LayoutRequest {
     /// the value; no effect on programs without that sum.
     #[serde(default)]
     pub online_normalizer: bool,
+    /// layernorm and residual_layernorm: both moments summed in one pass
+    /// about the row's first element ([`Operator::program_one_pass_moments`]):
+    /// two phases instead of three. Changes rounding, not the value; no
+    /// effect on other operators.
+    #[serde(default)]
+    pub one_pass_moments: bool,
 }
 
 impl LayoutRequest {
@@ -156,6 +178,7 @@ impl LayoutRequest {
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
             online_normalizer: self.online_normalizer,
+            one_pass_moments: self.one_pass_moments,
             ..Default::default()
         }
     }
@@ -238,6 +261,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Are layernorm's moments summed in one pass (see
+    /// [`LayoutRequest::one_pass_moments`])?
+    pub fn one_pass_moments(&self) -> bool {
+        self.problem
+            .program
+            .body
+            .iter()
+            .any(|i| matches!(i, lanefold_ir::Instr::RowFirst { .. }))
+    }
+
     /// Is a `sum(exp(x - max))` accumulated with its maximum (see
     /// [`LayoutRequest::online_normalizer`])?
     pub fn online_normalizer(&self) -> bool {
@@ -294,6 +327,9 @@ impl Plan {
         if self.online_normalizer() {
             s += " online-normalizer";
         }
+        if self.one_pass_moments() {
+            s += " one-pass-moments";
+        }
         if let Some(b) = self.min_groups_per_multiprocessor {
             s += &format!(" occupancy={b}");
         }
@@ -330,6 +366,7 @@ impl Plan {
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,
             online_normalizer: self.online_normalizer(),
+            one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
             ..*base
         }
