@@ -807,8 +807,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool) -> Result<()> {
     selftest::batch_invariance_checks(&backend, &[127, 4096], &mut report);
     selftest::load_policy_checks(&backend, &mut report);
     selftest::cluster_group_checks(&backend, &mut report);
-    selftest::online_normalizer_checks(&backend, &mut report);
-    selftest::one_pass_moments_checks(&backend, &mut report);
+    selftest::arithmetic_variant_checks(&backend, &mut report);
     selftest::call_path_checks(&backend, &mut report);
     selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
     println!(

@@ -8,7 +8,7 @@ use lanefold_cpu::data::{poisoned_outputs, random_inputs};
 use lanefold_cpu::{Buffers, Tensor};
 use lanefold_ir::BufferKind;
 use lanefold_ir::{DType, Operator, OperatorOptions};
-use lanefold_plan::{plan, LayoutRequest, Problem, ReductionOrder, Refusal, Shape, Target};
+use lanefold_plan::{plan, LayoutRequest, Plan, Problem, ReductionOrder, Refusal, Shape, Target};
 
 #[derive(Default)]
 pub struct Report {
@@ -436,95 +436,86 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
-/// The online normalizer on softmax and cross_entropy: register plans of
-/// one group, several rows per group and a cluster of 256-thread groups,
-/// and a streamed plan with re-read hints; each valid against float64
-/// (its rounding differs from the two-tree plan's), each with the plan
-/// marked online, and softmax with one phase fewer.
-pub fn online_normalizer_checks(backend: &Backend, report: &mut Report) {
+/// The arithmetic variants that change rounding, each on the operators it
+/// rewrites: the online normalizer (softmax, cross_entropy) and one-pass
+/// moments (layernorm, residual_layernorm). Register plans of one group,
+/// several rows per group and a cluster of 256-thread groups, and a
+/// streamed plan with re-read hints; each valid against float64 (the
+/// rounding differs from the plain plan's), each plan marked, and softmax
+/// and the layernorms with one phase fewer (two).
+pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
-    for op in [Operator::Softmax, Operator::CrossEntropy] {
-        for dtype in [DType::F32, DType::Bf16] {
-            for (rows, n, workers, pack, group_threads, residency) in [
-                (1, 127, 0, 0, 0, ResidencyRequest::Auto),
-                (17, 257, 32, 4, 0, ResidencyRequest::Auto),
-                (64, 4096, 256, 4, 0, ResidencyRequest::Auto),
-                (3, 65536, 2048, 4, 256, ResidencyRequest::Auto),
-                (4, 32768, 1024, 8, 0, ResidencyRequest::Stream),
-            ] {
-                let request = LayoutRequest {
-                    workers,
-                    pack,
-                    residency,
-                    cluster_group_threads: group_threads,
-                    reread_hints: residency == ResidencyRequest::Stream,
-                    online_normalizer: true,
-                    mapper: lanefold_plan::MapperPolicy::Model,
-                    ..Default::default()
-                };
-                let case = Case {
-                    op,
-                    dtype,
-                    shape: shape(rows, n),
-                    request,
-                    seed: 23 + n as u64,
-                };
-                let label =
-                    format!("online normalizer {op} {dtype} {rows}x{n} W={workers} {residency:?}");
-                match run_case(backend, &case, &CodegenOptions::default()) {
-                    Ok(out) => {
-                        let phases_ok =
-                            op != Operator::Softmax || out.plan.analysis.num_phases == 2;
-                        let ok = out.validation.pass && out.plan.online_normalizer() && phases_ok;
-                        report.record(ok, &label, &out.plan.describe());
-                    }
-                    Err(e) => report.record(false, &label, &format!("{e:#}")),
-                }
-            }
-        }
+    struct Variant {
+        name: &'static str,
+        request: LayoutRequest,
+        ops: [Operator; 2],
+        marked: fn(&Plan) -> bool,
+        seed: u64,
     }
-}
-
-/// layernorm and residual_layernorm with one-pass moments, on the same
-/// layouts as the online normalizer's checks: valid against float64, the
-/// plan marked, two phases.
-pub fn one_pass_moments_checks(backend: &Backend, report: &mut Report) {
-    use lanefold_plan::ResidencyRequest;
-    for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
-        for dtype in [DType::F32, DType::Bf16] {
-            for (rows, n, workers, pack, group_threads, residency) in [
-                (1, 127, 0, 0, 0, ResidencyRequest::Auto),
-                (17, 257, 32, 4, 0, ResidencyRequest::Auto),
-                (64, 4096, 256, 4, 0, ResidencyRequest::Auto),
-                (3, 65536, 2048, 4, 256, ResidencyRequest::Auto),
-                (4, 32768, 1024, 8, 0, ResidencyRequest::Stream),
-            ] {
-                let case = Case {
-                    op,
-                    dtype,
-                    shape: shape(rows, n),
-                    request: LayoutRequest {
-                        workers,
-                        pack,
-                        residency,
-                        cluster_group_threads: group_threads,
-                        reread_hints: residency == ResidencyRequest::Stream,
-                        one_pass_moments: true,
-                        mapper: lanefold_plan::MapperPolicy::Model,
-                        ..Default::default()
-                    },
-                    seed: 29 + n as u64,
-                };
-                let label =
-                    format!("one-pass moments {op} {dtype} {rows}x{n} W={workers} {residency:?}");
-                match run_case(backend, &case, &CodegenOptions::default()) {
-                    Ok(out) => {
-                        let ok = out.validation.pass
-                            && out.plan.one_pass_moments()
-                            && out.plan.analysis.num_phases == 2;
-                        report.record(ok, &label, &out.plan.describe());
+    let variants = [
+        Variant {
+            name: "online normalizer",
+            request: LayoutRequest {
+                online_normalizer: true,
+                ..Default::default()
+            },
+            ops: [Operator::Softmax, Operator::CrossEntropy],
+            marked: Plan::online_normalizer,
+            seed: 23,
+        },
+        Variant {
+            name: "one-pass moments",
+            request: LayoutRequest {
+                one_pass_moments: true,
+                ..Default::default()
+            },
+            ops: [Operator::Layernorm, Operator::ResidualLayernorm],
+            marked: Plan::one_pass_moments,
+            seed: 29,
+        },
+    ];
+    for Variant {
+        name,
+        request: variant,
+        ops,
+        marked,
+        seed,
+    } in variants
+    {
+        for op in ops {
+            for dtype in [DType::F32, DType::Bf16] {
+                for (rows, n, workers, pack, group_threads, residency) in [
+                    (1, 127, 0, 0, 0, ResidencyRequest::Auto),
+                    (17, 257, 32, 4, 0, ResidencyRequest::Auto),
+                    (64, 4096, 256, 4, 0, ResidencyRequest::Auto),
+                    (3, 65536, 2048, 4, 256, ResidencyRequest::Auto),
+                    (4, 32768, 1024, 8, 0, ResidencyRequest::Stream),
+                ] {
+                    let case = Case {
+                        op,
+                        dtype,
+                        shape: shape(rows, n),
+                        request: LayoutRequest {
+                            workers,
+                            pack,
+                            residency,
+                            cluster_group_threads: group_threads,
+                            reread_hints: residency == ResidencyRequest::Stream,
+                            mapper: lanefold_plan::MapperPolicy::Model,
+                            ..variant
+                        },
+                        seed: seed + n as u64,
+                    };
+                    let label = format!("{name} {op} {dtype} {rows}x{n} W={workers} {residency:?}");
+                    match run_case(backend, &case, &CodegenOptions::default()) {
+                        Ok(out) => {
+                            let phases_ok =
+                                op == Operator::CrossEntropy || out.plan.analysis.num_phases == 2;
+                            let ok = out.validation.pass && marked(&out.plan) && phases_ok;
+                            report.record(ok, &label, &out.plan.describe());
+                        }
+                        Err(e) => report.record(false, &label, &format!("{e:#}")),
                     }
-                    Err(e) => report.record(false, &label, &format!("{e:#}")),
                 }
             }
         }

@@ -7,6 +7,7 @@ use crate::shape::Shape;
 use crate::target::Target;
 use lanefold_ir::{Analysis, DType, Operator, OperatorOptions, Program};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// Registers a worker needs besides its private slots and load staging
 /// (addresses, loop state, reduction scratch): an allowance.
@@ -47,7 +48,10 @@ impl Problem {
     /// The problem whose program the plans of `request` run: rewritten
     /// where the request asks (one-pass moments, the online normalizer),
     /// else as it is.
-    pub fn as_requested(&self, request: &LayoutRequest) -> Problem {
+    pub fn as_requested(&self, request: &LayoutRequest) -> Cow<'_, Problem> {
+        if !request.one_pass_moments && !request.online_normalizer {
+            return Cow::Borrowed(self);
+        }
         let mut program = self.program.clone();
         if request.one_pass_moments {
             let options = OperatorOptions {
@@ -70,10 +74,10 @@ impl Problem {
                 program = p;
             }
         }
-        Problem {
+        Cow::Owned(Problem {
             program,
             ..self.clone()
-        }
+        })
     }
 }
 
@@ -386,7 +390,7 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
-    let problem = &problem.as_requested(request);
+    let problem = &*problem.as_requested(request);
     // Validate the user's cluster group size before the model may choose one.
     with_cluster_group_threads(target, request.cluster_group_threads)?;
     let chosen;
@@ -609,7 +613,7 @@ pub fn automatic_note(
     if request.mapper != MapperPolicy::Model || request.workers != 0 || request.pack != 0 {
         return None;
     }
-    let problem = &problem.as_requested(request);
+    let problem = &*problem.as_requested(request);
     let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
     let model = LayoutRequest {
         residency: ResidencyRequest::Registers,
