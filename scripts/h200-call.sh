@@ -67,6 +67,32 @@ keep() { # tar the named results directories into $OUT
   tar cf "$OUT/$name.tar" "$@" 2>/dev/null || true
 }
 step() { echo "== $* (at ${SECONDS}s, $(left)s left)"; }
+# A new arithmetic variant (calls 19, 20): quick selftest (its checks on CUDA
+# for the first time), then default and variant benches of OPS on SHAPES
+# (f32, bf16), then a paired replay of the two with torch.compile.
+# Usage: variant_call NAME FLAG OPS SHAPES
+variant_call() {
+  local name=$1 flag=$2 q="--ops $3 --shapes $4 --dtypes f32,bf16"
+  step "quick selftest"
+  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-$name-h200" \
+    > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-$name-h200"
+  step "default"
+  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources --output "$r-$name-default-h200" \
+    > "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  step "$flag"
+  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources "$flag" \
+    --output "$r-$name-h200" > "${OUT:-/tmp}/$name.log" 2>&1
+  echo "bench rc=$?"
+  keep benches "$r-$name-default-h200" "$r-$name-h200"
+  step "paired replay"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-$name-default-h200/results.json" \
+    --candidate "$r-$name-h200/results.json" --rounds 2 $s --torch-compile \
+    --deadline-s "$(( $(left) - 30 ))" --output "$r-$name-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-$name-replay-h200"
+  "$bin" scorecard "$r-$name-replay-h200" | grep -E "^# |^## " || true
+}
 r=bench/results/$date
 case $call in
 1)
@@ -398,52 +424,14 @@ case $call in
   ;;
 19)
   # The online normalizer (softmax and cross_entropy, max and sum of exp in
-  # one pass): quick selftest first (its checks run on CUDA for the first
-  # time), then default and online benches on the target shapes where
-  # softmax or cross_entropy miss, paired with torch.compile.
-  step "quick selftest"
-  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-online-h200" > "${OUT:-/tmp}/selftest.log" 2>&1
-  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-online-h200"
-  q="--ops softmax,cross_entropy --shapes 4096x32768,16384x8192,4096x131072,1024x262144 --dtypes f32,bf16"
-  step "default"
-  timeout 100 "$bin" bench --backend cuda $q $s --capture-sources --output "$r-online-default-h200" \
-    > "${OUT:-/tmp}/default.log" 2>&1
-  echo "bench rc=$?"
-  step "online normalizer"
-  timeout 100 "$bin" bench --backend cuda $q $s --capture-sources --online-normalizer \
-    --output "$r-online-h200" > "${OUT:-/tmp}/online.log" 2>&1
-  echo "bench rc=$?"
-  keep benches "$r-online-default-h200" "$r-online-h200"
-  step "paired replay"
-  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-online-default-h200/results.json" \
-    --candidate "$r-online-h200/results.json" --rounds 2 $s --torch-compile \
-    --deadline-s "$(( $(left) - 30 ))" --output "$r-online-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
-  echo "replay rc=$?"; keep replay "$r-online-replay-h200"
-  "$bin" scorecard "$r-online-replay-h200" | grep -E "^# |^## " || true
+  # one pass) where softmax or cross_entropy miss.
+  variant_call online --online-normalizer softmax,cross_entropy \
+    4096x32768,16384x8192,4096x131072,1024x262144
   ;;
 20)
-  # One-pass moments for layernorm and residual_layernorm: quick selftest
-  # (their checks on CUDA for the first time), then default and one-pass
-  # benches where layernorm misses, paired with torch.compile.
-  step "quick selftest"
-  QUICK=1 LANEFOLD_BIN=$bin timeout 150 bash scripts/gpu-selftest.sh "$r-selftest-quick-moments-h200" > "${OUT:-/tmp}/selftest.log" 2>&1
-  echo "selftest rc=$?"; keep selftest "$r-selftest-quick-moments-h200"
-  q="--ops layernorm,residual_layernorm --shapes 4096x32768,32768x4096,4096x131072,1024x262144 --dtypes f32,bf16"
-  step "default"
-  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources --output "$r-moments-default-h200" \
-    > "${OUT:-/tmp}/default.log" 2>&1
-  echo "bench rc=$?"
-  step "one-pass moments"
-  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources --one-pass-moments \
-    --output "$r-moments-h200" > "${OUT:-/tmp}/moments.log" 2>&1
-  echo "bench rc=$?"
-  keep benches "$r-moments-default-h200" "$r-moments-h200"
-  step "paired replay"
-  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-moments-default-h200/results.json" \
-    --candidate "$r-moments-h200/results.json" --rounds 2 $s --torch-compile \
-    --deadline-s "$(( $(left) - 30 ))" --output "$r-moments-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
-  echo "replay rc=$?"; keep replay "$r-moments-replay-h200"
-  "$bin" scorecard "$r-moments-replay-h200" | grep -E "^# |^## " || true
+  # One-pass moments for layernorm and residual_layernorm where they miss.
+  variant_call moments --one-pass-moments layernorm,residual_layernorm \
+    4096x32768,32768x4096,4096x131072,1024x262144
   ;;
 *) echo "unknown call $call (1-20)"; exit 2 ;;
 esac
