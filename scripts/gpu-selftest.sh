@@ -2,7 +2,8 @@
 # The CUDA selftest on a machine with an NVIDIA GPU, with the evidence the
 # README promises: device, driver, the binary's SHA-256, the full log.
 # Usage: scripts/gpu-selftest.sh [OUTPUT_DIR]   (LANEFOLD_BIN overrides the binary;
-# QUICK=1 skips the long rows, which took more than 4 minutes on the H200 device)
+# QUICK=1 skips the long rows, which took more than 4 minutes on the H200 device;
+# VARIANTS_ONLY=1 runs only the arithmetic-variant checks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${LANEFOLD_BIN:-target/release/lanefold}
@@ -18,9 +19,9 @@ mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem --format=csv
 } > "$out/environment.txt"
 set +e
-"$bin" selftest --backend cuda ${QUICK:+--quick} 2>&1 | tee "$out/selftest.log"
+"$bin" selftest --backend cuda ${QUICK:+--quick} ${VARIANTS_ONLY:+--variants-only} 2>&1 | tee "$out/selftest.log"
 status=${PIPESTATUS[0]}
-if [ -z "${QUICK:-}" ]; then
+if [ -z "${QUICK:-}${VARIANTS_ONLY:-}" ]; then
   "$bin" speed --output "$out/speed" 2>&1 | tee "$out/speed.log"
 fi
 exit "$status"

@@ -433,6 +433,28 @@ case $call in
   variant_call moments --one-pass-moments layernorm,residual_layernorm \
     4096x32768,32768x4096,4096x131072,1024x262144
   ;;
-*) echo "unknown call $call (1-20)"; exit 2 ;;
+21)
+  # Session 7: the online normalizer rescaled once per pack (call 19's
+  # per-element branch made bf16 compute-bound), and one-pass moments.
+  step "arithmetic-variant selftest"
+  VARIANTS_ONLY=1 LANEFOLD_BIN=$bin timeout 120 bash scripts/gpu-selftest.sh "$r-selftest-variants-h200" \
+    > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-variants-h200"
+  q="--shapes 4096x32768,16384x8192,4096x131072,1024x262144 --dtypes f32,bf16"
+  step "online normalizer, per pack"
+  timeout 110 "$bin" bench --backend cuda --ops softmax,cross_entropy $q $s --capture-sources \
+    --online-normalizer --output "$r-online-v2-h200" > "${OUT:-/tmp}/online.log" 2>&1
+  echo "bench rc=$?"; keep online "$r-online-v2-h200"
+  q="--ops layernorm,residual_layernorm --shapes 4096x32768,32768x4096,4096x131072,1024x262144 --dtypes f32,bf16"
+  step "layernorm default"
+  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources \
+    --output "$r-moments-default-h200" > "${OUT:-/tmp}/default.log" 2>&1
+  echo "bench rc=$?"
+  step "one-pass moments"
+  timeout 110 "$bin" bench --backend cuda $q $s --capture-sources --one-pass-moments \
+    --output "$r-moments-h200" > "${OUT:-/tmp}/moments.log" 2>&1
+  echo "bench rc=$?"; keep moments "$r-moments-default-h200" "$r-moments-h200"
+  ;;
+*) echo "unknown call $call (1-21)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

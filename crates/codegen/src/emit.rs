@@ -704,6 +704,13 @@ impl Ctx<'_> {
             }
         }
 
+        // Online normalizers take the pack's maximum first, so the running
+        // sum is rescaled at most once per pack, with no per-element branch.
+        let sum_exps = self.sum_exps_in(p);
+        for &(ks, ..) in &sum_exps {
+            self.line(&format!("float lf_pm{ks} = {};", identity(ReduceOp::Max)));
+            self.line(&format!("float lf_px{ks}[{count}];"));
+        }
         self.line("#pragma unroll");
         self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
         if guarded.is_some() {
@@ -747,17 +754,10 @@ impl Ctx<'_> {
             let c = combine(op, &acc, &self.name(arg));
             self.line(&format!("{acc} = {c};"));
         }
-        for (ks, km, arg, _) in self.sum_exps_in(p) {
-            // Online normalizer: rescale the running sum only when the
-            // running maximum grows (one exp per element either way).
+        for &(ks, _, arg, _) in &sum_exps {
             let x = self.name(arg);
-            self.open(&format!("if ({x} > a{km}) {{"));
-            self.line(&format!("a{ks} = a{ks} * lf_exp(a{km} - {x}) + 1.0f;"));
-            self.line(&format!("a{km} = {x};"));
-            self.close();
-            self.open("else {");
-            self.line(&format!("a{ks} += lf_exp({x} - a{km});"));
-            self.close();
+            self.line(&format!("lf_px{ks}[e] = {x};"));
+            self.line(&format!("lf_pm{ks} = fmaxf(lf_pm{ks}, {x});"));
         }
         for (buffer, value) in &stores {
             let s = if vector.is_some() {
@@ -775,6 +775,23 @@ impl Ctx<'_> {
             self.close();
         }
         self.close();
+        for &(ks, km, ..) in &sum_exps {
+            // An empty running pair has sum 0, so rescaling it is harmless.
+            self.open(&format!("if (lf_pm{ks} > a{km}) {{"));
+            self.line(&format!("a{ks} *= lf_exp(a{km} - lf_pm{ks});"));
+            self.line(&format!("a{km} = lf_pm{ks};"));
+            self.close();
+            self.line("#pragma unroll");
+            self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
+            if guarded.is_some() {
+                self.line(&format!(
+                    "if (i0 + e < LF_N) a{ks} += lf_exp(lf_px{ks}[e] - a{km});"
+                ));
+            } else {
+                self.line(&format!("a{ks} += lf_exp(lf_px{ks}[e] - a{km});"));
+            }
+            self.close();
+        }
 
         if let Some(vec) = vector {
             for (buffer, _) in &stores {

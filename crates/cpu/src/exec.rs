@@ -116,14 +116,21 @@ fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, tree: TreeLevels) -> 
     reduce_tree(&acc, op, tree)
 }
 
-/// A running (max, sum of exp(x - max)): one element pushed. The sum is
-/// rescaled only when the maximum grows, so each element costs one exp.
-pub fn online_push((m, s): (f32, f32), x: f32) -> (f32, f32) {
-    if x > m {
-        (x, s * (m - x).exp() + 1.0)
+/// A running (max, sum of exp(x - max)): one pack of a worker's elements
+/// pushed. The pack's maximum comes first, so the sum is rescaled at most
+/// once per pack and each element costs one exp (the generated kernel's
+/// order: no per-element branch).
+pub fn online_push_pack((m, s): (f32, f32), pack: &[f32]) -> (f32, f32) {
+    let pack_max = pack.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+    let (m, mut s) = if pack_max > m {
+        (pack_max, s * (m - pack_max).exp())
     } else {
-        (m, s + (x - m).exp())
+        (m, s)
+    };
+    for &x in pack {
+        s += (x - m).exp();
     }
+    (m, s)
 }
 
 /// Two running (max, sum) pairs combined, the first operand's term first;
@@ -141,14 +148,17 @@ fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
     let n = tile.len();
     let (w, v) = (layout.workers as usize, layout.pack as usize);
     let mut acc = vec![(f32::NEG_INFINITY, 0.0f32); w];
+    let mut pack = Vec::with_capacity(v);
     for chunk in 0..layout.chunks(n) {
         for (worker, a) in acc.iter_mut().enumerate() {
-            for element in 0..v {
-                let i = layout.logical(chunk, worker, element);
-                if i < n {
-                    *a = online_push(*a, tile[i]);
-                }
-            }
+            pack.clear();
+            pack.extend(
+                (0..v)
+                    .map(|element| layout.logical(chunk, worker, element))
+                    .filter(|&i| i < n)
+                    .map(|i| tile[i]),
+            );
+            *a = online_push_pack(*a, &pack);
         }
     }
     let mut level = acc;
@@ -402,7 +412,16 @@ mod tests {
             online_combine((f32::NEG_INFINITY, 0.0), (f32::NEG_INFINITY, 0.0)),
             (f32::NEG_INFINITY, 0.0)
         );
-        assert_eq!(online_push((f32::NEG_INFINITY, 0.0), 3.0), (3.0, 1.0));
+        assert_eq!(
+            online_push_pack((f32::NEG_INFINITY, 0.0), &[3.0]),
+            (3.0, 1.0)
+        );
+        // An empty pack (a guarded tail) leaves the pair alone.
+        assert_eq!(online_push_pack((2.0, 5.0), &[]), (2.0, 5.0));
+        // A pack whose maximum grows the running one rescales the sum once.
+        let (m, s) = online_push_pack((0.0, 1.0), &[1.0, 3.0]);
+        assert_eq!(m, 3.0);
+        assert!((s - ((-3.0f32).exp() + (-2.0f32).exp() + 1.0)).abs() < 1e-6);
     }
 
     /// One-pass moments about the row's first element: rows offset by 100
