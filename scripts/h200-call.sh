@@ -455,6 +455,35 @@ case $call in
     --output "$r-moments-h200" > "${OUT:-/tmp}/moments.log" 2>&1
   echo "bench rc=$?"; keep moments "$r-moments-default-h200" "$r-moments-h200"
   ;;
-*) echo "unknown call $call (1-21)"; exit 2 ;;
+22)
+  # Session 7: today's defaults on the long rows where the measured variants
+  # now apply (cross_entropy: online normalizer; layernorm bf16: one-pass
+  # moments), paired against session 5's long-row default with all three
+  # peers; then first benches of long rows streamed inside a cluster.
+  step "long-row defaults"
+  timeout 90 "$bin" bench --backend cuda --ops cross_entropy,layernorm \
+    --shapes 4096x131072,1024x262144 --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-long-v7-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-long-v7-h200"
+  step "paired replay with eager, torch.compile and Liger"
+  timeout "$(( $(left) - 130 ))" "$bin" replay --backend cuda \
+    --reference bench/results/2026-11-30-long-rows-v4-h200/results.json \
+    --candidate "$r-long-v7-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+    --deadline-s "$(( $(left) - 160 ))" --output "$r-long-v7-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-v7-replay-h200"
+  "$bin" scorecard "$r-long-v7-replay-h200" | grep -E "^# |^## " || true
+  for dp in f32:4 bf16:8; do
+    dt=${dp%:*}; v=${dp#*:}
+    step "long rows streamed in a cluster, $dt"
+    [ "$(left)" -gt 40 ] || { echo "deadline: no bench"; continue; }
+    timeout "$(( $(left) / 2 ))" "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm \
+      --shapes 4096x131072 --dtypes "$dt" --workers 4096 --pack "$v" --residency stream \
+      --reread-hints $s --capture-sources --output "$r-long-stream-$dt-h200" \
+      > "${OUT:-/tmp}/stream-$dt.log" 2>&1
+    echo "bench rc=$?"
+  done
+  keep streams "$r"-long-stream-*-h200
+  ;;
+*) echo "unknown call $call (1-22)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

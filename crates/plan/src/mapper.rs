@@ -172,6 +172,42 @@ pub struct LayoutRequest {
 }
 
 impl LayoutRequest {
+    /// An automatic request with the arithmetic variants that paired H200
+    /// measurements showed faster for this operator and row length
+    /// (bench/NOTES.md campaign 7); every other request as given, so an
+    /// explicit layout (a search candidate, a frozen replay) keeps its
+    /// recorded arithmetic.
+    ///
+    /// - cross_entropy on rows over 32768: the online normalizer. The row
+    ///   is then read once with nothing held resident, so one streaming
+    ///   group replaces a cluster of register groups: 4096x131072 f32
+    ///   556 -> 473 µs, bf16 357 -> 244; 1024x262144 f32 366 -> 248, bf16
+    ///   257 -> 133. On rows of 32768 and less the register plan already
+    ///   reads once and bf16 became 10-13% slower (the extra exp work).
+    /// - layernorm bf16 on rows of 131072 and more: one-pass moments
+    ///   (4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
+    ///   either way, residual_layernorm included).
+    pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
+        let automatic = self.mapper == MapperPolicy::Model && self.workers == 0 && self.pack == 0;
+        if target.name != "h200" || !automatic || !problem.program.reassociation {
+            return *self;
+        }
+        let n = problem.shape.n;
+        let mut request = *self;
+        match problem.operator_kind() {
+            Some(Operator::CrossEntropy) if n > ONLINE_NORMALIZER_MIN_N => {
+                request.online_normalizer = true;
+            }
+            Some(Operator::Layernorm)
+                if problem.dtype == DType::Bf16 && n >= ONE_PASS_MOMENTS_MIN_N =>
+            {
+                request.one_pass_moments = true;
+            }
+            _ => {}
+        }
+        request
+    }
+
     /// Today's default request with this one's load and launch policies
     /// (hints, hoisting, occupancy) and nothing of its layout: what a user
     /// asking for the same policies gets from the automatic mapping.
@@ -390,6 +426,7 @@ fn width(msg: String) -> Refusal {
 
 /// Resolve `request` for `problem` on `target`, failing closed.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let request = &request.with_measured_variants(problem, target);
     let problem = &*problem.as_requested(request);
     // Validate the user's cluster group size before the model may choose one.
     with_cluster_group_threads(target, request.cluster_group_threads)?;
@@ -613,6 +650,18 @@ pub fn automatic_note(
     if request.mapper != MapperPolicy::Model || request.workers != 0 || request.pack != 0 {
         return None;
     }
+    let measured = request.with_measured_variants(problem, target);
+    if measured != *request {
+        let variant = if measured.online_normalizer {
+            "the online normalizer (one read of each row, nothing resident)"
+        } else {
+            "one-pass moments (two phases instead of three)"
+        };
+        return Some(format!(
+            "automatic on the H200 for this operator and row length: {variant}, \
+             measured faster in paired benches (bench/NOTES.md campaign 7)"
+        ));
+    }
     let problem = &*problem.as_requested(request);
     let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
     let model = LayoutRequest {
@@ -628,6 +677,14 @@ pub fn automatic_note(
         picked.describe()
     ))
 }
+
+/// Rows longer than this take cross_entropy's online normalizer by default
+/// on the H200 ([`LayoutRequest::with_measured_variants`]).
+const ONLINE_NORMALIZER_MIN_N: usize = 32768;
+
+/// Rows at least this long take layernorm bf16's one-pass moments by
+/// default on the H200 ([`LayoutRequest::with_measured_variants`]).
+const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
 
 /// Register plans keeping this many private slots per thread compile to
 /// 108-128 registers on sm_90 (the estimate says 100), one or two groups
@@ -1515,6 +1572,80 @@ mod tests {
             "{}",
             chosen.describe()
         );
+    }
+
+    #[test]
+    fn regression_cross_entropy_long_rows_take_the_online_normalizer_and_layernorm_bf16_one_pass_moments(
+    ) {
+        // Paired H200 benches (2026-11-30-online-v2-h200, -moments-h200):
+        // cross_entropy on rows over 32768 read once with the online
+        // normalizer ran 1.18-1.94x faster; layernorm bf16 4096x131072
+        // with one-pass moments 1.26x.
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        let problem = |op, dtype, shape: &str| {
+            Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            )
+        };
+        let (ce, ln, sm) = (
+            Operator::CrossEntropy,
+            Operator::Layernorm,
+            Operator::Softmax,
+        );
+        for (op, dtype, shape, online, moments) in [
+            (ce, DType::F32, "4096x131072", true, false),
+            (ce, DType::Bf16, "4096x131072", true, false),
+            (ce, DType::Bf16, "1024x262144", true, false),
+            (ce, DType::Bf16, "4096x65536", true, false),
+            (ln, DType::Bf16, "4096x131072", false, true),
+            (ln, DType::Bf16, "1024x262144", false, true),
+            // Measured slower or no faster: unchanged.
+            (ce, DType::Bf16, "4096x32768", false, false),
+            (ce, DType::Bf16, "16384x8192", false, false),
+            (ln, DType::F32, "4096x131072", false, false),
+            (ln, DType::Bf16, "4096x32768", false, false),
+            (sm, DType::Bf16, "4096x131072", false, false),
+        ] {
+            let p = plan(&problem(op, dtype, shape), &t, &auto).unwrap();
+            assert_eq!(
+                (p.online_normalizer(), p.one_pass_moments()),
+                (online, moments),
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+        }
+        // The streaming plan: one group per row, nothing resident.
+        let p = plan(&problem(ce, DType::Bf16, "4096x131072"), &t, &auto).unwrap();
+        assert_eq!(
+            (p.groups_per_row, p.resident_slots),
+            (1, 0),
+            "{}",
+            p.describe()
+        );
+        // Explicit layouts (search candidates, frozen replays), other
+        // targets and exact programs keep the arithmetic they ask for.
+        let explicit = LayoutRequest {
+            workers: 2048,
+            pack: 8,
+            ..auto
+        };
+        let long_ce = problem(ce, DType::Bf16, "4096x131072");
+        assert!(!plan(&long_ce, &t, &explicit).unwrap().online_normalizer());
+        assert!(!plan(&long_ce, &Target::cpu(), &auto)
+            .unwrap()
+            .online_normalizer());
+        let exact = Problem {
+            program: long_ce.program.clone().exact(),
+            ..long_ce
+        };
+        assert!(!plan(&exact, &t, &auto).unwrap().online_normalizer());
     }
 
     #[test]
