@@ -484,6 +484,31 @@ case $call in
   done
   keep streams "$r"-long-stream-*-h200
   ;;
-*) echo "unknown call $call (1-22)"; exit 2 ;;
+23)
+  # Session 7: target 4 where the mapper now takes a searched winner
+  # (SEARCHED_WINNERS), then round 2 of call 22's long-row replay, resumed
+  # with the binary that wrote it (RBIN, default .gpu/lanefold-d3ac3ef).
+  step "target 4 for the searched winners"
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --max-candidates 2"
+  python3 scripts/target4_grid.py bench/results | grep -E \
+    "^(cross_entropy bf16 1024x4096|residual_layernorm bf16 4096x32768|rmsnorm bf16 4096x131072) " |
+    while read -r op dt shape w v u t; do
+      [ "$t" = 512 ] && t=0
+      timeout 60 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dt" \
+        --tune-workers "$w" --tune-pack "$v" --tune-unroll "$u" --cluster-group-threads "$t" \
+        $q --output "$r-t4v7-$op-$dt-$shape-h200" > /dev/null 2>&1
+      echo "$op $dt $shape rc=$?"
+    done > "${OUT:-/tmp}/target4.log"
+  keep target4 "$r"-t4v7-*-h200
+  "$bin" scorecard "$r"-t4v7-*-h200 | grep -E "reaches|not measured here" || true
+  step "long-row replay, round 2"
+  timeout "$(left)" "${RBIN:-.gpu/lanefold-d3ac3ef}" replay --backend cuda \
+    --reference bench/results/2026-11-30-long-rows-v4-h200/results.json \
+    --candidate "$r-long-v7-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+    --resume --deadline-s "$(( $(left) - 30 ))" --output "$r-long-v7-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-v7-replay-h200"
+  "$bin" scorecard "$r-long-v7-replay-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-23)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
