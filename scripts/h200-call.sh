@@ -509,6 +509,27 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-long-v7-replay-h200"
   "$bin" scorecard "$r-long-v7-replay-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-23)"; exit 2 ;;
+24)
+  # Session 7: the searched winners now taken by default, each as its own
+  # bench and an A/A replay with all three peers.
+  step "searched winners, bench"
+  for c in "residual_layernorm 4096x32768" "rmsnorm 4096x131072" "cross_entropy 1024x4096"; do
+    set -- $c
+    timeout 40 "$bin" bench --backend cuda --ops "$1" --shapes "$2" --dtypes bf16 $s \
+      --capture-sources --output "$r-winner-$1-h200" > /dev/null 2>&1
+    echo "bench $1 rc=$?"
+  done
+  keep benches "$r"-winner-*-h200
+  for c in residual_layernorm rmsnorm cross_entropy; do
+    step "A/A replay $c"
+    [ "$(left)" -gt 40 ] || { echo "deadline: no replay of $c"; continue; }
+    timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-winner-$c-h200/results.json" \
+      --rounds 2 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 20 ))" \
+      --output "$r-winner-$c-aa-h200" > "${OUT:-/tmp}/replay-$c.log" 2>&1
+    echo "replay rc=$?"
+  done
+  keep replays "$r"-winner-*-aa-h200
+  ;;
+*) echo "unknown call $call (1-24)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
