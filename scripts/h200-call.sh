@@ -340,14 +340,18 @@ case $call in
   # included) for five operators, benched, then an A/A replay with all three
   # peers for as many rounds as the call allows. sum is left out to fit one
   # round in the call (its default is unchanged since large-aa-h200).
-  step "large shapes, today's default, bench"
-  timeout 120 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
-    --shapes 32768x4096,16384x8192,4096x32768 \
-    --dtypes f32,bf16 $s --capture-sources --output "$r-large-v6-h200" > "${OUT:-/tmp}/bench.log" 2>&1
-  echo "bench rc=$?"; keep bench "$r-large-v6-h200"
+  # RESUME=1 (with BIN= the binary that wrote it, and DATE its date)
+  # continues the replay without re-benching.
+  if [ -z "${RESUME:-}" ]; then
+    step "large shapes, today's default, bench"
+    timeout 120 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+      --shapes 32768x4096,16384x8192,4096x32768 \
+      --dtypes f32,bf16 $s --capture-sources --output "$r-large-v6-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+    echo "bench rc=$?"; keep bench "$r-large-v6-h200"
+  fi
   step "A/A replay with all peers"
   timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-large-v6-h200/results.json" \
-    --rounds 2 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 30 ))" \
+    --rounds 2 $s --torch --torch-compile --liger ${RESUME:+--resume} --deadline-s "$(( $(left) - 30 ))" \
     --output "$r-large-v6-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
   echo "replay rc=$?"; keep replay "$r-large-v6-aa-h200"
   "$bin" scorecard "$r-large-v6-aa-h200" | grep -E "^# |^## " || true
