@@ -534,6 +534,21 @@ case $call in
   done
   keep replays "$r"-winner-*-aa-h200
   ;;
-*) echo "unknown call $call (1-24)"; exit 2 ;;
+25)
+  # Is re-reading weight and bias from L2 for every row what holds rmsnorm
+  # and layernorm below softmax on long and wide rows? The same binary and
+  # layouts' choice, with and without the per-column inputs.
+  q="--ops rmsnorm,layernorm --shapes 4096x131072,4096x32768,32768x4096 --dtypes f32,bf16"
+  step "with weight and bias"
+  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources \
+    --output "$r-columns-with-h200" > "${OUT:-/tmp}/with.log" 2>&1
+  echo "bench rc=$?"
+  step "without weight and bias"
+  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --no-weight --no-bias \
+    --output "$r-columns-without-h200" > "${OUT:-/tmp}/without.log" 2>&1
+  echo "bench rc=$?"
+  keep columns "$r"-columns-*-h200
+  ;;
+*) echo "unknown call $call (1-25)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

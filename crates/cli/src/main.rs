@@ -157,6 +157,13 @@ struct BenchArgs {
     /// recorded as an explicit layout. Same results.
     #[arg(long)]
     occupancy_from_compiler: bool,
+    /// Leave out the per-column weight (rmsnorm, layernorm,
+    /// residual_layernorm); lanefold alone, without peers or replays.
+    #[arg(long)]
+    no_weight: bool,
+    /// Leave out the per-column bias (layernorm, residual_layernorm).
+    #[arg(long)]
+    no_bias: bool,
     #[arg(long)]
     output: PathBuf,
     #[arg(long, default_value_t = 1)]
@@ -897,6 +904,10 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         command_line: std::env::args().collect(),
         deadline_s: args.deadline_s,
         occupancy_from_compiler: args.occupancy_from_compiler,
+        options: OperatorOptions {
+            weight: !args.no_weight,
+            bias: !args.no_bias,
+        },
     };
     let file = run_bench(&spec)?;
     let invalid = file

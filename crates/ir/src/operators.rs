@@ -43,6 +43,40 @@ impl Default for OperatorOptions {
     }
 }
 
+impl OperatorOptions {
+    /// These options with every input `op` does not have reset to the
+    /// default, so `softmax` asked for "no weight" is plain softmax.
+    pub fn applied_to(self, op: Operator) -> OperatorOptions {
+        let (has_weight, has_bias) = match op {
+            Operator::Rmsnorm => (true, false),
+            Operator::Layernorm | Operator::ResidualLayernorm => (true, true),
+            _ => (false, false),
+        };
+        OperatorOptions {
+            weight: self.weight || !has_weight,
+            bias: self.bias || !has_bias,
+        }
+    }
+
+    /// `op`'s name, with what these options leave out of it:
+    /// `layernorm(no weight, no bias)`; the bare name for PyTorch's default.
+    pub fn label(self, op: Operator) -> String {
+        let applied = self.applied_to(op);
+        let mut left_out = vec![];
+        if !applied.weight {
+            left_out.push("no weight");
+        }
+        if !applied.bias {
+            left_out.push("no bias");
+        }
+        if left_out.is_empty() {
+            op.name().to_string()
+        } else {
+            format!("{}({})", op.name(), left_out.join(", "))
+        }
+    }
+}
+
 impl Operator {
     /// The six reduction operators of the mission.
     pub const SIX: [Operator; 6] = [
@@ -260,6 +294,34 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{op}: {e}\n{}", p.to_text()));
             }
         }
+    }
+
+    #[test]
+    fn options_apply_only_to_the_inputs_an_operator_has() {
+        let none = OperatorOptions {
+            weight: false,
+            bias: false,
+        };
+        assert_eq!(none.label(Operator::Softmax), "softmax");
+        assert_eq!(
+            none.applied_to(Operator::Softmax),
+            OperatorOptions::default()
+        );
+        assert_eq!(none.label(Operator::Rmsnorm), "rmsnorm(no weight)");
+        assert!(none.applied_to(Operator::Rmsnorm).bias);
+        assert_eq!(
+            none.label(Operator::ResidualLayernorm),
+            "residual_layernorm(no weight, no bias)"
+        );
+        let no_bias = OperatorOptions {
+            weight: true,
+            bias: false,
+        };
+        assert_eq!(no_bias.label(Operator::Layernorm), "layernorm(no bias)");
+        assert_eq!(
+            OperatorOptions::default().label(Operator::Layernorm),
+            "layernorm"
+        );
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct BenchSpec {
     pub deadline_s: Option<f64>,
     /// See [`compiler_promise`]: only where the request makes no promise.
     pub occupancy_from_compiler: bool,
+    /// Per-column inputs to leave out (PyTorch's modules have both). Only
+    /// lanefold runs such cases: the peers build the default modules.
+    pub options: OperatorOptions,
 }
 
 /// `p` with the occupancy promise the compiler supports
@@ -165,6 +168,16 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         .iter()
         .map(|m| Ok(m.parse::<PeerMode>()?.side().to_string()))
         .collect::<Result<Vec<String>>>()?;
+    let leaves_out_columns = spec
+        .ops
+        .iter()
+        .any(|&op| spec.options.applied_to(op) != OperatorOptions::default());
+    if leaves_out_columns && !peers.is_empty() {
+        bail!(
+            "--no-weight / --no-bias cases run lanefold alone: the PyTorch peers \
+             build PyTorch's default modules, with weight and bias"
+        );
+    }
     let (cuda, target) = open_device(spec.device, spec.config.l2)?;
     let mut peer = if spec.peer_modes.is_empty() {
         None
@@ -195,7 +208,8 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     break 'cases;
                 }
                 deadline.start_unit();
-                let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                let options = spec.options.applied_to(op);
+                let problem = Problem::operator(op, options, dtype, shape);
                 let mut p = plan(&problem, &target, &spec.request)?;
                 let mut request = spec.request;
                 if spec.occupancy_from_compiler && spec.request.occupancy == 0 {
@@ -210,7 +224,11 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     spec.seed + k as u64,
                 );
                 let want = reference(&problem, &input_sets[0]).context("no float64 reference")?;
-                let id = format!("{op}/{dtype}/{shape}/{}", p.describe().replace(' ', ","));
+                let id = format!(
+                    "{}/{dtype}/{shape}/{}",
+                    options.label(op),
+                    p.describe().replace(' ', ",")
+                );
                 let mut order: Vec<String> = vec!["lanefold".into()];
                 order.extend(peers.iter().cloned());
                 if k % 2 == 1 {
@@ -273,6 +291,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 file.cases.push(CaseResult {
                     id,
                     op: op.name().into(),
+                    options,
                     dtype: dtype.name().into(),
                     shape: shape.to_string(),
                     request,

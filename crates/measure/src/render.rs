@@ -107,7 +107,7 @@ pub fn markdown(file: &ResultsFile) -> String {
         let native = case.side("lanefold");
         let mut row = format!(
             "| {} | {} | {} | {} | {} | {} |",
-            case.op,
+            case.op_label(),
             case.dtype,
             case.shape,
             case.plan.describe,
@@ -151,7 +151,7 @@ pub fn markdown(file: &ResultsFile) -> String {
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {} | {} | {} | {} | {}, {} |",
-                case.op,
+                case.op_label(),
                 case.dtype,
                 case.shape,
                 s.name,
@@ -184,7 +184,10 @@ pub fn resources_table(cases: &[crate::results::CaseResult]) -> String {
                 .map_or("—".into(), |b| b.to_string());
             Some(format!(
                 "| {} | {} | {} | `{}` | {regs} | {local} |",
-                c.op, c.dtype, c.shape, k.name
+                c.op_label(),
+                c.dtype,
+                c.shape,
+                k.name
             ))
         })
         .collect();
@@ -216,7 +219,7 @@ pub fn plot(file: &ResultsFile, path: &Path) -> anyhow::Result<()> {
         for s in &case.sides {
             if let Some(gbps) = s.gpu_gbps_p50 {
                 points.push(PlotPoint {
-                    op: case.op.clone(),
+                    op: case.op_label(),
                     series: format!("{} {}", case.dtype, s.name),
                     ours: s.name == "lanefold",
                     shape: case.shape.clone(),

@@ -115,6 +115,14 @@ pub fn load_frozen(path: &Path) -> Result<Frozen> {
             let file: ResultsFile = serde_json::from_value(value)
                 .with_context(|| format!("{}: not a lanefold results file", path.display()))?;
             for c in file.cases {
+                if c.options != OperatorOptions::default() {
+                    bail!(
+                        "{}: case {} leaves out per-column inputs (bench --no-weight/--no-bias); \
+                         replays compare PyTorch's default modules only",
+                        path.display(),
+                        c.id
+                    );
+                }
                 cases.push(FrozenCase {
                     op: c.op,
                     dtype: c.dtype,
@@ -2281,6 +2289,7 @@ mod tests {
             command_line: vec!["test".into()],
             deadline_s: None,
             occupancy_from_compiler: false,
+            options: OperatorOptions::default(),
         }
     }
 
@@ -2326,6 +2335,68 @@ mod tests {
         assert_eq!(run_bench(&spec).unwrap().cases.len(), 1);
         assert!(b.join("results.md").is_file());
         for d in [r, out, b] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    /// bench --no-weight/--no-bias: the programs lose those inputs, the
+    /// files and reports say so, the bytes moved shrink; peers and replays
+    /// refuse such cases by name, since both assume PyTorch's modules.
+    #[test]
+    fn benches_without_weight_or_bias_are_labelled_and_refused_by_peers_and_replays() {
+        let (plain, bare) = (tmp("options-plain"), tmp("options-bare"));
+        let ops = vec![Operator::Softmax, Operator::Rmsnorm, Operator::Layernorm];
+        let with_columns = run_bench(&BenchSpec {
+            ops: ops.clone(),
+            ..bench_spec(&plain, LayoutRequest::default())
+        })
+        .unwrap();
+        let without = BenchSpec {
+            ops,
+            options: OperatorOptions {
+                weight: false,
+                bias: false,
+            },
+            ..bench_spec(&bare, LayoutRequest::default())
+        };
+        let file = run_bench(&without).unwrap();
+        let labels: Vec<String> = file.cases.iter().map(|c| c.op_label()).collect();
+        assert_eq!(
+            &labels[..3],
+            [
+                "softmax",
+                "rmsnorm(no weight)",
+                "layernorm(no weight, no bias)"
+            ]
+        );
+        for (c, d) in file.cases.iter().zip(&with_columns.cases) {
+            assert!(c.sides[0].validation.pass, "{}", c.id);
+            assert!(c.id.starts_with(&c.op_label()), "{}", c.id);
+            if c.op == "softmax" {
+                assert_eq!(c.bytes_moved, d.bytes_moved);
+                assert_eq!(c.options, OperatorOptions::default());
+            } else {
+                assert!(c.bytes_moved < d.bytes_moved, "{}", c.id);
+            }
+        }
+        let md = std::fs::read_to_string(bare.join("results.md")).unwrap();
+        assert!(
+            md.contains("| layernorm(no weight, no bias) | f32 |"),
+            "{md}"
+        );
+        // A file of default modules keeps its old form: no options field.
+        let json = std::fs::read_to_string(plain.join("results.json")).unwrap();
+        assert!(!json.contains("\"options\""));
+        let refused = tmp("options-replay");
+        let e = run_replay(&spec(&bare, None, &refused)).unwrap_err();
+        assert!(format!("{e:#}").contains("rmsnorm(no weight)"), "{e:#}");
+        let e = run_bench(&BenchSpec {
+            peer_modes: vec!["eager".into()],
+            ..without
+        })
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("--no-weight"), "{e:#}");
+        for d in [plain, bare, refused] {
             let _ = std::fs::remove_dir_all(d);
         }
     }

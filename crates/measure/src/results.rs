@@ -4,6 +4,7 @@
 
 use crate::phases::{BatchSample, PhaseConfig, PhaseRecord};
 use lanefold_cpu::Validation;
+use lanefold_ir::OperatorOptions;
 use lanefold_plan::{Layout, LayoutRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -245,6 +246,10 @@ pub struct KernelRecord {
 pub struct CaseResult {
     pub id: String,
     pub op: String,
+    /// Per-column inputs left out (`bench --no-weight/--no-bias`); absent
+    /// for PyTorch's default modules, which every replay and peer assumes.
+    #[serde(default, skip_serializing_if = "is_default_options")]
+    pub options: OperatorOptions,
     pub dtype: String,
     pub shape: String,
     pub request: LayoutRequest,
@@ -259,7 +264,19 @@ pub struct CaseResult {
     pub ratios: BTreeMap<String, f64>,
 }
 
+fn is_default_options(o: &OperatorOptions) -> bool {
+    *o == OperatorOptions::default()
+}
+
 impl CaseResult {
+    /// The operator as benched: `rmsnorm`, or `rmsnorm(no weight)`.
+    pub fn op_label(&self) -> String {
+        match self.op.parse::<lanefold_ir::Operator>() {
+            Ok(op) => self.options.label(op),
+            Err(_) => self.op.clone(),
+        }
+    }
+
     pub fn side(&self, name: &str) -> Option<&Side> {
         self.sides.iter().find(|s| s.name == name)
     }
