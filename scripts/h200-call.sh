@@ -540,11 +540,11 @@ case $call in
   # layouts' choice, with and without the per-column inputs.
   q="--ops rmsnorm,layernorm --shapes 4096x131072,4096x32768,32768x4096 --dtypes f32,bf16"
   step "with weight and bias"
-  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources \
+  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --deadline-s 130 \
     --output "$r-columns-with-h200" > "${OUT:-/tmp}/with.log" 2>&1
   echo "bench rc=$?"
   step "without weight and bias"
-  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --no-weight --no-bias \
+  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --no-weight --no-bias --deadline-s 130 \
     --output "$r-columns-without-h200" > "${OUT:-/tmp}/without.log" 2>&1
   echo "bench rc=$?"
   keep columns "$r"-columns-*-h200
