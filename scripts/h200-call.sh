@@ -536,18 +536,19 @@ case $call in
   ;;
 25)
   # Is re-reading weight and bias from L2 for every row what holds rmsnorm
-  # and layernorm below softmax on long and wide rows? The same binary and
-  # layouts' choice, with and without the per-column inputs.
+  # and layernorm below softmax on long and wide rows? The same binary's
+  # default plans with the columns, without them, with them kept in L2
+  # (evict-last), and with read-once rows and outputs evict-first.
   q="--ops rmsnorm,layernorm --shapes 4096x131072,4096x32768,32768x4096 --dtypes f32,bf16"
-  step "with weight and bias"
-  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --deadline-s 130 \
-    --output "$r-columns-with-h200" > "${OUT:-/tmp}/with.log" 2>&1
-  echo "bench rc=$?"
-  step "without weight and bias"
-  timeout 150 "$bin" bench --backend cuda $q $s --capture-sources --no-weight --no-bias --deadline-s 130 \
-    --output "$r-columns-without-h200" > "${OUT:-/tmp}/without.log" 2>&1
-  echo "bench rc=$?"
-  keep columns "$r"-columns-*-h200
+  for v in "with:" "without:--no-weight --no-bias" "keep:--keep-columns" "cs:--streaming-hints"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "columns $name"
+    [ "$(left)" -gt 60 ] || { echo "deadline: no bench $name"; continue; }
+    timeout 130 "$bin" bench --backend cuda $q $s --capture-sources $flags --deadline-s 110 \
+      --output "$r-columns-$name-h200" > "${OUT:-/tmp}/columns-$name.log" 2>&1
+    echo "bench rc=$?"
+    keep "columns-$name" "$r-columns-$name-h200"
+  done
   ;;
 *) echo "unknown call $call (1-25)"; exit 2 ;;
 esac

@@ -292,6 +292,10 @@ struct LayoutArgs {
     /// (evict-last), its last re-read lets it go (evict-first). Same results.
     #[arg(long)]
     reread_hints: bool,
+    /// Load weight and bias (read again by every row) with L2 evict-last
+    /// priority, in register plans too. Same results.
+    #[arg(long)]
+    keep_columns: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
@@ -336,6 +340,7 @@ impl LayoutArgs {
             cluster_group_threads: self.cluster_group_threads,
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
+            keep_columns: self.keep_columns,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
         }

@@ -334,7 +334,8 @@ pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Rep
     }
 }
 
-/// Streaming hints and hoisted columns change where and how loads happen,
+/// Streaming hints, hoisted columns, kept columns, re-read hints and the
+/// occupancy promise change where and how loads happen,
 /// never the arithmetic: with either or both every output is valid and
 /// bit-identical to the same plan without them (register plans, whose row
 /// tiles load evict-first, and streamed plans, whose tiles do not).
@@ -346,44 +347,48 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
                 (64, 4096, 256, ResidencyRequest::Auto),
                 (4, 8192, 32, ResidencyRequest::Stream),
             ] {
-                let case =
-                    |streaming_hints: bool, hoist_columns: bool, bounds: bool, reread: bool| Case {
-                        op,
-                        dtype,
-                        shape: shape(rows, n),
-                        request: LayoutRequest {
-                            workers,
-                            pack: 4,
-                            residency,
-                            streaming_hints,
-                            hoist_columns,
-                            occupancy: if bounds { 2 } else { 0 },
-                            reread_hints: reread,
-                            ..Default::default()
-                        },
-                        seed: 11 + n as u64,
-                    };
+                let case = |(streaming_hints, hoist_columns, bounds, reread, keep_columns): (
+                    bool,
+                    bool,
+                    bool,
+                    bool,
+                    bool,
+                )| Case {
+                    op,
+                    dtype,
+                    shape: shape(rows, n),
+                    request: LayoutRequest {
+                        workers,
+                        pack: 4,
+                        residency,
+                        streaming_hints,
+                        hoist_columns,
+                        occupancy: if bounds { 2 } else { 0 },
+                        reread_hints: reread,
+                        keep_columns,
+                        ..Default::default()
+                    },
+                    seed: 11 + n as u64,
+                };
                 let plain = run_case(
                     backend,
-                    &case(false, false, false, false),
+                    &case((false, false, false, false, false)),
                     &CodegenOptions::default(),
                 );
-                for (hints, hoist, bounds, reread) in [
-                    (true, false, false, false),
-                    (false, true, false, false),
-                    (true, true, false, false),
-                    (false, false, true, false),
-                    (false, false, false, true),
+                for policies in [
+                    (true, false, false, false, false),
+                    (false, true, false, false, false),
+                    (true, true, false, false, false),
+                    (false, false, true, false, false),
+                    (false, false, false, true, false),
+                    (false, false, false, false, true),
                 ] {
+                    let (hints, hoist, bounds, reread, keep) = policies;
                     let label = format!(
-                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist} occupancy={} reread={reread}",
+                        "load policy {op} {dtype} {rows}x{n} {residency:?} hints={hints} hoist={hoist} occupancy={} reread={reread} keep-columns={keep}",
                         if bounds { 2 } else { 0 }
                     );
-                    let changed = run_case(
-                        backend,
-                        &case(hints, hoist, bounds, reread),
-                        &CodegenOptions::default(),
-                    );
+                    let changed = run_case(backend, &case(policies), &CodegenOptions::default());
                     match (&plain, changed) {
                         (Ok(plain), Ok(changed)) => {
                             let ok = changed.validation.pass

@@ -33,6 +33,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.reread_hints {
         name += "_rr";
     }
+    if plan.keep_columns {
+        name += "_kc";
+    }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
@@ -629,7 +632,8 @@ impl Ctx<'_> {
                         self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
                     const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
                     const DROP: (&str, &str) = ("lf_ld_drop", "lf_drop");
-                    let policy = if self.plan.reread_hints && kind == BufferKind::Column {
+                    let keep_columns = self.plan.reread_hints || self.plan.keep_columns;
+                    let policy = if keep_columns && kind == BufferKind::Column {
                         Some(KEEP)
                     } else if !reread {
                         None
@@ -1211,7 +1215,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if plan.streaming_hints {
         head.push_str(STREAMING_HELPERS);
     }
-    if plan.reread_hints {
+    if plan.reread_hints || plan.keep_columns {
         head.push_str(REREAD_HELPERS);
     }
     if cluster > 1 {
@@ -1257,7 +1261,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     cx.line("const int row_c = row_ok ? row : rows - 1;");
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
-    if plan.reread_hints {
+    if plan.reread_hints || plan.keep_columns {
         cx.line("const unsigned long long lf_keep = lf_policy_keep();");
         cx.line("const unsigned long long lf_drop = lf_policy_drop();");
         cx.line("(void)lf_keep;");

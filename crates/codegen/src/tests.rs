@@ -131,6 +131,50 @@ fn an_occupancy_promise_changes_only_the_declaration_and_the_name() {
     assert!(err.to_string().contains("occupancy 9"), "{err}");
 }
 
+/// Kept columns: in a register plan, weight and bias load evict-last and
+/// nothing else changes (x, the stores, the arithmetic); an operator
+/// without columns plans no policy at all.
+#[test]
+fn keep_columns_marks_only_the_column_loads_of_a_register_plan() {
+    let request = LayoutRequest {
+        workers: 256,
+        pack: 4,
+        ..Default::default()
+    };
+    let kept_request = LayoutRequest {
+        keep_columns: true,
+        ..request
+    };
+    let plain = make_with(Operator::Layernorm, DType::F32, "64x4096", request);
+    let kept = make_with(Operator::Layernorm, DType::F32, "64x4096", kept_request);
+    assert!(kept.keep_columns && kept.describe().ends_with(" keep-columns"));
+    assert_eq!(kept.residency, lanefold_plan::Residency::Registers);
+    let (k_plain, k) = (kernel(&plain), kernel(&kept));
+    assert_eq!(k.name, format!("{}_kc", k_plain.name));
+    // Weight and bias each load through one kept 16-byte load (in the
+    // output phase's chunk loop); x stays plain.
+    let kept_loads = k.source.matches("lf_ld_keep(q + 0, lf_keep)").count();
+    assert_eq!(kept_loads, 2, "{}", k.source);
+    assert!(!k.source.contains("lf_ld_drop(q"));
+    let strip = |s: &str, name: &str, describe: &str| {
+        s.replace(name, "NAME")
+            .replace(describe, "DESCRIBE")
+            .replace("lf_ld_keep(q + 0, lf_keep)", "q[0]")
+            .lines()
+            .filter(|l| !l.contains("lf_keep") && !l.contains("lf_drop"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let body = |s: &str| s[s.find("#define LF_N").unwrap()..].to_string();
+    assert_eq!(
+        strip(&body(&k_plain.source), &k_plain.name, &plain.describe()),
+        strip(&body(&k.source), &k.name, &kept.describe())
+    );
+    let softmax = make_with(Operator::Softmax, DType::F32, "64x4096", kept_request);
+    assert!(!softmax.keep_columns);
+    assert!(!kernel(&softmax).source.contains("lf_keep"));
+}
+
 /// Re-read hints: in a streamed plan, x's first load keeps it in L2 and
 /// its last re-read lets it go; loads of tiles read once, columns and
 /// stores stay plain; a register plan has nothing to hint.

@@ -157,6 +157,13 @@ pub struct LayoutRequest {
     /// that re-read nothing.
     #[serde(default)]
     pub reread_hints: bool,
+    /// Load per-column inputs (weight, bias), which every row reads again,
+    /// with L2 evict-last priority in any plan, register plans included,
+    /// so the stream of rows does not push them out of L2 between one row
+    /// and the next. A cache policy only: same bits; no effect on programs
+    /// without columns.
+    #[serde(default)]
+    pub keep_columns: bool,
     /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
     /// online normalizer: softmax and cross-entropy need one reduction tree
     /// fewer, and streamed plans one re-read fewer). Changes rounding, not
@@ -217,6 +224,7 @@ impl LayoutRequest {
             hoist_columns: self.hoist_columns,
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
+            keep_columns: self.keep_columns,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()
@@ -298,6 +306,8 @@ pub struct Plan {
     pub min_groups_per_multiprocessor: Option<u32>,
     /// See [`LayoutRequest::reread_hints`]; false where nothing is re-read.
     pub reread_hints: bool,
+    /// See [`LayoutRequest::keep_columns`]; false without column inputs.
+    pub keep_columns: bool,
 }
 
 impl Plan {
@@ -364,6 +374,9 @@ impl Plan {
         if self.reread_hints {
             s += " reread-hints";
         }
+        if self.keep_columns {
+            s += " keep-columns";
+        }
         if self.online_normalizer() {
             s += " online-normalizer";
         }
@@ -405,6 +418,7 @@ impl Plan {
             streaming_hints: self.streaming_hints,
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,
+            keep_columns: self.keep_columns,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
@@ -1071,6 +1085,12 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         hoisted_columns,
         min_groups_per_multiprocessor: (request.occupancy > 0).then_some(request.occupancy),
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
+        keep_columns: request.keep_columns
+            && problem
+                .program
+                .inputs
+                .iter()
+                .any(|d| d.kind == lanefold_ir::BufferKind::Column),
     })
 }
 
