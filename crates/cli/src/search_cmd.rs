@@ -99,6 +99,10 @@ pub struct SearchArgs {
     /// (see `bench --help`).
     #[arg(long)]
     pub reread_hints: bool,
+    /// Every candidate loads weight and bias with L2 evict-last (see
+    /// `bench --help`).
+    #[arg(long)]
+    pub keep_columns: bool,
     /// Every candidate with the online normalizer (see `bench --help`).
     #[arg(long)]
     pub online_normalizer: bool,
@@ -179,6 +183,7 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
         cluster_group_threads: args.cluster_group_threads,
         occupancy: args.occupancy,
         reread_hints: args.reread_hints,
+        keep_columns: args.keep_columns,
         online_normalizer: args.online_normalizer,
         one_pass_moments: args.one_pass_moments,
         ..Default::default()
