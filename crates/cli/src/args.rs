@@ -1,11 +1,11 @@
 //! Command-line argument types and parsers shared by every subcommand.
 
 use anyhow::Result;
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use lanefold_ir::{DType, Operator};
 use lanefold_measure::bench::Device;
 use lanefold_measure::phases::L2Mode;
-use lanefold_plan::Shape;
+use lanefold_plan::{LayoutRequest, Shape};
 
 /// Where to run or measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -94,6 +94,67 @@ pub fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
         }
     }
     Ok(out)
+}
+
+/// Load, launch and arithmetic policies a request may ask for beside its
+/// layout: shared by every command that plans (`plan`, `run`, `bench`,
+/// `compile-check`) and by `search`, where every candidate takes them.
+#[derive(Args, Clone, Debug, Default)]
+pub struct PolicyArgs {
+    /// Evict-first cache hints on read-once row tiles and row outputs
+    /// (`ld/st.global.cs`; vector accesses only). Same results, bit for bit.
+    #[arg(long)]
+    pub streaming_hints: bool,
+    /// Load weight and bias with the row tile and keep them in registers
+    /// (where they fit), instead of after the reduction. Same results.
+    #[arg(long)]
+    pub hoist_columns: bool,
+    /// Threads per group when a row spans a cluster, a power of two
+    /// (0: automatic; the model mapping picks 512 or 256 on the H200,
+    /// explicit layouts and the seed mapping take the target's 512).
+    #[arg(long, default_value_t = 0)]
+    pub cluster_group_threads: u32,
+    /// Groups per multiprocessor the kernel promises to allow
+    /// (`__launch_bounds__(threads, groups)`): the compiler must fit that
+    /// many, capping registers and spilling if it must (0: no promise).
+    /// Same results.
+    #[arg(long, default_value_t = 0)]
+    pub occupancy: u32,
+    /// Streamed plans: a re-read row tile's first load asks L2 to keep it
+    /// (evict-last), its last re-read lets it go (evict-first). Same results.
+    #[arg(long)]
+    pub reread_hints: bool,
+    /// Load weight and bias (read again by every row) with L2 evict-last
+    /// priority, in register plans too. Same results.
+    #[arg(long)]
+    pub keep_columns: bool,
+    /// softmax and cross_entropy: accumulate the sum of exponentials with
+    /// its maximum in one pass (one reduction tree fewer, one re-read fewer
+    /// when streamed). Same values up to rounding.
+    #[arg(long)]
+    pub online_normalizer: bool,
+    /// layernorm and residual_layernorm: both moments summed in one pass
+    /// about the row's first element (two phases instead of three). Same
+    /// values up to rounding.
+    #[arg(long)]
+    pub one_pass_moments: bool,
+}
+
+impl PolicyArgs {
+    /// The default request with these policies.
+    pub fn request(&self) -> LayoutRequest {
+        LayoutRequest {
+            streaming_hints: self.streaming_hints,
+            hoist_columns: self.hoist_columns,
+            cluster_group_threads: self.cluster_group_threads,
+            occupancy: self.occupancy,
+            reread_hints: self.reread_hints,
+            keep_columns: self.keep_columns,
+            online_normalizer: self.online_normalizer,
+            one_pass_moments: self.one_pass_moments,
+            ..Default::default()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -269,43 +269,8 @@ struct LayoutArgs {
     /// prediction) or `seed` (V=1, the seed's reference).
     #[arg(long, value_enum, default_value_t = MapperArg::Model)]
     mapper: MapperArg,
-    /// Evict-first cache hints on read-once row tiles and row outputs
-    /// (`ld/st.global.cs`; vector accesses only). Same results, bit for bit.
-    #[arg(long)]
-    streaming_hints: bool,
-    /// Load weight and bias with the row tile and keep them in registers
-    /// (where they fit), instead of after the reduction. Same results.
-    #[arg(long)]
-    hoist_columns: bool,
-    /// Threads per group when a row spans a cluster, a power of two
-    /// (0: automatic; the model mapping picks 512 or 256 on the H200,
-    /// explicit layouts and the seed mapping take the target's 512).
-    #[arg(long, default_value_t = 0)]
-    cluster_group_threads: u32,
-    /// Groups per multiprocessor the kernel promises to allow
-    /// (`__launch_bounds__(threads, groups)`): the compiler must fit that
-    /// many, capping registers and spilling if it must (0: no promise).
-    /// Same results.
-    #[arg(long, default_value_t = 0)]
-    occupancy: u32,
-    /// Streamed plans: a re-read row tile's first load asks L2 to keep it
-    /// (evict-last), its last re-read lets it go (evict-first). Same results.
-    #[arg(long)]
-    reread_hints: bool,
-    /// Load weight and bias (read again by every row) with L2 evict-last
-    /// priority, in register plans too. Same results.
-    #[arg(long)]
-    keep_columns: bool,
-    /// softmax and cross_entropy: accumulate the sum of exponentials with
-    /// its maximum in one pass (one reduction tree fewer, one re-read fewer
-    /// when streamed). Same values up to rounding.
-    #[arg(long)]
-    online_normalizer: bool,
-    /// layernorm and residual_layernorm: both moments summed in one pass
-    /// about the row's first element (two phases instead of three). Same
-    /// values up to rounding.
-    #[arg(long)]
-    one_pass_moments: bool,
+    #[command(flatten)]
+    policies: lanefold::args::PolicyArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -335,14 +300,7 @@ impl LayoutArgs {
                 MapperArg::Seed => MapperPolicy::Seed,
                 MapperArg::Model => MapperPolicy::Model,
             },
-            streaming_hints: self.streaming_hints,
-            hoist_columns: self.hoist_columns,
-            cluster_group_threads: self.cluster_group_threads,
-            occupancy: self.occupancy,
-            reread_hints: self.reread_hints,
-            keep_columns: self.keep_columns,
-            online_normalizer: self.online_normalizer,
-            one_pass_moments: self.one_pass_moments,
+            ..self.policies.request()
         }
     }
 }
@@ -825,21 +783,27 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
     let mut report = Report::default();
     if variants_only {
         selftest::arithmetic_variant_checks(&backend, &mut report);
-        println!("elapsed {:.1} s", started.elapsed().as_secs_f64());
-        println!("{}", report.summary());
-        if report.failed > 0 {
-            std::process::exit(1);
-        }
-        return Ok(());
+    } else {
+        full_selftest(&backend, quick, started, &mut report);
     }
-    selftest::refusal_checks(&mut report);
-    selftest::exact_sum_checks(&backend, &mut report);
-    selftest::batch_invariance_checks(&backend, &[127, 4096], &mut report);
-    selftest::load_policy_checks(&backend, &mut report);
-    selftest::cluster_group_checks(&backend, &mut report);
-    selftest::arithmetic_variant_checks(&backend, &mut report);
-    selftest::call_path_checks(&backend, &mut report);
-    selftest::run_cases(&backend, &selftest::layout_matrix(DType::F32), &mut report);
+    println!("elapsed {:.1} s", started.elapsed().as_secs_f64());
+    println!("{}", report.summary());
+    if report.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Every check of the selftest, in order, with progress lines.
+fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut Report) {
+    selftest::refusal_checks(report);
+    selftest::exact_sum_checks(backend, report);
+    selftest::batch_invariance_checks(backend, &[127, 4096], report);
+    selftest::load_policy_checks(backend, report);
+    selftest::cluster_group_checks(backend, report);
+    selftest::arithmetic_variant_checks(backend, report);
+    selftest::call_path_checks(backend, report);
+    selftest::run_cases(backend, &selftest::layout_matrix(DType::F32), report);
     println!(
         "layout matrix done: {} ({:.1} s)",
         report.summary(),
@@ -847,9 +811,9 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
     );
     if let Backend::Cuda(_) = backend {
         selftest::run_cases(
-            &backend,
+            backend,
             &selftest::shape_matrix(&selftest::SEED_SHAPES, &[0, 4]),
-            &mut report,
+            report,
         );
         println!(
             "seed shapes done: {} ({:.1} s)",
@@ -858,18 +822,12 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
         );
         if !quick {
             selftest::run_cases(
-                &backend,
+                backend,
                 &selftest::shape_matrix(&selftest::LONG_SHAPES, &[0]),
-                &mut report,
+                report,
             );
         }
     }
-    println!("elapsed {:.1} s", started.elapsed().as_secs_f64());
-    println!("{}", report.summary());
-    if report.failed > 0 {
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
 fn bench_cmd(args: BenchArgs) -> Result<()> {

@@ -80,35 +80,11 @@ pub struct SearchArgs {
     /// Directory for results.json (raw samples) and results.md.
     #[arg(long)]
     pub output: PathBuf,
-    /// Every candidate with evict-first cache hints (see `bench --help`).
-    #[arg(long)]
-    pub streaming_hints: bool,
-    /// Every candidate with weight and bias loaded with the row tile.
-    #[arg(long)]
-    pub hoist_columns: bool,
-    /// Threads per group of every candidate whose row spans a cluster
-    /// (0: the target's, 512 on the H200; the automatic candidate may
-    /// pick 256).
-    #[arg(long, default_value_t = 0)]
-    pub cluster_group_threads: u32,
-    /// Every candidate promises this many groups per multiprocessor
-    /// (see `bench --help`; 0: no promise).
-    #[arg(long, default_value_t = 0)]
-    pub occupancy: u32,
-    /// Every streamed candidate with L2 keep/drop hints on re-read tiles
-    /// (see `bench --help`).
-    #[arg(long)]
-    pub reread_hints: bool,
-    /// Every candidate loads weight and bias with L2 evict-last (see
-    /// `bench --help`).
-    #[arg(long)]
-    pub keep_columns: bool,
-    /// Every candidate with the online normalizer (see `bench --help`).
-    #[arg(long)]
-    pub online_normalizer: bool,
-    /// Every candidate with one-pass moments (see `bench --help`).
-    #[arg(long)]
-    pub one_pass_moments: bool,
+    /// Load, launch and arithmetic policies every candidate takes (see
+    /// `bench --help`; the automatic candidate may pick its own cluster
+    /// group size where none is given).
+    #[command(flatten)]
+    pub policies: crate::args::PolicyArgs,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -177,17 +153,7 @@ fn summarize(file: &SearchFile, dir: &std::path::Path) {
 /// `lanefold search`: every problem searched, results.json + results.md.
 /// A problem without a winner is recorded, not an error.
 pub fn search_cmd(args: SearchArgs) -> Result<()> {
-    let base = LayoutRequest {
-        streaming_hints: args.streaming_hints,
-        hoist_columns: args.hoist_columns,
-        cluster_group_threads: args.cluster_group_threads,
-        occupancy: args.occupancy,
-        reread_hints: args.reread_hints,
-        keep_columns: args.keep_columns,
-        online_normalizer: args.online_normalizer,
-        one_pass_moments: args.one_pass_moments,
-        ..Default::default()
-    };
+    let base = args.policies.request();
     let spec = args.search.spec(base, args.output.clone())?;
     let file = search(&spec)?;
     summarize(&file, &args.output);

@@ -195,6 +195,13 @@ __device__ __forceinline__ void lf_st_cs(unsigned* p, unsigned v) {
 }
 ";
 
+/// Column loads carry the evict-last policy: asked for directly
+/// (`keep_columns`) or as part of re-read hints. Every cache policy the
+/// kernel uses is created where this holds.
+fn keeps_columns(plan: &Plan) -> bool {
+    plan.reread_hints || plan.keep_columns
+}
+
 /// `LayoutRequest::reread_hints`: L2 eviction priorities through cache
 /// policies (sm_80+). A tile's first load asks L2 (and L1) to keep it for
 /// the phase that reads it again; its last re-read lets it go first.
@@ -475,6 +482,24 @@ impl Ctx<'_> {
             .collect()
     }
 
+    /// Xor butterflies of the (max, sum) pair `m`, `s` over `width` lanes
+    /// of `mask`: every lane ends with the combined pair.
+    fn emit_pair_shuffles(&mut self, m: &str, s: &str, mask: &str, width: usize) {
+        let mut off = width / 2;
+        while off >= 1 {
+            self.open("{");
+            self.line(&format!(
+                "const float lf_om = __shfl_xor_sync({mask}, {m}, {off});"
+            ));
+            self.line(&format!(
+                "const float lf_os = __shfl_xor_sync({mask}, {s}, {off});"
+            ));
+            self.pair_step(m, s, "lf_om", "lf_os");
+            self.close();
+            off /= 2;
+        }
+    }
+
     /// One butterfly step over (max, sum) pairs: the partner's pair is
     /// `om`, `os`; an empty pair (sum 0) adds 0 even with a -inf maximum.
     fn pair_step(&mut self, m: &str, s: &str, om: &str, os: &str) {
@@ -632,8 +657,7 @@ impl Ctx<'_> {
                         self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
                     const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
                     const DROP: (&str, &str) = ("lf_ld_drop", "lf_drop");
-                    let keep_columns = self.plan.reread_hints || self.plan.keep_columns;
-                    let policy = if keep_columns && kind == BufferKind::Column {
+                    let policy = if keeps_columns(self.plan) && kind == BufferKind::Column {
                         Some(KEEP)
                     } else if !reread {
                         None
@@ -866,19 +890,7 @@ impl Ctx<'_> {
                 }
             }
             for &(ks, km, ..) in &pairs {
-                let mut off = lanes / 2;
-                while off >= 1 {
-                    self.open("{");
-                    self.line(&format!(
-                        "const float lf_om = __shfl_xor_sync(lf_mask, a{km}, {off});"
-                    ));
-                    self.line(&format!(
-                        "const float lf_os = __shfl_xor_sync(lf_mask, a{ks}, {off});"
-                    ));
-                    self.pair_step(&format!("a{km}"), &format!("a{ks}"), "lf_om", "lf_os");
-                    self.close();
-                    off /= 2;
-                }
+                self.emit_pair_shuffles(&format!("a{km}"), &format!("a{ks}"), "lf_mask", lanes);
             }
         }
         if self.warps > 1 {
@@ -983,19 +995,7 @@ impl Ctx<'_> {
         self.open("{");
         self.line(&format!("float bm = {};", loads.0));
         self.line(&format!("float bs = {};", loads.1));
-        let mut off = width / 2;
-        while off >= 1 {
-            self.open("{");
-            self.line(&format!(
-                "const float lf_om = __shfl_xor_sync(0xffffffffu, bm, {off});"
-            ));
-            self.line(&format!(
-                "const float lf_os = __shfl_xor_sync(0xffffffffu, bs, {off});"
-            ));
-            self.pair_step("bm", "bs", "lf_om", "lf_os");
-            self.close();
-            off /= 2;
-        }
+        self.emit_pair_shuffles("bm", "bs", "0xffffffffu", width);
         self.line(&format!("a{km} = __shfl_sync(0xffffffffu, bm, 0);"));
         self.line(&format!("a{ks} = __shfl_sync(0xffffffffu, bs, 0);"));
         self.close();
@@ -1215,7 +1215,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if plan.streaming_hints {
         head.push_str(STREAMING_HELPERS);
     }
-    if plan.reread_hints || plan.keep_columns {
+    if keeps_columns(plan) {
         head.push_str(REREAD_HELPERS);
     }
     if cluster > 1 {
@@ -1261,7 +1261,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     cx.line("const int row_c = row_ok ? row : rows - 1;");
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
-    if plan.reread_hints || plan.keep_columns {
+    if keeps_columns(plan) {
         cx.line("const unsigned long long lf_keep = lf_policy_keep();");
         cx.line("const unsigned long long lf_drop = lf_policy_drop();");
         cx.line("(void)lf_keep;");

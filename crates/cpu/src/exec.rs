@@ -71,48 +71,72 @@ fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
     }
 }
 
-fn butterfly(vals: &mut [f32], op: ReduceOp) -> f32 {
+fn butterfly<T: Copy>(vals: &mut [T], combine: &impl Fn(T, T) -> T) -> T {
     let mut off = vals.len() / 2;
     while off >= 1 {
         let prev = vals.to_vec();
         for (l, v) in vals.iter_mut().enumerate() {
-            *v = op.combine(prev[l], prev[l ^ off]);
+            *v = combine(prev[l], prev[l ^ off]);
         }
         off /= 2;
     }
     vals[0]
 }
 
-/// Combine per-worker accumulators (worker order) through the plan's tree:
-/// xor butterflies within each warp's lanes, then over the warps of a
-/// group, then over the groups of a cluster.
-pub fn reduce_tree(workers: &[f32], op: ReduceOp, tree: TreeLevels) -> f32 {
-    let mut level: Vec<f32> = workers.to_vec();
+/// Per-worker accumulators (worker order) combined through the plan's
+/// tree: xor butterflies within each warp's lanes, then over the warps of
+/// a group, then over the groups of a cluster.
+fn tree_combine<T: Copy>(mut level: Vec<T>, tree: TreeLevels, combine: impl Fn(T, T) -> T) -> T {
     for width in [tree.lanes, tree.warps, tree.groups] {
-        let width = width as usize;
         level = level
-            .chunks_mut(width)
-            .map(|seg| butterfly(seg, op))
+            .chunks_mut(width as usize)
+            .map(|seg| butterfly(seg, &combine))
             .collect();
     }
     debug_assert_eq!(level.len(), 1);
     level[0]
 }
 
-fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, tree: TreeLevels) -> f32 {
+/// Combine per-worker accumulators (worker order) through the plan's tree.
+pub fn reduce_tree(workers: &[f32], op: ReduceOp, tree: TreeLevels) -> f32 {
+    tree_combine(workers.to_vec(), tree, |a, b| op.combine(a, b))
+}
+
+/// Each worker's accumulator over the row: starting from `init`, `push`
+/// takes its packs in chunk order, each pack's in-row elements in order
+/// (a guarded tail pack is shorter, or empty).
+fn worker_accumulators<T: Copy>(
+    tile: &[f32],
+    layout: &Layout,
+    init: T,
+    push: impl Fn(T, &[f32]) -> T,
+) -> Vec<T> {
     let n = tile.len();
     let (w, v) = (layout.workers as usize, layout.pack as usize);
-    let mut acc = vec![op.identity(); w];
+    let mut acc = vec![init; w];
+    // V is at most 8 (the layout's legality), so a pack fits on the stack.
+    assert!(v <= 8, "V={v}: a legal layout has V of 1, 2, 4 or 8");
+    let mut pack = [0.0f32; 8];
     for chunk in 0..layout.chunks(n) {
         for (worker, a) in acc.iter_mut().enumerate() {
+            let mut len = 0;
             for element in 0..v {
                 let i = layout.logical(chunk, worker, element);
                 if i < n {
-                    *a = op.combine(*a, tile[i]);
+                    pack[len] = tile[i];
+                    len += 1;
                 }
             }
+            *a = push(*a, &pack[..len]);
         }
     }
+    acc
+}
+
+fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, tree: TreeLevels) -> f32 {
+    let acc = worker_accumulators(tile, layout, op.identity(), |a, pack| {
+        pack.iter().fold(a, |a, &x| op.combine(a, x))
+    });
     reduce_tree(&acc, op, tree)
 }
 
@@ -145,40 +169,8 @@ pub fn online_combine((m1, s1): (f32, f32), (m2, s2): (f32, f32)) -> (f32, f32) 
 /// running pair in chunk/element order, then the same butterflies as
 /// [`reduce_tree`] over (max, sum) pairs.
 fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
-    let n = tile.len();
-    let (w, v) = (layout.workers as usize, layout.pack as usize);
-    let mut acc = vec![(f32::NEG_INFINITY, 0.0f32); w];
-    let mut pack = Vec::with_capacity(v);
-    for chunk in 0..layout.chunks(n) {
-        for (worker, a) in acc.iter_mut().enumerate() {
-            pack.clear();
-            pack.extend(
-                (0..v)
-                    .map(|element| layout.logical(chunk, worker, element))
-                    .filter(|&i| i < n)
-                    .map(|i| tile[i]),
-            );
-            *a = online_push_pack(*a, &pack);
-        }
-    }
-    let mut level = acc;
-    for width in [tree.lanes, tree.warps, tree.groups] {
-        level = level
-            .chunks_mut(width as usize)
-            .map(|seg| {
-                let mut off = seg.len() / 2;
-                while off >= 1 {
-                    let prev = seg.to_vec();
-                    for (l, p) in seg.iter_mut().enumerate() {
-                        *p = online_combine(prev[l], prev[l ^ off]);
-                    }
-                    off /= 2;
-                }
-                seg[0]
-            })
-            .collect();
-    }
-    level[0].1
+    let acc = worker_accumulators(tile, layout, (f32::NEG_INFINITY, 0.0f32), online_push_pack);
+    tree_combine(acc, tree, online_combine).1
 }
 
 /// Run `plan` over `inputs`, writing every element of `outputs`.

@@ -142,12 +142,7 @@ impl Operator {
             Operator::Layernorm | Operator::ResidualLayernorm => {
                 let x = b.input("x", BufferKind::Row);
                 let h = if self == Operator::ResidualLayernorm {
-                    let r = b.input("residual", BufferKind::Row);
-                    let sum = b.add(x, r);
-                    // PyTorch materializes h in the storage dtype first.
-                    let h = b.round_to_storage(sum);
-                    b.output("h", BufferKind::Row, h);
-                    h
+                    residual_sum(&mut b, x)
                 } else {
                     x
                 };
@@ -195,10 +190,7 @@ impl Operator {
         let (h, k) = match self {
             Operator::Layernorm => (x, b.row_first("x")),
             Operator::ResidualLayernorm => {
-                let r = b.input("residual", BufferKind::Row);
-                let sum = b.add(x, r);
-                let h = b.round_to_storage(sum);
-                b.output("h", BufferKind::Row, h);
+                let h = residual_sum(&mut b, x);
                 let (x0, r0) = (b.row_first("x"), b.row_first("residual"));
                 let k0 = b.add(x0, r0);
                 (h, b.round_to_storage(k0))
@@ -223,17 +215,7 @@ impl Operator {
         let mean = b.add(m1, k);
         let mb = b.broadcast(mean);
         let c = b.sub(h, mb);
-        let rb = b.broadcast(rstd);
-        let mut y = b.mul(c, rb);
-        if opts.weight {
-            let w = b.input("weight", BufferKind::Column);
-            y = b.mul(y, w);
-        }
-        if opts.bias {
-            let bias = b.input("bias", BufferKind::Column);
-            y = b.add(y, bias);
-        }
-        b.output("y", BufferKind::Row, y);
+        normalized_output(&mut b, c, rstd, opts);
         Some(b.finish())
     }
 }
@@ -250,6 +232,22 @@ fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions) {
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
     let rstd = b.unary(UnaryOp::Rsqrt, ve);
+    normalized_output(b, c, rstd, opts);
+}
+
+/// residual_layernorm's `h = x + residual`, rounded to the storage dtype
+/// (PyTorch materializes h first) and stored as the output `h`.
+fn residual_sum(b: &mut Builder, x: crate::Value) -> crate::Value {
+    let r = b.input("residual", BufferKind::Row);
+    let sum = b.add(x, r);
+    let h = b.round_to_storage(sum);
+    b.output("h", BufferKind::Row, h);
+    h
+}
+
+/// layernorm's output `y = c * rstd (* weight) (+ bias)` from the centred
+/// row `c` and the per-row `rstd`.
+fn normalized_output(b: &mut Builder, c: crate::Value, rstd: crate::Value, opts: OperatorOptions) {
     let rb = b.broadcast(rstd);
     let mut y = b.mul(c, rb);
     if opts.weight {

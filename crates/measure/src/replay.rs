@@ -227,19 +227,16 @@ fn winner_layout(problem: &serde_json::Value) -> Option<serde_json::Value> {
 
 /// The problem a frozen case names (operator defaults, as `bench` runs it).
 pub fn problem_of(case: &FrozenCase) -> Result<Problem> {
-    let id = case.key();
-    let op: Operator = case
-        .op
-        .parse()
-        .map_err(|e| anyhow!("case {id}: operator: {e}"))?;
-    let dtype: DType = case
-        .dtype
-        .parse()
-        .map_err(|e| anyhow!("case {id}: dtype: {e}"))?;
-    let shape: Shape = case
-        .shape
-        .parse()
-        .map_err(|e| anyhow!("case {id}: shape: {e}"))?;
+    problem_named(&case.op, &case.dtype, &case.shape)
+        .map_err(|e| anyhow!("case {}: {e}", case.key()))
+}
+
+/// The operator problem that recorded `op`, `dtype` and `shape` strings
+/// name (PyTorch's default module: weight and bias).
+pub fn problem_named(op: &str, dtype: &str, shape: &str) -> Result<Problem> {
+    let op: Operator = op.parse().map_err(|e| anyhow!("operator: {e}"))?;
+    let dtype: DType = dtype.parse().map_err(|e| anyhow!("dtype: {e}"))?;
+    let shape: Shape = shape.parse().map_err(|e| anyhow!("shape: {e}"))?;
     Ok(Problem::operator(
         op,
         OperatorOptions::default(),

@@ -267,11 +267,7 @@ fn default_pick(
     request: &lanefold_plan::LayoutRequest,
     target: &lanefold_plan::Target,
 ) -> Result<String, String> {
-    let op: lanefold_ir::Operator = op.parse().map_err(|e| format!("{e}"))?;
-    let dtype: lanefold_ir::DType = dtype.parse().map_err(|e| format!("{e}"))?;
-    let shape = shape.parse().map_err(|e| format!("{e}"))?;
-    let p =
-        lanefold_plan::Problem::operator(op, lanefold_ir::OperatorOptions::default(), dtype, shape);
+    let p = crate::replay::problem_named(op, dtype, shape).map_err(|e| e.to_string())?;
     lanefold_plan::plan(&p, target, request)
         .map(|plan| plan.describe())
         .map_err(|e| e.to_string())

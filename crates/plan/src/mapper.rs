@@ -195,8 +195,7 @@ impl LayoutRequest {
     ///   (4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
     ///   either way, residual_layernorm included).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
-        let automatic = self.mapper == MapperPolicy::Model && self.workers == 0 && self.pack == 0;
-        if target.name != "h200" || !automatic || !problem.program.reassociation {
+        if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
         }
         let n = problem.shape.n;
@@ -213,6 +212,12 @@ impl LayoutRequest {
             _ => {}
         }
         request
+    }
+
+    /// Does the cost model choose W and V (the automatic mapping), so that
+    /// rules beside it may apply?
+    pub fn model_chooses_layout(&self) -> bool {
+        self.mapper == MapperPolicy::Model && self.workers == 0 && self.pack == 0
     }
 
     /// Today's default request with this one's load and launch policies
@@ -445,13 +450,12 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
     // Validate the user's cluster group size before the model may choose one.
     with_cluster_group_threads(target, request.cluster_group_threads)?;
     let chosen;
-    let request =
-        if request.mapper == MapperPolicy::Model && request.workers == 0 && request.pack == 0 {
-            chosen = choose_by_model(problem, target, request)?;
-            &chosen
-        } else {
-            request
-        };
+    let request = if request.model_chooses_layout() {
+        chosen = choose_by_model(problem, target, request)?;
+        &chosen
+    } else {
+        request
+    };
     let target = &with_cluster_group_threads(target, request.cluster_group_threads)?;
     let mut p = plan_rows(problem, target, request)?;
     if request.batch_invariant {
@@ -777,7 +781,7 @@ pub fn automatic_note(
     target: &Target,
     request: &LayoutRequest,
 ) -> Option<String> {
-    if request.mapper != MapperPolicy::Model || request.workers != 0 || request.pack != 0 {
+    if !request.model_chooses_layout() {
         return None;
     }
     let measured = request.with_measured_variants(problem, target);
