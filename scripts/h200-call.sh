@@ -37,6 +37,7 @@
 #   CALL 19: the online normalizer: quick selftest, then default and online
 #           benches of softmax and cross_entropy, paired with torch.compile
 #   CALL 20: one-pass moments for layernorm and residual_layernorm, the same way
+#   CALL 26: staged columns: variant selftest, long-row benches three ways
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -550,6 +551,26 @@ case $call in
     keep "columns-$name" "$r-columns-$name-h200"
   done
   ;;
-*) echo "unknown call $call (1-25)"; exit 2 ;;
+26)
+  # Session 8: weight and bias staged in shared memory once per cluster
+  # (persistent grid): CUDA selftest of the variants, then the long rows
+  # as today, staged, and staged on 16 groups of 256 threads.
+  step "variant selftest (staged columns included)"
+  VARIANTS_ONLY=1 LANEFOLD_BIN=$bin timeout 120 bash scripts/gpu-selftest.sh "$r-selftest-staged-h200" \
+    > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-staged-h200"
+  q="--ops rmsnorm,layernorm --shapes 4096x131072,1024x262144 --dtypes f32,bf16"
+  for v in "default:" "staged:--stage-columns" \
+    "staged16:--stage-columns --workers 4096 --pack 4 --cluster-group-threads 256"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "long rows $name"
+    [ "$(left)" -gt 60 ] || { echo "deadline: no bench $name"; continue; }
+    timeout 150 "$bin" bench --backend cuda $q $s --capture-sources $flags --deadline-s 130 \
+      --output "$r-long-$name-h200" > "${OUT:-/tmp}/long-$name.log" 2>&1
+    echo "bench rc=$?"
+    keep "long-$name" "$r-long-$name-h200"
+  done
+  ;;
+*) echo "unknown call $call (1-26)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -128,6 +128,11 @@ pub struct PolicyArgs {
     /// priority, in register plans too. Same results.
     #[arg(long)]
     pub keep_columns: bool,
+    /// Rows spanning a cluster: each group copies its slice of weight and
+    /// bias into shared memory once and loops over rows (a persistent
+    /// grid). Cluster register plans only. Same results.
+    #[arg(long)]
+    pub stage_columns: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
@@ -150,6 +155,7 @@ impl PolicyArgs {
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
+            stage_columns: self.stage_columns,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()

@@ -441,6 +441,56 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
+/// Column slices staged in shared memory by a persistent grid
+/// (`stage_columns`): every operator, f32 and bf16, on clusters of 8
+/// groups of 256 threads with 2-word packs (V=4 bf16), 4-word packs, and
+/// two accesses per pack (V=8 f32); enough rows that on a GPU each
+/// cluster loops over several. Same bits as the plan without staging; the plan is
+/// marked exactly where the program has columns.
+pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
+    for op in Operator::SIX {
+        for dtype in [DType::F32, DType::Bf16] {
+            for (workers, pack, n) in [(2048, 4, 16384), (2048, 8, 32768)] {
+                let rows = 300;
+                let case = |stage_columns| Case {
+                    op,
+                    dtype,
+                    shape: shape(rows, n),
+                    request: LayoutRequest {
+                        workers,
+                        pack,
+                        cluster_group_threads: 256,
+                        stage_columns,
+                        ..Default::default()
+                    },
+                    seed: 29 + pack as u64,
+                };
+                let label = format!("staged columns {op} {dtype} {rows}x{n} W={workers} V={pack}");
+                let options = CodegenOptions::default();
+                match (
+                    run_case(backend, &case(false), &options),
+                    run_case(backend, &case(true), &options),
+                ) {
+                    (Ok(plain), Ok(staged)) => {
+                        let columns = staged
+                            .plan
+                            .problem
+                            .program
+                            .inputs
+                            .iter()
+                            .any(|d| d.kind == lanefold_ir::BufferKind::Column);
+                        let ok = staged.validation.pass
+                            && staged.plan.staged_columns == columns
+                            && bits(&plain.outputs) == bits(&staged.outputs);
+                        report.record(ok, &label, &staged.plan.describe());
+                    }
+                    (Err(e), _) | (_, Err(e)) => report.record(false, &label, &format!("{e:#}")),
+                }
+            }
+        }
+    }
+}
+
 /// The arithmetic variants that change rounding, each on the operators it
 /// rewrites: the online normalizer (softmax, cross_entropy) and one-pass
 /// moments (layernorm, residual_layernorm). Register plans of one group,

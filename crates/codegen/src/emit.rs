@@ -2,7 +2,7 @@
 
 use crate::{CodegenError, CodegenOptions, Kernel, Param, ParamKind};
 use lanefold_ir::{BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, UnaryOp, Value};
-use lanefold_plan::{vector_access, Plan, Residency};
+use lanefold_plan::{vector_access, ColumnStage, Plan, Residency};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -640,9 +640,12 @@ impl Ctx<'_> {
                     let ty = vec.access_type();
                     self.open("{");
                     self.line(&format!("unsigned wd[{}];", vec.words));
-                    self.line(&format!(
-                        "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
-                    ));
+                    if !(self.plan.staged_columns && self.buffer_kind(buffer) == BufferKind::Column)
+                    {
+                        self.line(&format!(
+                            "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
+                        ));
+                    }
                     // A row tile read once (no later phase re-reads it from
                     // memory) may be evicted first; columns are reused.
                     let streamed = self.plan.streaming_hints
@@ -668,9 +671,16 @@ impl Ctx<'_> {
                     } else {
                         None
                     };
+                    let staged = self.plan.staged_columns && kind == BufferKind::Column;
                     for k in 0..vec.words / vec.per_access {
                         self.open("{");
-                        if streamed {
+                        if staged {
+                            let accesses = vec.words / vec.per_access;
+                            self.line(&format!(
+                                "const {ty} a = lf_stage_{}[(({chunk}) * {accesses} + {k}) * LF_T + tid];",
+                                ident(buffer)
+                            ));
+                        } else if streamed {
                             self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
                         } else if let Some((load, pol)) = policy {
                             self.line(&format!("const {ty} a = {load}(q + {k}, {pol});"));
@@ -1001,6 +1011,45 @@ impl Ctx<'_> {
         self.close();
     }
 
+    /// Copy this worker's packs of every column input into its slots of
+    /// the stage, once per kernel: `[chunk][access][thread]`, so a warp's
+    /// accesses are consecutive. Each worker reads back only what it wrote,
+    /// so no barrier is needed.
+    fn emit_column_stage(&mut self, stage: &ColumnStage, vec: Vector) {
+        let ty = vec.access_type();
+        let accesses = vec.words / vec.per_access;
+        let columns: Vec<String> = self
+            .program
+            .inputs
+            .iter()
+            .filter(|d| d.kind == BufferKind::Column)
+            .map(|d| ident(&d.name))
+            .collect();
+        let per_column = stage.slice_bytes / (4 * vec.per_access as u64);
+        for (i, name) in columns.iter().enumerate() {
+            self.line(&format!(
+                "{ty}* lf_stage_{name} = reinterpret_cast<{ty}*>(lf_smem + {}) + {};",
+                stage.offset_floats,
+                i as u64 * per_column
+            ));
+        }
+        self.line("#pragma unroll 4");
+        self.open("for (int c = 0; c < LF_FULL; ++c) {");
+        for name in &columns {
+            self.open("{");
+            self.line(&format!(
+                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{name} + (c * LF_W + w) * LF_V);"
+            ));
+            for k in 0..accesses {
+                self.line(&format!(
+                    "lf_stage_{name}[(c * {accesses} + {k}) * LF_T + tid] = q[{k}];"
+                ));
+            }
+            self.close();
+        }
+        self.close();
+    }
+
     fn emit_phase(&mut self, p: usize) {
         self.line(&format!("// ---- phase {p} ----"));
         self.emit_scalars(p);
@@ -1157,7 +1206,18 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         0
     };
     let cluster_floats = if cluster > 1 { reductions } else { 0 };
-    let shared_bytes = 4 * (warp_floats + cluster_floats) as u32;
+    let slot_bytes = 4 * (warp_floats + cluster_floats) as u32;
+    let stage = plan.column_stage();
+    let shared_bytes = match stage {
+        Some(stage) => stage.total_bytes() as u32,
+        None => slot_bytes,
+    };
+    if stage.is_some_and(|stage| 4 * stage.offset_floats < slot_bytes) {
+        return inconsistent(format!(
+            "column stage over the slots in {}",
+            plan.describe()
+        ));
+    }
     let registers = plan.residency == Residency::Registers;
     let full = layout.complete_packs(n);
     let partial = if layout.has_partial_pack(n) {
@@ -1167,6 +1227,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     };
     let vector =
         vector_access(plan.dtype(), v, n).map(|(words, per_access)| Vector { words, per_access });
+    if stage.is_some() && (cluster < 2 || !registers || partial > 0 || vector.is_none()) {
+        return inconsistent(format!("staged columns in {}", plan.describe()));
+    }
 
     let name = kernel_name(plan);
     let mut cx = Ctx {
@@ -1225,6 +1288,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         head,
         "#define LF_N {n}\n#define LF_W {w}\n#define LF_V {v}\n#define LF_FULL {full}\n"
     );
+    if stage.is_some() {
+        let _ = writeln!(head, "#define LF_T {threads}");
+    }
     cx.out = head;
 
     let bounds = match plan.min_groups_per_multiprocessor {
@@ -1248,16 +1314,29 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line(&format!(
             "const int rank = blockIdx.x % {cluster}; // this group's rank in the row's cluster"
         ));
-        cx.line(&format!("const int row = blockIdx.x / {cluster};"));
+        if stage.is_none() {
+            cx.line(&format!("const int row = blockIdx.x / {cluster};"));
+        }
         cx.line(&format!("const int w = rank * {threads} + tid;"));
         cx.line("const int row_in_group = 0;");
+        if let (Some(stage), Some(vec)) = (stage, vector) {
+            cx.emit_column_stage(&stage, vec);
+            cx.line("// persistent: the cluster loops over rows, its columns staged");
+            cx.open(&format!(
+                "for (int row = blockIdx.x / {cluster}; row < rows; row += gridDim.x / {cluster}) {{"
+            ));
+        }
     } else {
         cx.line("const int w = tid % LF_W;");
         cx.line("const int row_in_group = tid / LF_W;");
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
     }
     cx.line("(void)row_in_group;");
-    cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
+    if stage.is_some() {
+        cx.line("const bool row_ok = true; // the loop ends at the last row");
+    } else {
+        cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
+    }
     cx.line("const int row_c = row_ok ? row : rows - 1;");
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
@@ -1294,6 +1373,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if cluster > 1 {
         cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");
     }
+    if stage.is_some() {
+        cx.close();
+    }
     cx.indent = 0;
     cx.line("}");
 
@@ -1303,6 +1385,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         grid: (plan.groups as u32, 1, 1),
         block: (threads as u32, 1, 1),
         cluster: (cluster > 1).then_some(cluster as u32),
+        persistent: stage.is_some(),
         shared_bytes,
         params,
     })

@@ -265,6 +265,70 @@ fn golden_softmax_bf16_w2048_v8_cluster_of_256_thread_groups() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// Staged columns: each group of a cluster copies its weight and bias
+/// slices into shared memory (after the slots, 16-byte aligned) once, then
+/// the cluster loops over rows with the grid's stride; the normalize phase
+/// reads the stage, never global memory, for its columns.
+#[test]
+fn golden_layernorm_bf16_w2048_v4_staged_columns() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "3x16384",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 2,
+            cluster_group_threads: 256,
+            stage_columns: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.staged_columns, "{}", p.describe());
+    let k = kernel(&p);
+    assert!(k.persistent);
+    assert_eq!(k.grid, (3 * 8, 1, 1));
+    // Two reductions x (8 warps + 8 cluster slots): 128 bytes of slots,
+    // then two slices of 16384 / 8 bf16 elements.
+    let stage = p.column_stage().unwrap();
+    assert_eq!((stage.offset_floats, stage.slice_bytes), (32, 4096));
+    assert_eq!(k.shared_bytes, 128 + 2 * 4096);
+    assert!(!k.source.contains("p_weight + i0") && !k.source.contains("p_bias + i0"));
+    assert_eq!(
+        k.source.matches("p_weight + (c * LF_W + w) * LF_V").count(),
+        1
+    );
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Staging applies only to cluster register plans: a one-group register
+/// plan and a streamed cluster plan keep their global column loads, and a
+/// program without columns is left as it was.
+#[test]
+fn staged_columns_apply_only_to_cluster_register_plans_with_columns() {
+    let staged = |op, shape: &str, workers, residency| {
+        make_with(
+            op,
+            DType::F32,
+            shape,
+            LayoutRequest {
+                workers,
+                pack: 4,
+                residency,
+                cluster_group_threads: 256,
+                stage_columns: true,
+                ..Default::default()
+            },
+        )
+        .staged_columns
+    };
+    use lanefold_plan::ResidencyRequest::{Auto, Stream};
+    assert!(staged(Operator::Rmsnorm, "4x16384", 2048, Auto));
+    assert!(!staged(Operator::Rmsnorm, "4x4096", 256, Auto));
+    assert!(!staged(Operator::Rmsnorm, "4x16384", 2048, Stream));
+    assert!(!staged(Operator::Softmax, "4x16384", 2048, Auto));
+}
+
 /// Hoisted columns: layernorm's weight and bias load in phase 0 beside x
 /// and live in private slots; the normalize phase reads the slots.
 #[test]

@@ -2,7 +2,7 @@
 //! checked plan, or refuses it with a reason. Nothing is scored before it
 //! is legal.
 
-use crate::layout::{Layout, TreeLevels, VALID_PACKS};
+use crate::layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 use crate::shape::Shape;
 use crate::target::Target;
 use lanefold_ir::{Analysis, DType, Operator, OperatorOptions, Program};
@@ -164,6 +164,14 @@ pub struct LayoutRequest {
     /// without columns.
     #[serde(default)]
     pub keep_columns: bool,
+    /// A row spanning a cluster: each group copies its slice of the
+    /// per-column inputs (weight, bias) into shared memory once and then
+    /// loops over rows (a persistent grid, clamped at launch to the
+    /// clusters that fit at once), so no row reads them from L2 again.
+    /// Applied only to cluster register plans with vector packs and no
+    /// partial pack, where the slices fit; same bits.
+    #[serde(default)]
+    pub stage_columns: bool,
     /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
     /// online normalizer: softmax and cross-entropy need one reduction tree
     /// fewer, and streamed plans one re-read fewer). Changes rounding, not
@@ -230,6 +238,7 @@ impl LayoutRequest {
             occupancy: self.occupancy,
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
+            stage_columns: self.stage_columns,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()
@@ -313,6 +322,9 @@ pub struct Plan {
     pub reread_hints: bool,
     /// See [`LayoutRequest::keep_columns`]; false without column inputs.
     pub keep_columns: bool,
+    /// Column slices staged in shared memory by a persistent grid (see
+    /// [`LayoutRequest::stage_columns`]); false where that does not apply.
+    pub staged_columns: bool,
 }
 
 impl Plan {
@@ -382,6 +394,9 @@ impl Plan {
         if self.keep_columns {
             s += " keep-columns";
         }
+        if self.staged_columns {
+            s += " staged-columns";
+        }
         if self.online_normalizer() {
             s += " online-normalizer";
         }
@@ -424,6 +439,7 @@ impl Plan {
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
+            stage_columns: self.staged_columns,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
@@ -1046,16 +1062,36 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         });
     }
     let tree = layout.tree(target);
-    // One f32 per warp per reduction, per row of the group; clusters add
-    // one slot per group of the cluster.
-    let shared_bytes = 4
-        * analysis.reductions.len() as u32
-        * (rows_per_group * tree.warps
-            + if groups_per_row > 1 {
-                groups_per_row
-            } else {
-                0
-            });
+    let shared_bytes = reduction_slot_bytes(
+        analysis.reductions.len(),
+        rows_per_group,
+        tree.warps,
+        groups_per_row,
+    );
+    let columns = problem
+        .program
+        .inputs
+        .iter()
+        .filter(|d| d.kind == lanefold_ir::BufferKind::Column)
+        .count();
+    let stage = ColumnStage::new(
+        shared_bytes,
+        columns,
+        n / groups_per_row as usize,
+        problem.dtype,
+    );
+    let staged_columns = request.stage_columns
+        && groups_per_row > 1
+        && residency == Residency::Registers
+        && columns > 0
+        && !layout.has_partial_pack(n)
+        && vector_access(problem.dtype, pack as usize, n).is_some()
+        && stage.total_bytes() <= target.shared_bytes_per_group as u64;
+    let shared_bytes = if staged_columns {
+        stage.total_bytes() as u32
+    } else {
+        shared_bytes
+    };
     if shared_bytes > target.shared_bytes_per_group {
         return Err(Refusal::ResourceOverflow {
             resource: "shared memory",
@@ -1095,7 +1131,78 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
                 .inputs
                 .iter()
                 .any(|d| d.kind == lanefold_ir::BufferKind::Column),
+        staged_columns,
     })
+}
+
+/// Shared memory for the reduction tree: one f32 per warp per reduction,
+/// per row of the group; clusters add one slot per group of the cluster.
+fn reduction_slot_bytes(
+    reductions: usize,
+    rows_per_group: u32,
+    warps: u32,
+    groups_per_row: u32,
+) -> u32 {
+    let cluster = if groups_per_row > 1 {
+        groups_per_row
+    } else {
+        0
+    };
+    4 * reductions as u32 * (rows_per_group * warps + cluster)
+}
+
+/// Where a plan's staged column slices sit in a group's dynamic shared
+/// memory: after the reduction slots, from a 16-byte boundary, one slice
+/// of `slice_elements` storage elements per column input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnStage {
+    /// Floats of reduction slots before the stage, rounded up to 4.
+    pub offset_floats: u32,
+    pub columns: usize,
+    /// Bytes of one column's slice.
+    pub slice_bytes: u64,
+}
+
+impl ColumnStage {
+    fn new(slot_bytes: u32, columns: usize, slice_elements: usize, dtype: DType) -> ColumnStage {
+        ColumnStage {
+            offset_floats: (slot_bytes / 4).next_multiple_of(4),
+            columns,
+            slice_bytes: (slice_elements * dtype.size_bytes()) as u64,
+        }
+    }
+
+    /// Shared memory of a group: slots, alignment and every slice.
+    pub fn total_bytes(&self) -> u64 {
+        4 * self.offset_floats as u64 + self.columns as u64 * self.slice_bytes
+    }
+}
+
+impl Plan {
+    /// The layout of the staged column slices, when this plan stages them.
+    pub fn column_stage(&self) -> Option<ColumnStage> {
+        if !self.staged_columns {
+            return None;
+        }
+        let columns = self
+            .problem
+            .program
+            .inputs
+            .iter()
+            .filter(|d| d.kind == lanefold_ir::BufferKind::Column)
+            .count();
+        Some(ColumnStage::new(
+            reduction_slot_bytes(
+                self.analysis.reductions.len(),
+                self.layout.rows_per_group,
+                self.tree.warps,
+                self.groups_per_row,
+            ),
+            columns,
+            self.shape().n / self.groups_per_row as usize,
+            self.dtype(),
+        ))
+    }
 }
 
 /// Groups of `threads` threads at `registers` per thread that fit on one
