@@ -38,6 +38,7 @@
 #           benches of softmax and cross_entropy, paired with torch.compile
 #   CALL 20: one-pass moments for layernorm and residual_layernorm, the same way
 #   CALL 26: staged columns: variant selftest, long-row benches three ways
+#   CALL 27: staged columns by cp.async: selftest, long-row benches
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -571,6 +572,28 @@ case $call in
     keep "long-$name" "$r-long-$name-h200"
   done
   ;;
-*) echo "unknown call $call (1-26)"; exit 2 ;;
+27)
+  # Session 8: staged columns again, now copied with cp.async before the
+  # row loads (no persistent loop): selftest, then the long rows as today
+  # and staged, and staged on 256-thread groups (bf16 rmsnorm; f32
+  # layernorm on 16 groups of W=4096, 64 KB per group).
+  step "variant selftest (staged columns included)"
+  VARIANTS_ONLY=1 LANEFOLD_BIN=$bin timeout 120 bash scripts/gpu-selftest.sh "$r-selftest-async-h200" \
+    > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; keep selftest "$r-selftest-async-h200"
+  q="--ops rmsnorm,layernorm --shapes 4096x131072,1024x262144 --dtypes f32,bf16"
+  for v in "default:$q" "async:$q --stage-columns" \
+    "async256:--ops rmsnorm --shapes 4096x131072,1024x262144 --dtypes bf16 --stage-columns --cluster-group-threads 256" \
+    "async16:--ops layernorm --shapes 4096x131072 --dtypes f32 --stage-columns --workers 4096 --pack 4 --cluster-group-threads 256"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "long rows $name"
+    [ "$(left)" -gt 40 ] || { echo "deadline: no bench $name"; continue; }
+    timeout 150 "$bin" bench --backend cuda $flags $s --capture-sources --deadline-s 130 \
+      --output "$r-long-$name-h200" > "${OUT:-/tmp}/long-$name.log" 2>&1
+    echo "bench rc=$?"
+    keep "long-$name" "$r-long-$name-h200"
+  done
+  ;;
+*) echo "unknown call $call (1-27)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

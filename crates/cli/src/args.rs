@@ -129,8 +129,8 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub keep_columns: bool,
     /// Rows spanning a cluster: each group copies its slice of weight and
-    /// bias into shared memory once and loops over rows (a persistent
-    /// grid). Cluster register plans only. Same results.
+    /// bias into shared memory asynchronously while it loads and reduces
+    /// the row. Cluster register plans only. Same results.
     #[arg(long)]
     pub stage_columns: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with

@@ -441,11 +441,10 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
-/// Column slices staged in shared memory by a persistent grid
+/// Column slices staged in shared memory with `cp.async`
 /// (`stage_columns`): every operator, f32 and bf16, on clusters of 8
 /// groups of 256 threads with 2-word packs (V=4 bf16), 4-word packs, and
-/// two accesses per pack (V=8 f32); enough rows that on a GPU each
-/// cluster loops over several. Same bits as the plan without staging; the plan is
+/// two accesses per pack (V=8 f32). Same bits as the plan without staging; the plan is
 /// marked exactly where the program has columns.
 pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
     for op in Operator::SIX {

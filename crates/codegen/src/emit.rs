@@ -247,6 +247,24 @@ __device__ __forceinline__ unsigned lf_ld_drop(const unsigned* p, unsigned long 
 }
 ";
 
+/// Asynchronous global-to-shared copies of one access (sm_80+) for staged
+/// columns: 16 bytes may bypass L1 (`.cg`), smaller copies must use `.ca`.
+const STAGE_HELPERS: &str = "__device__ __forceinline__ unsigned lf_shared_addr(const void* p) {
+    unsigned long long a;
+    asm(\"cvta.to.shared.u64 %0, %1;\" : \"=l\"(a) : \"l\"(p));
+    return (unsigned)a;
+}
+__device__ __forceinline__ void lf_cp_async_16(uint4* dst, const uint4* src) {
+    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(lf_shared_addr(dst)), \"l\"(src) : \"memory\");
+}
+__device__ __forceinline__ void lf_cp_async_8(uint2* dst, const uint2* src) {
+    asm volatile(\"cp.async.ca.shared.global [%0], [%1], 8;\" :: \"r\"(lf_shared_addr(dst)), \"l\"(src) : \"memory\");
+}
+__device__ __forceinline__ void lf_cp_async_4(unsigned* dst, const unsigned* src) {
+    asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4;\" :: \"r\"(lf_shared_addr(dst)), \"l\"(src) : \"memory\");
+}
+";
+
 const CLUSTER_HELPERS: &str = "// Thread-block cluster helpers (sm_90): barrier and distributed shared memory.
 __device__ __forceinline__ void lf_cluster_sync() {
     asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");
@@ -1011,43 +1029,59 @@ impl Ctx<'_> {
         self.close();
     }
 
-    /// Copy this worker's packs of every column input into its slots of
-    /// the stage, once per kernel: `[chunk][access][thread]`, so a warp's
-    /// accesses are consecutive. Each worker reads back only what it wrote,
-    /// so no barrier is needed.
+    /// Start copying this worker's packs of every column input into its
+    /// slots of the stage (`[chunk][access][thread]`, so a warp's accesses
+    /// are consecutive) with `cp.async`, before the row is loaded: the
+    /// copies hold no registers and land while the row is reduced. Each
+    /// worker reads back only what it copied, after its own
+    /// `cp.async.wait_all` ([`Ctx::emit_phase`]), so no barrier is needed.
     fn emit_column_stage(&mut self, stage: &ColumnStage, vec: Vector) {
         let ty = vec.access_type();
+        let bytes = 4 * vec.per_access;
         let accesses = vec.words / vec.per_access;
-        let columns: Vec<String> = self
-            .program
-            .inputs
-            .iter()
-            .filter(|d| d.kind == BufferKind::Column)
-            .map(|d| ident(&d.name))
-            .collect();
-        let per_column = stage.slice_bytes / (4 * vec.per_access as u64);
-        for (i, name) in columns.iter().enumerate() {
+        let per_column = stage.slice_bytes / bytes as u64;
+        for (i, name) in self.staged_columns().iter().enumerate() {
             self.line(&format!(
                 "{ty}* lf_stage_{name} = reinterpret_cast<{ty}*>(lf_smem + {}) + {};",
                 stage.offset_floats,
                 i as u64 * per_column
             ));
-        }
-        self.line("#pragma unroll 4");
-        self.open("for (int c = 0; c < LF_FULL; ++c) {");
-        for name in &columns {
-            self.open("{");
+            self.line("#pragma unroll 4");
+            self.open("for (int c = 0; c < LF_FULL; ++c) {");
             self.line(&format!(
                 "const {ty}* q = reinterpret_cast<const {ty}*>(p_{name} + (c * LF_W + w) * LF_V);"
             ));
             for k in 0..accesses {
                 self.line(&format!(
-                    "lf_stage_{name}[(c * {accesses} + {k}) * LF_T + tid] = q[{k}];"
+                    "lf_cp_async_{bytes}(&lf_stage_{name}[(c * {accesses} + {k}) * LF_T + tid], q + {k});"
                 ));
             }
             self.close();
         }
-        self.close();
+        self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
+    }
+
+    /// The first phase that reads a column input.
+    fn first_column_phase(&self) -> Option<usize> {
+        self.program
+            .body
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| {
+                matches!(i, Instr::Load { buffer } if self.buffer_kind(buffer) == BufferKind::Column)
+            })
+            .filter_map(|(at, _)| self.demanded[at].first().copied())
+            .min()
+    }
+
+    /// C names of the column inputs, in program order.
+    fn staged_columns(&self) -> Vec<String> {
+        self.program
+            .inputs
+            .iter()
+            .filter(|d| d.kind == BufferKind::Column)
+            .map(|d| ident(&d.name))
+            .collect()
     }
 
     fn emit_phase(&mut self, p: usize) {
@@ -1056,6 +1090,9 @@ impl Ctx<'_> {
         self.emit_gathers(p);
         if !self.has_tile_work(p) {
             return;
+        }
+        if self.plan.staged_columns && self.first_column_phase() == Some(p) {
+            self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\"); // this worker's staged columns");
         }
         for (k, _, op, _) in self.reductions_in(p) {
             self.line(&format!("float a{k} = {};", identity(op)));
@@ -1284,6 +1321,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
     }
+    if stage.is_some() {
+        head.push_str(STAGE_HELPERS);
+    }
     let _ = write!(
         head,
         "#define LF_N {n}\n#define LF_W {w}\n#define LF_V {v}\n#define LF_FULL {full}\n"
@@ -1314,17 +1354,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line(&format!(
             "const int rank = blockIdx.x % {cluster}; // this group's rank in the row's cluster"
         ));
-        if stage.is_none() {
-            cx.line(&format!("const int row = blockIdx.x / {cluster};"));
-        }
+        cx.line(&format!("const int row = blockIdx.x / {cluster};"));
         cx.line(&format!("const int w = rank * {threads} + tid;"));
         cx.line("const int row_in_group = 0;");
         if let (Some(stage), Some(vec)) = (stage, vector) {
             cx.emit_column_stage(&stage, vec);
-            cx.line("// persistent: the cluster loops over rows, its columns staged");
-            cx.open(&format!(
-                "for (int row = blockIdx.x / {cluster}; row < rows; row += gridDim.x / {cluster}) {{"
-            ));
         }
     } else {
         cx.line("const int w = tid % LF_W;");
@@ -1332,11 +1366,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
     }
     cx.line("(void)row_in_group;");
-    if stage.is_some() {
-        cx.line("const bool row_ok = true; // the loop ends at the last row");
-    } else {
-        cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
-    }
+    cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
     cx.line("const int row_c = row_ok ? row : rows - 1;");
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
@@ -1373,9 +1403,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if cluster > 1 {
         cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");
     }
-    if stage.is_some() {
-        cx.close();
-    }
     cx.indent = 0;
     cx.line("}");
 
@@ -1385,7 +1412,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         grid: (plan.groups as u32, 1, 1),
         block: (threads as u32, 1, 1),
         cluster: (cluster > 1).then_some(cluster as u32),
-        persistent: stage.is_some(),
         shared_bytes,
         params,
     })

@@ -66,10 +66,6 @@ pub struct Kernel {
     /// Blocks per cluster along x (a row spans the cluster), set at launch.
     /// Sizes above 8 need the non-portable cluster size attribute.
     pub cluster: Option<u32>,
-    /// The kernel loops over rows with a stride of the grid, so any grid
-    /// of whole clusters up to `grid` computes every row: the runtime
-    /// launches only as many as fit at once.
-    pub persistent: bool,
     /// Dynamic shared memory per block, bytes, to pass at launch.
     pub shared_bytes: u32,
     /// Every program input pointer (program order), every output pointer

@@ -369,73 +369,11 @@ impl CudaBackend {
                 )
                 .map_err(driver("raising the dynamic shared memory limit"))?;
         }
-        let mut kernel = kernel.clone();
-        if kernel.persistent {
-            kernel.grid.0 = self.persistent_grid(&kernel, &function)?;
-        }
         Ok(Loaded {
-            kernel,
+            kernel: kernel.clone(),
             function,
             _module: module,
         })
-    }
-
-    /// A persistent kernel's grid: the clusters that fit on the device at
-    /// once (the driver's occupancy for this function, block and shared
-    /// memory), at most one per row.
-    fn persistent_grid(
-        &self,
-        kernel: &Kernel,
-        function: &cudarc::driver::CudaFunction,
-    ) -> Result<u32, CudaError> {
-        let cluster = kernel.cluster.ok_or_else(|| {
-            CudaError::Data(format!(
-                "persistent kernel {} without a cluster",
-                kernel.name
-            ))
-        })?;
-        // SAFETY: a plain-data union, zero is a valid bit pattern.
-        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-        value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-            x: cluster,
-            y: 1,
-            z: 1,
-        };
-        let mut attrs = [sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-            pad: [0; 4],
-            value,
-        }];
-        let config = sys::CUlaunchConfig {
-            gridDimX: kernel.grid.0,
-            gridDimY: kernel.grid.1,
-            gridDimZ: kernel.grid.2,
-            blockDimX: kernel.block.0,
-            blockDimY: kernel.block.1,
-            blockDimZ: kernel.block.2,
-            sharedMemBytes: kernel.shared_bytes,
-            hStream: self.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: 1,
-        };
-        let mut clusters: std::ffi::c_int = 0;
-        self.ctx
-            .bind_to_thread()
-            .map_err(driver("binding the context"))?;
-        // SAFETY: out-pointer to a local; the config and its attribute
-        // outlive the call.
-        unsafe {
-            sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config)
-        }
-        .result()
-        .map_err(driver("asking how many clusters fit"))?;
-        if clusters < 1 {
-            return Err(CudaError::Data(format!(
-                "no cluster of {cluster} groups of {} threads with {} bytes of shared memory fits on this device",
-                kernel.block.0, kernel.shared_bytes
-            )));
-        }
-        Ok((clusters as u32 * cluster).min(kernel.grid.0))
     }
 
     /// Upload inputs and allocate (or upload) outputs in parameter order.

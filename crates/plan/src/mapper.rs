@@ -164,10 +164,10 @@ pub struct LayoutRequest {
     /// without columns.
     #[serde(default)]
     pub keep_columns: bool,
-    /// A row spanning a cluster: each group copies its slice of the
-    /// per-column inputs (weight, bias) into shared memory once and then
-    /// loops over rows (a persistent grid, clamped at launch to the
-    /// clusters that fit at once), so no row reads them from L2 again.
+    /// A row spanning a cluster: each group starts an asynchronous copy
+    /// of its slice of the per-column inputs (weight, bias) into shared
+    /// memory before it loads the row, so the normalize phase reads them
+    /// from shared memory instead of waiting on L2 after the reduction.
     /// Applied only to cluster register plans with vector packs and no
     /// partial pack, where the slices fit; same bits.
     #[serde(default)]
@@ -322,7 +322,7 @@ pub struct Plan {
     pub reread_hints: bool,
     /// See [`LayoutRequest::keep_columns`]; false without column inputs.
     pub keep_columns: bool,
-    /// Column slices staged in shared memory by a persistent grid (see
+    /// Column slices staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); false where that does not apply.
     pub staged_columns: bool,
 }
