@@ -39,6 +39,7 @@
 #   CALL 20: one-pass moments for layernorm and residual_layernorm, the same way
 #   CALL 26: staged columns: variant selftest, long-row benches three ways
 #   CALL 27: staged columns by cp.async: selftest, long-row benches
+#   CALL 28: long rmsnorm with the staged weight by default, bench and A/A
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -594,6 +595,21 @@ case $call in
     keep "long-$name" "$r-long-$name-h200"
   done
   ;;
-*) echo "unknown call $call (1-27)"; exit 2 ;;
+28)
+  # Session 8: rmsnorm's long rows with the staged weight now taken by
+  # default: bench, then an A/A replay with torch eager and torch.compile
+  # (Liger refuses rows over 65536).
+  step "long rmsnorm, today's default, bench"
+  timeout 60 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x131072,1024x262144 \
+    --dtypes f32,bf16 $s --capture-sources --output "$r-rmsnorm-staged-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-rmsnorm-staged-h200"
+  step "A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-rmsnorm-staged-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-rmsnorm-staged-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-rmsnorm-staged-aa-h200"
+  "$bin" scorecard "$r-rmsnorm-staged-aa-h200" | grep -E "^# |^## |rmsnorm" || true
+  ;;
+*) echo "unknown call $call (1-28)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

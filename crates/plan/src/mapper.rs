@@ -202,6 +202,10 @@ impl LayoutRequest {
     /// - layernorm bf16 on rows of 131072 and more: one-pass moments
     ///   (4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
     ///   either way, residual_layernorm included).
+    /// - rmsnorm on rows of 131072 and more in f32, 262144 and more in
+    ///   bf16: the weight staged in shared memory by `cp.async` (campaign
+    ///   8: f32 4096x131072 1216 -> 1116 µs, 1024x262144 677 -> 603; bf16
+    ///   1024x262144 370 -> 349; bf16 4096x131072 588 -> 828, so not there).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
@@ -216,6 +220,9 @@ impl LayoutRequest {
                 if problem.dtype == DType::Bf16 && n >= ONE_PASS_MOMENTS_MIN_N =>
             {
                 request.one_pass_moments = true;
+            }
+            Some(Operator::Rmsnorm) if n >= stage_columns_min_n(problem.dtype) => {
+                request.stage_columns = true;
             }
             _ => {}
         }
@@ -802,14 +809,22 @@ pub fn automatic_note(
     }
     let measured = request.with_measured_variants(problem, target);
     if measured != *request {
-        let variant = if measured.online_normalizer {
-            "the online normalizer (one read of each row, nothing resident)"
+        let (variant, campaign) = if measured.online_normalizer {
+            (
+                "the online normalizer (one read of each row, nothing resident)",
+                7,
+            )
+        } else if measured.stage_columns {
+            (
+                "the weight staged in shared memory while the row is reduced",
+                8,
+            )
         } else {
-            "one-pass moments (two phases instead of three)"
+            ("one-pass moments (two phases instead of three)", 7)
         };
         return Some(format!(
             "automatic on the H200 for this operator and row length: {variant}, \
-             measured faster in paired benches (bench/NOTES.md campaign 7)"
+             measured faster in paired benches (bench/NOTES.md campaign {campaign})"
         ));
     }
     let problem = &*problem.as_requested(request);
@@ -834,6 +849,15 @@ const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 /// Rows at least this long take layernorm bf16's one-pass moments by
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
+
+/// Rows at least this long take rmsnorm's staged weight by default on the
+/// H200 ([`LayoutRequest::with_measured_variants`]).
+fn stage_columns_min_n(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 131072,
+        _ => 262144,
+    }
+}
 
 /// Register plans keeping this many private slots per thread compile to
 /// 108-128 registers on sm_90 (the estimate says 100), one or two groups
@@ -1948,6 +1972,53 @@ mod tests {
             ..long_ce
         };
         assert!(!plan(&exact, &t, &auto).unwrap().online_normalizer());
+    }
+
+    #[test]
+    fn regression_long_rmsnorm_rows_stage_their_weight_where_it_measured_faster() {
+        // Paired H200 benches (2026-11-30-long-async-h200 against
+        // -long-default-2-h200): f32 4096x131072 1.10x, 1024x262144 1.13x,
+        // bf16 1024x262144 1.07x; bf16 4096x131072 0.71x, layernorm f32
+        // 0.63-0.74x (a 128 KB stage leaves one group per multiprocessor).
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        for (op, dtype, shape, staged) in [
+            (Operator::Rmsnorm, DType::F32, "4096x131072", true),
+            (Operator::Rmsnorm, DType::F32, "1024x262144", true),
+            (Operator::Rmsnorm, DType::Bf16, "1024x262144", true),
+            (Operator::Rmsnorm, DType::Bf16, "4096x131072", false),
+            (Operator::Rmsnorm, DType::F32, "4096x32768", false),
+            (Operator::Layernorm, DType::F32, "4096x131072", false),
+            (Operator::Layernorm, DType::Bf16, "1024x262144", false),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &t, &auto).unwrap();
+            assert_eq!(
+                p.staged_columns,
+                staged,
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+            assert_eq!(
+                automatic_note(&problem, &t, &auto).is_some_and(|n| n.contains("staged")),
+                staged
+            );
+            // An explicit layout keeps what it asks for.
+            let explicit = LayoutRequest {
+                workers: p.layout.workers,
+                pack: p.layout.pack,
+                ..auto
+            };
+            assert!(!plan(&problem, &t, &explicit).unwrap().staged_columns);
+        }
     }
 
     #[test]
