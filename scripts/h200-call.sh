@@ -609,6 +609,15 @@ case $call in
     --output "$r-rmsnorm-staged-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
   echo "replay rc=$?"; keep replay "$r-rmsnorm-staged-aa-h200"
   "$bin" scorecard "$r-rmsnorm-staged-aa-h200" | grep -E "^# |^## |rmsnorm" || true
+  step "rmsnorm bf16 4096x131072 staged on 256-thread groups"
+  for v in 4 8; do
+    [ "$(left)" -gt 30 ] || { echo "deadline: no bench V=$v"; continue; }
+    timeout 40 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x131072 --dtypes bf16 \
+      --workers 2048 --pack "$v" --cluster-group-threads 256 --stage-columns $s --capture-sources \
+      --output "$r-rmsnorm-bf16-staged256-v$v-h200" > /dev/null 2>&1
+    echo "bench V=$v rc=$?"
+  done
+  keep explore "$r"-rmsnorm-bf16-staged256-v*-h200
   ;;
 *) echo "unknown call $call (1-28)"; exit 2 ;;
 esac
