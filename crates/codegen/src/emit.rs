@@ -6,7 +6,8 @@ use lanefold_plan::{vector_access, ColumnStage, Plan, Residency};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-/// `lf_<program>_<dtype>_w<W>_v<V>_u<U>_g<G>[_stream][_c<C>]`.
+/// `lf_<program>_<dtype>_w<W>_v<V>_u<U>_g<G>[_stream][_c<C>]` and one
+/// suffix per load policy or arithmetic variant.
 pub fn kernel_name(plan: &Plan) -> String {
     let l = &plan.layout;
     let mut name = format!(
@@ -35,6 +36,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     }
     if plan.keep_columns {
         name += "_kc";
+    }
+    if plan.staged_columns {
+        name += "_sc";
     }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");

@@ -67,8 +67,8 @@ fn shimmed(source: &str) -> String {
 /// Sources covering every emitter path: the six operators in three storage
 /// dtypes; scalar, 4-, 8- and 16-byte accesses; partial packs; unrolled
 /// stripes; packed rows; streamed tiles; clusters; gathered targets;
-/// evict-first cache hints, hoisted column loads and 256-thread cluster
-/// groups.
+/// evict-first cache hints, hoisted column loads, staged columns and
+/// 256-thread cluster groups.
 fn sources() -> Vec<(String, String)> {
     let target = Target::h200();
     let mut out = vec![];
@@ -99,6 +99,7 @@ fn sources() -> Vec<(String, String)> {
                             cluster_group_threads: if load_policies { 256 } else { 0 },
                             occupancy: u32::from(load_policies),
                             reread_hints: load_policies,
+                            stage_columns: load_policies,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };
@@ -150,6 +151,12 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
             .iter()
             .any(|(n, s)| n.contains("_rr") && s.contains("lf_ld_drop(q + 0, lf_drop)")),
         "a kernel with re-read hints"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, s)| n.contains("_sc") && s.contains("cp.async.wait_all")),
+        "a kernel with staged columns"
     );
     let Some(cxx) = cxx() else {
         eprintln!("SKIPPED: no C++ compiler (set CXX); the generated sources were not checked");
