@@ -326,6 +326,10 @@ fn staged_columns_apply_only_to_cluster_register_plans_with_columns() {
     assert!(!staged(Operator::Rmsnorm, "4x4096", 256, Auto));
     assert!(!staged(Operator::Rmsnorm, "4x16384", 2048, Stream));
     assert!(!staged(Operator::Softmax, "4x16384", 2048, Auto));
+    // Two f32 slices of 262144 / 8 elements (256 KB) exceed a group's
+    // 227 KB of shared memory: the plan keeps its global loads.
+    assert!(staged(Operator::Rmsnorm, "4x262144", 2048, Auto));
+    assert!(!staged(Operator::Layernorm, "4x262144", 2048, Auto));
 }
 
 /// Hoisted columns: layernorm's weight and bias load in phase 0 beside x
