@@ -40,6 +40,7 @@
 #   CALL 26: staged columns: variant selftest, long-row benches three ways
 #   CALL 27: staged columns by cp.async: selftest, long-row benches
 #   CALL 28: long rmsnorm with the staged weight by default, bench and A/A
+#   CALL 29: rmsnorm bf16 4096x131072 staged with the occupancy promise
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -619,6 +620,20 @@ case $call in
   done
   keep explore "$r"-rmsnorm-bf16-staged256-v*-h200
   ;;
-*) echo "unknown call $call (1-28)"; exit 2 ;;
+29)
+  # Next session: rmsnorm bf16 4096x131072 with the staged weight held to
+  # two 512-thread groups per SM by the occupancy promise (64 registers, no
+  # spill offline), against today's default, then an A/A replay of the
+  # faster with torch eager and torch.compile.
+  for v in "default:" "staged-ob2:--stage-columns --occupancy 2"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "rmsnorm bf16 4096x131072 $name"
+    timeout 60 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x131072 --dtypes bf16 \
+      $flags $s --capture-sources --output "$r-rmsnorm-bf16-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep benches "$r"-rmsnorm-bf16-*-h200
+  ;;
+*) echo "unknown call $call (1-29)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
