@@ -623,8 +623,7 @@ case $call in
 29)
   # Next session: rmsnorm bf16 4096x131072 with the staged weight held to
   # two 512-thread groups per SM by the occupancy promise (64 registers, no
-  # spill offline), against today's default, then an A/A replay of the
-  # faster with torch eager and torch.compile.
+  # spill offline), against today's default (one binary, both benches).
   for v in "default:" "staged-ob2:--stage-columns --occupancy 2"; do
     name=${v%%:*}; flags=${v#*:}
     step "rmsnorm bf16 4096x131072 $name"
