@@ -66,13 +66,15 @@ pub fn compile_check(
                                     c.kernel,
                                     format!("{} ({})", n(c.ptxas.registers), p.registers),
                                     {
-                                        // What the register counts allow, as the
-                                        // cost model computes it from its estimate.
+                                        // What the register counts (and shared
+                                        // memory) allow, as the cost model
+                                        // computes it from its estimate.
                                         let groups = |r| {
                                             groups_per_multiprocessor(
                                                 &target,
                                                 p.threads_per_group,
                                                 r,
+                                                p.shared_bytes,
                                             )
                                         };
                                         let by_compiler = c.ptxas.registers.map(groups);

@@ -743,9 +743,12 @@ pub fn compiler_occupancy(
         ..plan.clone()
     };
     let registers = registers_of(&compile_offline(&plain, options, arch)?)?;
-    let Some(groups) =
-        lanefold_plan::occupancy_step_to_try(target, plan.threads_per_group, registers)
-    else {
+    let Some(groups) = lanefold_plan::occupancy_step_to_try(
+        target,
+        plan.threads_per_group,
+        registers,
+        plan.shared_bytes,
+    ) else {
         return Ok(OccupancyProbe {
             registers,
             tried: None,

@@ -70,6 +70,7 @@ impl Features {
             target,
             plan.threads_per_group,
             plan.registers,
+            plan.shared_bytes,
         ) as u64;
         let concurrent = per_mp * target.multiprocessors as u64;
         Features {

@@ -14,12 +14,26 @@ pub struct Target {
     pub max_registers_per_thread: u32,
     pub registers_per_group: u32,
     pub shared_bytes_per_group: u32,
+    /// Shared memory of one multiprocessor, shared by its resident groups
+    /// (each also takes [`SHARED_RESERVED_PER_GROUP`]).
+    #[serde(default = "default_shared_bytes_per_multiprocessor")]
+    pub shared_bytes_per_multiprocessor: u32,
     pub multiprocessors: u32,
     pub max_threads_per_multiprocessor: u32,
     /// Measured device-to-device copy bandwidth (read + write), GB/s.
     pub copy_gbps: f64,
     /// Launch cost of one kernel node in a replayed graph, µs.
     pub launch_us: f64,
+}
+
+/// Shared memory the hardware keeps for each resident group (sm_80 and
+/// later: 1 KiB per block).
+pub const SHARED_RESERVED_PER_GROUP: u32 = 1024;
+
+/// sm_90's 228 KiB per multiprocessor; files written before the field
+/// existed described the H200 or the CPU executor, which emulates it.
+fn default_shared_bytes_per_multiprocessor() -> u32 {
+    228 * 1024
 }
 
 impl Target {
@@ -36,6 +50,7 @@ impl Target {
             max_registers_per_thread: 255,
             registers_per_group: 65536,
             shared_bytes_per_group: 227 * 1024,
+            shared_bytes_per_multiprocessor: default_shared_bytes_per_multiprocessor(),
             multiprocessors: 132,
             max_threads_per_multiprocessor: 2048,
             copy_gbps: 4250.0,
@@ -58,6 +73,7 @@ impl Target {
             max_registers_per_thread: 255,
             registers_per_group: 65536,
             shared_bytes_per_group: 227 * 1024,
+            shared_bytes_per_multiprocessor: default_shared_bytes_per_multiprocessor(),
             multiprocessors: cores,
             max_threads_per_multiprocessor: 2048,
             copy_gbps: 10.0,
