@@ -40,7 +40,8 @@
 #   CALL 26: staged columns: variant selftest, long-row benches three ways
 #   CALL 27: staged columns by cp.async: selftest, long-row benches
 #   CALL 28: long rmsnorm with the staged weight by default, bench and A/A
-#   CALL 29: rmsnorm bf16 4096x131072 staged with the occupancy promise
+#   CALL 29: rmsnorm bf16 4096x131072 staged with the occupancy promise;
+#           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -632,6 +633,16 @@ case $call in
     echo "bench rc=$?"
   done
   keep benches "$r"-rmsnorm-bf16-*-h200
+  # layernorm f32 long rows held to three 256-thread groups per SM (80
+  # registers, 16 bytes spilled; 8 with one-pass moments; offline).
+  for v in "default:" "ob3:--occupancy 3" "moments-ob3:--one-pass-moments --occupancy 3"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "layernorm f32 long rows $name"
+    timeout 80 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32 \
+      $flags $s --capture-sources --output "$r-layernorm-f32-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep layernorm "$r"-layernorm-f32-*-h200
   ;;
 *) echo "unknown call $call (1-29)"; exit 2 ;;
 esac
