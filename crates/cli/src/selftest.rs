@@ -471,15 +471,9 @@ pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
                     run_case(backend, &case(true), &options),
                 ) {
                     (Ok(plain), Ok(staged)) => {
-                        let columns = staged
-                            .plan
-                            .problem
-                            .program
-                            .inputs
-                            .iter()
-                            .any(|d| d.kind == lanefold_ir::BufferKind::Column);
+                        let columns = staged.plan.problem.program.column_inputs().count() > 0;
                         let ok = staged.validation.pass
-                            && staged.plan.staged_columns == columns
+                            && staged.plan.staged_columns() == columns
                             && bits(&plain.outputs) == bits(&staged.outputs);
                         report.record(ok, &label, &staged.plan.describe());
                     }

@@ -37,7 +37,7 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.keep_columns {
         name += "_kc";
     }
-    if plan.staged_columns {
+    if plan.staged_columns() {
         name += "_sc";
     }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
@@ -662,8 +662,10 @@ impl Ctx<'_> {
                     let ty = vec.access_type();
                     self.open("{");
                     self.line(&format!("unsigned wd[{}];", vec.words));
-                    if !(self.plan.staged_columns && self.buffer_kind(buffer) == BufferKind::Column)
-                    {
+                    let kind = self.buffer_kind(buffer);
+                    // Staged columns are read from shared memory, not `q`.
+                    let staged = self.plan.staged_columns() && kind == BufferKind::Column;
+                    if !staged {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                         ));
@@ -671,13 +673,12 @@ impl Ctx<'_> {
                     // A row tile read once (no later phase re-reads it from
                     // memory) may be evicted first; columns are reused.
                     let streamed = self.plan.streaming_hints
-                        && self.buffer_kind(buffer) == BufferKind::Row
+                        && kind == BufferKind::Row
                         && !self.plan.rereads_tiles();
                     // A re-read row tile: kept by its first load, let go
                     // by its last. Columns (weight, bias), which every row
                     // reads, are kept too.
                     let phases = &self.demanded[val.index()];
-                    let kind = self.buffer_kind(buffer);
                     let reread =
                         self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
                     const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
@@ -693,7 +694,6 @@ impl Ctx<'_> {
                     } else {
                         None
                     };
-                    let staged = self.plan.staged_columns && kind == BufferKind::Column;
                     for k in 0..vec.words / vec.per_access {
                         self.open("{");
                         if staged {
@@ -1044,7 +1044,7 @@ impl Ctx<'_> {
         let bytes = 4 * vec.per_access;
         let accesses = vec.words / vec.per_access;
         let per_column = stage.slice_bytes / bytes as u64;
-        for (i, name) in self.staged_columns().iter().enumerate() {
+        for (i, name) in self.column_names().iter().enumerate() {
             self.line(&format!(
                 "{ty}* lf_stage_{name} = reinterpret_cast<{ty}*>(lf_smem + {}) + {};",
                 stage.offset_floats,
@@ -1079,11 +1079,9 @@ impl Ctx<'_> {
     }
 
     /// C names of the column inputs, in program order.
-    fn staged_columns(&self) -> Vec<String> {
+    fn column_names(&self) -> Vec<String> {
         self.program
-            .inputs
-            .iter()
-            .filter(|d| d.kind == BufferKind::Column)
+            .column_inputs()
             .map(|d| ident(&d.name))
             .collect()
     }
@@ -1095,7 +1093,7 @@ impl Ctx<'_> {
         if !self.has_tile_work(p) {
             return;
         }
-        if self.plan.staged_columns && self.first_column_phase() == Some(p) {
+        if self.plan.staged_columns() && self.first_column_phase() == Some(p) {
             self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\"); // this worker's staged columns");
         }
         for (k, _, op, _) in self.reductions_in(p) {
@@ -1248,7 +1246,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     };
     let cluster_floats = if cluster > 1 { reductions } else { 0 };
     let slot_bytes = 4 * (warp_floats + cluster_floats) as u32;
-    let stage = plan.column_stage();
+    let stage = plan.column_stage;
     let shared_bytes = match stage {
         Some(stage) => stage.total_bytes() as u32,
         None => slot_bytes,

@@ -284,12 +284,12 @@ fn golden_layernorm_bf16_w2048_v4_staged_columns() {
             ..Default::default()
         },
     );
-    assert!(p.staged_columns, "{}", p.describe());
+    assert!(p.staged_columns(), "{}", p.describe());
     let k = kernel(&p);
     assert_eq!(k.grid, (3 * 8, 1, 1));
     // Two reductions x (8 warps + 8 cluster slots): 128 bytes of slots,
     // then two slices of 16384 / 8 bf16 elements.
-    let stage = p.column_stage().unwrap();
+    let stage = p.column_stage.unwrap();
     assert_eq!((stage.offset_floats, stage.slice_bytes), (32, 4096));
     assert_eq!(k.shared_bytes, 128 + 2 * 4096);
     assert!(!k.source.contains("p_weight + i0") && !k.source.contains("p_bias + i0"));
@@ -319,7 +319,7 @@ fn staged_columns_apply_only_to_cluster_register_plans_with_columns() {
                 ..Default::default()
             },
         )
-        .staged_columns
+        .staged_columns()
     };
     use lanefold_plan::ResidencyRequest::{Auto, Stream};
     assert!(staged(Operator::Rmsnorm, "4x16384", 2048, Auto));

@@ -188,6 +188,11 @@ impl Program {
         self.outputs.iter().find(|b| b.name == name)
     }
 
+    /// The per-column inputs (weight, bias), which every row reads again.
+    pub fn column_inputs(&self) -> impl Iterator<Item = &BufferDecl> {
+        self.inputs.iter().filter(|b| b.kind == BufferKind::Column)
+    }
+
     /// The same program without permission to reorder its sums.
     pub fn exact(mut self) -> Program {
         self.reassociation = false;

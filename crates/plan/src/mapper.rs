@@ -329,9 +329,9 @@ pub struct Plan {
     pub reread_hints: bool,
     /// See [`LayoutRequest::keep_columns`]; false without column inputs.
     pub keep_columns: bool,
-    /// Column slices staged in shared memory (see
-    /// [`LayoutRequest::stage_columns`]); false where that does not apply.
-    pub staged_columns: bool,
+    /// Where column slices are staged in shared memory (see
+    /// [`LayoutRequest::stage_columns`]); None where that does not apply.
+    pub column_stage: Option<ColumnStage>,
 }
 
 impl Plan {
@@ -401,7 +401,7 @@ impl Plan {
         if self.keep_columns {
             s += " keep-columns";
         }
-        if self.staged_columns {
+        if self.staged_columns() {
             s += " staged-columns";
         }
         if self.online_normalizer() {
@@ -446,7 +446,7 @@ impl Plan {
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
-            stage_columns: self.staged_columns,
+            stage_columns: self.staged_columns(),
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
@@ -1092,30 +1092,22 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         tree.warps,
         groups_per_row,
     );
-    let columns = problem
-        .program
-        .inputs
-        .iter()
-        .filter(|d| d.kind == lanefold_ir::BufferKind::Column)
-        .count();
+    let columns = problem.program.column_inputs().count();
     let stage = ColumnStage::new(
         shared_bytes,
         columns,
         n / groups_per_row as usize,
         problem.dtype,
     );
-    let staged_columns = request.stage_columns
+    let column_stage = (request.stage_columns
         && groups_per_row > 1
         && residency == Residency::Registers
         && columns > 0
         && !layout.has_partial_pack(n)
         && vector_access(problem.dtype, pack as usize, n).is_some()
-        && stage.total_bytes() <= target.shared_bytes_per_group as u64;
-    let shared_bytes = if staged_columns {
-        stage.total_bytes() as u32
-    } else {
-        shared_bytes
-    };
+        && stage.total_bytes() <= target.shared_bytes_per_group as u64)
+        .then_some(stage);
+    let shared_bytes = column_stage.map_or(shared_bytes, |stage| stage.total_bytes() as u32);
     if shared_bytes > target.shared_bytes_per_group {
         return Err(Refusal::ResourceOverflow {
             resource: "shared memory",
@@ -1149,13 +1141,8 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         hoisted_columns,
         min_groups_per_multiprocessor: (request.occupancy > 0).then_some(request.occupancy),
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
-        keep_columns: request.keep_columns
-            && problem
-                .program
-                .inputs
-                .iter()
-                .any(|d| d.kind == lanefold_ir::BufferKind::Column),
-        staged_columns,
+        keep_columns: request.keep_columns && columns > 0,
+        column_stage,
     })
 }
 
@@ -1203,29 +1190,10 @@ impl ColumnStage {
 }
 
 impl Plan {
-    /// The layout of the staged column slices, when this plan stages them.
-    pub fn column_stage(&self) -> Option<ColumnStage> {
-        if !self.staged_columns {
-            return None;
-        }
-        let columns = self
-            .problem
-            .program
-            .inputs
-            .iter()
-            .filter(|d| d.kind == lanefold_ir::BufferKind::Column)
-            .count();
-        Some(ColumnStage::new(
-            reduction_slot_bytes(
-                self.analysis.reductions.len(),
-                self.layout.rows_per_group,
-                self.tree.warps,
-                self.groups_per_row,
-            ),
-            columns,
-            self.shape().n / self.groups_per_row as usize,
-            self.dtype(),
-        ))
+    /// Are column slices staged in shared memory (see
+    /// [`LayoutRequest::stage_columns`])?
+    pub fn staged_columns(&self) -> bool {
+        self.column_stage.is_some()
     }
 }
 
@@ -2023,7 +1991,7 @@ mod tests {
             );
             let p = plan(&problem, &t, &auto).unwrap();
             assert_eq!(
-                p.staged_columns,
+                p.staged_columns(),
                 staged,
                 "{op} {dtype} {shape}: {}",
                 p.describe()
@@ -2038,7 +2006,7 @@ mod tests {
                 pack: p.layout.pack,
                 ..auto
             };
-            assert!(!plan(&problem, &t, &explicit).unwrap().staged_columns);
+            assert!(!plan(&problem, &t, &explicit).unwrap().staged_columns());
         }
     }
 
@@ -2150,7 +2118,7 @@ mod tests {
             )
         };
         let ln = plan(&problem(Operator::Layernorm), &t, &request).unwrap();
-        assert!(ln.staged_columns && ln.shared_bytes > 128 * 1024);
+        assert!(ln.staged_columns() && ln.shared_bytes > 128 * 1024);
         assert_eq!(groups_per_multiprocessor(&t, 256, 80, ln.shared_bytes), 1);
         assert_eq!(groups_per_multiprocessor(&t, 256, 80, 0), 3);
         // No occupancy promise can add a group that shared memory forbids.
