@@ -41,6 +41,7 @@
 #   CALL 27: staged columns by cp.async: selftest, long-row benches
 #   CALL 28: long rmsnorm with the staged weight by default, bench and A/A
 #   CALL 29: rmsnorm bf16 4096x131072 staged with the occupancy promise;
+#           layernorm bf16 long rows at four groups per SM;
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -643,6 +644,16 @@ case $call in
     echo "bench rc=$?"
   done
   keep layernorm "$r"-layernorm-f32-*-h200
+  # layernorm bf16 long rows (one-pass moments, 79 registers) held to four
+  # 256-thread groups per SM: 64 registers, 52 bytes spilled (offline).
+  for v in "default:" "ob4:--occupancy 4"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "layernorm bf16 long rows $name"
+    timeout 80 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes bf16 \
+      $flags $s --capture-sources --output "$r-layernorm-bf16-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep layernorm-bf16 "$r"-layernorm-bf16-*-h200
   ;;
 *) echo "unknown call $call (1-29)"; exit 2 ;;
 esac
