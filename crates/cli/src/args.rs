@@ -133,6 +133,11 @@ pub struct PolicyArgs {
     /// the row. Cluster register plans only. Same results.
     #[arg(long)]
     pub stage_columns: bool,
+    /// bf16 and f16 register plans: keep each resident tile as its loaded
+    /// words, two values per register, widening at each use (half the
+    /// registers). Vector packs without a partial pack only. Same results.
+    #[arg(long)]
+    pub pack_resident: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
@@ -156,6 +161,7 @@ impl PolicyArgs {
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
             stage_columns: self.stage_columns,
+            pack_resident: self.pack_resident,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()

@@ -784,6 +784,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
     if variants_only {
         selftest::arithmetic_variant_checks(&backend, &mut report);
         selftest::staged_column_checks(&backend, &mut report);
+        selftest::packed_resident_checks(&backend, &mut report);
     } else {
         full_selftest(&backend, quick, started, &mut report);
     }
@@ -803,6 +804,7 @@ fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut 
     selftest::load_policy_checks(backend, report);
     selftest::cluster_group_checks(backend, report);
     selftest::staged_column_checks(backend, report);
+    selftest::packed_resident_checks(backend, report);
     selftest::arithmetic_variant_checks(backend, report);
     selftest::call_path_checks(backend, report);
     selftest::run_cases(backend, &selftest::layout_matrix(DType::F32), report);

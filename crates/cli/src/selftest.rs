@@ -444,38 +444,86 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
 /// Column slices staged in shared memory with `cp.async`
 /// (`stage_columns`): every operator, f32 and bf16, on clusters of 8
 /// groups of 256 threads with 2-word packs (V=4 bf16), 4-word packs, and
-/// two accesses per pack (V=8 f32). Same bits as the plan without staging; the plan is
-/// marked exactly where the program has columns.
+/// two accesses per pack (V=8 f32). Same bits as the plan without staging;
+/// the plan is marked exactly where the program has columns.
 pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
+    same_bits_policy_checks(
+        backend,
+        report,
+        "staged columns",
+        &[DType::F32, DType::Bf16],
+        &[(2048, 4, 16384), (2048, 8, 32768)],
+        |request| request.stage_columns = true,
+        |plan| plan.staged_columns(),
+        |plan| plan.problem.program.column_inputs().count() > 0,
+    );
+}
+
+/// Resident tiles of 16-bit inputs kept as their loaded words, two values
+/// per register (`pack_resident`): every operator, f32, bf16 and f16, on a
+/// cluster and on single groups (V=4 and V=8). Same bits as the unpacked
+/// plan; marked exactly where a 16-bit plan holds a tile in registers.
+pub fn packed_resident_checks(backend: &Backend, report: &mut Report) {
+    same_bits_policy_checks(
+        backend,
+        report,
+        "packed resident",
+        &[DType::F32, DType::Bf16, DType::F16],
+        &[(2048, 8, 32768), (256, 4, 4096), (512, 8, 4096)],
+        |request| request.pack_resident = true,
+        |plan| plan.packed_resident,
+        |plan| plan.dtype() != DType::F32 && plan.resident_slots > 0,
+    );
+}
+
+/// A load or register policy that must not change a bit: each operator
+/// and dtype on each (W, V, n) with 256-thread cluster groups, planned
+/// without and with `enable`; the second valid, marked (`marked`) exactly
+/// where `applies` says, and bit-identical to the first.
+#[allow(clippy::too_many_arguments)]
+fn same_bits_policy_checks(
+    backend: &Backend,
+    report: &mut Report,
+    name: &str,
+    dtypes: &[DType],
+    layouts: &[(u32, u32, usize)],
+    enable: fn(&mut LayoutRequest),
+    marked: fn(&Plan) -> bool,
+    applies: fn(&Plan) -> bool,
+) {
     for op in Operator::SIX {
-        for dtype in [DType::F32, DType::Bf16] {
-            for (workers, pack, n) in [(2048, 4, 16384), (2048, 8, 32768)] {
+        for &dtype in dtypes {
+            for &(workers, pack, n) in layouts {
                 let rows = 300;
-                let case = |stage_columns| Case {
-                    op,
-                    dtype,
-                    shape: shape(rows, n),
-                    request: LayoutRequest {
+                let case = |on: bool| {
+                    let mut request = LayoutRequest {
                         workers,
                         pack,
                         cluster_group_threads: 256,
-                        stage_columns,
                         ..Default::default()
-                    },
-                    seed: 29 + pack as u64,
+                    };
+                    if on {
+                        enable(&mut request);
+                    }
+                    Case {
+                        op,
+                        dtype,
+                        shape: shape(rows, n),
+                        request,
+                        seed: 29 + pack as u64,
+                    }
                 };
-                let label = format!("staged columns {op} {dtype} {rows}x{n} W={workers} V={pack}");
+                let label = format!("{name} {op} {dtype} {rows}x{n} W={workers} V={pack}");
                 let options = CodegenOptions::default();
                 match (
                     run_case(backend, &case(false), &options),
                     run_case(backend, &case(true), &options),
                 ) {
-                    (Ok(plain), Ok(staged)) => {
-                        let columns = staged.plan.problem.program.column_inputs().count() > 0;
-                        let ok = staged.validation.pass
-                            && staged.plan.staged_columns() == columns
-                            && bits(&plain.outputs) == bits(&staged.outputs);
-                        report.record(ok, &label, &staged.plan.describe());
+                    (Ok(plain), Ok(variant)) => {
+                        let ok = variant.validation.pass
+                            && marked(&variant.plan) == applies(&variant.plan)
+                            && bits(&plain.outputs) == bits(&variant.outputs);
+                        report.record(ok, &label, &variant.plan.describe());
                     }
                     (Err(e), _) | (_, Err(e)) => report.record(false, &label, &format!("{e:#}")),
                 }

@@ -40,6 +40,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.staged_columns() {
         name += "_sc";
     }
+    if plan.packed_resident {
+        name += "_pk";
+    }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
@@ -432,6 +435,11 @@ impl Ctx<'_> {
         self.registers && self.resident.contains(&v)
     }
 
+    /// Is `v` a resident tile kept as its loaded 16-bit words?
+    fn packs(&self, v: Value) -> bool {
+        self.plan.packed_resident && self.is_resident(v)
+    }
+
     fn needed(&self, v: usize, p: usize) -> bool {
         self.kinds[v] == Kind::Tile && self.demanded[v].contains(&p) && !self.skipped.contains(&v)
     }
@@ -719,6 +727,15 @@ impl Ctx<'_> {
                         }
                         self.close();
                     }
+                    if self.packs(*val) {
+                        // The loaded words are the packed slots.
+                        for k in 0..vec.words {
+                            self.line(&format!(
+                                "r{}[({chunk}) * (LF_V / 2) + {k}] = wd[{k}];",
+                                val.0
+                            ));
+                        }
+                    }
                     for e in 0..v {
                         let word = if self.dtype == DType::F32 {
                             format!("wd[{e}]")
@@ -786,7 +803,10 @@ impl Ctx<'_> {
             let expr = match instr {
                 Instr::Load { .. } => {
                     let first = self.demanded[at].first() == Some(&p);
-                    if self.is_resident(val) && !first {
+                    if self.is_resident(val) && !first && self.plan.packed_resident {
+                        let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
+                        format!("lf_widen_bits((e & 1) ? ({slot} >> 16) : ({slot} & 0xffffu))")
+                    } else if self.is_resident(val) && !first {
                         format!("r{}[{chunk} * LF_V + e]", val.0)
                     } else {
                         format!("l{}[e]", val.0)
@@ -804,6 +824,7 @@ impl Ctx<'_> {
             self.line(&format!("const float {t} = {expr};"));
             if matches!(instr, Instr::Load { .. })
                 && self.is_resident(val)
+                && !self.plan.packed_resident
                 && self.demanded[at].first() == Some(&p)
             {
                 self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0));
@@ -1096,6 +1117,20 @@ impl Ctx<'_> {
         if self.plan.staged_columns() && self.first_column_phase() == Some(p) {
             self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\"); // this worker's staged columns");
         }
+        // Packed tiles re-read here: hide their words from the compiler,
+        // so it widens them again instead of holding what an earlier phase
+        // computed from them (f32 values, one register each).
+        for r in self.resident.clone() {
+            if self.packs(r)
+                && self.needed(r.index(), p)
+                && self.demanded[r.index()].first() != Some(&p)
+            {
+                self.line("#pragma unroll");
+                self.open("for (int k = 0; k < LF_FULL * (LF_V / 2); ++k) {");
+                self.line(&format!("asm volatile(\"\" : \"+r\"(r{}[k]));", r.0));
+                self.close();
+            }
+        }
         for (k, _, op, _) in self.reductions_in(p) {
             self.line(&format!("float a{k} = {};", identity(op)));
         }
@@ -1269,6 +1304,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if stage.is_some() && (cluster < 2 || !registers || partial > 0 || vector.is_none()) {
         return inconsistent(format!("staged columns in {}", plan.describe()));
     }
+    if plan.packed_resident
+        && (!registers || partial > 0 || vector.is_none() || plan.dtype().size_bytes() != 2)
+    {
+        return inconsistent(format!("packed resident tiles in {}", plan.describe()));
+    }
 
     let name = kernel_name(plan);
     let mut cx = Ctx {
@@ -1393,10 +1433,18 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if registers {
         for r in cx.resident.clone() {
             let slots = plan.slot_bound;
-            cx.line(&format!(
-                "float r{}[{slots}]; // private slots of a resident tile",
-                r.0
-            ));
+            if plan.packed_resident {
+                cx.line(&format!(
+                    "unsigned r{}[{}]; // private slots of a resident tile, two 16-bit values each",
+                    r.0,
+                    slots / 2
+                ));
+            } else {
+                cx.line(&format!(
+                    "float r{}[{slots}]; // private slots of a resident tile",
+                    r.0
+                ));
+            }
         }
     }
     for p in 0..a.num_phases {

@@ -265,6 +265,65 @@ fn golden_softmax_bf16_w2048_v8_cluster_of_256_thread_groups() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// Packed resident tile: the row's loaded bf16 words are its slots, two
+/// values per register; each later phase hides them from the compiler
+/// (an empty volatile asm) and widens them again, so no f32 value computed
+/// in an earlier phase is kept alive in their place.
+#[test]
+fn golden_layernorm_bf16_w256_v8_packed_resident() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "3x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 8,
+            unroll: 1,
+            pack_resident: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.packed_resident && p.describe().contains(" packed-resident"));
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_pk"), "{}", k.name);
+    assert!(k.source.contains("unsigned r0[8];"));
+    assert!(!k.source.contains("float r0["));
+    // Phases 1 (variance) and 2 (normalize) re-read the tile.
+    assert_eq!(
+        k.source
+            .matches("asm volatile(\"\" : \"+r\"(r0[k]));")
+            .count(),
+        2
+    );
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Packing applies to 16-bit register plans with whole vector packs only.
+#[test]
+fn packed_resident_is_left_out_of_f32_streamed_and_partial_pack_plans() {
+    let packed = |dtype, shape: &str, residency| {
+        make_with(
+            Operator::Softmax,
+            dtype,
+            shape,
+            LayoutRequest {
+                workers: 256,
+                pack: 8,
+                residency,
+                pack_resident: true,
+                ..Default::default()
+            },
+        )
+        .packed_resident
+    };
+    use lanefold_plan::ResidencyRequest::{Registers, Stream};
+    assert!(packed(DType::Bf16, "2x4096", Registers));
+    assert!(packed(DType::F16, "2x4096", Registers));
+    assert!(!packed(DType::F32, "2x4096", Registers));
+    assert!(!packed(DType::Bf16, "2x4096", Stream));
+    assert!(!packed(DType::Bf16, "2x4000", Registers));
+}
+
 /// Staged columns: each group of a cluster starts copying its weight and
 /// bias slices into shared memory (after the slots, 16-byte aligned) with
 /// `cp.async` before it loads the row, and waits for them only in the

@@ -100,6 +100,7 @@ fn sources() -> Vec<(String, String)> {
                             occupancy: u32::from(load_policies),
                             reread_hints: load_policies,
                             stage_columns: load_policies,
+                            pack_resident: load_policies,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };

@@ -172,6 +172,14 @@ pub struct LayoutRequest {
     /// partial pack, where the slices fit; same bits.
     #[serde(default)]
     pub stage_columns: bool,
+    /// 16-bit inputs held in registers: keep each resident tile as the
+    /// loaded words, two values per 32-bit register, widening at each use,
+    /// instead of one f32 per register. Halves the registers a resident
+    /// tile takes; widening is exact, so results are the same bits.
+    /// Applied only to register plans with vector packs and no partial
+    /// pack; no effect on f32.
+    #[serde(default)]
+    pub pack_resident: bool,
     /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
     /// online normalizer: softmax and cross-entropy need one reduction tree
     /// fewer, and streamed plans one re-read fewer). Changes rounding, not
@@ -206,6 +214,10 @@ impl LayoutRequest {
     ///   bf16: the weight staged in shared memory by `cp.async` (campaign
     ///   8: f32 4096x131072 1216 -> 1116 µs, 1024x262144 677 -> 603; bf16
     ///   1024x262144 370 -> 349; bf16 4096x131072 588 -> 828, so not there).
+    /// - layernorm f32 on rows of 131072 and more: the occupancy promise of
+    ///   three 256-thread groups per multiprocessor (104 -> 80 registers,
+    ///   16 bytes spilled; session 9: 4096x131072 1408 -> 1281 µs,
+    ///   1024x262144 800 -> 725). bf16 at four groups was 0.98-1.04x.
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
@@ -223,6 +235,14 @@ impl LayoutRequest {
             }
             Some(Operator::Rmsnorm) if n >= stage_columns_min_n(problem.dtype) => {
                 request.stage_columns = true;
+            }
+            Some(Operator::Layernorm)
+                if problem.dtype == DType::F32
+                    && n >= LAYERNORM_OCCUPANCY_MIN_N
+                    && request.occupancy == 0
+                    && request.cluster_group_threads == 0 =>
+            {
+                request.occupancy = LAYERNORM_LONG_ROW_GROUPS;
             }
             _ => {}
         }
@@ -246,6 +266,7 @@ impl LayoutRequest {
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
             stage_columns: self.stage_columns,
+            pack_resident: self.pack_resident,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()
@@ -332,6 +353,9 @@ pub struct Plan {
     /// Where column slices are staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); None where that does not apply.
     pub column_stage: Option<ColumnStage>,
+    /// Resident tiles kept as packed 16-bit words (see
+    /// [`LayoutRequest::pack_resident`]); false where that does not apply.
+    pub packed_resident: bool,
 }
 
 impl Plan {
@@ -404,6 +428,9 @@ impl Plan {
         if self.staged_columns() {
             s += " staged-columns";
         }
+        if self.packed_resident {
+            s += " packed-resident";
+        }
         if self.online_normalizer() {
             s += " online-normalizer";
         }
@@ -447,6 +474,7 @@ impl Plan {
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
             stage_columns: self.staged_columns(),
+            pack_resident: self.packed_resident,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
@@ -819,6 +847,11 @@ pub fn automatic_note(
                 "the weight staged in shared memory while the row is reduced",
                 8,
             )
+        } else if measured.occupancy != request.occupancy {
+            (
+                "the occupancy promise of three groups per multiprocessor",
+                8,
+            )
         } else {
             ("one-pass moments (two phases instead of three)", 7)
         };
@@ -849,6 +882,12 @@ const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 /// Rows at least this long take layernorm bf16's one-pass moments by
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
+
+/// Rows at least this long take layernorm f32's occupancy promise of
+/// [`LAYERNORM_LONG_ROW_GROUPS`] by default on the H200
+/// ([`LayoutRequest::with_measured_variants`]).
+const LAYERNORM_OCCUPANCY_MIN_N: usize = 131072;
+const LAYERNORM_LONG_ROW_GROUPS: u32 = 3;
 
 /// Rows at least this long take rmsnorm's staged weight by default on the
 /// H200 ([`LayoutRequest::with_measured_variants`]).
@@ -1073,6 +1112,15 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     } else {
         0
     };
+    let packed_resident = request.pack_resident
+        && problem.dtype.size_bytes() == 2
+        && resident_slots > 0
+        && !layout.has_partial_pack(n)
+        && vector_access(problem.dtype, pack as usize, n).is_some();
+    // The estimate stays that of the unpacked tile: ptxas keeps loaded
+    // words and widens at each use by itself where nothing computed from
+    // them is reused (`lanefold compile-check`), so packing saves only
+    // what it stops being reused (16 of 80 registers on 64 slots).
     let registers = overhead_registers(pack, problem.dtype) + resident_slots as u32;
     let register_file = registers as u64 * threads as u64;
     if registers > target.max_registers_per_thread
@@ -1143,6 +1191,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
         keep_columns: request.keep_columns && columns > 0,
         column_stage,
+        packed_resident,
     })
 }
 
@@ -1961,6 +2010,68 @@ mod tests {
             ..long_ce
         };
         assert!(!plan(&exact, &t, &auto).unwrap().online_normalizer());
+    }
+
+    #[test]
+    fn regression_long_f32_layernorm_rows_promise_three_groups_per_multiprocessor() {
+        // Paired H200 benches of one binary (2026-11-30-layernorm-f32-{default,
+        // ob3,moments-ob3}-h200): the promise 1.10x on both long shapes, with
+        // one-pass moments as well 1.06x and 0.94x; bf16 at four groups
+        // 0.98x and 1.04x (-layernorm-bf16-{default,ob4}-h200), so not there.
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        for (op, dtype, shape, promised) in [
+            (Operator::Layernorm, DType::F32, "4096x131072", true),
+            (Operator::Layernorm, DType::F32, "1024x262144", true),
+            (Operator::Layernorm, DType::Bf16, "4096x131072", false),
+            (Operator::Layernorm, DType::F32, "4096x32768", false),
+            (
+                Operator::ResidualLayernorm,
+                DType::F32,
+                "4096x131072",
+                false,
+            ),
+            (Operator::Rmsnorm, DType::F32, "4096x131072", false),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &t, &auto).unwrap();
+            let expected = promised.then_some(3);
+            assert_eq!(
+                p.min_groups_per_multiprocessor,
+                expected,
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+            if promised {
+                assert_eq!(p.threads_per_group, 256, "{}", p.describe());
+                assert!(
+                    automatic_note(&problem, &t, &auto).is_some_and(|n| n.contains("occupancy"))
+                );
+            }
+            // Neither an explicit layout nor an explicit group size is touched.
+            for explicit in [
+                LayoutRequest {
+                    workers: p.layout.workers,
+                    pack: p.layout.pack,
+                    ..auto
+                },
+                LayoutRequest {
+                    cluster_group_threads: 512,
+                    ..auto
+                },
+            ] {
+                let q = plan(&problem, &t, &explicit).unwrap();
+                assert_eq!(q.min_groups_per_multiprocessor, None);
+            }
+        }
     }
 
     #[test]
