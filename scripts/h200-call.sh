@@ -42,6 +42,8 @@
 #   CALL 28: long rmsnorm with the staged weight by default, bench and A/A
 #   CALL 29: rmsnorm bf16 4096x131072 staged with the occupancy promise;
 #           layernorm bf16 long rows at four groups per SM;
+#   CALL 30: packed 16-bit resident tiles: CUDA variant selftest, paired
+#           benches of long bf16 rows and two shorter shapes
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -655,6 +657,29 @@ case $call in
   done
   keep layernorm-bf16 "$r"-layernorm-bf16-*-h200
   ;;
-*) echo "unknown call $call (1-29)"; exit 2 ;;
+30)
+  # Session 9: packed 16-bit resident tiles. Variant selftest on CUDA
+  # first (bit equality of packed against plain), then paired benches of
+  # today's default and --pack-resident (same layouts: the estimate is
+  # unchanged) on the long rows and on two shapes whose registers drop.
+  step "variant selftest (packed, staged, arithmetic)"
+  timeout 150 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL|passed" "${OUT:-/tmp}/selftest.log" | tail -5
+  for v in "plain:" "packed:--pack-resident"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "long bf16 rows $name"
+    timeout 150 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm,residual_layernorm \
+      --shapes 4096x131072,1024x262144 --dtypes bf16 $flags $s --capture-sources \
+      --output "$r-long-bf16-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+    step "softmax and cross_entropy bf16 1024x4096, 32768x4096 $name"
+    timeout 90 "$bin" bench --backend cuda --ops softmax,cross_entropy \
+      --shapes 1024x4096,32768x4096 --dtypes bf16 $flags $s --capture-sources \
+      --output "$r-short-bf16-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep packed "$r"-long-bf16-*-h200 "$r"-short-bf16-*-h200
+  ;;
+*) echo "unknown call $call (1-30)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
