@@ -44,6 +44,8 @@
 #           layernorm bf16 long rows at four groups per SM;
 #   CALL 30: packed 16-bit resident tiles: CUDA variant selftest, paired
 #           benches of long bf16 rows and two shorter shapes
+#   CALL 31: long rows of softmax, rmsnorm, layernorm with today's
+#           defaults: bench and A/A replay with both torch peers
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -680,6 +682,22 @@ case $call in
   done
   keep packed "$r"-long-bf16-*-h200 "$r"-short-bf16-*-h200
   ;;
-*) echo "unknown call $call (1-30)"; exit 2 ;;
+31)
+  # Session 9: the long rows of softmax, rmsnorm and layernorm with
+  # today's defaults (layernorm f32 at three groups per SM, 16-bit tiles
+  # packed): bench, then an A/A replay with torch eager and torch.compile
+  # (Liger refuses rows over 65536), two rounds inside the deadline.
+  step "long rows, today's defaults, bench"
+  timeout 200 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm --shapes 4096x131072,1024x262144 \
+    --dtypes f32,bf16 $s --capture-sources --output "$r-long-v9-h200" > "${OUT:-/tmp}/bench.log" 2>&1
+  echo "bench rc=$?"; keep bench "$r-long-v9-h200"
+  step "A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-long-v9-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-long-v9-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-v9-aa-h200"
+  "$bin" scorecard "$r-long-v9-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
+  ;;
+*) echo "unknown call $call (1-31)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -218,12 +218,29 @@ impl LayoutRequest {
     ///   three 256-thread groups per multiprocessor (104 -> 80 registers,
     ///   16 bytes spilled; session 9: 4096x131072 1408 -> 1281 µs,
     ///   1024x262144 800 -> 725). bf16 at four groups was 0.98-1.04x.
+    /// - 16-bit rows of 131072 and more: resident tiles packed two values
+    ///   per register (session 9, every operator holding a tile, both long
+    ///   shapes: 1.01-1.25x; softmax 4096x131072 691 -> 645 µs). Not on
+    ///   shorter rows, where it was not measured wide enough and raised
+    ///   residual_layernorm 32768x4096 from 66 to 79 registers.
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
         }
         let n = problem.shape.n;
         let mut request = *self;
+        let holds_tiles = matches!(
+            problem.operator_kind(),
+            Some(
+                Operator::Softmax
+                    | Operator::Rmsnorm
+                    | Operator::Layernorm
+                    | Operator::ResidualLayernorm
+            )
+        );
+        if holds_tiles && problem.dtype.size_bytes() == 2 && n >= PACK_RESIDENT_MIN_N {
+            request.pack_resident = true;
+        }
         match problem.operator_kind() {
             Some(Operator::CrossEntropy) if n > ONLINE_NORMALIZER_MIN_N => {
                 request.online_normalizer = true;
@@ -836,30 +853,49 @@ pub fn automatic_note(
         return None;
     }
     let measured = request.with_measured_variants(problem, target);
+    let mut notes = vec![];
     if measured != *request {
-        let (variant, campaign) = if measured.online_normalizer {
+        let variants = [
             (
-                "the online normalizer (one read of each row, nothing resident)",
-                7,
-            )
-        } else if measured.stage_columns {
+                measured.online_normalizer && !request.online_normalizer,
+                "the online normalizer (one read of each row, nothing resident), campaign 7",
+            ),
             (
-                "the weight staged in shared memory while the row is reduced",
-                8,
-            )
-        } else if measured.occupancy != request.occupancy {
+                measured.one_pass_moments && !request.one_pass_moments,
+                "one-pass moments (two phases instead of three), campaign 7",
+            ),
             (
-                "the occupancy promise of three groups per multiprocessor",
-                8,
-            )
-        } else {
-            ("one-pass moments (two phases instead of three)", 7)
-        };
-        return Some(format!(
-            "automatic on the H200 for this operator and row length: {variant}, \
-             measured faster in paired benches (bench/NOTES.md campaign {campaign})"
+                measured.stage_columns && !request.stage_columns,
+                "the weight staged in shared memory while the row is reduced, campaign 8",
+            ),
+            (
+                measured.occupancy != request.occupancy,
+                "the occupancy promise of three groups per multiprocessor, campaign 9",
+            ),
+            (
+                measured.pack_resident && !request.pack_resident,
+                "resident 16-bit tiles packed two values per register, campaign 9",
+            ),
+        ];
+        let chosen: Vec<&str> = variants
+            .iter()
+            .filter(|(taken, _)| *taken)
+            .map(|(_, what)| *what)
+            .collect();
+        notes.push(format!(
+            "automatic on the H200 for this operator and row length: {}; \
+             each measured faster in paired benches (bench/NOTES.md)",
+            chosen.join("; ")
         ));
     }
+    if let Some(rule) = model_rule_note(problem, target, request) {
+        notes.push(rule);
+    }
+    (!notes.is_empty()).then(|| notes.join("\n"))
+}
+
+/// The rule beside the cost model that replaced its pick, if one did.
+fn model_rule_note(problem: &Problem, target: &Target, request: &LayoutRequest) -> Option<String> {
     let problem = &*problem.as_requested(request);
     let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
     let model = LayoutRequest {
@@ -882,6 +918,10 @@ const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 /// Rows at least this long take layernorm bf16's one-pass moments by
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
+
+/// 16-bit rows at least this long keep resident tiles packed by default
+/// on the H200 ([`LayoutRequest::with_measured_variants`]).
+const PACK_RESIDENT_MIN_N: usize = 131072;
 
 /// Rows at least this long take layernorm f32's occupancy promise of
 /// [`LAYERNORM_LONG_ROW_GROUPS`] by default on the H200
@@ -2010,6 +2050,72 @@ mod tests {
             ..long_ce
         };
         assert!(!plan(&exact, &t, &auto).unwrap().online_normalizer());
+    }
+
+    #[test]
+    fn regression_long_16_bit_rows_pack_their_resident_tiles() {
+        // Paired H200 benches of one binary (2026-11-30-long-bf16-{plain,
+        // packed}-h200): softmax 1.07x and 1.12x, rmsnorm 1.01x and 1.11x,
+        // layernorm 1.05x and 1.09x, residual_layernorm 1.04x and 1.25x.
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        for (op, dtype, shape, packed) in [
+            (Operator::Softmax, DType::Bf16, "4096x131072", true),
+            (Operator::Rmsnorm, DType::Bf16, "1024x262144", true),
+            (Operator::Layernorm, DType::F16, "4096x131072", true),
+            (
+                Operator::ResidualLayernorm,
+                DType::Bf16,
+                "1024x262144",
+                true,
+            ),
+            (Operator::Softmax, DType::F32, "4096x131072", false),
+            (Operator::Softmax, DType::Bf16, "4096x32768", false),
+            (
+                Operator::ResidualLayernorm,
+                DType::Bf16,
+                "32768x4096",
+                false,
+            ),
+            (Operator::CrossEntropy, DType::Bf16, "4096x131072", false),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &t, &auto).unwrap();
+            assert_eq!(
+                p.packed_resident,
+                packed,
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+            assert_eq!(
+                automatic_note(&problem, &t, &auto).is_some_and(|n| n.contains("packed")),
+                packed
+            );
+            // Packing never changes the layout the model picks.
+            let unpacked = LayoutRequest {
+                pack_resident: false,
+                ..auto
+            };
+            let explicit = LayoutRequest {
+                workers: p.layout.workers,
+                pack: p.layout.pack,
+                unroll: p.layout.unroll,
+                rows_per_group: p.layout.rows_per_group,
+                cluster_group_threads: p.threads_per_group,
+                ..unpacked
+            };
+            let q = plan(&problem, &t, &explicit).unwrap();
+            assert!(!q.packed_resident);
+            assert_eq!(q.layout, p.layout);
+        }
     }
 
     #[test]
