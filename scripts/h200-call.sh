@@ -46,6 +46,8 @@
 #           benches of long bf16 rows and two shorter shapes
 #   CALL 31: long rows of softmax, rmsnorm, layernorm with today's
 #           defaults: bench and A/A replay with both torch peers
+#   CALL 32: 4096x32768 on clusters of eight 256-thread groups and packed
+#           bf16 register plans against the default; call 31's round 2
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -698,6 +700,34 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-long-v9-aa-h200"
   "$bin" scorecard "$r-long-v9-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
   ;;
-*) echo "unknown call $call (1-31)"; exit 2 ;;
+32)
+  # Session 9: target 1's 4096x32768 misses on clusters of eight 256-thread
+  # groups (16 elements per thread, 32-50 registers) and, for bf16, the
+  # one-group register plan with packed tiles (124 -> 64 registers for
+  # softmax), each paired against today's default in one binary; then the
+  # second round of call 31's replay (--resume).
+  q="--ops softmax,rmsnorm,layernorm,residual_layernorm --shapes 4096x32768"
+  step "4096x32768 default"
+  timeout 90 "$bin" bench --backend cuda $q --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-w32k-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  step "4096x32768 clusters of eight 256-thread groups"
+  for v in "f32:4" "bf16:8"; do
+    timeout 60 "$bin" bench --backend cuda $q --dtypes "${v%%:*}" --workers 2048 --pack "${v#*:}" \
+      --cluster-group-threads 256 --pack-resident $s --capture-sources \
+      --output "$r-w32k-c8-${v%%:*}-h200" > /dev/null 2>&1; echo "bench ${v%%:*} rc=$?"
+  done
+  step "4096x32768 bf16 register plan, packed"
+  timeout 60 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm --shapes 4096x32768 --dtypes bf16 \
+    --residency registers --pack-resident $s --capture-sources \
+    --output "$r-w32k-regpk-bf16-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  keep w32k "$r"-w32k-*-h200
+  step "call 31's replay, round 2"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-long-v9-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --resume --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-long-v9-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-v9-aa-h200"
+  "$bin" scorecard "$r-long-v9-aa-h200" | grep -E "^# |^## |met" | head -30 || true
+  ;;
+*) echo "unknown call $call (1-32)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
