@@ -48,6 +48,8 @@
 #           defaults: bench and A/A replay with both torch peers
 #   CALL 32: 4096x32768 on clusters of eight 256-thread groups and packed
 #           bf16 register plans against the default; call 31's round 2
+#   CALL 33: softmax bf16 4096x32768 packed (the new default): bench and
+#           A/A replay with all three peers
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -728,6 +730,20 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-long-v9-aa-h200"
   "$bin" scorecard "$r-long-v9-aa-h200" | grep -E "^# |^## |met" | head -30 || true
   ;;
-*) echo "unknown call $call (1-32)"; exit 2 ;;
+33)
+  # Session 9: softmax bf16 4096x32768's packed register plan, now the
+  # default: bench, then an A/A replay with all three peers (target 1).
+  step "softmax bf16 4096x32768, today's default, bench"
+  timeout 60 "$bin" bench --backend cuda --ops softmax --shapes 4096x32768 --dtypes bf16 $s \
+    --capture-sources --output "$r-softmax-bf16-w32k-pk-h200" > /dev/null 2>&1
+  echo "bench rc=$?"; keep bench "$r-softmax-bf16-w32k-pk-h200"
+  step "A/A replay with all three peers"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-softmax-bf16-w32k-pk-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-softmax-bf16-w32k-pk-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-softmax-bf16-w32k-pk-aa-h200"
+  "$bin" scorecard "$r-softmax-bf16-w32k-pk-aa-h200" | grep -E "^# |^## |softmax" | head || true
+  ;;
+*) echo "unknown call $call (1-33)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -220,25 +220,29 @@ impl LayoutRequest {
     ///   1024x262144 800 -> 725). bf16 at four groups was 0.98-1.04x.
     /// - 16-bit rows of 131072 and more: resident tiles packed two values
     ///   per register (session 9, every operator holding a tile, both long
-    ///   shapes: 1.01-1.25x; softmax 4096x131072 691 -> 645 µs). Not on
+    ///   shapes: 1.01-1.25x; softmax 4096x131072 691 -> 645 µs), and
+    ///   softmax rows of 32768 and more: its one-group register plan on
+    ///   4096x32768 drops from 124 to 64 registers and beats the streamed
+    ///   plan that replaced it (150.4 -> 131.7 µs, 4.08 TB/s). Not on
     ///   shorter rows, where it was not measured wide enough and raised
-    ///   residual_layernorm 32768x4096 from 66 to 79 registers.
+    ///   residual_layernorm 32768x4096 from 66 to 79 registers; not for
+    ///   rmsnorm and layernorm on 4096x32768, where the one-group plan
+    ///   keeps 110-123 registers (136.4 and 149.1 µs against 128.5 streamed
+    ///   and 149.6).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
         }
         let n = problem.shape.n;
         let mut request = *self;
-        let holds_tiles = matches!(
-            problem.operator_kind(),
-            Some(
-                Operator::Softmax
-                    | Operator::Rmsnorm
-                    | Operator::Layernorm
-                    | Operator::ResidualLayernorm
-            )
-        );
-        if holds_tiles && problem.dtype.size_bytes() == 2 && n >= PACK_RESIDENT_MIN_N {
+        let packs_from = match problem.operator_kind() {
+            Some(Operator::Softmax) => PACKED_SOFTMAX_MIN_N,
+            Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm) => {
+                PACK_RESIDENT_MIN_N
+            }
+            _ => usize::MAX,
+        };
+        if problem.dtype.size_bytes() == 2 && n >= packs_from {
             request.pack_resident = true;
         }
         match problem.operator_kind() {
@@ -888,7 +892,7 @@ pub fn automatic_note(
             chosen.join("; ")
         ));
     }
-    if let Some(rule) = model_rule_note(problem, target, request) {
+    if let Some(rule) = model_rule_note(problem, target, &measured) {
         notes.push(rule);
     }
     (!notes.is_empty()).then(|| notes.join("\n"))
@@ -922,6 +926,8 @@ const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
 /// 16-bit rows at least this long keep resident tiles packed by default
 /// on the H200 ([`LayoutRequest::with_measured_variants`]).
 const PACK_RESIDENT_MIN_N: usize = 131072;
+/// The same for softmax, whose 64-slot one-group plan packs to 64 registers.
+const PACKED_SOFTMAX_MIN_N: usize = 32768;
 
 /// Rows at least this long take layernorm f32's occupancy promise of
 /// [`LAYERNORM_LONG_ROW_GROUPS`] by default on the H200
@@ -972,7 +978,8 @@ fn hinted_stream_instead(
     let op = problem.operator_kind()?;
     let measured_faster = match op {
         Operator::Rmsnorm => true,
-        Operator::Softmax => problem.dtype == DType::Bf16,
+        // A packed softmax tile needs 64 registers, not 124: it stays.
+        Operator::Softmax => problem.dtype == DType::Bf16 && !pick.pack_resident,
         _ => false,
     };
     let shape = problem.shape;
@@ -2073,7 +2080,9 @@ mod tests {
                 true,
             ),
             (Operator::Softmax, DType::F32, "4096x131072", false),
-            (Operator::Softmax, DType::Bf16, "4096x32768", false),
+            (Operator::Softmax, DType::Bf16, "4096x32768", true),
+            (Operator::Softmax, DType::Bf16, "16384x8192", false),
+            (Operator::Rmsnorm, DType::Bf16, "4096x32768", false),
             (
                 Operator::ResidualLayernorm,
                 DType::Bf16,
@@ -2230,7 +2239,9 @@ mod tests {
     #[test]
     fn regression_64_slot_register_plans_of_rmsnorm_and_bf16_softmax_stream_with_reread_hints() {
         // Paired H200 replays with all three peers (2026-11-30-hints-replay-*-h200):
-        // these streamed plans beat the register defaults by 2-11%.
+        // these streamed plans beat the register defaults by 2-11%. Softmax
+        // bf16 4096x32768 streamed too until its register plan was packed
+        // (2026-11-30-w32k-{default,regpk-bf16}-h200: 150.4 -> 131.7 µs).
         let t = Target::h200();
         let auto = LayoutRequest {
             mapper: MapperPolicy::Model,
@@ -2252,7 +2263,6 @@ mod tests {
             (rms, DType::Bf16, "16384x8192", 512, 8, 2),
             (sm, DType::Bf16, "16384x8192", 512, 8, 2),
             (rms, DType::Bf16, "4096x32768", 1024, 8, 4),
-            (sm, DType::Bf16, "4096x32768", 1024, 8, 4),
             (rms, DType::F32, "4096x32768", 1024, 4, 8),
         ] {
             let p = pick(op, dtype, shape, &auto);
