@@ -50,6 +50,8 @@
 #           bf16 register plans against the default; call 31's round 2
 #   CALL 33: softmax bf16 4096x32768 packed (the new default): bench and
 #           A/A replay with all three peers
+#   CALL 34: softmax bf16 16384x8192, 32768x4096 packed register plans
+#           against the streamed default, A/A with all three peers
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -744,6 +746,25 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-softmax-bf16-w32k-pk-aa-h200"
   "$bin" scorecard "$r-softmax-bf16-w32k-pk-aa-h200" | grep -E "^# |^## |softmax" | head || true
   ;;
-*) echo "unknown call $call (1-33)"; exit 2 ;;
+34)
+  # Session 9: softmax bf16 on 16384x8192 and 32768x4096 as packed register
+  # plans (119 -> 63 registers) against today's streamed default, then an
+  # A/A replay of the packed plans with all three peers.
+  q="--ops softmax --shapes 16384x8192,32768x4096 --dtypes bf16"
+  step "softmax bf16 default"
+  timeout 40 "$bin" bench --backend cuda $q $s --capture-sources --output "$r-softmax-bf16-stream-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "softmax bf16 packed register plans"
+  timeout 40 "$bin" bench --backend cuda $q --residency registers --pack-resident $s --capture-sources \
+    --output "$r-softmax-bf16-regpk-h200" > /dev/null 2>&1
+  echo "bench rc=$?"; keep bench "$r-softmax-bf16-stream-h200" "$r-softmax-bf16-regpk-h200"
+  step "A/A replay of the packed plans with all three peers"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-softmax-bf16-regpk-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 15 ))" \
+    --output "$r-softmax-bf16-regpk-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-softmax-bf16-regpk-aa-h200"
+  "$bin" scorecard "$r-softmax-bf16-regpk-aa-h200" | grep -E "^## |softmax" | head || true
+  ;;
+*) echo "unknown call $call (1-34)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
