@@ -52,6 +52,8 @@
 #           A/A replay with all three peers
 #   CALL 34: softmax bf16 16384x8192, 32768x4096 packed register plans
 #           against the streamed default, A/A with all three peers
+#   CALL 35: layernorm long rows with the columns staged as far as the
+#           occupancy promise allows, against the default
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -765,6 +767,19 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-softmax-bf16-regpk-aa-h200"
   "$bin" scorecard "$r-softmax-bf16-regpk-aa-h200" | grep -E "^## |softmax" | head || true
   ;;
-*) echo "unknown call $call (1-34)"; exit 2 ;;
+35)
+  # Session 9: layernorm long rows with the columns staged as far as the
+  # occupancy allows (f32 at three groups per SM: the weight only; bf16:
+  # both, 64 KB per group), paired against today's default.
+  for v in "default:" "staged:--stage-columns"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "layernorm long rows $name"
+    timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32,bf16 \
+      $flags $s --capture-sources --output "$r-layernorm-long-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep layernorm "$r"-layernorm-long-*-h200
+  ;;
+*) echo "unknown call $call (1-35)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -37,8 +37,11 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.keep_columns {
         name += "_kc";
     }
-    if plan.staged_columns() {
+    if let Some(stage) = plan.column_stage {
         name += "_sc";
+        if stage.columns < plan.problem.program.column_inputs().count() {
+            name += &stage.columns.to_string();
+        }
     }
     if plan.packed_resident {
         name += "_pk";
@@ -672,7 +675,7 @@ impl Ctx<'_> {
                     self.line(&format!("unsigned wd[{}];", vec.words));
                     let kind = self.buffer_kind(buffer);
                     // Staged columns are read from shared memory, not `q`.
-                    let staged = self.plan.staged_columns() && kind == BufferKind::Column;
+                    let staged = self.is_staged(buffer);
                     if !staged {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
@@ -1065,7 +1068,7 @@ impl Ctx<'_> {
         let bytes = 4 * vec.per_access;
         let accesses = vec.words / vec.per_access;
         let per_column = stage.slice_bytes / bytes as u64;
-        for (i, name) in self.column_names().iter().enumerate() {
+        for (i, name) in self.column_names().iter().take(stage.columns).enumerate() {
             self.line(&format!(
                 "{ty}* lf_stage_{name} = reinterpret_cast<{ty}*>(lf_smem + {}) + {};",
                 stage.offset_floats,
@@ -1086,17 +1089,24 @@ impl Ctx<'_> {
         self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
     }
 
-    /// The first phase that reads a column input.
-    fn first_column_phase(&self) -> Option<usize> {
+    /// The first phase that reads a staged column input.
+    fn first_staged_phase(&self) -> Option<usize> {
         self.program
             .body
             .iter()
             .enumerate()
-            .filter(|(_, i)| {
-                matches!(i, Instr::Load { buffer } if self.buffer_kind(buffer) == BufferKind::Column)
-            })
+            .filter(|(_, i)| matches!(i, Instr::Load { buffer } if self.is_staged(buffer)))
             .filter_map(|(at, _)| self.demanded[at].first().copied())
             .min()
+    }
+
+    /// Is `buffer` one of the column inputs staged in shared memory?
+    fn is_staged(&self, buffer: &str) -> bool {
+        let staged = self.plan.column_stage.map_or(0, |stage| stage.columns);
+        self.program
+            .column_inputs()
+            .take(staged)
+            .any(|d| d.name == buffer)
     }
 
     /// C names of the column inputs, in program order.
@@ -1114,7 +1124,7 @@ impl Ctx<'_> {
         if !self.has_tile_work(p) {
             return;
         }
-        if self.plan.staged_columns() && self.first_column_phase() == Some(p) {
+        if self.plan.staged_columns() && self.first_staged_phase() == Some(p) {
             self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\"); // this worker's staged columns");
         }
         // Packed tiles re-read here: hide their words from the compiler,

@@ -265,6 +265,34 @@ fn golden_softmax_bf16_w2048_v8_cluster_of_256_thread_groups() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// Part of the columns staged: the weight comes from shared memory, the
+/// bias still from global memory, and the wait precedes the weight's phase.
+#[test]
+fn a_partial_column_stage_reads_only_the_staged_columns_from_shared_memory() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "2x131072",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            cluster_group_threads: 256,
+            stage_columns: true,
+            occupancy: 3,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.column_stage.map(|s| s.columns), Some(1));
+    let k = kernel(&p);
+    assert!(k.name.contains("_sc1"), "{}", k.name);
+    assert!(k.source.contains("lf_stage_weight"));
+    assert!(!k.source.contains("lf_stage_bias"));
+    assert!(k
+        .source
+        .contains("reinterpret_cast<const uint4*>(p_bias + i0)"));
+    assert_eq!(k.source.matches("cp.async.wait_all").count(), 1);
+}
+
 /// Packed resident tile: the row's loaded bf16 words are its slots, two
 /// values per register; each later phase hides them from the compiler
 /// (an empty volatile asm) and widens them again, so no f32 value computed
@@ -386,9 +414,21 @@ fn staged_columns_apply_only_to_cluster_register_plans_with_columns() {
     assert!(!staged(Operator::Rmsnorm, "4x16384", 2048, Stream));
     assert!(!staged(Operator::Softmax, "4x16384", 2048, Auto));
     // Two f32 slices of 262144 / 8 elements (256 KB) exceed a group's
-    // 227 KB of shared memory: the plan keeps its global loads.
+    // 227 KB of shared memory: the first (the weight) is staged alone.
     assert!(staged(Operator::Rmsnorm, "4x262144", 2048, Auto));
-    assert!(!staged(Operator::Layernorm, "4x262144", 2048, Auto));
+    let layernorm = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "4x262144",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            cluster_group_threads: 256,
+            stage_columns: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(layernorm.column_stage.map(|s| s.columns), Some(1));
 }
 
 /// Hoisted columns: layernorm's weight and bias load in phase 0 beside x

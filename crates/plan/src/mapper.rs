@@ -446,8 +446,11 @@ impl Plan {
         if self.keep_columns {
             s += " keep-columns";
         }
-        if self.staged_columns() {
+        if let Some(stage) = self.column_stage {
             s += " staged-columns";
+            if stage.columns < self.problem.program.column_inputs().count() {
+                s += &format!("={}", stage.columns);
+            }
         }
         if self.packed_resident {
             s += " packed-resident";
@@ -1188,20 +1191,33 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         groups_per_row,
     );
     let columns = problem.program.column_inputs().count();
-    let stage = ColumnStage::new(
-        shared_bytes,
-        columns,
-        n / groups_per_row as usize,
-        problem.dtype,
-    );
-    let column_stage = (request.stage_columns
-        && groups_per_row > 1
-        && residency == Residency::Registers
-        && columns > 0
-        && !layout.has_partial_pack(n)
-        && vector_access(problem.dtype, pack as usize, n).is_some()
-        && stage.total_bytes() <= target.shared_bytes_per_group as u64)
-        .then_some(stage);
+    // An occupancy promise bounds each group's shared memory too: stage
+    // the leading columns that fit beside that many groups (layernorm f32
+    // at three groups per SM: the weight, not the bias), none if none fits.
+    let stage_limit = match request.occupancy {
+        0 => target.shared_bytes_per_group,
+        groups => (target.shared_bytes_per_multiprocessor / groups)
+            .saturating_sub(crate::target::SHARED_RESERVED_PER_GROUP)
+            .min(target.shared_bytes_per_group),
+    } as u64;
+    let stage = (1..=columns)
+        .rev()
+        .map(|staged| {
+            ColumnStage::new(
+                shared_bytes,
+                staged,
+                n / groups_per_row as usize,
+                problem.dtype,
+            )
+        })
+        .find(|stage| stage.total_bytes() <= stage_limit);
+    let column_stage = stage.filter(|_| {
+        request.stage_columns
+            && groups_per_row > 1
+            && residency == Residency::Registers
+            && !layout.has_partial_pack(n)
+            && vector_access(problem.dtype, pack as usize, n).is_some()
+    });
     let shared_bytes = column_stage.map_or(shared_bytes, |stage| stage.total_bytes() as u32);
     if shared_bytes > target.shared_bytes_per_group {
         return Err(Refusal::ResourceOverflow {
@@ -1260,7 +1276,8 @@ fn reduction_slot_bytes(
 
 /// Where a plan's staged column slices sit in a group's dynamic shared
 /// memory: after the reduction slots, from a 16-byte boundary, one slice
-/// of `slice_elements` storage elements per column input.
+/// of `slice_elements` storage elements per staged column input: the
+/// first `columns` of the program's column inputs, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ColumnStage {
     /// Floats of reduction slots before the stage, rounded up to 4.
@@ -2354,6 +2371,28 @@ mod tests {
         // rmsnorm's one 64 KB slice leaves room for three.
         let rms = plan(&problem(Operator::Rmsnorm), &t, &request).unwrap();
         assert_eq!(groups_per_multiprocessor(&t, 256, 80, rms.shared_bytes), 3);
+        // With the promise of three groups, layernorm stages its first
+        // column (the weight) only, so the three fit.
+        let promised = LayoutRequest {
+            occupancy: 3,
+            ..request
+        };
+        let ln3 = plan(&problem(Operator::Layernorm), &t, &promised).unwrap();
+        assert_eq!(ln3.column_stage.map(|s| s.columns), Some(1));
+        assert!(
+            ln3.describe().contains(" staged-columns=1"),
+            "{}",
+            ln3.describe()
+        );
+        assert_eq!(groups_per_multiprocessor(&t, 256, 80, ln3.shared_bytes), 3);
+        // A promise no column fits beside stages nothing.
+        let crowded = LayoutRequest {
+            occupancy: 4,
+            ..request
+        };
+        assert!(!plan(&problem(Operator::Layernorm), &t, &crowded)
+            .unwrap()
+            .staged_columns());
     }
 
     #[test]
