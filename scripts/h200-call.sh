@@ -54,6 +54,7 @@
 #           against the streamed default, A/A with all three peers
 #   CALL 35: layernorm long rows with the columns staged as far as the
 #           occupancy promise allows, against the default
+#   CALL 36: the latency probe with the kernel-written flag (target 3)
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -780,6 +781,21 @@ case $call in
   done
   keep layernorm "$r"-layernorm-long-*-h200
   ;;
-*) echo "unknown call $call (1-35)"; exit 2 ;;
+36)
+  # Next session: target 3's single call with the flag written by a
+  # one-thread kernel behind the call (the driver refused the stream write
+  # to the mapped flag in call 18), beside every other wait.
+  step "launch-latency probe with the kernel-written flag"
+  mkdir -p "bench/probes/$date-latency-kflag-h200"
+  for c in "rmsnorm 1x127 f32" "softmax 64x4096 f32" "softmax 1x4096 bf16"; do
+    set -- $c
+    timeout 90 "$bin" latency --op "$1" --shape "$2" --dtype "$3" --iters 2000 \
+      --output "bench/probes/$date-latency-kflag-h200/$1-$2-$3.json" \
+      > "bench/probes/$date-latency-kflag-h200/$1-$2-$3.txt" 2>&1
+    echo "latency $1 $2 $3 rc=$?"
+  done
+  keep latency "bench/probes/$date-latency-kflag-h200"
+  ;;
+*) echo "unknown call $call (1-36)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

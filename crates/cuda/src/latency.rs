@@ -3,7 +3,7 @@
 //! modes, interleaved so drift spreads over all of them. A diagnostic for
 //! the single-call target, not a timing phase of the results files.
 
-use crate::{driver, CudaError, LaunchApi, Prepared};
+use crate::{driver, CudaError, LaunchApi, Loaded, Prepared};
 use cudarc::driver::sys;
 use std::time::Instant;
 
@@ -33,10 +33,14 @@ pub enum LatencyVariant {
     /// flag after the kernel, which the host spins on without a driver
     /// call: how much of the wait is the driver noticing completion.
     CallFlag,
+    /// lanefold's call path, then a one-thread kernel that writes the
+    /// host-mapped flag (for drivers that refuse the stream write to it),
+    /// which the host spins on.
+    CallKernelFlag,
 }
 
 impl LatencyVariant {
-    pub const ALL: [LatencyVariant; 10] = [
+    pub const ALL: [LatencyVariant; 11] = [
         LatencyVariant::SyncOnly,
         LatencyVariant::ExSync,
         LatencyVariant::ExSpin,
@@ -47,6 +51,7 @@ impl LatencyVariant {
         LatencyVariant::CallSync,
         LatencyVariant::CallSpin,
         LatencyVariant::CallFlag,
+        LatencyVariant::CallKernelFlag,
     ];
 
     pub fn label(self) -> &'static str {
@@ -61,6 +66,7 @@ impl LatencyVariant {
             LatencyVariant::CallSync => "call path + sync",
             LatencyVariant::CallSpin => "call path + poll",
             LatencyVariant::CallFlag => "call path + mapped flag",
+            LatencyVariant::CallKernelFlag => "call path + kernel-written flag",
         }
     }
 }
@@ -102,12 +108,42 @@ fn set_ctx_flags(flags: u32) -> Result<(), CudaError> {
 }
 
 /// A 4-byte flag in host-mapped pinned memory that the GPU writes after
-/// the stream's earlier work (`cuStreamWriteValue32`, ordered after it,
-/// with a memory barrier) and the host reads without a driver call.
+/// the stream's earlier work and the host reads without a driver call.
 struct HostFlag {
     host: *mut u32,
     device: sys::CUdeviceptr,
     seq: u32,
+}
+
+/// Who writes the flag behind the stream's work.
+#[derive(Clone, Copy)]
+enum FlagWriter<'a> {
+    /// The driver: `cuStreamWriteValue32` (ordered, with a memory barrier).
+    Stream,
+    /// A one-thread kernel launched behind the work ([`SIGNAL_SOURCE`]).
+    Kernel(&'a Loaded),
+}
+
+/// The flag writer: a volatile store to the mapped word, then a system
+/// fence so it leaves the GPU before the kernel ends. Stream order puts it
+/// after the call's kernel has finished.
+const SIGNAL_SOURCE: &str = r#"extern "C" __global__ void lf_signal(volatile unsigned* flag, unsigned seq)
+{
+    *flag = seq;
+    __threadfence_system();
+}
+"#;
+
+fn signal_kernel() -> lanefold_codegen::Kernel {
+    lanefold_codegen::Kernel {
+        name: "lf_signal".into(),
+        source: SIGNAL_SOURCE.into(),
+        grid: (1, 1, 1),
+        block: (1, 1, 1),
+        cluster: None,
+        shared_bytes: 0,
+        params: vec![],
+    }
 }
 
 /// Longest wait for the flag before the variant is declared unsupported.
@@ -138,19 +174,53 @@ impl HostFlag {
 
     /// Enqueue the next value behind the stream's work and spin until it
     /// lands in host memory.
-    fn signal_and_wait(&mut self, stream: sys::CUstream) -> Result<(), CudaError> {
+    fn signal_and_wait(
+        &mut self,
+        stream: sys::CUstream,
+        writer: FlagWriter,
+    ) -> Result<(), CudaError> {
         self.seq = self.seq.wrapping_add(1).max(1);
-        // SAFETY: a live stream; the address is the mapped flag's.
-        unsafe {
-            sys::cuStreamWriteValue32_v2(
-                stream,
-                self.device,
-                self.seq,
-                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
-            )
+        match writer {
+            // SAFETY: a live stream; the address is the mapped flag's.
+            FlagWriter::Stream => unsafe {
+                sys::cuStreamWriteValue32_v2(
+                    stream,
+                    self.device,
+                    self.seq,
+                    sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+                )
+            }
+            .result()
+            .map_err(driver("enqueueing the flag write"))?,
+            FlagWriter::Kernel(signal) => {
+                let mut device = self.device;
+                let mut seq = self.seq;
+                let mut args = [
+                    (&mut device as *mut sys::CUdeviceptr).cast::<std::ffi::c_void>(),
+                    (&mut seq as *mut u32).cast::<std::ffi::c_void>(),
+                ];
+                // SAFETY: `lf_signal(unsigned*, unsigned)` takes these two
+                // arguments, alive across the call; one thread, no shared
+                // memory, a live stream of the current context.
+                unsafe {
+                    sys::cuLaunchKernel(
+                        signal.function.cu_function(),
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        0,
+                        stream,
+                        args.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                }
+                .result()
+                .map_err(driver("launching the flag writer"))?
+            }
         }
-        .result()
-        .map_err(driver("enqueueing the flag write"))?;
         let started = Instant::now();
         // SAFETY: the pinned allocation lives as long as self.
         while unsafe { std::ptr::read_volatile(self.host) } != self.seq {
@@ -174,6 +244,12 @@ impl Drop for HostFlag {
     }
 }
 
+/// The flags the probe could set up, each with its writer.
+struct Flags {
+    stream: Option<HostFlag>,
+    kernel: Option<(HostFlag, Loaded)>,
+}
+
 impl Prepared<'_> {
     /// Poll the stream until its work is done.
     fn poll(&self) -> Result<(), CudaError> {
@@ -188,11 +264,7 @@ impl Prepared<'_> {
         }
     }
 
-    fn one(
-        &mut self,
-        variant: LatencyVariant,
-        flag: &mut Option<HostFlag>,
-    ) -> Result<f64, CudaError> {
+    fn one(&mut self, variant: LatencyVariant, flags: &mut Flags) -> Result<f64, CudaError> {
         let k = self.next_single_set();
         let t0 = Instant::now();
         match variant {
@@ -209,16 +281,24 @@ impl Prepared<'_> {
                 Some(Some(g)) => g.launch().map_err(driver("launching the graph"))?,
                 _ => self.backend.launch(&self.loaded, &mut self.sets[0])?,
             },
-            LatencyVariant::CallSync | LatencyVariant::CallSpin | LatencyVariant::CallFlag => {
-                self.call(k)?
-            }
+            LatencyVariant::CallSync
+            | LatencyVariant::CallSpin
+            | LatencyVariant::CallFlag
+            | LatencyVariant::CallKernelFlag => self.call(k)?,
         }
-        if variant == LatencyVariant::CallFlag {
-            let flag = flag
-                .as_mut()
-                .expect("the flag variant runs only with a flag");
-            flag.signal_and_wait(self.backend.stream.cu_stream())?;
-            return Ok(t0.elapsed().as_secs_f64() * 1e6);
+        let stream = self.backend.stream.cu_stream();
+        match variant {
+            LatencyVariant::CallFlag => {
+                let flag = flags.stream.as_mut().expect("runs only with its flag");
+                flag.signal_and_wait(stream, FlagWriter::Stream)?;
+                return Ok(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            LatencyVariant::CallKernelFlag => {
+                let (flag, signal) = flags.kernel.as_mut().expect("runs only with its flag");
+                flag.signal_and_wait(stream, FlagWriter::Kernel(signal))?;
+                return Ok(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            _ => {}
         }
         match variant {
             LatencyVariant::ExSpin
@@ -241,17 +321,29 @@ impl Prepared<'_> {
         self.graph(1)?;
         self.call(0)?;
         self.synchronize("warming the call path")?;
-        // Stream memory operations may be missing on a driver or device:
-        // then the flag variant is left out, not the probe.
-        let mut flag = HostFlag::new().ok();
-        if let Some(f) = flag.as_mut() {
-            if let Err(e) = f.signal_and_wait(self.backend.stream.cu_stream()) {
+        // Stream memory operations may be missing on a driver or device
+        // (the H200's driver refused them in session 8): then that flag
+        // variant is left out, not the probe.
+        let stream = self.backend.stream.cu_stream();
+        let mut flags = Flags {
+            stream: HostFlag::new().ok(),
+            kernel: None,
+        };
+        if let Some(f) = flags.stream.as_mut() {
+            if let Err(e) = f.signal_and_wait(stream, FlagWriter::Stream) {
                 eprintln!("latency: the mapped-flag variant is left out: {e}");
-                flag = None;
+                flags.stream = None;
             }
         }
+        match HostFlag::new().and_then(|f| Ok((f, self.backend.load_helper(&signal_kernel())?))) {
+            Ok((mut f, signal)) => match f.signal_and_wait(stream, FlagWriter::Kernel(&signal)) {
+                Ok(()) => flags.kernel = Some((f, signal)),
+                Err(e) => eprintln!("latency: the kernel-written flag is left out: {e}"),
+            },
+            Err(e) => eprintln!("latency: the kernel-written flag is left out: {e}"),
+        }
         let original = ctx_flags()?;
-        let result = self.probe_schedules(iters.max(1), original, &mut flag);
+        let result = self.probe_schedules(iters.max(1), original, &mut flags);
         let restored = set_ctx_flags(original);
         let out = result?;
         restored?;
@@ -262,23 +354,27 @@ impl Prepared<'_> {
         &mut self,
         iters: usize,
         original: u32,
-        flag: &mut Option<HostFlag>,
+        flags: &mut Flags,
     ) -> Result<Vec<LatencyProbe>, CudaError> {
         let variants: Vec<LatencyVariant> = LatencyVariant::ALL
             .into_iter()
-            .filter(|v| *v != LatencyVariant::CallFlag || flag.is_some())
+            .filter(|v| match v {
+                LatencyVariant::CallFlag => flags.stream.is_some(),
+                LatencyVariant::CallKernelFlag => flags.kernel.is_some(),
+                _ => true,
+            })
             .collect();
         let mut out = vec![];
         for (schedule, sched_flag) in SCHEDULES {
-            let flags = match sched_flag {
+            let ctx = match sched_flag {
                 Some(f) => (original & !SCHED_MASK) | f,
                 None => original,
             };
-            set_ctx_flags(flags)?;
+            set_ctx_flags(ctx)?;
             let mut samples = vec![Vec::with_capacity(iters); variants.len()];
             for i in 0..iters + iters / 10 {
                 for (v, variant) in variants.iter().enumerate() {
-                    let us = self.one(*variant, flag)?;
+                    let us = self.one(*variant, flags)?;
                     if i >= iters / 10 {
                         samples[v].push(us);
                     }
@@ -293,5 +389,22 @@ impl Prepared<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_compiles_the_flag_writer_with_the_symbol_the_probe_loads() {
+        let kernel = signal_kernel();
+        let opts = lanefold_codegen::nvrtc_options(&Default::default(), "sm_90");
+        let (cubin, _log) =
+            crate::compile_kernel(&kernel, &opts).expect("the flag writer compiles");
+        assert!(!cubin.is_empty());
+        // The symbol the probe looks up is in the binary.
+        assert!(cubin.windows(9).any(|w| w == b"lf_signal"));
     }
 }

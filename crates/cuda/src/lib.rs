@@ -345,6 +345,14 @@ impl CudaBackend {
         Ok(loaded)
     }
 
+    /// Compile and load a hand-written helper kernel (no plan, no cache):
+    /// the latency probe's flag writer.
+    pub(crate) fn load_helper(&self, kernel: &Kernel) -> Result<Loaded, CudaError> {
+        let opts = nvrtc_options(&CodegenOptions::default(), &self.arch);
+        let (bytes, _log) = compile_kernel(kernel, &opts)?;
+        self.load_binary(kernel, bytes)
+    }
+
     fn load_binary(&self, kernel: &Kernel, bytes: Vec<u8>) -> Result<Loaded, CudaError> {
         let module = self
             .ctx
