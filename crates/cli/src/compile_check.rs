@@ -3,11 +3,12 @@
 //! report per kernel. Catches code NVRTC refuses (inline PTX included)
 //! and shows register counts where no device is at hand.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use lanefold_codegen::CodegenOptions;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{groups_per_multiprocessor, plan, LayoutRequest, Problem, Shape, Target};
+use std::path::Path;
 
 pub fn compile_check(
     ops: &[Operator],
@@ -16,7 +17,12 @@ pub fn compile_check(
     request: &LayoutRequest,
     arch: &str,
     occupancy_from_compiler: bool,
+    cubin_dir: Option<&Path>,
 ) -> Result<()> {
+    if let Some(dir) = cubin_dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
     let version = lanefold_cuda::nvrtc_version();
     let Some(version) = version else {
         // The same clear error the runtime gives.
@@ -60,6 +66,11 @@ pub fn compile_check(
                         match lanefold_cuda::compile_offline(&p, &CodegenOptions::default(), arch) {
                             Ok(c) => {
                                 compiled += 1;
+                                if let Some(dir) = cubin_dir {
+                                    let path = dir.join(format!("{}.cubin", c.kernel));
+                                    lanefold_cpu::npy::write_atomically(&path, &c.cubin)
+                                        .with_context(|| format!("writing {}", path.display()))?;
+                                }
                                 let n = |x: Option<u32>| x.map_or("?".into(), |x| x.to_string());
                                 vec![
                                     p.describe(),

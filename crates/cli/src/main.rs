@@ -104,6 +104,10 @@ enum Command {
         /// Show what bench's --occupancy-from-compiler would promise.
         #[arg(long)]
         occupancy_from_compiler: bool,
+        /// Write each kernel's binary here as `<kernel>.cubin`, for
+        /// `cuobjdump -sass` without a GPU (scripts/sass-offline.sh).
+        #[arg(long)]
+        cubin_dir: Option<PathBuf>,
     },
     /// Judge the replays in these directories against issue 6's speed
     /// targets 1-3, case by case, from their recorded rounds, and searches
@@ -424,6 +428,7 @@ fn main() {
             layout,
             arch,
             occupancy_from_compiler,
+            cubin_dir,
         } => parse_ops(&ops).and_then(|ops| {
             lanefold::compile_check::compile_check(
                 &ops,
@@ -432,6 +437,7 @@ fn main() {
                 &layout.request(),
                 &arch,
                 occupancy_from_compiler,
+                cubin_dir.as_deref(),
             )
         }),
         Command::Speed(args) => lanefold::speed::speed(

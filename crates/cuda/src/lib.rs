@@ -689,7 +689,8 @@ impl PtxasReport {
 #[derive(Clone, Debug)]
 pub struct OfflineCompile {
     pub kernel: String,
-    pub cubin_bytes: usize,
+    /// The compiled binary (for `cuobjdump -sass` where no GPU is).
+    pub cubin: Vec<u8>,
     pub log: String,
     pub ptxas: PtxasReport,
 }
@@ -709,7 +710,7 @@ pub fn compile_offline(
     let (cubin, log) = compile_kernel(&kernel, &opts)?;
     Ok(OfflineCompile {
         kernel: kernel.name,
-        cubin_bytes: cubin.len(),
+        cubin,
         ptxas: PtxasReport::parse(&log),
         log,
     })
