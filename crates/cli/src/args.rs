@@ -138,6 +138,11 @@ pub struct PolicyArgs {
     /// registers). Vector packs without a partial pack only. Same results.
     #[arg(long)]
     pub pack_resident: bool,
+    /// Rows spanning a cluster: arrive at the barrier before exit without
+    /// a release, so a group need not wait for its stores to be
+    /// acknowledged before it leaves. Same results.
+    #[arg(long)]
+    pub relaxed_cluster_exit: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
@@ -162,6 +167,7 @@ impl PolicyArgs {
             keep_columns: self.keep_columns,
             stage_columns: self.stage_columns,
             pack_resident: self.pack_resident,
+            relaxed_cluster_exit: self.relaxed_cluster_exit,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()

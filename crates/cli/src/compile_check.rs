@@ -20,8 +20,7 @@ pub fn compile_check(
     cubin_dir: Option<&Path>,
 ) -> Result<()> {
     if let Some(dir) = cubin_dir {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let version = lanefold_cuda::nvrtc_version();
     let Some(version) = version else {

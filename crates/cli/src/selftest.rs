@@ -476,6 +476,22 @@ pub fn packed_resident_checks(backend: &Backend, report: &mut Report) {
     );
 }
 
+/// The relaxed arrive before exit (`relaxed_cluster_exit`): every operator,
+/// f32 and bf16, on clusters of 8 and 16 groups. Same bits as the release
+/// arrive; marked exactly where a row spans a cluster.
+pub fn relaxed_exit_checks(backend: &Backend, report: &mut Report) {
+    same_bits_policy_checks(
+        backend,
+        report,
+        "relaxed cluster exit",
+        &[DType::F32, DType::Bf16],
+        &[(2048, 4, 16384), (4096, 8, 65536)],
+        |request| request.relaxed_cluster_exit = true,
+        |plan| plan.relaxed_cluster_exit,
+        |plan| plan.groups_per_row > 1,
+    );
+}
+
 /// A load or register policy that must not change a bit: each operator
 /// and dtype on each (W, V, n) with 256-thread cluster groups, planned
 /// without and with `enable`; the second valid, marked (`marked`) exactly

@@ -46,6 +46,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.packed_resident {
         name += "_pk";
     }
+    if plan.relaxed_cluster_exit {
+        name += "_rx";
+    }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
@@ -272,6 +275,18 @@ __device__ __forceinline__ void lf_cp_async_8(uint2* dst, const uint2* src) {
 }
 __device__ __forceinline__ void lf_cp_async_4(unsigned* dst, const unsigned* src) {
     asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4;\" :: \"r\"(lf_shared_addr(dst)), \"l\"(src) : \"memory\");
+}
+";
+
+/// The barrier before exit of `relaxed_cluster_exit` plans (emitted only
+/// there, so other kernels keep their recorded sources).
+const CLUSTER_EXIT_HELPER: &str =
+    "// Before exit: only that every group has done its remote reads (their
+// values are in registers before it arrives), so no release is needed and
+// the row's stores need not be acknowledged before the group may leave.
+__device__ __forceinline__ void lf_cluster_exit() {
+    asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\");
+    asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\");
 }
 ";
 
@@ -1372,6 +1387,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
+        if plan.relaxed_cluster_exit {
+            head.push_str(CLUSTER_EXIT_HELPER);
+        }
     }
     if stage.is_some() {
         head.push_str(STAGE_HELPERS);
@@ -1461,7 +1479,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.emit_phase(p);
     }
     if cluster > 1 {
-        cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");
+        if plan.relaxed_cluster_exit {
+            cx.line("lf_cluster_exit(); // no group leaves while another may still read its slots");
+        } else {
+            cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");
+        }
     }
     cx.indent = 0;
     cx.line("}");

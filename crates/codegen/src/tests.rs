@@ -293,6 +293,39 @@ fn a_partial_column_stage_reads_only_the_staged_columns_from_shared_memory() {
     assert_eq!(k.source.matches("cp.async.wait_all").count(), 1);
 }
 
+/// The relaxed exit: the barrier before exit arrives without a release;
+/// the reduction barriers keep theirs. Without a cluster, no barrier.
+#[test]
+fn relaxed_cluster_exit_changes_only_the_barrier_before_exit() {
+    let make = |shape: &str, workers, relaxed_cluster_exit| {
+        make_with(
+            Operator::Rmsnorm,
+            DType::F32,
+            shape,
+            LayoutRequest {
+                workers,
+                pack: 4,
+                cluster_group_threads: 256,
+                relaxed_cluster_exit,
+                ..Default::default()
+            },
+        )
+    };
+    let relaxed = make("2x131072", 2048, true);
+    assert!(relaxed.relaxed_cluster_exit && relaxed.describe().contains(" relaxed-exit"));
+    let (k, plain) = (kernel(&relaxed), kernel(&make("2x131072", 2048, false)));
+    assert!(k.name.ends_with("_rx"), "{}", k.name);
+    let calls = |src: &str, f: &str| src.matches(&format!("    {f}();")).count();
+    assert_eq!(calls(&k.source, "lf_cluster_exit"), 1);
+    assert_eq!(calls(&plain.source, "lf_cluster_exit"), 0);
+    assert_eq!(
+        calls(&k.source, "lf_cluster_sync") + 1,
+        calls(&plain.source, "lf_cluster_sync")
+    );
+    // One group per row: nothing to relax.
+    assert!(!make("2x4096", 256, true).relaxed_cluster_exit);
+}
+
 /// Packed resident tile: the row's loaded bf16 words are its slots, two
 /// values per register; each later phase hides them from the compiler
 /// (an empty volatile asm) and widens them again, so no f32 value computed

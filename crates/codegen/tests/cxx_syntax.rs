@@ -101,6 +101,7 @@ fn sources() -> Vec<(String, String)> {
                             reread_hints: load_policies,
                             stage_columns: load_policies,
                             pack_resident: load_policies,
+                            relaxed_cluster_exit: load_policies,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };

@@ -180,6 +180,14 @@ pub struct LayoutRequest {
     /// pack; no effect on f32.
     #[serde(default)]
     pub pack_resident: bool,
+    /// Rows spanning a cluster: the barrier before exit arrives relaxed
+    /// (no release): it only has to keep each group's shared memory alive
+    /// until the others' remote reads are done, and those values are in
+    /// registers before they arrive. The default release arrive makes each
+    /// group wait for its row's stores to be acknowledged (`MEMBAR.ALL.GPU`
+    /// in the SASS) before it may leave. Same bits.
+    #[serde(default)]
+    pub relaxed_cluster_exit: bool,
     /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
     /// online normalizer: softmax and cross-entropy need one reduction tree
     /// fewer, and streamed plans one re-read fewer). Changes rounding, not
@@ -288,6 +296,7 @@ impl LayoutRequest {
             keep_columns: self.keep_columns,
             stage_columns: self.stage_columns,
             pack_resident: self.pack_resident,
+            relaxed_cluster_exit: self.relaxed_cluster_exit,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()
@@ -377,6 +386,8 @@ pub struct Plan {
     /// Resident tiles kept as packed 16-bit words (see
     /// [`LayoutRequest::pack_resident`]); false where that does not apply.
     pub packed_resident: bool,
+    /// See [`LayoutRequest::relaxed_cluster_exit`]; false without a cluster.
+    pub relaxed_cluster_exit: bool,
 }
 
 impl Plan {
@@ -455,6 +466,9 @@ impl Plan {
         if self.packed_resident {
             s += " packed-resident";
         }
+        if self.relaxed_cluster_exit {
+            s += " relaxed-exit";
+        }
         if self.online_normalizer() {
             s += " online-normalizer";
         }
@@ -499,6 +513,7 @@ impl Plan {
             keep_columns: self.keep_columns,
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
+            relaxed_cluster_exit: self.relaxed_cluster_exit,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
@@ -1255,6 +1270,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         keep_columns: request.keep_columns && columns > 0,
         column_stage,
         packed_resident,
+        relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
     })
 }
 
