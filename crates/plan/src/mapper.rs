@@ -1182,10 +1182,10 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         && resident_slots > 0
         && !layout.has_partial_pack(n)
         && vector_access(problem.dtype, pack as usize, n).is_some();
-    // The estimate stays that of the unpacked tile: ptxas keeps loaded
-    // words and widens at each use by itself where nothing computed from
-    // them is reused (`lanefold compile-check`), so packing saves only
-    // what it stops being reused (16 of 80 registers on 64 slots).
+    // The estimate stays that of the unpacked tile, so packing never
+    // changes a layout: ptxas keeps the loaded words of some unpacked
+    // plans by itself, and packing saved 0-16 of 64-80 registers on 64
+    // slots (`lanefold compile-check`, bench/NOTES.md campaign 9).
     let registers = overhead_registers(pack, problem.dtype) + resident_slots as u32;
     let register_file = registers as u64 * threads as u64;
     if registers > target.max_registers_per_thread
