@@ -55,8 +55,8 @@
 #   CALL 35: layernorm long rows with the columns staged as far as the
 #           occupancy promise allows, against the default
 #   CALL 36: the latency probe with the kernel-written flag (target 3)
-#   CALL 37: the relaxed arrive before exit on long-row cluster plans,
-#           CUDA variant selftest and paired benches
+#   CALL 37: the relaxed exit and the pushed cluster reduction on long-row
+#           cluster plans, CUDA variant selftest and paired benches
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -799,16 +799,17 @@ case $call in
   keep latency "bench/probes/$date-latency-kflag-h200"
   ;;
 37)
-  # Next session: the relaxed arrive before exit on every long-row cluster
-  # plan. Variant selftest on CUDA first (bit equality), then paired
-  # benches of the default and --relaxed-cluster-exit in one binary.
+  # Next session: the relaxed arrive before exit, and the pushed cluster
+  # reduction (st.async + mbarrier, no release barrier left), on every
+  # long-row cluster plan. Variant selftest on CUDA first (bit equality),
+  # then paired benches of the default and each in one binary.
   step "variant selftest (relaxed exit, packed, staged, arithmetic)"
   timeout 150 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "FAIL|passed" "${OUT:-/tmp}/selftest.log" | tail -5
-  for v in "fenced:" "relaxed:--relaxed-cluster-exit"; do
+  for v in "fenced:" "relaxed:--relaxed-cluster-exit" "pushed:--push-cluster-reduce"; do
     name=${v%%:*}; flags=${v#*:}
     step "long rows $name"
-    timeout 200 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm --shapes 4096x131072,1024x262144 \
+    timeout 120 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm --shapes 4096x131072,1024x262144 \
       --dtypes f32,bf16 $flags $s --capture-sources --output "$r-exit-$name-h200" > /dev/null 2>&1
     echo "bench rc=$?"
   done

@@ -143,6 +143,11 @@ pub struct PolicyArgs {
     /// acknowledged before it leaves. Same results.
     #[arg(long)]
     pub relaxed_cluster_exit: bool,
+    /// Rows spanning a cluster: each group pushes its partials into every
+    /// group's shared memory by `st.async` and waits on its own `mbarrier`,
+    /// instead of a cluster barrier per reduction. Same results.
+    #[arg(long)]
+    pub push_cluster_reduce: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
@@ -168,6 +173,7 @@ impl PolicyArgs {
             stage_columns: self.stage_columns,
             pack_resident: self.pack_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
+            push_cluster_reduce: self.push_cluster_reduce,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()

@@ -792,6 +792,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
         selftest::staged_column_checks(&backend, &mut report);
         selftest::packed_resident_checks(&backend, &mut report);
         selftest::relaxed_exit_checks(&backend, &mut report);
+        selftest::pushed_reduce_checks(&backend, &mut report);
     } else {
         full_selftest(&backend, quick, started, &mut report);
     }
@@ -813,6 +814,7 @@ fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut 
     selftest::staged_column_checks(backend, report);
     selftest::packed_resident_checks(backend, report);
     selftest::relaxed_exit_checks(backend, report);
+    selftest::pushed_reduce_checks(backend, report);
     selftest::arithmetic_variant_checks(backend, report);
     selftest::call_path_checks(backend, report);
     selftest::run_cases(backend, &selftest::layout_matrix(DType::F32), report);

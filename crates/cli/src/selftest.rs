@@ -453,6 +453,7 @@ pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
         "staged columns",
         &[DType::F32, DType::Bf16],
         &[(2048, 4, 16384), (2048, 8, 32768)],
+        |_| {},
         |request| request.stage_columns = true,
         |plan| plan.staged_columns(),
         |plan| plan.problem.program.column_inputs().count() > 0,
@@ -470,6 +471,7 @@ pub fn packed_resident_checks(backend: &Backend, report: &mut Report) {
         "packed resident",
         &[DType::F32, DType::Bf16, DType::F16],
         &[(2048, 8, 32768), (256, 4, 4096), (512, 8, 4096)],
+        |_| {},
         |request| request.pack_resident = true,
         |plan| plan.packed_resident,
         |plan| plan.dtype() != DType::F32 && plan.resident_slots > 0,
@@ -486,15 +488,48 @@ pub fn relaxed_exit_checks(backend: &Backend, report: &mut Report) {
         "relaxed cluster exit",
         &[DType::F32, DType::Bf16],
         &[(2048, 4, 16384), (4096, 8, 65536)],
+        |_| {},
         |request| request.relaxed_cluster_exit = true,
         |plan| plan.relaxed_cluster_exit,
         |plan| plan.groups_per_row > 1,
     );
 }
 
+/// The pushed cluster reduction (`push_cluster_reduce`): every operator,
+/// f32 and bf16 (softmax and cross_entropy also with the online
+/// normalizer's pairs), on clusters of 8 and 16 groups. Same bits as the
+/// pulled reduction; marked exactly where a row spans a cluster.
+pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
+    let layouts = [(2048, 4, 16384), (4096, 8, 65536)];
+    let dtypes = [DType::F32, DType::Bf16];
+    let spans = |plan: &Plan| plan.groups_per_row > 1;
+    same_bits_policy_checks(
+        backend,
+        report,
+        "pushed reduction",
+        &dtypes,
+        &layouts,
+        |_| {},
+        |request| request.push_cluster_reduce = true,
+        |plan| plan.pushed_cluster_reduce,
+        spans,
+    );
+    same_bits_policy_checks(
+        backend,
+        report,
+        "pushed reduction, online normalizer",
+        &dtypes,
+        &layouts,
+        |request| request.online_normalizer = true,
+        |request| request.push_cluster_reduce = true,
+        |plan| plan.pushed_cluster_reduce,
+        spans,
+    );
+}
+
 /// A load or register policy that must not change a bit: each operator
-/// and dtype on each (W, V, n) with 256-thread cluster groups, planned
-/// without and with `enable`; the second valid, marked (`marked`) exactly
+/// and dtype on each (W, V, n) with 256-thread cluster groups and `base`,
+/// planned without and with `enable`; the second valid, marked (`marked`) exactly
 /// where `applies` says, and bit-identical to the first.
 #[allow(clippy::too_many_arguments)]
 fn same_bits_policy_checks(
@@ -503,6 +538,7 @@ fn same_bits_policy_checks(
     name: &str,
     dtypes: &[DType],
     layouts: &[(u32, u32, usize)],
+    base: fn(&mut LayoutRequest),
     enable: fn(&mut LayoutRequest),
     marked: fn(&Plan) -> bool,
     applies: fn(&Plan) -> bool,
@@ -518,6 +554,7 @@ fn same_bits_policy_checks(
                         cluster_group_threads: 256,
                         ..Default::default()
                     };
+                    base(&mut request);
                     if on {
                         enable(&mut request);
                     }

@@ -49,6 +49,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.relaxed_cluster_exit {
         name += "_rx";
     }
+    if plan.pushed_cluster_reduce {
+        name += "_pr";
+    }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
@@ -262,12 +265,17 @@ __device__ __forceinline__ unsigned lf_ld_drop(const unsigned* p, unsigned long 
 
 /// Asynchronous global-to-shared copies of one access (sm_80+) for staged
 /// columns: 16 bytes may bypass L1 (`.cg`), smaller copies must use `.ca`.
-const STAGE_HELPERS: &str = "__device__ __forceinline__ unsigned lf_shared_addr(const void* p) {
+/// A shared-memory address for PTX operands (staged columns, pushed
+/// reductions).
+const SHARED_ADDR_HELPER: &str =
+    "__device__ __forceinline__ unsigned lf_shared_addr(const void* p) {
     unsigned long long a;
     asm(\"cvta.to.shared.u64 %0, %1;\" : \"=l\"(a) : \"l\"(p));
     return (unsigned)a;
 }
-__device__ __forceinline__ void lf_cp_async_16(uint4* dst, const uint4* src) {
+";
+
+const STAGE_HELPERS: &str = "__device__ __forceinline__ void lf_cp_async_16(uint4* dst, const uint4* src) {
     asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(lf_shared_addr(dst)), \"l\"(src) : \"memory\");
 }
 __device__ __forceinline__ void lf_cp_async_8(uint2* dst, const uint2* src) {
@@ -287,6 +295,20 @@ const CLUSTER_EXIT_HELPER: &str =
 __device__ __forceinline__ void lf_cluster_exit() {
     asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\");
     asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\");
+}
+";
+
+/// The pushed cluster reduction (`push_cluster_reduce`): `st.async` of a
+/// partial into another group's slot, completing its `mbarrier`, and the
+/// wait for a local `mbarrier`'s first phase.
+const PUSH_HELPERS: &str = "__device__ __forceinline__ void lf_push(float* slot, unsigned long long* bar, unsigned rank, float v) {
+    unsigned remote_slot, remote_bar;
+    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote_slot) : \"r\"(lf_shared_addr(slot)), \"r\"(rank));
+    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote_bar) : \"r\"(lf_shared_addr(bar)), \"r\"(rank));
+    asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\" :: \"r\"(remote_slot), \"f\"(v), \"r\"(remote_bar) : \"memory\");
+}
+__device__ __forceinline__ void lf_push_wait(unsigned long long* bar) {
+    asm volatile(\"{\\n.reg .pred lf_done;\\nLF_WAIT:\\nmbarrier.try_wait.parity.shared::cta.b64 lf_done, [%0], 0;\\n@!lf_done bra LF_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)) : \"memory\");
 }
 ";
 
@@ -328,6 +350,15 @@ impl Vector {
             _ => &[""],
         }
     }
+}
+
+/// Float offsets in `lf_smem` of a pushed cluster reduction: reduction k's
+/// slot for the group of rank r at `slots + k * cluster + r`, its
+/// `mbarrier` at `barriers + 2 * k`.
+#[derive(Clone, Copy)]
+struct Push {
+    slots: usize,
+    barriers: usize,
 }
 
 #[derive(Clone)]
@@ -399,6 +430,11 @@ struct Ctx<'a> {
     partial: usize,
     vector: Option<Vector>,
     registers: bool,
+    /// Where a pushed cluster reduction keeps its slots and barriers.
+    push: Option<Push>,
+    /// Has this group passed the wait of the barrier that publishes the
+    /// pushed reduction's barriers? (Once, before the first push.)
+    cluster_waited: bool,
     resident: Vec<Value>,
     /// Index of each reduction in program order, by value.
     red_index: Vec<Option<usize>>,
@@ -934,6 +970,82 @@ impl Ctx<'_> {
         }
     }
 
+    /// The group level of a pushed cluster reduction: threads 0..c push
+    /// this group's partials to group `tid`, every thread waits for its own
+    /// group's c partials, and lane r combines group r's, as the pulled
+    /// form does: the same combining order.
+    fn emit_pushed_group_level(
+        &mut self,
+        push: Push,
+        all: &[usize],
+        plain: &[(usize, Value, ReduceOp, Value)],
+        pairs: &[(usize, usize, Value, Value)],
+    ) {
+        let c = self.cluster;
+        self.line(&format!(
+            "// group level: {c} groups of the cluster, partials pushed by st.async"
+        ));
+        if !self.cluster_waited {
+            self.line("asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); // every group's mbarriers are ready");
+            self.cluster_waited = true;
+        }
+        let barrier = |k: usize| {
+            format!(
+                "reinterpret_cast<unsigned long long*>(lf_smem + {})",
+                push.barriers + 2 * k
+            )
+        };
+        let slot = |k: usize| push.slots + k * c;
+        self.open(&format!("if (tid < {c}) {{"));
+        for &k in all {
+            self.line(&format!(
+                "lf_push(&lf_smem[{} + rank], {}, tid, a{k});",
+                slot(k),
+                barrier(k)
+            ));
+        }
+        self.close();
+        for &k in all {
+            self.line(&format!("lf_push_wait({});", barrier(k)));
+        }
+        self.emit_group_combine(plain, pairs, |k| format!("lf_smem[{} + lane]", slot(k)));
+    }
+
+    /// Lane r of every warp reads group r's partial of each reduction
+    /// (`read(k)`) and the warp combines them by butterfly over the
+    /// cluster's groups, so every thread ends with the row's value.
+    fn emit_group_combine(
+        &mut self,
+        plain: &[(usize, Value, ReduceOp, Value)],
+        pairs: &[(usize, usize, Value, Value)],
+        read: impl Fn(usize) -> String,
+    ) {
+        let c = self.cluster;
+        for (k, _, op, _) in plain {
+            self.open("{");
+            self.line(&format!(
+                "float b = lane < {c} ? {} : {};",
+                read(*k),
+                identity(*op)
+            ));
+            let mut off = c / 2;
+            while off >= 1 {
+                let comb = combine(*op, "b", &format!("__shfl_xor_sync(0xffffffffu, b, {off})"));
+                self.line(&format!("b = {comb};"));
+                off /= 2;
+            }
+            self.line(&format!("a{k} = __shfl_sync(0xffffffffu, b, 0);"));
+            self.close();
+        }
+        for &(ks, km, ..) in pairs {
+            let loads = (
+                format!("lane < {c} ? {} : {}", read(km), identity(ReduceOp::Max)),
+                format!("lane < {c} ? {} : 0.0f", read(ks)),
+            );
+            self.emit_pair_butterfly(ks, km, loads, c);
+        }
+    }
+
     fn emit_tree(&mut self, p: usize) {
         let reds = self.reductions_in(p);
         let plain = self.plain_reductions_in(p);
@@ -1007,7 +1119,9 @@ impl Ctx<'_> {
                 self.emit_pair_butterfly(ks, km, loads, warps);
             }
         }
-        if self.cluster > 1 {
+        if let (true, Some(push)) = (self.cluster > 1, self.push) {
+            self.emit_pushed_group_level(push, &all, &plain, &pairs);
+        } else if self.cluster > 1 {
             let c = self.cluster;
             let base = self.reductions * self.g * if self.warps > 1 { self.warps } else { 0 };
             self.line(&format!(
@@ -1017,37 +1131,9 @@ impl Ctx<'_> {
                 self.line(&format!("if (tid == 0) lf_smem[{}] = a{k};", base + k));
             }
             self.line("lf_cluster_sync();");
-            for (k, _, op, _) in &plain {
-                self.open("{");
-                self.line(&format!(
-                    "float b = lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : {};",
-                    base + k,
-                    identity(*op)
-                ));
-                let mut off = c / 2;
-                while off >= 1 {
-                    let comb =
-                        combine(*op, "b", &format!("__shfl_xor_sync(0xffffffffu, b, {off})"));
-                    self.line(&format!("b = {comb};"));
-                    off /= 2;
-                }
-                self.line(&format!("a{k} = __shfl_sync(0xffffffffu, b, 0);"));
-                self.close();
-            }
-            for &(ks, km, ..) in &pairs {
-                let loads = (
-                    format!(
-                        "lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : {}",
-                        base + km,
-                        identity(ReduceOp::Max)
-                    ),
-                    format!(
-                        "lane < {c} ? lf_cluster_load(&lf_smem[{}], lane) : 0.0f",
-                        base + ks
-                    ),
-                );
-                self.emit_pair_butterfly(ks, km, loads, c);
-            }
+            self.emit_group_combine(&plain, &pairs, |k| {
+                format!("lf_cluster_load(&lf_smem[{}], lane)", base + k)
+            });
         }
         for (k, r, ..) in &reds {
             let s = format!("const float {} = a{k};", self.name(*r));
@@ -1304,8 +1390,21 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     } else {
         0
     };
-    let cluster_floats = if cluster > 1 { reductions } else { 0 };
+    // Pushed: a slot per group of the cluster per reduction, then one
+    // 8-byte mbarrier per reduction from an 8-byte boundary.
+    let push = (cluster > 1 && plan.pushed_cluster_reduce).then(|| Push {
+        slots: warp_floats,
+        barriers: (warp_floats + reductions * cluster).next_multiple_of(2),
+    });
+    let cluster_floats = match push {
+        Some(push) => push.barriers - warp_floats + 2 * reductions,
+        None if cluster > 1 => reductions,
+        None => 0,
+    };
     let slot_bytes = 4 * (warp_floats + cluster_floats) as u32;
+    if plan.pushed_cluster_reduce && (cluster < 2 || slot_bytes > plan.shared_bytes) {
+        return inconsistent(format!("pushed reduction in {}", plan.describe()));
+    }
     let stage = plan.column_stage;
     let shared_bytes = match stage {
         Some(stage) => stage.total_bytes() as u32,
@@ -1352,6 +1451,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         partial,
         vector,
         registers,
+        push,
+        cluster_waited: false,
         resident: a.resident.clone(),
         red_index,
         gathers,
@@ -1387,12 +1488,19 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
-        if plan.relaxed_cluster_exit {
+        if plan.relaxed_cluster_exit || plan.pushed_cluster_reduce {
             head.push_str(CLUSTER_EXIT_HELPER);
         }
     }
+    let pushed = push.is_some();
+    if stage.is_some() || pushed {
+        head.push_str(SHARED_ADDR_HELPER);
+    }
     if stage.is_some() {
         head.push_str(STAGE_HELPERS);
+    }
+    if pushed {
+        head.push_str(PUSH_HELPERS);
     }
     let _ = write!(
         head,
@@ -1475,11 +1583,31 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             }
         }
     }
+    if let Some(push) = cx.push {
+        cx.line(&format!(
+            "// pushed reduction: mbarrier k awaits {cluster} partials of reduction k, 4 bytes each"
+        ));
+        cx.open(&format!("if (tid < {reductions}) {{"));
+        cx.line(&format!(
+            "const unsigned bar = lf_shared_addr(lf_smem + {} + 2 * tid);",
+            push.barriers
+        ));
+        cx.line(
+            "asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(bar) : \"memory\");",
+        );
+        cx.line(&format!(
+            "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {};\" :: \"r\"(bar) : \"memory\");",
+            4 * cluster
+        ));
+        cx.close();
+        cx.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
+        cx.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
+    }
     for p in 0..a.num_phases {
         cx.emit_phase(p);
     }
     if cluster > 1 {
-        if plan.relaxed_cluster_exit {
+        if plan.relaxed_cluster_exit || plan.pushed_cluster_reduce {
             cx.line("lf_cluster_exit(); // no group leaves while another may still read its slots");
         } else {
             cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");

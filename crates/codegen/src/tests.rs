@@ -326,6 +326,82 @@ fn relaxed_cluster_exit_changes_only_the_barrier_before_exit() {
     assert!(!make("2x4096", 256, true).relaxed_cluster_exit);
 }
 
+/// The pushed cluster reduction: mbarriers initialised and published by
+/// one relaxed cluster barrier (arrive before the row loads, wait before
+/// the first push), each reduction's partials pushed by `st.async` into
+/// every group and combined from local slots; no release barrier left.
+#[test]
+fn golden_softmax_f32_w2048_v4_pushed_cluster_reduce() {
+    let p = make_with(
+        Operator::Softmax,
+        DType::F32,
+        "2x131072",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 1,
+            cluster_group_threads: 256,
+            push_cluster_reduce: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.pushed_cluster_reduce && p.describe().contains(" push-reduce"));
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_pr"), "{}", k.name);
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    assert!(!body.contains("lf_cluster_sync();"));
+    assert!(!body.contains("lf_cluster_load("));
+    // Two reductions (max, sum): two pushes, two waits, one barrier each.
+    assert_eq!(body.matches("lf_push(&lf_smem[").count(), 2);
+    assert_eq!(body.matches("lf_push_wait(").count(), 2);
+    assert_eq!(body.matches("barrier.cluster.wait.aligned").count(), 1);
+    assert_eq!(body.matches("lf_cluster_exit();").count(), 1);
+    // The kernel's shared memory holds the slots and 8-aligned barriers,
+    // within what the plan reserved.
+    assert!(
+        k.shared_bytes <= p.shared_bytes,
+        "{} > {}",
+        k.shared_bytes,
+        p.shared_bytes
+    );
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Every operator's pushed kernel fits the shared memory its plan
+/// reserved, with and without staged columns and the online normalizer.
+#[test]
+fn pushed_reductions_fit_the_shared_memory_their_plans_reserve() {
+    for op in Operator::SIX {
+        for (dtype, pack) in [(DType::F32, 4), (DType::Bf16, 8)] {
+            for (stage_columns, online_normalizer) in [(false, false), (true, false), (false, true)]
+            {
+                let p = make_with(
+                    op,
+                    dtype,
+                    "3x131072",
+                    LayoutRequest {
+                        workers: 4096,
+                        pack,
+                        cluster_group_threads: 256,
+                        stage_columns,
+                        online_normalizer,
+                        push_cluster_reduce: true,
+                        ..Default::default()
+                    },
+                );
+                assert!(p.pushed_cluster_reduce, "{}", p.describe());
+                let k = kernel(&p);
+                assert!(
+                    k.shared_bytes <= p.shared_bytes,
+                    "{op} {dtype}: {} > {}",
+                    k.shared_bytes,
+                    p.shared_bytes
+                );
+            }
+        }
+    }
+}
+
 /// Packed resident tile: the row's loaded bf16 words are its slots, two
 /// values per register; each later phase hides them from the compiler
 /// (an empty volatile asm) and widens them again, so no f32 value computed

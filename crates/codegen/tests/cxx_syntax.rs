@@ -102,6 +102,7 @@ fn sources() -> Vec<(String, String)> {
                             stage_columns: load_policies,
                             pack_resident: load_policies,
                             relaxed_cluster_exit: load_policies,
+                            push_cluster_reduce: load_policies,
                             rows_per_group: if shape == "17x257" { 2 } else { 0 },
                             ..Default::default()
                         };

@@ -188,6 +188,16 @@ pub struct LayoutRequest {
     /// in the SASS) before it may leave. Same bits.
     #[serde(default)]
     pub relaxed_cluster_exit: bool,
+    /// Rows spanning a cluster: each group pushes its partial of every
+    /// reduction into every group's shared memory with `st.async`, which
+    /// completes a transaction on the receiver's `mbarrier`, instead of
+    /// writing its own slot and meeting the others at a cluster barrier
+    /// (whose release arrive is a GPU-scope `MEMBAR` in the SASS). One
+    /// relaxed cluster barrier, started before the row loads, publishes
+    /// the `mbarrier`s; the barrier before exit arrives relaxed. Each group
+    /// combines the partials in rank order, as before: same bits.
+    #[serde(default)]
+    pub push_cluster_reduce: bool,
     /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
     /// online normalizer: softmax and cross-entropy need one reduction tree
     /// fewer, and streamed plans one re-read fewer). Changes rounding, not
@@ -297,6 +307,7 @@ impl LayoutRequest {
             stage_columns: self.stage_columns,
             pack_resident: self.pack_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
+            push_cluster_reduce: self.push_cluster_reduce,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             ..Default::default()
@@ -388,6 +399,8 @@ pub struct Plan {
     pub packed_resident: bool,
     /// See [`LayoutRequest::relaxed_cluster_exit`]; false without a cluster.
     pub relaxed_cluster_exit: bool,
+    /// See [`LayoutRequest::push_cluster_reduce`]; false without a cluster.
+    pub pushed_cluster_reduce: bool,
 }
 
 impl Plan {
@@ -469,6 +482,9 @@ impl Plan {
         if self.relaxed_cluster_exit {
             s += " relaxed-exit";
         }
+        if self.pushed_cluster_reduce {
+            s += " push-reduce";
+        }
         if self.online_normalizer() {
             s += " online-normalizer";
         }
@@ -514,6 +530,7 @@ impl Plan {
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
+            push_cluster_reduce: self.pushed_cluster_reduce,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             occupancy: groups,
@@ -1199,11 +1216,13 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         });
     }
     let tree = layout.tree(target);
+    let pushed = request.push_cluster_reduce && groups_per_row > 1;
     let shared_bytes = reduction_slot_bytes(
         analysis.reductions.len(),
         rows_per_group,
         tree.warps,
         groups_per_row,
+        pushed,
     );
     let columns = problem.program.column_inputs().count();
     // An occupancy promise bounds each group's shared memory too: stage
@@ -1271,6 +1290,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         column_stage,
         packed_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
+        pushed_cluster_reduce: pushed,
     })
 }
 
@@ -1281,13 +1301,17 @@ fn reduction_slot_bytes(
     rows_per_group: u32,
     warps: u32,
     groups_per_row: u32,
+    pushed: bool,
 ) -> u32 {
     let cluster = if groups_per_row > 1 {
         groups_per_row
     } else {
         0
     };
-    4 * reductions as u32 * (rows_per_group * warps + cluster)
+    // A pushed reduction adds one 8-byte `mbarrier` per reduction, from
+    // an 8-byte boundary.
+    let barriers = if pushed { 8 * reductions as u32 + 4 } else { 0 };
+    4 * reductions as u32 * (rows_per_group * warps + cluster) + barriers
 }
 
 /// Where a plan's staged column slices sit in a group's dynamic shared
