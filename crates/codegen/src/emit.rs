@@ -300,7 +300,8 @@ __device__ __forceinline__ void lf_cluster_exit() {
 
 /// The pushed cluster reduction (`push_cluster_reduce`): `st.async` of a
 /// partial into another group's slot, completing its `mbarrier`, and the
-/// wait for a local `mbarrier`'s first phase.
+/// wait for a local `mbarrier`'s first phase (acquire at cluster scope:
+/// the pushes come from other groups of the cluster).
 const PUSH_HELPERS: &str = "__device__ __forceinline__ void lf_push(float* slot, unsigned long long* bar, unsigned rank, float v) {
     unsigned remote_slot, remote_bar;
     asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote_slot) : \"r\"(lf_shared_addr(slot)), \"r\"(rank));
@@ -308,7 +309,7 @@ const PUSH_HELPERS: &str = "__device__ __forceinline__ void lf_push(float* slot,
     asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\" :: \"r\"(remote_slot), \"f\"(v), \"r\"(remote_bar) : \"memory\");
 }
 __device__ __forceinline__ void lf_push_wait(unsigned long long* bar) {
-    asm volatile(\"{\\n.reg .pred lf_done;\\nLF_WAIT:\\nmbarrier.try_wait.parity.shared::cta.b64 lf_done, [%0], 0;\\n@!lf_done bra LF_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)) : \"memory\");
+    asm volatile(\"{\\n.reg .pred lf_done;\\nLF_WAIT:\\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 lf_done, [%0], 0;\\n@!lf_done bra LF_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)) : \"memory\");
 }
 ";
 
