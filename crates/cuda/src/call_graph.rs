@@ -28,6 +28,14 @@ fn node_params(loaded: &Loaded, raw: &mut [*mut std::ffi::c_void]) -> sys::CUDA_
     p
 }
 
+/// A one-thread kernel node after the call's kernel (the latency probe's
+/// flag writer) and its two arguments: a device pointer and a word.
+pub(crate) struct TrailingNode<'a> {
+    pub loaded: &'a Loaded,
+    pub pointer: u64,
+    pub word: u32,
+}
+
 impl CallGraph {
     /// Build and instantiate the graph for `loaded` with `args`; None for
     /// a cluster kernel.
@@ -35,6 +43,17 @@ impl CallGraph {
         backend: &CudaBackend,
         loaded: &Loaded,
         args: &mut DeviceArgs,
+    ) -> Result<Option<CallGraph>, CudaError> {
+        CallGraph::with_trailing(backend, loaded, args, None)
+    }
+
+    /// The same graph with `trailing` as a second node that depends on the
+    /// call's kernel node.
+    pub(crate) fn with_trailing(
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+        trailing: Option<TrailingNode>,
     ) -> Result<Option<CallGraph>, CudaError> {
         if loaded.kernel.cluster.is_some() {
             return Ok(None);
@@ -59,6 +78,18 @@ impl CallGraph {
             sys::cuGraphAddKernelNode_v2(&mut out.node, out.graph, std::ptr::null(), 0, &params)
                 .result()
                 .map_err(driver("adding the call graph's kernel node"))?;
+            if let Some(t) = trailing {
+                let (mut pointer, mut word) = (t.pointer, t.word);
+                let mut raw = [
+                    (&mut pointer as *mut u64).cast::<std::ffi::c_void>(),
+                    (&mut word as *mut u32).cast::<std::ffi::c_void>(),
+                ];
+                let tail = node_params(t.loaded, &mut raw);
+                let mut node: sys::CUgraphNode = std::ptr::null_mut();
+                sys::cuGraphAddKernelNode_v2(&mut node, out.graph, &out.node, 1, &tail)
+                    .result()
+                    .map_err(driver("adding the call graph's trailing node"))?;
+            }
             sys::cuGraphInstantiateWithFlags(&mut out.exec, out.graph, 0)
                 .result()
                 .map_err(driver("instantiating the call graph"))?;

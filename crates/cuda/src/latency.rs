@@ -3,6 +3,7 @@
 //! modes, interleaved so drift spreads over all of them. A diagnostic for
 //! the single-call target, not a timing phase of the results files.
 
+use crate::call_graph::{CallGraph, TrailingNode};
 use crate::{driver, CudaError, LaunchApi, Loaded, Prepared};
 use cudarc::driver::sys;
 use std::time::Instant;
@@ -37,10 +38,13 @@ pub enum LatencyVariant {
     /// host-mapped flag (for drivers that refuse the stream write to it),
     /// which the host spins on.
     CallKernelFlag,
+    /// The call graph with the flag writer as a second node: one launch
+    /// API call, then the host spins on the flag.
+    GraphKernelFlag,
 }
 
 impl LatencyVariant {
-    pub const ALL: [LatencyVariant; 11] = [
+    pub const ALL: [LatencyVariant; 12] = [
         LatencyVariant::SyncOnly,
         LatencyVariant::ExSync,
         LatencyVariant::ExSpin,
@@ -52,6 +56,7 @@ impl LatencyVariant {
         LatencyVariant::CallSpin,
         LatencyVariant::CallFlag,
         LatencyVariant::CallKernelFlag,
+        LatencyVariant::GraphKernelFlag,
     ];
 
     pub fn label(self) -> &'static str {
@@ -67,6 +72,7 @@ impl LatencyVariant {
             LatencyVariant::CallSpin => "call path + poll",
             LatencyVariant::CallFlag => "call path + mapped flag",
             LatencyVariant::CallKernelFlag => "call path + kernel-written flag",
+            LatencyVariant::GraphKernelFlag => "call graph with a flag node",
         }
     }
 }
@@ -221,9 +227,20 @@ impl HostFlag {
                 .map_err(driver("launching the flag writer"))?
             }
         }
+        self.wait_for(self.seq)
+    }
+
+    /// Clear the flag (the GPU is not writing it: the last value arrived).
+    fn reset(&mut self) {
+        // SAFETY: the pinned allocation lives as long as self.
+        unsafe { std::ptr::write_volatile(self.host, 0) }
+    }
+
+    /// Spin until the flag holds `value`.
+    fn wait_for(&self, value: u32) -> Result<(), CudaError> {
         let started = Instant::now();
         // SAFETY: the pinned allocation lives as long as self.
-        while unsafe { std::ptr::read_volatile(self.host) } != self.seq {
+        while unsafe { std::ptr::read_volatile(self.host) } != value {
             if started.elapsed().as_secs_f64() > FLAG_TIMEOUT_S {
                 return Err(CudaError::Data(format!(
                     "the mapped flag did not arrive within {FLAG_TIMEOUT_S} s"
@@ -248,9 +265,34 @@ impl Drop for HostFlag {
 struct Flags {
     stream: Option<HostFlag>,
     kernel: Option<(HostFlag, Loaded)>,
+    /// The call graph whose second node writes 1 to the flag.
+    graph: Option<(HostFlag, CallGraph)>,
 }
 
 impl Prepared<'_> {
+    /// The call graph with `signal` writing 1 to a fresh flag after the
+    /// kernel, tried once; None where the call path has no graph (cluster
+    /// kernels).
+    fn flag_graph(&mut self, signal: &Loaded) -> Result<Option<(HostFlag, CallGraph)>, CudaError> {
+        let mut flag = HostFlag::new()?;
+        let trailing = TrailingNode {
+            loaded: signal,
+            pointer: flag.device,
+            word: 1,
+        };
+        let graph = CallGraph::with_trailing(
+            self.backend,
+            &self.loaded,
+            &mut self.sets[0],
+            Some(trailing),
+        )?;
+        let Some(graph) = graph else { return Ok(None) };
+        flag.reset();
+        graph.launch(self.backend, &self.loaded, &mut self.sets[0])?;
+        flag.wait_for(1)?;
+        Ok(Some((flag, graph)))
+    }
+
     /// Poll the stream until its work is done.
     fn poll(&self) -> Result<(), CudaError> {
         let stream = self.backend.stream.cu_stream();
@@ -285,6 +327,13 @@ impl Prepared<'_> {
             | LatencyVariant::CallSpin
             | LatencyVariant::CallFlag
             | LatencyVariant::CallKernelFlag => self.call(k)?,
+            LatencyVariant::GraphKernelFlag => {
+                let (flag, graph) = flags.graph.as_mut().expect("runs only with its graph");
+                flag.reset();
+                graph.launch(self.backend, &self.loaded, &mut self.sets[k])?;
+                flag.wait_for(1)?;
+                return Ok(t0.elapsed().as_secs_f64() * 1e6);
+            }
         }
         let stream = self.backend.stream.cu_stream();
         match variant {
@@ -328,6 +377,7 @@ impl Prepared<'_> {
         let mut flags = Flags {
             stream: HostFlag::new().ok(),
             kernel: None,
+            graph: None,
         };
         if let Some(f) = flags.stream.as_mut() {
             if let Err(e) = f.signal_and_wait(stream, FlagWriter::Stream) {
@@ -337,7 +387,14 @@ impl Prepared<'_> {
         }
         match HostFlag::new().and_then(|f| Ok((f, self.backend.load_helper(&signal_kernel())?))) {
             Ok((mut f, signal)) => match f.signal_and_wait(stream, FlagWriter::Kernel(&signal)) {
-                Ok(()) => flags.kernel = Some((f, signal)),
+                Ok(()) => {
+                    match self.flag_graph(&signal) {
+                        Ok(Some(g)) => flags.graph = Some(g),
+                        Ok(None) => {}
+                        Err(e) => eprintln!("latency: the graph with a flag node is left out: {e}"),
+                    }
+                    flags.kernel = Some((f, signal));
+                }
                 Err(e) => eprintln!("latency: the kernel-written flag is left out: {e}"),
             },
             Err(e) => eprintln!("latency: the kernel-written flag is left out: {e}"),
@@ -361,6 +418,7 @@ impl Prepared<'_> {
             .filter(|v| match v {
                 LatencyVariant::CallFlag => flags.stream.is_some(),
                 LatencyVariant::CallKernelFlag => flags.kernel.is_some(),
+                LatencyVariant::GraphKernelFlag => flags.graph.is_some(),
                 _ => true,
             })
             .collect();
