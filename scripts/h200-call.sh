@@ -57,6 +57,7 @@
 #   CALL 36: the latency probe with the kernel-written flag (target 3)
 #   CALL 37: the relaxed exit and the pushed cluster reduction on long-row
 #           cluster plans, CUDA variant selftest and paired benches
+#   CALL 38: L2 read bandwidth (sum over L2-resident inputs, then cold)
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -815,6 +816,19 @@ case $call in
   done
   keep exit "$r"-exit-*-h200
   ;;
-*) echo "unknown call $call (1-37)"; exit 2 ;;
+38)
+  # Next session: how fast the H200 reads from L2, to test whether long
+  # layernorm rows are L2-bound (bench/NOTES.md, next session item 2): sum
+  # over 16-32 MB inputs (all L2-resident with --l2 warm: the same buffers
+  # every launch), then the same shapes with --l2 cold for DRAM.
+  for mode in warm cold; do
+    step "sum, L2 $mode"
+    timeout 60 "$bin" bench --backend cuda --ops sum --shapes 4096x1024,8192x1024,2048x4096 --dtypes f32,bf16 \
+      --l2 "$mode" $s --output "$r-l2-sum-$mode-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep l2 "$r"-l2-sum-*-h200
+  ;;
+*) echo "unknown call $call (1-38)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
