@@ -688,6 +688,17 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
             println!("note: {note}");
         }
     }
+    let packed = candidates
+        .iter()
+        .any(|c| c.outcome.as_ref().is_ok_and(|p| p.packed_resident));
+    if packed {
+        println!(
+            "note: predicted µs of packed-resident plans assume unpacked registers, \
+             as the mapper does so that packing never moves a layout; on the H200 \
+             softmax bf16 4096x131072 ran 645 µs against 1453 predicted \
+             (bench/NOTES.md campaign 9)"
+        );
+    }
     Ok(())
 }
 
