@@ -45,9 +45,10 @@ enum Command {
         /// CUDA only: skip the long-row shapes.
         #[arg(long)]
         quick: bool,
-        /// Only the checks of the opt-in arithmetic variants (online
-        /// normalizer, one-pass moments): seconds instead of minutes on a
-        /// device whose time is scarce.
+        /// Only the checks of the opt-in variants (online normalizer,
+        /// one-pass moments, staged columns, packed tiles, relaxed exit,
+        /// pushed reduction): seconds instead of minutes on a device whose
+        /// time is scarce.
         #[arg(long)]
         variants_only: bool,
     },
@@ -799,11 +800,7 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
     let started = Instant::now();
     let mut report = Report::default();
     if variants_only {
-        selftest::arithmetic_variant_checks(&backend, &mut report);
-        selftest::staged_column_checks(&backend, &mut report);
-        selftest::packed_resident_checks(&backend, &mut report);
-        selftest::relaxed_exit_checks(&backend, &mut report);
-        selftest::pushed_reduce_checks(&backend, &mut report);
+        selftest::variant_checks(&backend, &mut report);
     } else {
         full_selftest(&backend, quick, started, &mut report);
     }
@@ -822,11 +819,7 @@ fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut 
     selftest::batch_invariance_checks(backend, &[127, 4096], report);
     selftest::load_policy_checks(backend, report);
     selftest::cluster_group_checks(backend, report);
-    selftest::staged_column_checks(backend, report);
-    selftest::packed_resident_checks(backend, report);
-    selftest::relaxed_exit_checks(backend, report);
-    selftest::pushed_reduce_checks(backend, report);
-    selftest::arithmetic_variant_checks(backend, report);
+    selftest::variant_checks(backend, report);
     selftest::call_path_checks(backend, report);
     selftest::run_cases(backend, &selftest::layout_matrix(DType::F32), report);
     println!(

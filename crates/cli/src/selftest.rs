@@ -441,6 +441,16 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
+/// Every opt-in variant's checks: the arithmetic variants, then the load
+/// and barrier policies that must keep every bit.
+pub fn variant_checks(backend: &Backend, report: &mut Report) {
+    arithmetic_variant_checks(backend, report);
+    staged_column_checks(backend, report);
+    packed_resident_checks(backend, report);
+    relaxed_exit_checks(backend, report);
+    pushed_reduce_checks(backend, report);
+}
+
 /// Column slices staged in shared memory with `cp.async`
 /// (`stage_columns`): every operator, f32 and bf16, on clusters of 8
 /// groups of 256 threads with 2-word packs (V=4 bf16), 4-word packs, and

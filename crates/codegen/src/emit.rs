@@ -218,6 +218,12 @@ fn keeps_columns(plan: &Plan) -> bool {
     plan.reread_hints || plan.keep_columns
 }
 
+/// The cluster barrier before exit arrives relaxed: asked for, or needed
+/// by nothing stronger since a pushed reduction reads no remote slots.
+fn exits_relaxed(plan: &Plan) -> bool {
+    plan.relaxed_cluster_exit || plan.pushed_cluster_reduce
+}
+
 /// `LayoutRequest::reread_hints`: L2 eviction priorities through cache
 /// policies (sm_80+). A tile's first load asks L2 (and L1) to keep it for
 /// the phase that reads it again; its last re-read lets it go first.
@@ -263,8 +269,6 @@ __device__ __forceinline__ unsigned lf_ld_drop(const unsigned* p, unsigned long 
 }
 ";
 
-/// Asynchronous global-to-shared copies of one access (sm_80+) for staged
-/// columns: 16 bytes may bypass L1 (`.cg`), smaller copies must use `.ca`.
 /// A shared-memory address for PTX operands (staged columns, pushed
 /// reductions).
 const SHARED_ADDR_HELPER: &str =
@@ -275,6 +279,8 @@ const SHARED_ADDR_HELPER: &str =
 }
 ";
 
+/// Asynchronous global-to-shared copies of one access (sm_80+) for staged
+/// columns: 16 bytes may bypass L1 (`.cg`), smaller copies must use `.ca`.
 const STAGE_HELPERS: &str = "__device__ __forceinline__ void lf_cp_async_16(uint4* dst, const uint4* src) {
     asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(lf_shared_addr(dst)), \"l\"(src) : \"memory\");
 }
@@ -858,7 +864,7 @@ impl Ctx<'_> {
             let expr = match instr {
                 Instr::Load { .. } => {
                     let first = self.demanded[at].first() == Some(&p);
-                    if self.is_resident(val) && !first && self.plan.packed_resident {
+                    if self.packs(val) && !first {
                         let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
                         format!("lf_widen_bits((e & 1) ? ({slot} >> 16) : ({slot} & 0xffffu))")
                     } else if self.is_resident(val) && !first {
@@ -879,7 +885,7 @@ impl Ctx<'_> {
             self.line(&format!("const float {t} = {expr};"));
             if matches!(instr, Instr::Load { .. })
                 && self.is_resident(val)
-                && !self.plan.packed_resident
+                && !self.packs(val)
                 && self.demanded[at].first() == Some(&p)
             {
                 self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0));
@@ -1489,7 +1495,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
-        if plan.relaxed_cluster_exit || plan.pushed_cluster_reduce {
+        if exits_relaxed(plan) {
             head.push_str(CLUSTER_EXIT_HELPER);
         }
     }
@@ -1608,7 +1614,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.emit_phase(p);
     }
     if cluster > 1 {
-        if plan.relaxed_cluster_exit || plan.pushed_cluster_reduce {
+        if exits_relaxed(plan) {
             cx.line("lf_cluster_exit(); // no group leaves while another may still read its slots");
         } else {
             cx.line("lf_cluster_sync(); // no group leaves while another may still read its slots");

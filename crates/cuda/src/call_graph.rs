@@ -36,6 +36,12 @@ pub(crate) struct TrailingNode<'a> {
     pub word: u32,
 }
 
+/// Kernel arguments `(pointer, word)` for a launch, borrowed from `pointer`
+/// and `word`, which must outlive it.
+pub(crate) fn pointer_and_word(pointer: &mut u64, word: &mut u32) -> [*mut std::ffi::c_void; 2] {
+    [(pointer as *mut u64).cast(), (word as *mut u32).cast()]
+}
+
 impl CallGraph {
     /// Build and instantiate the graph for `loaded` with `args`; None for
     /// a cluster kernel.
@@ -80,10 +86,7 @@ impl CallGraph {
                 .map_err(driver("adding the call graph's kernel node"))?;
             if let Some(t) = trailing {
                 let (mut pointer, mut word) = (t.pointer, t.word);
-                let mut raw = [
-                    (&mut pointer as *mut u64).cast::<std::ffi::c_void>(),
-                    (&mut word as *mut u32).cast::<std::ffi::c_void>(),
-                ];
+                let mut raw = pointer_and_word(&mut pointer, &mut word);
                 let tail = node_params(t.loaded, &mut raw);
                 let mut node: sys::CUgraphNode = std::ptr::null_mut();
                 sys::cuGraphAddKernelNode_v2(&mut node, out.graph, &out.node, 1, &tail)

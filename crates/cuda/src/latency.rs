@@ -3,7 +3,7 @@
 //! modes, interleaved so drift spreads over all of them. A diagnostic for
 //! the single-call target, not a timing phase of the results files.
 
-use crate::call_graph::{CallGraph, TrailingNode};
+use crate::call_graph::{pointer_and_word, CallGraph, TrailingNode};
 use crate::{driver, CudaError, LaunchApi, Loaded, Prepared};
 use cudarc::driver::sys;
 use std::time::Instant;
@@ -201,10 +201,7 @@ impl HostFlag {
             FlagWriter::Kernel(signal) => {
                 let mut device = self.device;
                 let mut seq = self.seq;
-                let mut args = [
-                    (&mut device as *mut sys::CUdeviceptr).cast::<std::ffi::c_void>(),
-                    (&mut seq as *mut u32).cast::<std::ffi::c_void>(),
-                ];
+                let mut args = pointer_and_word(&mut device, &mut seq);
                 // SAFETY: `lf_signal(unsigned*, unsigned)` takes these two
                 // arguments, alive across the call; one thread, no shared
                 // memory, a live stream of the current context.

@@ -1194,11 +1194,13 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     } else {
         0
     };
+    // Packed tiles and staged columns move whole vector packs only.
+    let whole_vector_packs =
+        !layout.has_partial_pack(n) && vector_access(problem.dtype, pack as usize, n).is_some();
     let packed_resident = request.pack_resident
         && problem.dtype.size_bytes() == 2
         && resident_slots > 0
-        && !layout.has_partial_pack(n)
-        && vector_access(problem.dtype, pack as usize, n).is_some();
+        && whole_vector_packs;
     // The estimate stays that of the unpacked tile, so packing never
     // changes a layout: ptxas keeps the loaded words of some unpacked
     // plans by itself, and packing saved 0-16 of 64-80 registers on 64
@@ -1249,8 +1251,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         request.stage_columns
             && groups_per_row > 1
             && residency == Residency::Registers
-            && !layout.has_partial_pack(n)
-            && vector_access(problem.dtype, pack as usize, n).is_some()
+            && whole_vector_packs
     });
     let shared_bytes = column_stage.map_or(shared_bytes, |stage| stage.total_bytes() as u32);
     if shared_bytes > target.shared_bytes_per_group {
