@@ -58,6 +58,10 @@
 #   CALL 37: the relaxed exit and the pushed cluster reduction on long-row
 #           cluster plans, CUDA variant selftest and paired benches
 #   CALL 38: L2 read bandwidth (sum over L2-resident inputs, then cold)
+#   CALL 39: latency probe (flag fix); 4096x32768 clusters of eight with
+#           the pushed reduction; relaxed/pushed on residual_layernorm and
+#           cross_entropy cluster plans; long-row defaults bench
+#   CALL 40: A/A replay of call 39's long rows (RESUME=1 continues)
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -829,6 +833,60 @@ case $call in
   done
   keep l2 "$r"-l2-sum-*-h200
   ;;
-*) echo "unknown call $call (1-38)"; exit 2 ;;
+39)
+  # Session 10: the latency probe again (its mapped flag was freed before
+  # it was read: fixed); 4096x32768 on clusters of eight 256-thread groups
+  # with the pushed reduction, against the default; the relaxed and pushed
+  # barriers on the cluster plans call 37 left out (residual_layernorm,
+  # cross_entropy 1024x262144); then today's long-row defaults (call 40's
+  # replay reference).
+  step "launch-latency probe with the kernel-written flag"
+  mkdir -p "bench/probes/$date-latency-kflag-h200"
+  for c in "rmsnorm 1x127 f32" "softmax 64x4096 f32" "softmax 1x4096 bf16"; do
+    set -- $c
+    timeout 60 "$bin" latency --op "$1" --shape "$2" --dtype "$3" --iters 2000 \
+      --output "bench/probes/$date-latency-kflag-h200/$1-$2-$3.json" \
+      > "bench/probes/$date-latency-kflag-h200/$1-$2-$3.txt" 2>&1
+    echo "latency $1 $2 $3 rc=$?"
+  done
+  keep latency "bench/probes/$date-latency-kflag-h200"
+  q="--ops softmax,rmsnorm,layernorm,residual_layernorm --shapes 4096x32768"
+  step "4096x32768 default"
+  timeout 90 "$bin" bench --backend cuda $q --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-w32k-v10-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  step "4096x32768 clusters of eight 256-thread groups, pushed"
+  for v in "f32:4" "bf16:8"; do
+    timeout 60 "$bin" bench --backend cuda $q --dtypes "${v%%:*}" --workers 2048 --pack "${v#*:}" \
+      --cluster-group-threads 256 --pack-resident --push-cluster-reduce $s --capture-sources \
+      --output "$r-w32k-c8-pushed-${v%%:*}-h200" > /dev/null 2>&1; echo "bench ${v%%:*} rc=$?"
+  done
+  keep w32k "$r"-w32k-v10-default-h200 "$r"-w32k-c8-pushed-*-h200
+  for v in "fenced:" "relaxed:--relaxed-cluster-exit" "pushed:--push-cluster-reduce"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "residual_layernorm and cross_entropy cluster plans $name"
+    timeout 90 "$bin" bench --backend cuda --ops residual_layernorm --shapes 4096x32768,4096x131072,1024x262144 \
+      --dtypes f32,bf16 $flags $s --capture-sources --output "$r-exit2-rln-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+    timeout 60 "$bin" bench --backend cuda --ops cross_entropy --shapes 1024x262144 \
+      --dtypes f32,bf16 $flags $s --capture-sources --output "$r-exit2-ce-$name-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep exit2 "$r"-exit2-*-h200
+  step "long rows, today's defaults, bench"
+  timeout "$(left)" "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm --shapes 4096x131072,1024x262144 \
+    --dtypes f32,bf16 $s --capture-sources --output "$r-long-v10-h200" > /dev/null 2>&1
+  echo "bench rc=$?"; keep long "$r-long-v10-h200"
+  ;;
+40)
+  # Session 10: A/A replay of call 39's long-row defaults with torch eager
+  # and torch.compile (Liger refuses rows over 65536); RESUME=1 continues.
+  step "A/A replay of the long rows with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-long-v10-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-long-v10-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-v10-aa-h200"
+  "$bin" scorecard "$r-long-v10-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
+  ;;
+*) echo "unknown call $call (1-40)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -821,6 +821,7 @@ fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut 
     selftest::cluster_group_checks(backend, report);
     selftest::variant_checks(backend, report);
     selftest::call_path_checks(backend, report);
+    selftest::latency_flag_checks(backend, report);
     selftest::run_cases(backend, &selftest::layout_matrix(DType::F32), report);
     println!(
         "layout matrix done: {} ({:.1} s)",

@@ -722,6 +722,49 @@ pub fn call_path_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
+/// CUDA only: the latency probe's flag waits arrive. The kernel-written
+/// flag and the call graph's flag node must both be set up and time every
+/// call under every schedule (a flag freed before it was read crashed the
+/// probe in session 10; a lost write would time out instead).
+pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
+    let Backend::Cuda(cuda) = backend else {
+        return;
+    };
+    let iters = 20;
+    let problem = Problem::operator(
+        Operator::Rmsnorm,
+        OperatorOptions::default(),
+        DType::F32,
+        shape(1, 127),
+    );
+    let result = (|| -> anyhow::Result<Vec<lanefold_cuda::LatencyProbe>> {
+        let plan = plan(&problem, &backend.target(), &LayoutRequest::default())?;
+        let sets = [random_inputs(&problem, 23)];
+        let mut prepared = cuda.prepare(&plan, &CodegenOptions::default(), &sets)?;
+        Ok(prepared.latency_probe(iters)?)
+    })();
+    for variant in [
+        lanefold_cuda::LatencyVariant::CallKernelFlag,
+        lanefold_cuda::LatencyVariant::GraphKernelFlag,
+    ] {
+        let label = format!("latency probe: {}", variant.label());
+        match &result {
+            Ok(probes) => {
+                let timed: Vec<_> = probes.iter().filter(|p| p.variant == variant).collect();
+                report.record(
+                    !timed.is_empty()
+                        && timed.iter().all(|p| {
+                            p.host_us.len() == iters && p.host_us.iter().all(|&us| us > 0.0)
+                        }),
+                    &label,
+                    &format!("{} schedules timed it", timed.len()),
+                );
+            }
+            Err(e) => report.record(false, &label, &format!("{e:#}")),
+        }
+    }
+}
+
 fn bits(outputs: &Buffers) -> Vec<u32> {
     outputs
         .values()

@@ -165,7 +165,12 @@ impl HostFlag {
             sys::cuMemHostAlloc(&mut host, 4, sys::CU_MEMHOSTALLOC_DEVICEMAP)
                 .result()
                 .map_err(driver("allocating the mapped flag"))?;
-            let flag = HostFlag {
+            // The one owner of the allocation from here on: it frees it on
+            // the error path below. (Building the result as `HostFlag {
+            // device, ..flag }` copied the fields and then dropped `flag`,
+            // freeing the memory the copy went on to spin on: the probe's
+            // segfault in session 10, call 36.)
+            let mut flag = HostFlag {
                 host: host.cast(),
                 device: 0,
                 seq: 0,
@@ -174,7 +179,8 @@ impl HostFlag {
             sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0)
                 .result()
                 .map_err(driver("mapping the flag"))?;
-            Ok(HostFlag { device, ..flag })
+            flag.device = device;
+            Ok(flag)
         }
     }
 

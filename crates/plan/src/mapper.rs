@@ -247,6 +247,13 @@ impl LayoutRequest {
     ///   rmsnorm and layernorm on 4096x32768, where the one-group plan
     ///   keeps 110-123 registers (136.4 and 149.1 µs against 128.5 streamed
     ///   and 149.6).
+    /// - rows of 131072 and more, which span a cluster (session 10, call
+    ///   37, `exit-{fenced,relaxed,pushed}-h200`): softmax in both dtypes
+    ///   and the norms in bf16 push their partials with `st.async`
+    ///   (1.10-1.34x; softmax f32 4096x131072 1134 -> 1034 µs, bf16
+    ///   1024x262144 347 -> 260); rmsnorm and layernorm f32 keep the
+    ///   barrier reduction with the relaxed exit (1.02-1.07x), where the
+    ///   pushed one was 0.95-1.01x (layernorm spills 104 bytes).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
@@ -284,6 +291,18 @@ impl LayoutRequest {
                 request.occupancy = LAYERNORM_LONG_ROW_GROUPS;
             }
             _ => {}
+        }
+        if n >= CLUSTER_EXIT_MIN_N {
+            match (problem.operator_kind(), problem.dtype) {
+                (Some(Operator::Softmax), _)
+                | (Some(Operator::Rmsnorm | Operator::Layernorm), DType::Bf16) => {
+                    request.push_cluster_reduce = true;
+                }
+                (Some(Operator::Rmsnorm | Operator::Layernorm), DType::F32) => {
+                    request.relaxed_cluster_exit = true;
+                }
+                _ => {}
+            }
         }
         request
     }
@@ -915,6 +934,14 @@ pub fn automatic_note(
                 measured.pack_resident && !request.pack_resident,
                 "resident 16-bit tiles packed two values per register, campaign 9",
             ),
+            (
+                measured.push_cluster_reduce && !request.push_cluster_reduce,
+                "the cluster's partials pushed by st.async (no release barrier), campaign 10",
+            ),
+            (
+                measured.relaxed_cluster_exit && !request.relaxed_cluster_exit,
+                "the relaxed cluster barrier before exit, campaign 10",
+            ),
         ];
         let chosen: Vec<&str> = variants
             .iter()
@@ -957,6 +984,11 @@ const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 /// Rows at least this long take layernorm bf16's one-pass moments by
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
+
+/// Rows at least this long, which span a cluster on the H200, take the
+/// pushed reduction or the relaxed exit by default
+/// ([`LayoutRequest::with_measured_variants`]).
+const CLUSTER_EXIT_MIN_N: usize = 131072;
 
 /// 16-bit rows at least this long keep resident tiles packed by default
 /// on the H200 ([`LayoutRequest::with_measured_variants`]).
@@ -2244,6 +2276,68 @@ mod tests {
                 let q = plan(&problem, &t, &explicit).unwrap();
                 assert_eq!(q.min_groups_per_multiprocessor, None);
             }
+        }
+    }
+
+    #[test]
+    fn regression_long_cluster_rows_push_their_partials_or_exit_relaxed_as_measured() {
+        // Paired H200 benches of one binary, session 10 call 37
+        // (2026-11-30-exit-{fenced,relaxed,pushed}-h200): pushed 1.10-1.34x
+        // for softmax and the bf16 norms; for the f32 norms pushed was
+        // 0.95-1.01x and the relaxed exit 1.02-1.07x.
+        let t = Target::h200();
+        let auto = LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        };
+        // (op, dtype, shape, pushed, relaxed exit)
+        for (op, dtype, shape, pushed, relaxed) in [
+            (Operator::Softmax, DType::F32, "4096x131072", true, true),
+            (Operator::Softmax, DType::Bf16, "1024x262144", true, true),
+            (Operator::Rmsnorm, DType::Bf16, "4096x131072", true, true),
+            (Operator::Layernorm, DType::Bf16, "1024x262144", true, true),
+            (Operator::Rmsnorm, DType::F32, "4096x131072", false, true),
+            (Operator::Layernorm, DType::F32, "1024x262144", false, true),
+            // Not measured: residual_layernorm; shorter rows (one group).
+            (
+                Operator::ResidualLayernorm,
+                DType::Bf16,
+                "4096x131072",
+                false,
+                false,
+            ),
+            (Operator::Softmax, DType::F32, "4096x32768", false, false),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &t, &auto).unwrap();
+            let what = format!("{op} {dtype} {shape}: {}", p.describe());
+            assert_eq!(p.pushed_cluster_reduce, pushed, "{what}");
+            assert_eq!(
+                p.relaxed_cluster_exit || p.pushed_cluster_reduce,
+                relaxed,
+                "{what}"
+            );
+            if pushed || relaxed {
+                assert!(p.groups_per_row > 1, "{what}");
+                let note = automatic_note(&problem, &t, &auto).unwrap();
+                assert!(note.contains("campaign 10"), "{note}");
+            }
+            // An explicit layout keeps its recorded barriers (frozen replays).
+            let explicit = LayoutRequest {
+                workers: p.layout.workers,
+                pack: p.layout.pack,
+                ..auto
+            };
+            let q = plan(&problem, &t, &explicit).unwrap();
+            assert!(
+                !q.pushed_cluster_reduce && !q.relaxed_cluster_exit,
+                "{what}"
+            );
         }
     }
 
