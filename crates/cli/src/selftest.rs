@@ -745,7 +745,7 @@ pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
     })();
     for variant in [
         lanefold_cuda::LatencyVariant::CallKernelFlag,
-        lanefold_cuda::LatencyVariant::GraphKernelFlag,
+        lanefold_cuda::LatencyVariant::CallPathWait,
     ] {
         let label = format!("latency probe: {}", variant.label());
         match &result {

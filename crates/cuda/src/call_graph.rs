@@ -4,8 +4,11 @@
 //! On the H200 a one-node graph replay reached the GPU about 2.4 µs sooner
 //! than `cuLaunchKernel(Ex)` of the same kernel (bench/NOTES.md, campaign
 //! 5). Cluster kernels keep the direct launch: the cluster dimension is a
-//! launch attribute this path does not carry.
+//! launch attribute this path does not carry. [`CallPath`] adds the
+//! completion flag's node behind the kernel, so the host's wait is a spin
+//! on pinned memory.
 
+use crate::completion::{signal_kernel, HostFlag};
 use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
 use cudarc::driver::sys;
 
@@ -139,6 +142,110 @@ impl Drop for CallGraph {
             if !self.graph.is_null() {
                 let _ = sys::cuGraphDestroy(self.graph);
             }
+        }
+    }
+}
+
+/// lanefold's call path for one prepared kernel: the call graph and, where
+/// the driver allows, the completion flag its trailing node writes, so the
+/// caller waits by spinning on host memory instead of `cuStreamSynchronize`
+/// ([`crate::completion`]). Cluster kernels launch directly and synchronize.
+pub(crate) struct CallPath {
+    graph: Option<CallGraph>,
+    /// The flag and the writer kernel its graph node runs (kept loaded as
+    /// long as the graph refers to it).
+    completion: Option<(HostFlag, Loaded)>,
+    /// A call was launched and its flag not yet seen: the next launch
+    /// waits for it before clearing the flag, so a late write from this
+    /// call cannot be taken for the next one's.
+    unwaited: bool,
+}
+
+impl CallPath {
+    /// Build the path with `args` and make one call through it; the flag
+    /// is used only if that call's write arrives.
+    pub(crate) fn build(
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+    ) -> Result<CallPath, CudaError> {
+        if loaded.kernel.cluster.is_some() {
+            return Ok(CallPath {
+                graph: None,
+                completion: None,
+                unwaited: false,
+            });
+        }
+        let flagged = (|| -> Result<Option<CallPath>, CudaError> {
+            let signal = backend.load_helper(&signal_kernel())?;
+            let mut flag = HostFlag::new()?;
+            let trailing = TrailingNode {
+                loaded: &signal,
+                pointer: flag.device,
+                word: 1,
+            };
+            let Some(graph) = CallGraph::with_trailing(backend, loaded, args, Some(trailing))?
+            else {
+                return Ok(None);
+            };
+            flag.reset();
+            graph.launch(backend, loaded, args)?;
+            flag.wait_for(1)?;
+            Ok(Some(CallPath {
+                graph: Some(graph),
+                completion: Some((flag, signal)),
+                unwaited: false,
+            }))
+        })();
+        match flagged {
+            Ok(Some(path)) => Ok(path),
+            // No flag here (no mapped memory, the writer did not compile,
+            // or its write never arrived): the graph alone, and synchronize.
+            Ok(None) | Err(_) => Ok(CallPath {
+                graph: CallGraph::new(backend, loaded, args)?,
+                completion: None,
+                unwaited: false,
+            }),
+        }
+    }
+
+    /// Does a call end with the flag (rather than a stream synchronize)?
+    pub(crate) fn waits_on_flag(&self) -> bool {
+        self.completion.is_some()
+    }
+
+    /// Launch one call with `args`.
+    pub(crate) fn launch(
+        &mut self,
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+    ) -> Result<(), CudaError> {
+        if let Some((flag, _)) = self.completion.as_mut() {
+            if self.unwaited {
+                flag.wait_for(1)?;
+            }
+            flag.reset();
+            self.unwaited = true;
+        }
+        match &self.graph {
+            Some(g) => g.launch(backend, loaded, args),
+            None => backend.launch(loaded, args),
+        }
+    }
+
+    /// Wait until the last call has finished on the GPU.
+    pub(crate) fn wait(&mut self, backend: &CudaBackend) -> Result<(), CudaError> {
+        match self.completion.as_ref() {
+            Some((flag, _)) => {
+                flag.wait_for(1)?;
+                self.unwaited = false;
+                Ok(())
+            }
+            None => backend
+                .stream
+                .synchronize()
+                .map_err(driver("waiting for the call")),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! Every method is synchronous (it returns after the device finished) and
 //! every failure is a [`CudaError`], never a panic.
 
-use crate::call_graph::CallGraph;
+use crate::call_graph::CallPath;
 use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
 use cudarc::driver::{sys, CudaEvent, CudaGraph};
 use lanefold_codegen::CodegenOptions;
@@ -48,9 +48,8 @@ pub struct Prepared<'a> {
     end: CudaEvent,
     /// Set used by the next `single` call (rotates like the batches).
     next_single: usize,
-    /// lanefold's one-call path, built on first use; Some(None) for a
-    /// cluster kernel (direct launch).
-    call_graph: Option<Option<CallGraph>>,
+    /// lanefold's one-call path, built on first use.
+    call_path: Option<CallPath>,
     source_sha256: String,
 }
 
@@ -92,7 +91,7 @@ impl CudaBackend {
             start: event()?,
             end: event()?,
             next_single: 0,
-            call_graph: None,
+            call_path: None,
         })
     }
 }
@@ -161,19 +160,35 @@ impl<'a> Prepared<'a> {
         k
     }
 
-    /// One call the way lanefold's runtime makes it: a cached one-node
-    /// graph with this call's parameters (a direct launch for cluster
-    /// kernels), with input set `k % sets`.
+    /// One call the way lanefold's runtime makes it ([`CallPath`]: a cached
+    /// graph with this call's parameters and the completion flag's node; a
+    /// direct launch for cluster kernels), with input set `k % sets`.
     pub(crate) fn call(&mut self, k: usize) -> Result<(), CudaError> {
         let n = self.sets.len();
-        if self.call_graph.is_none() {
-            let g = CallGraph::new(self.backend, &self.loaded, &mut self.sets[k % n])?;
-            self.call_graph = Some(g);
+        let args = &mut self.sets[k % n];
+        match self.call_path.as_mut() {
+            Some(path) => path.launch(self.backend, &self.loaded, args),
+            // Building makes the first call.
+            None => {
+                self.call_path = Some(CallPath::build(self.backend, &self.loaded, args)?);
+                Ok(())
+            }
         }
-        match &self.call_graph {
-            Some(Some(g)) => g.launch(self.backend, &self.loaded, &mut self.sets[k % n]),
-            _ => self.launch_set(k),
+    }
+
+    /// Wait for the last [`Self::call`] the way lanefold's runtime does: a
+    /// spin on the completion flag, or a stream synchronize without one.
+    pub(crate) fn wait_call(&mut self) -> Result<(), CudaError> {
+        match self.call_path.as_mut() {
+            Some(path) => path.wait(self.backend),
+            None => self.synchronize("waiting for the call"),
         }
+    }
+
+    /// Does lanefold's call end with the completion flag here (None until
+    /// the first call)?
+    pub fn call_waits_on_flag(&self) -> Option<bool> {
+        self.call_path.as_ref().map(CallPath::waits_on_flag)
     }
 
     pub(crate) fn synchronize(&self, context: &str) -> Result<(), CudaError> {
@@ -314,15 +329,16 @@ impl<'a> Prepared<'a> {
 
     /// One synchronized call through lanefold's call path ([`Self::call`]),
     /// timed twice, separately: device events around one call, then the
-    /// host wall clock of another call plus stream synchronize with no
-    /// event in the window (as a user calls a kernel; recording and
-    /// waiting on an event inside it added to the host time). The call
-    /// path is built and used once untimed first. Returns (gpu µs, host µs).
+    /// host wall clock of another call and its wait ([`Self::wait_call`]:
+    /// until the GPU's completion flag reaches host memory) with no event
+    /// in the window (as a user calls a kernel; recording and waiting on an
+    /// event inside it added to the host time). The call path is built and
+    /// used once untimed first. Returns (gpu µs, host µs).
     pub fn single(&mut self) -> Result<(f64, f64), CudaError> {
         self.synchronize("before the single call")?;
         let stream = self.backend.stream.clone();
         let k = self.next_single_set();
-        if self.call_graph.is_none() {
+        if self.call_path.is_none() {
             self.call(k)?;
             self.synchronize("warming the call path")?;
         }
@@ -342,8 +358,9 @@ impl<'a> Prepared<'a> {
             .map_err(driver("reading the events"))?;
         let t0 = Instant::now();
         self.call(k)?;
-        self.synchronize("running the single call")?;
+        self.wait_call()?;
         let host_us = micros(t0);
+        self.synchronize("after the single call")?;
         Ok((ms as f64 * 1000.0, host_us))
     }
 

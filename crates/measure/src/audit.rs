@@ -5,7 +5,8 @@
 
 use crate::phases::BatchSample;
 use crate::results::{
-    ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE, SCOPE_SINGLE_V1, SCOPE_SINGLE_V2,
+    ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE, SCOPE_SINGLE_V1,
+    SCOPE_SINGLE_V2, SCOPE_SINGLE_V3,
 };
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -94,7 +95,12 @@ pub(crate) fn audit_side(
         ("e2e", &[SCOPE_E2E][..]),
         (
             "single",
-            &[SCOPE_SINGLE, SCOPE_SINGLE_V2, SCOPE_SINGLE_V1][..],
+            &[
+                SCOPE_SINGLE,
+                SCOPE_SINGLE_V3,
+                SCOPE_SINGLE_V2,
+                SCOPE_SINGLE_V1,
+            ][..],
         ),
     ] {
         if !side
