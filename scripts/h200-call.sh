@@ -62,6 +62,11 @@
 #           the pushed reduction; relaxed/pushed on residual_layernorm and
 #           cross_entropy cluster plans; long-row defaults bench
 #   CALL 40: A/A replay of call 39's long rows (RESUME=1 continues)
+#   CALL 41: target 3 with the flag-waiting call path: CUDA variant
+#           selftest, short-row bench, A/A replay with both torch peers
+#           (RESUME=1 continues: call 41 again)
+#   CALL 42: target 1's residual_layernorm 4096x32768 (pushed): bench and
+#           A/A replay with all three peers
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -887,6 +892,43 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-long-v10-aa-h200"
   "$bin" scorecard "$r-long-v10-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
   ;;
-*) echo "unknown call $call (1-40)"; exit 2 ;;
+41)
+  # Next session: target 3 with the call path that waits on its completion
+  # flag. CUDA variant selftest (now with the call path's and the flag's
+  # checks), a bench of today's short-row defaults, then an A/A replay with
+  # both torch peers, 3 rounds; RESUME=1 continues it (call 42).
+  step "variant selftest with the call path and its flag"
+  timeout 150 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL|passed" "${OUT:-/tmp}/selftest.log" | tail -5
+  if [ -z "${RESUME:-}" ]; then
+    step "short rows, today's defaults, bench"
+    timeout 120 "$bin" bench --backend cuda --ops rmsnorm,softmax,cross_entropy \
+      --shapes 1x127,17x257,64x4096,1024x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s \
+      --capture-sources --output "$r-short-v10-h200" > /dev/null 2>&1
+    echo "bench rc=$?"; keep bench "$r-short-v10-h200"
+  fi
+  step "short rows, A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-short-v10-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-short-v10-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-short-v10-aa-h200"
+  "$bin" scorecard "$r-short-v10-aa-h200" | grep -E "^# |^## " || true
+  ;;
+42)
+  # Next session: target 1's residual_layernorm f32 4096x32768, whose
+  # cluster of eight now pushes its partials (651 -> 522 µs in call 39):
+  # bench, then an A/A replay with all three peers, 3 rounds.
+  step "residual_layernorm 4096x32768, today's default, bench"
+  timeout 60 "$bin" bench --backend cuda --ops residual_layernorm --shapes 4096x32768 --dtypes f32,bf16 $s \
+    --capture-sources --output "$r-rln-w32k-v10-h200" > /dev/null 2>&1
+  echo "bench rc=$?"; keep bench "$r-rln-w32k-v10-h200"
+  step "A/A replay with all three peers"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-rln-w32k-v10-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile --liger ${RESUME:+--resume} --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-rln-w32k-v10-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-rln-w32k-v10-aa-h200"
+  "$bin" scorecard "$r-rln-w32k-v10-aa-h200" | grep -E "^# |^## |met|miss" || true
+  ;;
+*) echo "unknown call $call (1-42)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

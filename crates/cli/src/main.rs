@@ -47,7 +47,8 @@ enum Command {
         quick: bool,
         /// Only the checks of the opt-in variants (online normalizer,
         /// one-pass moments, staged columns, packed tiles, relaxed exit,
-        /// pushed reduction): seconds instead of minutes on a device whose
+        /// pushed reduction) and, on CUDA, of the call path and its
+        /// completion flag: seconds instead of minutes on a device whose
         /// time is scarce.
         #[arg(long)]
         variants_only: bool,
@@ -801,6 +802,8 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
     let mut report = Report::default();
     if variants_only {
         selftest::variant_checks(&backend, &mut report);
+        selftest::call_path_checks(&backend, &mut report);
+        selftest::latency_flag_checks(&backend, &mut report);
     } else {
         full_selftest(&backend, quick, started, &mut report);
     }
