@@ -67,6 +67,8 @@
 #           (RESUME=1 continues: call 41 again)
 #   CALL 42: target 1's residual_layernorm 4096x32768 (pushed): bench and
 #           A/A replay with all three peers
+#   CALL 43: layernorm f32 long rows pushed without the promise; the norms
+#           on 4096x32768 in pushed clusters of four 512-thread groups
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -929,6 +931,29 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-rln-w32k-v10-aa-h200"
   "$bin" scorecard "$r-rln-w32k-v10-aa-h200" | grep -E "^# |^## |met|miss" || true
   ;;
-*) echo "unknown call $call (1-42)"; exit 2 ;;
+43)
+  # Next session: layernorm f32 long rows pushed without the occupancy
+  # promise (104 registers, no spill; with the promise of 3 it spills 104
+  # B, of 2 it takes 128 and spills 24), and the norms on 4096x32768 in
+  # clusters of four 512-thread groups, pushed (38-44 registers), each
+  # against today's default in one binary.
+  step "layernorm f32 long rows: default, pushed without the promise"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32 $s \
+    --capture-sources --output "$r-ln-long-v10-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32 \
+    --cluster-group-threads 256 --push-cluster-reduce $s --capture-sources \
+    --output "$r-ln-long-pushed-ob0-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  step "4096x32768 norms: default, clusters of four 512-thread groups pushed"
+  q="--ops rmsnorm,layernorm --shapes 4096x32768"
+  timeout 60 "$bin" bench --backend cuda $q --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-w32k-norms-v10-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  for v in "f32:4" "bf16:8"; do
+    timeout 60 "$bin" bench --backend cuda $q --dtypes "${v%%:*}" --workers 2048 --pack "${v#*:}" \
+      --cluster-group-threads 512 --pack-resident --push-cluster-reduce $s --capture-sources \
+      --output "$r-w32k-c4-pushed-${v%%:*}-h200" > /dev/null 2>&1; echo "bench ${v%%:*} rc=$?"
+  done
+  keep ln "$r"-ln-long-*-h200 "$r"-w32k-norms-v10-default-h200 "$r"-w32k-c4-pushed-*-h200
+  ;;
+*) echo "unknown call $call (1-43)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
