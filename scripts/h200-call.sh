@@ -938,7 +938,7 @@ case $call in
   # clusters of four 512-thread groups, pushed (38-44 registers), each
   # against today's default in one binary.
   step "layernorm f32 long rows: default, pushed without the promise"
-  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32 $s \
+  timeout 90 "$bin" bench --backend cuda --ops layernorm,rmsnorm --shapes 4096x131072,1024x262144 --dtypes f32 $s \
     --capture-sources --output "$r-ln-long-v10-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
   timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32 \
     --cluster-group-threads 256 --push-cluster-reduce $s --capture-sources \
@@ -952,7 +952,12 @@ case $call in
       --cluster-group-threads 512 --pack-resident --push-cluster-reduce $s --capture-sources \
       --output "$r-w32k-c4-pushed-${v%%:*}-h200" > /dev/null 2>&1; echo "bench ${v%%:*} rc=$?"
   done
-  keep ln "$r"-ln-long-*-h200 "$r"-w32k-norms-v10-default-h200 "$r"-w32k-c4-pushed-*-h200
+  step "rmsnorm f32 1024x262144 pushed without the staged weight"
+  timeout 60 "$bin" bench --backend cuda --ops rmsnorm --shapes 1024x262144 --dtypes f32 --workers 4096 --pack 4 \
+    --cluster-group-threads 256 --push-cluster-reduce $s --capture-sources \
+    --output "$r-rms-long-pushed-unstaged-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  keep ln "$r"-ln-long-*-h200 "$r"-w32k-norms-v10-default-h200 "$r"-w32k-c4-pushed-*-h200 \
+    "$r"-rms-long-pushed-unstaged-h200
   ;;
 *) echo "unknown call $call (1-43)"; exit 2 ;;
 esac
