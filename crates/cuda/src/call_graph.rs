@@ -162,19 +162,22 @@ pub(crate) struct CallPath {
 }
 
 impl CallPath {
-    /// Build the path with `args` and make one call through it; the flag
-    /// is used only if that call's write arrives.
+    /// Build the path with `args` and make one call through it (waited for
+    /// where it ends with the flag); the flag is used only if that call's
+    /// write arrives.
     pub(crate) fn build(
         backend: &CudaBackend,
         loaded: &Loaded,
         args: &mut DeviceArgs,
     ) -> Result<CallPath, CudaError> {
         if loaded.kernel.cluster.is_some() {
-            return Ok(CallPath {
+            let mut direct = CallPath {
                 graph: None,
                 completion: None,
                 unwaited: false,
-            });
+            };
+            direct.launch(backend, loaded, args)?;
+            return Ok(direct);
         }
         let flagged = (|| -> Result<Option<CallPath>, CudaError> {
             let signal = backend.load_helper(&signal_kernel())?;
@@ -201,11 +204,15 @@ impl CallPath {
             Ok(Some(path)) => Ok(path),
             // No flag here (no mapped memory, the writer did not compile,
             // or its write never arrived): the graph alone, and synchronize.
-            Ok(None) | Err(_) => Ok(CallPath {
-                graph: CallGraph::new(backend, loaded, args)?,
-                completion: None,
-                unwaited: false,
-            }),
+            Ok(None) | Err(_) => {
+                let mut plain = CallPath {
+                    graph: CallGraph::new(backend, loaded, args)?,
+                    completion: None,
+                    unwaited: false,
+                };
+                plain.launch(backend, loaded, args)?;
+                Ok(plain)
+            }
         }
     }
 
