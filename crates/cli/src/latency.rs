@@ -37,8 +37,10 @@ pub fn latency(case: &Case, iters: usize, output: &Path) -> Result<()> {
     table.set_header(["schedule", "variant", "p10 µs", "p50 µs", "p90 µs", "n"]);
     let mut rows = vec![];
     for p in &probes {
-        let s = Summary::of(&p.host_us).context("no samples")?;
-        let q = |f: f64| percentile(&p.host_us, f);
+        // Summaries of the samples as written, so the audit re-derives them.
+        let host_us = to_nanoseconds(&p.host_us);
+        let s = Summary::of(&host_us).context("no samples")?;
+        let q = |f: f64| percentile(&host_us, f);
         table.add_row([
             p.schedule.to_string(),
             p.variant.label().to_string(),
@@ -49,9 +51,10 @@ pub fn latency(case: &Case, iters: usize, output: &Path) -> Result<()> {
         ]);
         rows.push(json!({
             "schedule": p.schedule, "variant": p.variant.label(),
-            "host_us_p50": s.p50, "host_us_samples": to_nanoseconds(&p.host_us),
+            "host_us_p50": s.p50, "host_us_samples": host_us,
         }));
     }
+    let event_us = to_nanoseconds(&event_us);
     let gpu = Summary::of(&event_us).context("no event samples")?;
     println!(
         "{} {} {} {}: one call {:.2} µs on the GPU (events, p50 of {})",
@@ -71,7 +74,7 @@ pub fn latency(case: &Case, iters: usize, output: &Path) -> Result<()> {
         "plan": out.plan.describe(),
         "iters": iters,
         "order": "per iteration, every variant once in the listed order; 10% untimed warm-up",
-        "gpu_event_us_samples": to_nanoseconds(&event_us),
+        "gpu_event_us_samples": event_us,
         "call_waits_on_flag": prepared.call_waits_on_flag(),
         "probes": rows,
     });

@@ -321,22 +321,41 @@ fn audit_speed(v: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// The `lanefold-latency/1` files of a probe directory (None: none there).
+/// The `lanefold-latency/1` files of a probe directory, plain or gzipped
+/// (`.json`, `.json.gz`; None: none there).
 fn latency_files(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
+            name.ends_with(".json") || name.ends_with(".json.gz")
+        })
         .collect();
     files.sort();
     (!files.is_empty()).then_some(files)
 }
 
+/// A probe file's text, decompressed where its name ends in `.gz`.
+fn read_probe_text(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    if path.extension().is_some_and(|x| x == "gz") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+            .map_err(|e| format!("corrupt gzip: {e}"))?;
+        Ok(text)
+    } else {
+        String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
+    }
+}
+
 /// A launch-latency probe: every variant has the iterations the file
 /// claims, and each recorded p50 follows from its raw samples.
 fn audit_latency_file(path: &Path) -> Vec<String> {
-    let value: serde_json::Value = match std::fs::read_to_string(path)
-        .map_err(|e| e.to_string())
+    let value: serde_json::Value = match read_probe_text(path)
         .and_then(|t| serde_json::from_str(&t).map_err(|e| format!("corrupt JSON: {e}")))
     {
         Ok(v) => v,
@@ -437,7 +456,7 @@ mod tests {
         assert_eq!(audit_dir(&committed), Vec::<String>::new());
         let dir = std::env::temp_dir().join(format!("lanefold-probe-audit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let text = std::fs::read_to_string(committed.join("rmsnorm-1x127-f32.json")).unwrap();
+        let text = read_probe_text(&committed.join("rmsnorm-1x127-f32.json.gz")).unwrap();
         let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let samples = v["probes"][1]["host_us_samples"].as_array_mut().unwrap();
         for x in samples.iter_mut().take(1500) {
@@ -456,6 +475,23 @@ mod tests {
         );
         assert!(
             findings.iter().any(|f| f.contains("1999 samples")),
+            "{findings:?}"
+        );
+    }
+
+    /// A truncated gzipped probe is reported, not skipped or a panic.
+    #[test]
+    fn a_truncated_gzipped_probe_fails_its_audit() {
+        let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench/probes/2026-11-30-latency-h200/rmsnorm-1x127-f32.json.gz");
+        let bytes = std::fs::read(&committed).unwrap();
+        let dir = std::env::temp_dir().join(format!("lanefold-probe-gz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cut.json.gz"), &bytes[..bytes.len() / 2]).unwrap();
+        let findings = audit_dir(&dir);
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(
+            findings.iter().any(|f| f.contains("corrupt gzip")),
             "{findings:?}"
         );
     }
