@@ -69,6 +69,8 @@
 #           A/A replay with all three peers
 #   CALL 43: layernorm f32 long rows pushed without the promise; the norms
 #           on 4096x32768 in pushed clusters of four 512-thread groups
+#   CALL 44: two rows per cluster on the long rows (pushed, with and
+#           without the promise of three groups), against the default
 #           layernorm f32 long rows at three groups per SM
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
@@ -959,6 +961,31 @@ case $call in
   keep ln "$r"-ln-long-*-h200 "$r"-w32k-norms-v10-default-h200 "$r"-w32k-c4-pushed-*-h200 \
     "$r"-rms-long-pushed-unstaged-h200
   ;;
-*) echo "unknown call $call (1-43)"; exit 2 ;;
+44)
+  # Next session: two rows per cluster (each group holds the same slice of
+  # two rows, so it reads each column slice once for both: the test of
+  # the L2 reading of layernorm's long rows), pushed, with and without the
+  # promise of three groups per SM, against today's default in one binary;
+  # softmax (no columns) is the control for what G=2 itself costs.
+  q="--ops layernorm,rmsnorm,softmax"
+  step "long rows, today's default"
+  timeout 120 "$bin" bench --backend cuda $q --shapes 4096x131072,1024x262144 --dtypes f32,bf16 $s \
+    --capture-sources --output "$r-g2-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  for v in "4096x131072:2048:128" "1024x262144:4096:256"; do
+    IFS=: read -r shape workers threads <<< "$v"
+    for ob in 0 3; do
+      step "two rows per cluster $shape, occupancy $ob"
+      timeout 60 "$bin" bench --backend cuda $q --shapes "$shape" --dtypes f32 --workers "$workers" --pack 4 \
+        --cluster-group-threads "$threads" --rows-per-group 2 --push-cluster-reduce --occupancy "$ob" $s \
+        --capture-sources --output "$r-g2-$shape-f32-ob$ob-h200" > /dev/null 2>&1; echo "bench rc=$?"
+      timeout 60 "$bin" bench --backend cuda $q --shapes "$shape" --dtypes bf16 --workers "$workers" --pack 8 \
+        --cluster-group-threads "$threads" --rows-per-group 2 --push-cluster-reduce --pack-resident \
+        --one-pass-moments --occupancy "$ob" $s \
+        --capture-sources --output "$r-g2-$shape-bf16-ob$ob-h200" > /dev/null 2>&1; echo "bench rc=$?"
+    done
+  done
+  keep g2 "$r"-g2-*-h200
+  ;;
+*) echo "unknown call $call (1-44)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -449,6 +449,60 @@ pub fn variant_checks(backend: &Backend, report: &mut Report) {
     packed_resident_checks(backend, report);
     relaxed_exit_checks(backend, report);
     pushed_reduce_checks(backend, report);
+    cluster_rows_checks(backend, report);
+}
+
+/// Two rows per cluster (G=2 on a row spanning a cluster: each group holds
+/// the same slice of both rows): every operator, f32 and bf16, on clusters
+/// of 8 and 16 groups, with the barrier and the pushed reduction, on an
+/// even and an odd row count (the last cluster's second row past the end
+/// computes and stores nothing). Same bits as one row per cluster.
+pub fn cluster_rows_checks(backend: &Backend, report: &mut Report) {
+    for op in Operator::SIX {
+        for dtype in [DType::F32, DType::Bf16] {
+            for (workers, pack, n) in [(2048u32, 4u32, 16384usize), (4096, 8, 65536)] {
+                for (rows, pushed) in [(300, false), (17, true)] {
+                    let case = |rows_per_group: u32| Case {
+                        op,
+                        dtype,
+                        shape: shape(rows, n),
+                        request: LayoutRequest {
+                            workers,
+                            pack,
+                            rows_per_group,
+                            cluster_group_threads: 256,
+                            push_cluster_reduce: pushed,
+                            ..Default::default()
+                        },
+                        seed: 31 + pack as u64,
+                    };
+                    let label = format!(
+                        "two rows per cluster{} {op} {dtype} {rows}x{n} W={workers} V={pack}",
+                        if pushed { ", pushed" } else { "" }
+                    );
+                    let options = CodegenOptions::default();
+                    match (
+                        run_case(backend, &case(1), &options),
+                        run_case(backend, &case(2), &options),
+                    ) {
+                        (Ok(one), Ok(two)) => {
+                            let p = &two.plan;
+                            let ok = two.validation.pass
+                                && p.layout.rows_per_group == 2
+                                && p.groups_per_row > 1
+                                && p.threads_per_group == 512
+                                && p.groups == rows.div_ceil(2) as u64 * p.groups_per_row as u64
+                                && bits(&one.outputs) == bits(&two.outputs);
+                            report.record(ok, &label, &p.describe());
+                        }
+                        (Err(e), _) | (_, Err(e)) => {
+                            report.record(false, &label, &format!("{e:#}"))
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Column slices staged in shared memory with `cp.async`

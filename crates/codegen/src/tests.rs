@@ -367,6 +367,69 @@ fn golden_softmax_f32_w2048_v4_pushed_cluster_reduce() {
     insta::assert_snapshot!(golden(&p));
 }
 
+/// Two rows per cluster (G=2 on a row spanning a cluster): thread t of a
+/// group serves row t / 128 at worker rank * 128 + t % 128; each row's
+/// first 16 threads push that row's partials into its own 16 slots of
+/// every group, and every mbarrier expects both rows' partials.
+#[test]
+fn golden_rmsnorm_f32_w2048_v4_two_rows_per_cluster_pushed() {
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "3x131072",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 1,
+            rows_per_group: 2,
+            cluster_group_threads: 128,
+            push_cluster_reduce: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        (p.groups_per_row, p.threads_per_group, p.groups),
+        (16, 256, 32)
+    );
+    let k = kernel(&p);
+    assert_eq!(k.block, (256, 1, 1));
+    assert_eq!(k.grid, (32, 1, 1));
+    assert_eq!(k.cluster, Some(16));
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    assert!(body.contains("const int row_in_group = tid >> 7;"));
+    assert!(body.contains("const int row = blockIdx.x / 16 * 2 + row_in_group;"));
+    assert!(body.contains("if (tid % 128 < 16) {"));
+    assert!(body.contains("+ row_in_group * 16 + rank], "));
+    assert!(body.contains("expect_tx.shared::cta.b64 _, [%0], 128;"));
+    assert!(k.shared_bytes <= p.shared_bytes);
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// The same two rows per cluster through the barrier form: each row's
+/// first thread writes that row's slot, and every lane reads its group's
+/// slot of its own row.
+#[test]
+fn two_rows_per_cluster_pull_their_own_rows_slots() {
+    let p = make_with(
+        Operator::Softmax,
+        DType::Bf16,
+        "3x131072",
+        LayoutRequest {
+            workers: 2048,
+            pack: 8,
+            rows_per_group: 2,
+            cluster_group_threads: 256,
+            ..Default::default()
+        },
+    );
+    let k = kernel(&p);
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    // Two reductions (max, sum), two rows each: slots base + 2k + row.
+    assert!(body.contains("if (tid % 256 == 0) lf_smem[32 + row_in_group] = a0;"));
+    assert!(body.contains("lf_cluster_load(&lf_smem[34 + row_in_group], lane)"));
+    assert!(k.shared_bytes <= p.shared_bytes);
+}
+
 /// Every operator's pushed kernel fits the shared memory its plan
 /// reserved, with and without staged columns and the online normalizer.
 #[test]

@@ -111,9 +111,11 @@ impl Layout {
         self.workers / self.workers_per_group(target)
     }
 
+    /// Threads of one group: its workers of each of its rows (a cluster
+    /// group of G rows holds the same slice of each).
     pub fn threads_per_group(&self, target: &Target) -> u32 {
         if self.spans_cluster(target) {
-            target.cluster_group_threads
+            target.cluster_group_threads * self.rows_per_group
         } else {
             self.workers * self.rows_per_group
         }

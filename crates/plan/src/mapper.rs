@@ -523,14 +523,21 @@ impl Plan {
             s += &format!(" occupancy={b}");
         }
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
-        if self.groups_per_row > 1 && default_group_threads != Some(self.threads_per_group) {
-            s += &format!(" group-threads={}", self.threads_per_group);
+        if self.groups_per_row > 1 && default_group_threads != Some(self.row_threads_per_group()) {
+            s += &format!(" group-threads={}", self.row_threads_per_group());
         }
         s
     }
 }
 
 impl Plan {
+    /// Threads of one group that serve one row: the cluster group size a
+    /// request names (`cluster_group_threads`), G of which make a group of
+    /// a G-row cluster.
+    pub fn row_threads_per_group(&self) -> u32 {
+        self.threads_per_group / self.layout.rows_per_group.max(1)
+    }
+
     /// A request that plans to exactly this plan's layout and policies
     /// (W, V, U, G, residency, cluster group size, hints, hoisting) with the
     /// occupancy promise `groups` (0: none); `base` supplies the rest
@@ -547,7 +554,7 @@ impl Plan {
                 Residency::Stream => ResidencyRequest::Stream,
             },
             cluster_group_threads: if self.groups_per_row > 1 {
-                self.threads_per_group
+                self.row_threads_per_group()
             } else {
                 0
             },
@@ -1169,12 +1176,16 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     };
     let mut layout = layout_for(rows_per_group);
     let groups_per_row = layout.groups_per_row(target);
-    if groups_per_row > 1 && rows_per_group != 1 {
+    let threads = layout.threads_per_group(target);
+    // A cluster of G rows: each group holds the same slice of G rows, so
+    // a column's slice is read by one group for all of them.
+    if groups_per_row > 1 && threads > target.max_threads_per_group {
         return Err(width(format!(
-            "G={rows_per_group}: a row spanning a cluster ({groups_per_row} groups) cannot share its groups"
+            "G={rows_per_group}: {rows_per_group} rows x {} threads of a cluster group exceed the group limit {}",
+            layout.workers_per_group(target),
+            target.max_threads_per_group
         )));
     }
-    let threads = layout.threads_per_group(target);
     if groups_per_row == 1
         && (workers as u64 * rows_per_group as u64) > target.max_threads_per_group as u64
     {
@@ -1296,6 +1307,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     let column_stage = stage.filter(|_| {
         request.stage_columns
             && groups_per_row > 1
+            && rows_per_group == 1
             && residency == Residency::Registers
             && whole_vector_packs
     });
@@ -1308,11 +1320,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
             detail: format!("{} reductions", analysis.reductions.len()),
         });
     }
-    let groups = if groups_per_row > 1 {
-        rows as u64 * groups_per_row as u64
-    } else {
-        rows.div_ceil(rows_per_group as usize) as u64
-    };
+    let groups = rows.div_ceil(rows_per_group as usize) as u64 * groups_per_row as u64;
     Ok(Plan {
         problem: problem.clone(),
         analysis,
@@ -1342,7 +1350,8 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
 }
 
 /// Shared memory for the reduction tree: one f32 per warp per reduction,
-/// per row of the group; clusters add one slot per group of the cluster.
+/// per row of the group; clusters add one slot per group of the cluster,
+/// per row.
 fn reduction_slot_bytes(
     reductions: usize,
     rows_per_group: u32,
@@ -1358,7 +1367,7 @@ fn reduction_slot_bytes(
     // A pushed reduction adds one 8-byte `mbarrier` per reduction, from
     // an 8-byte boundary.
     let barriers = if pushed { 8 * reductions as u32 + 4 } else { 0 };
-    4 * reductions as u32 * (rows_per_group * warps + cluster) + barriers
+    4 * reductions as u32 * rows_per_group * (warps + cluster) + barriers
 }
 
 /// Where a plan's staged column slices sit in a group's dynamic shared
@@ -1913,6 +1922,53 @@ mod tests {
             ..req(256)
         };
         assert!(plan(&p, &t, &too_wide).is_err());
+    }
+
+    #[test]
+    fn a_cluster_of_two_rows_holds_the_same_slice_of_each() {
+        // G=2 on a row spanning a cluster: every group takes the same
+        // slice of two rows (so it reads each column slice once for both),
+        // the per-row tree unchanged.
+        let p = problem(Operator::Layernorm, "17x131072");
+        let t = Target::h200();
+        let req = |rows_per_group, threads| LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            rows_per_group,
+            cluster_group_threads: threads,
+            push_cluster_reduce: true,
+            stage_columns: true,
+            ..Default::default()
+        };
+        let one = plan(&p, &t, &req(1, 128)).unwrap();
+        let two = plan(&p, &t, &req(2, 128)).unwrap();
+        assert_eq!((one.groups_per_row, one.threads_per_group), (16, 128));
+        assert_eq!((two.groups_per_row, two.threads_per_group), (16, 256));
+        assert_eq!(two.tree, one.tree);
+        assert_eq!(two.slot_bound, one.slot_bound);
+        // 17 rows: 9 clusters of 16 groups, the last one's second row idle.
+        assert_eq!(two.groups, 9 * 16);
+        assert!(two.pushed_cluster_reduce);
+        // The stage is per row's slice: not with two rows (refused quietly).
+        assert!(one.staged_columns() && !two.staged_columns());
+        // Each row has its warps' and its cluster's slots, then one
+        // mbarrier per reduction (8-byte aligned).
+        let r = two.analysis.reductions.len() as u32;
+        assert_eq!(two.shared_bytes, 4 * r * 2 * (4 + 16) + 8 * r + 4);
+        // At most 1024 threads a group: 8 rows of 256 do not fit.
+        assert!(matches!(
+            plan(&p, &t, &req(8, 256)),
+            Err(Refusal::InvalidWidth(m)) if m.contains("group limit")
+        ));
+        // Its description and pinned request name the per-row group size,
+        // so a replay plans the same kernel again.
+        assert!(two.describe().contains("G=2") && two.describe().contains("group-threads=128"));
+        let again = plan(&p, &t, &two.pinned_request(&LayoutRequest::default(), 0)).unwrap();
+        assert_eq!(again.describe(), two.describe());
+        assert_eq!(again.threads_per_group, 256);
+        // The automatic mapping never asks for it.
+        let auto = plan(&p, &t, &LayoutRequest::default()).unwrap();
+        assert_eq!(auto.layout.rows_per_group, 1);
     }
 
     #[test]
