@@ -1005,20 +1005,17 @@ impl Ctx<'_> {
         let g = self.g;
         let slot = |k: usize| push.slots + k * c * g;
         // With G rows, row r's partials go to slots [r * c, r * c + c).
-        let (pusher, target_rank, row_slot) = if g == 1 {
-            ("tid".to_string(), "tid".to_string(), String::new())
+        // Thread t < c of each row pushes that row's partials to group t.
+        let (t, row_slot) = if g == 1 {
+            ("tid".to_string(), String::new())
         } else {
-            let per_row = self.plan.threads_per_group as usize / g;
-            (
-                format!("tid % {per_row}"),
-                format!("tid % {per_row}"),
-                format!(" + row_in_group * {c}"),
-            )
+            let per_row = self.plan.row_threads_per_group();
+            (format!("tid % {per_row}"), format!(" + row_in_group * {c}"))
         };
-        self.open(&format!("if ({pusher} < {c}) {{"));
+        self.open(&format!("if ({t} < {c}) {{"));
         for &k in all {
             self.line(&format!(
-                "lf_push(&lf_smem[{}{row_slot} + rank], {}, {target_rank}, a{k});",
+                "lf_push(&lf_smem[{}{row_slot} + rank], {}, {t}, a{k});",
                 slot(k),
                 barrier(k)
             ));
@@ -1153,7 +1150,7 @@ impl Ctx<'_> {
             let (writer, row_slot) = if g == 1 {
                 ("tid == 0".to_string(), String::new())
             } else {
-                let per_row = self.plan.threads_per_group as usize / g;
+                let per_row = self.plan.row_threads_per_group();
                 (
                     format!("tid % {per_row} == 0"),
                     " + row_in_group".to_string(),
@@ -1571,7 +1568,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             cx.line("const int row_in_group = 0;");
         } else {
             // G rows per cluster: each group holds the same slice of each.
-            let per_row = threads / g;
+            let per_row = plan.row_threads_per_group();
             cx.line(&format!(
                 "const int row_in_group = tid >> {};",
                 per_row.ilog2()

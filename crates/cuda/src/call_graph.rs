@@ -170,14 +170,18 @@ impl CallPath {
         loaded: &Loaded,
         args: &mut DeviceArgs,
     ) -> Result<CallPath, CudaError> {
-        if loaded.kernel.cluster.is_some() {
-            let mut direct = CallPath {
-                graph: None,
+        // Without a flag: `graph` (None: a direct launch), and synchronize.
+        let unflagged = |graph: Option<CallGraph>, args: &mut DeviceArgs| {
+            let mut path = CallPath {
+                graph,
                 completion: None,
                 unwaited: false,
             };
-            direct.launch(backend, loaded, args)?;
-            return Ok(direct);
+            path.launch(backend, loaded, args)?;
+            Ok(path)
+        };
+        if loaded.kernel.cluster.is_some() {
+            return unflagged(None, args);
         }
         let flagged = (|| -> Result<Option<CallPath>, CudaError> {
             let signal = backend.load_helper(&signal_kernel())?;
@@ -203,15 +207,10 @@ impl CallPath {
         match flagged {
             Ok(Some(path)) => Ok(path),
             // No flag here (no mapped memory, the writer did not compile,
-            // or its write never arrived): the graph alone, and synchronize.
+            // or its write never arrived): the graph alone.
             Ok(None) | Err(_) => {
-                let mut plain = CallPath {
-                    graph: CallGraph::new(backend, loaded, args)?,
-                    completion: None,
-                    unwaited: false,
-                };
-                plain.launch(backend, loaded, args)?;
-                Ok(plain)
+                let graph = CallGraph::new(backend, loaded, args)?;
+                unflagged(graph, args)
             }
         }
     }
