@@ -454,54 +454,37 @@ pub fn variant_checks(backend: &Backend, report: &mut Report) {
 
 /// Two rows per cluster (G=2 on a row spanning a cluster: each group holds
 /// the same slice of both rows): every operator, f32 and bf16, on clusters
-/// of 8 and 16 groups, with the barrier and the pushed reduction, on an
-/// even and an odd row count (the last cluster's second row past the end
-/// computes and stores nothing). Same bits as one row per cluster.
+/// of 8 and 16 groups, with the barrier on an even row count and the
+/// pushed reduction on an odd one (the last cluster's second row past the
+/// end computes and stores nothing). Same bits as one row per cluster.
 pub fn cluster_rows_checks(backend: &Backend, report: &mut Report) {
-    for op in Operator::SIX {
-        for dtype in [DType::F32, DType::Bf16] {
-            for (workers, pack, n) in [(2048u32, 4u32, 16384usize), (4096, 8, 65536)] {
-                for (rows, pushed) in [(300, false), (17, true)] {
-                    let case = |rows_per_group: u32| Case {
-                        op,
-                        dtype,
-                        shape: shape(rows, n),
-                        request: LayoutRequest {
-                            workers,
-                            pack,
-                            rows_per_group,
-                            cluster_group_threads: 256,
-                            push_cluster_reduce: pushed,
-                            ..Default::default()
-                        },
-                        seed: 31 + pack as u64,
-                    };
-                    let label = format!(
-                        "two rows per cluster{} {op} {dtype} {rows}x{n} W={workers} V={pack}",
-                        if pushed { ", pushed" } else { "" }
-                    );
-                    let options = CodegenOptions::default();
-                    match (
-                        run_case(backend, &case(1), &options),
-                        run_case(backend, &case(2), &options),
-                    ) {
-                        (Ok(one), Ok(two)) => {
-                            let p = &two.plan;
-                            let ok = two.validation.pass
-                                && p.layout.rows_per_group == 2
-                                && p.groups_per_row > 1
-                                && p.threads_per_group == 512
-                                && p.groups == rows.div_ceil(2) as u64 * p.groups_per_row as u64
-                                && bits(&one.outputs) == bits(&two.outputs);
-                            report.record(ok, &label, &p.describe());
-                        }
-                        (Err(e), _) | (_, Err(e)) => {
-                            report.record(false, &label, &format!("{e:#}"))
-                        }
-                    }
-                }
-            }
-        }
+    let two_rows = |plan: &Plan| {
+        plan.layout.rows_per_group == 2
+            && plan.threads_per_group == 512
+            && plan.groups == plan.shape().rows.div_ceil(2) as u64 * plan.groups_per_row as u64
+    };
+    for (name, rows, base) in [
+        (
+            "two rows per cluster",
+            300,
+            (|_| {}) as fn(&mut LayoutRequest),
+        ),
+        ("two rows per cluster, pushed", 17, |request| {
+            request.push_cluster_reduce = true
+        }),
+    ] {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(2048, 4, 16384), (4096, 8, 65536)],
+            rows,
+            base,
+            |request| request.rows_per_group = 2,
+            two_rows,
+            |plan| plan.groups_per_row > 1,
+        );
     }
 }
 
@@ -517,6 +500,7 @@ pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
         "staged columns",
         &[DType::F32, DType::Bf16],
         &[(2048, 4, 16384), (2048, 8, 32768)],
+        300,
         |_| {},
         |request| request.stage_columns = true,
         |plan| plan.staged_columns(),
@@ -535,6 +519,7 @@ pub fn packed_resident_checks(backend: &Backend, report: &mut Report) {
         "packed resident",
         &[DType::F32, DType::Bf16, DType::F16],
         &[(2048, 8, 32768), (256, 4, 4096), (512, 8, 4096)],
+        300,
         |_| {},
         |request| request.pack_resident = true,
         |plan| plan.packed_resident,
@@ -552,6 +537,7 @@ pub fn relaxed_exit_checks(backend: &Backend, report: &mut Report) {
         "relaxed cluster exit",
         &[DType::F32, DType::Bf16],
         &[(2048, 4, 16384), (4096, 8, 65536)],
+        300,
         |_| {},
         |request| request.relaxed_cluster_exit = true,
         |plan| plan.relaxed_cluster_exit,
@@ -573,6 +559,7 @@ pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
         "pushed reduction",
         &dtypes,
         &layouts,
+        300,
         |_| {},
         |request| request.push_cluster_reduce = true,
         |plan| plan.pushed_cluster_reduce,
@@ -584,6 +571,7 @@ pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
         "pushed reduction, online normalizer",
         &dtypes,
         &layouts,
+        300,
         |request| request.online_normalizer = true,
         |request| request.push_cluster_reduce = true,
         |plan| plan.pushed_cluster_reduce,
@@ -592,7 +580,8 @@ pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
 }
 
 /// A load or register policy that must not change a bit: each operator
-/// and dtype on each (W, V, n) with 256-thread cluster groups and `base`,
+/// and dtype on each (W, V, n) with `rows` rows, 256-thread cluster
+/// groups and `base`,
 /// planned without and with `enable`; the second valid, marked (`marked`) exactly
 /// where `applies` says, and bit-identical to the first.
 #[allow(clippy::too_many_arguments)]
@@ -602,6 +591,7 @@ fn same_bits_policy_checks(
     name: &str,
     dtypes: &[DType],
     layouts: &[(u32, u32, usize)],
+    rows: usize,
     base: fn(&mut LayoutRequest),
     enable: fn(&mut LayoutRequest),
     marked: fn(&Plan) -> bool,
@@ -610,7 +600,6 @@ fn same_bits_policy_checks(
     for op in Operator::SIX {
         for &dtype in dtypes {
             for &(workers, pack, n) in layouts {
-                let rows = 300;
                 let case = |on: bool| {
                     let mut request = LayoutRequest {
                         workers,
