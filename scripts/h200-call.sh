@@ -72,6 +72,9 @@
 #   CALL 44: two rows per cluster on the long rows (pushed, with and
 #           without the promise of three groups), against the default
 #           layernorm f32 long rows at three groups per SM
+#   CALL 45: session 11's long-row f32 norm defaults (pushed layernorm
+#           without the promise; rmsnorm 1024x262144 pushed unstaged): the
+#           G=2 store fix on CUDA, bench, A/A replay with both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -986,6 +989,31 @@ case $call in
   done
   keep g2 "$r"-g2-*-h200
   ;;
-*) echo "unknown call $call (1-44)"; exit 2 ;;
+45)
+  # Session 11: the CUDA variant selftest (the two-rows-per-cluster scalar
+  # store fix), then today's f32 long-row norm defaults, rmsnorm f32
+  # 4096x131072 pushed without staging beside them, and an A/A replay of the
+  # defaults with torch eager and torch.compile, 2 rounds.
+  step "variant selftest"
+  timeout 150 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL|passed" "${OUT:-/tmp}/selftest.log" | tail -5
+  q="--ops rmsnorm,layernorm --shapes 4096x131072,1024x262144 --dtypes f32"
+  if [ -z "${RESUME:-}" ]; then
+    step "f32 long-row norms, today's defaults"
+    timeout 90 "$bin" bench --backend cuda $q $s --capture-sources \
+      --output "$r-long-f32-v11-h200" > /dev/null 2>&1; echo "bench rc=$?"
+    timeout 60 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x131072 --dtypes f32 --workers 2048 \
+      --pack 4 --cluster-group-threads 256 --push-cluster-reduce $s --capture-sources \
+      --output "$r-rms-131072-pushed-unstaged-h200" > /dev/null 2>&1; echo "bench rc=$?"
+    keep bench "$r-long-f32-v11-h200" "$r-rms-131072-pushed-unstaged-h200"
+  fi
+  step "A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-long-f32-v11-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-long-f32-v11-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-long-f32-v11-aa-h200"
+  "$bin" scorecard "$r-long-f32-v11-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
+  ;;
+*) echo "unknown call $call (1-45)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

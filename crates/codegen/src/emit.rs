@@ -676,7 +676,9 @@ impl Ctx<'_> {
                 _ => {}
             }
         }
-        let worker0 = if self.cluster > 1 {
+        // With G>1 rows per cluster, a row's first worker is not thread 0
+        // of its group; `w` is the worker's index in its row everywhere.
+        let worker0 = if self.cluster > 1 && self.plan.layout.rows_per_group == 1 {
             "tid == 0 && rank == 0"
         } else {
             "w == 0"

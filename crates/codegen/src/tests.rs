@@ -1093,3 +1093,40 @@ fn golden_cross_entropy_bf16_online_normalizer() {
     assert!(p.analysis.resident.is_empty(), "{}", p.describe());
     insta::assert_snapshot!(golden(&p));
 }
+
+/// Regression (CUDA selftest, session 11): with two rows per cluster, the
+/// per-row scalar (sum, cross_entropy's loss) was stored only by thread 0
+/// of rank 0, so the group's second row was never written. Each row's own
+/// first worker stores it now; one row per cluster keeps its old test.
+#[test]
+fn regression_two_rows_per_cluster_store_each_rows_scalar() {
+    for op in [Operator::Sum, Operator::CrossEntropy] {
+        let p = make_with(
+            op,
+            DType::F32,
+            "17x16384",
+            LayoutRequest {
+                workers: 2048,
+                pack: 4,
+                rows_per_group: 2,
+                cluster_group_threads: 256,
+                ..Default::default()
+            },
+        );
+        let body = kernel(&p).source;
+        assert!(!body.contains("tid == 0 && rank == 0"), "{op:?}");
+        assert!(body.contains("if (row_ok && w == 0) p_"), "{op:?}");
+        let one_row = make_with(
+            op,
+            DType::F32,
+            "17x16384",
+            LayoutRequest {
+                workers: 2048,
+                pack: 4,
+                cluster_group_threads: 256,
+                ..Default::default()
+            },
+        );
+        assert!(kernel(&one_row).source.contains("if (row_ok && tid == 0 && rank == 0) p_"));
+    }
+}
