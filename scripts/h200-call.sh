@@ -75,6 +75,9 @@
 #   CALL 45: session 11's long-row f32 norm defaults (pushed layernorm
 #           without the promise; rmsnorm 1024x262144 pushed unstaged): the
 #           G=2 store fix on CUDA, bench, A/A replay with both torch peers
+#   CALL 46: rmsnorm f32 4096x131072's new default (pushed, unstaged):
+#           bench, A/A replay with both torch peers; layernorm long rows in
+#           pushed clusters of 128- and 512-thread groups
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1014,6 +1017,30 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-long-f32-v11-aa-h200"
   "$bin" scorecard "$r-long-f32-v11-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
   ;;
-*) echo "unknown call $call (1-45)"; exit 2 ;;
+46)
+  # Session 11: rmsnorm f32 4096x131072 pushes unstaged by default now
+  # (call 45: 1094 -> 1050 µs); layernorm's long rows in pushed clusters
+  # of 128- and 512-thread groups beside today's 256.
+  step "rmsnorm f32 4096x131072, today's default"
+  timeout 40 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x131072 --dtypes f32 $s --capture-sources \
+    --output "$r-rms-131072-v11-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  keep bench "$r-rms-131072-v11-h200"
+  q="--ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32,bf16"
+  timeout 60 "$bin" bench --backend cuda $q $s --capture-sources \
+    --output "$r-ln-long-v11-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  for threads in 128 512; do
+    step "layernorm long rows, pushed clusters of $threads-thread groups"
+    timeout 60 "$bin" bench --backend cuda $q --cluster-group-threads "$threads" $s --capture-sources \
+      --output "$r-ln-long-gt$threads-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  done
+  keep ln "$r"-ln-long-v11-default-h200 "$r"-ln-long-gt*-h200
+  step "A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-rms-131072-v11-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-rms-131072-v11-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-rms-131072-v11-aa-h200"
+  "$bin" scorecard "$r-rms-131072-v11-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
+  ;;
+*) echo "unknown call $call (1-46)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1127,6 +1127,8 @@ fn regression_two_rows_per_cluster_store_each_rows_scalar() {
                 ..Default::default()
             },
         );
-        assert!(kernel(&one_row).source.contains("if (row_ok && tid == 0 && rank == 0) p_"));
+        assert!(kernel(&one_row)
+            .source
+            .contains("if (row_ok && tid == 0 && rank == 0) p_"));
     }
 }

@@ -228,11 +228,11 @@ impl LayoutRequest {
     /// - layernorm bf16 on rows of 131072 and more: one-pass moments
     ///   (4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
     ///   either way, residual_layernorm included).
-    /// - rmsnorm on rows of 131072 to 262143 in f32, 262144 and more in
-    ///   bf16: the weight staged in shared memory by `cp.async` (campaign
-    ///   8: f32 4096x131072 1216 -> 1116 µs, 1024x262144 677 -> 603; bf16
-    ///   1024x262144 370 -> 349; bf16 4096x131072 588 -> 828, so not there).
-    ///   f32 rows of 262144 push instead (below).
+    /// - rmsnorm bf16 on rows of 262144 and more: the weight staged in
+    ///   shared memory by `cp.async` (campaign 8: 1024x262144 370 -> 349;
+    ///   4096x131072 588 -> 828, so not there). f32 staged from 131072
+    ///   until session 11 (campaign 8: 1.10-1.13x on the fenced form) and
+    ///   pushes unstaged now (below).
     /// - 16-bit rows of 131072 and more: resident tiles packed two values
     ///   per register (session 9, every operator holding a tile, both long
     ///   shapes: 1.01-1.25x; softmax 4096x131072 691 -> 645 µs), and
@@ -248,15 +248,16 @@ impl LayoutRequest {
     ///   37, `exit-{fenced,relaxed,pushed}-h200`): softmax in both dtypes
     ///   and the norms in bf16 push their partials with `st.async`
     ///   (1.10-1.34x; softmax f32 4096x131072 1134 -> 1034 µs, bf16
-    ///   1024x262144 347 -> 260); rmsnorm f32 4096x131072 keeps the
-    ///   barrier reduction with the relaxed exit (1.02-1.07x), where the
-    ///   pushed one was 0.95-1.01x beside the staged weight. Session 11
-    ///   (call 43, `ln-long-{v10-default,pushed-ob0}-h200`): layernorm f32
-    ///   pushes too, without session 9's promise of three groups per
-    ///   multiprocessor (104 registers, no spill; with the promise it
-    ///   spilled 104 bytes): 4096x131072 1223 -> 1152 µs, 1024x262144
-    ///   681 -> 633; rmsnorm f32 1024x262144 pushes without the staged
-    ///   weight, 576 -> 561 (`rms-long-pushed-unstaged-h200`). Call 39
+    ///   1024x262144 347 -> 260); the f32 norms then took the relaxed exit
+    ///   (1.02-1.07x), where pushing was 0.95-1.01x beside the staged
+    ///   weight and layernorm's promise of three groups. Session 11: the
+    ///   f32 norms push too. Layernorm f32 without session 9's promise
+    ///   (104 registers, no spill; with it, 104 bytes spilled; call 43,
+    ///   `ln-long-{v10-default,pushed-ob0}-h200`): 4096x131072 1223 ->
+    ///   1152 µs, 1024x262144 681 -> 633. rmsnorm f32 without the staged
+    ///   weight: 1024x262144 576 -> 561 (`rms-long-pushed-unstaged-h200`),
+    ///   4096x131072 1094 -> 1050 (call 45,
+    ///   `rms-131072-pushed-unstaged-h200`). Call 39
     ///   (`exit2-{rln,ce}-*-h200`): residual_layernorm pushes on every
     ///   cluster plan from rows of 32768 (f32 4096x32768 651 -> 522 µs;
     ///   the long rows 1.22-1.37x), cross_entropy 1024x262144 too
@@ -295,17 +296,16 @@ impl LayoutRequest {
             (Some(Operator::ResidualLayernorm), _) if n >= RESIDUAL_PUSH_MIN_N => {
                 request.push_cluster_reduce = true;
             }
-            (Some(Operator::Softmax | Operator::CrossEntropy | Operator::Layernorm), _)
-            | (Some(Operator::Rmsnorm), DType::Bf16)
-                if n >= CLUSTER_EXIT_MIN_N =>
-            {
+            (
+                Some(
+                    Operator::Softmax
+                    | Operator::CrossEntropy
+                    | Operator::Layernorm
+                    | Operator::Rmsnorm,
+                ),
+                _,
+            ) if n >= CLUSTER_EXIT_MIN_N => {
                 request.push_cluster_reduce = true;
-            }
-            (Some(Operator::Rmsnorm), DType::F32) if n >= RMSNORM_F32_PUSH_MIN_N => {
-                request.push_cluster_reduce = true;
-            }
-            (Some(Operator::Rmsnorm), DType::F32) if n >= CLUSTER_EXIT_MIN_N => {
-                request.relaxed_cluster_exit = true;
             }
             _ => {}
         }
@@ -948,10 +948,6 @@ pub fn automatic_note(
                 measured.push_cluster_reduce && !request.push_cluster_reduce && spans_cluster(),
                 "the cluster's partials pushed by st.async (no release barrier), campaign 10",
             ),
-            (
-                measured.relaxed_cluster_exit && !request.relaxed_cluster_exit && spans_cluster(),
-                "the relaxed cluster barrier before exit, campaign 10",
-            ),
         ];
         let chosen: Vec<&str> = variants
             .iter()
@@ -1009,18 +1005,12 @@ const PACK_RESIDENT_MIN_N: usize = 131072;
 /// The same for softmax, whose 64-slot one-group plan packs to 64 registers.
 const PACKED_SOFTMAX_MIN_N: usize = 32768;
 
-/// rmsnorm f32 rows at least this long push their partials and leave the
-/// weight in global memory (session 11: 1024x262144 576 -> 561 µs).
-const RMSNORM_F32_PUSH_MIN_N: usize = 262144;
-
 /// Does rmsnorm stage its weight in shared memory by default on the H200
-/// ([`LayoutRequest::with_measured_variants`])? f32 from 131072 until its
-/// rows push instead, 16-bit from 262144.
+/// ([`LayoutRequest::with_measured_variants`])? 16-bit rows from 262144;
+/// f32 rows push their partials with the weight left in global memory
+/// instead (session 11).
 fn stages_rmsnorm_weight(dtype: DType, n: usize) -> bool {
-    match dtype {
-        DType::F32 => (131072..RMSNORM_F32_PUSH_MIN_N).contains(&n),
-        _ => n >= 262144,
-    }
+    dtype.size_bytes() == 2 && n >= 262144
 }
 
 /// Register plans keeping this many private slots per thread compile to
@@ -2285,8 +2275,9 @@ mod tests {
         // (2026-11-30-ln-long-{v10-default,pushed-ob0}-h200): pushed with no
         // promise (104 registers, no spill) 1.06x on 4096x131072 and 1.08x
         // on 1024x262144 against the promise with the relaxed exit; and
-        // rmsnorm f32 1024x262144 pushed without the staged weight 1.03x
-        // (-rms-long-pushed-unstaged-h200). The defaults are those plans.
+        // rmsnorm f32 pushed without the staged weight 1.03-1.04x
+        // (-rms-long-pushed-unstaged-h200, call 45's
+        // -rms-131072-pushed-unstaged-h200). The defaults are those plans.
         let t = Target::h200();
         let auto = LayoutRequest {
             mapper: MapperPolicy::Model,
@@ -2297,7 +2288,7 @@ mod tests {
             (Operator::Layernorm, "4096x131072", 2048, 8, true, false),
             (Operator::Layernorm, "1024x262144", 4096, 16, true, false),
             (Operator::Rmsnorm, "1024x262144", 4096, 16, true, false),
-            (Operator::Rmsnorm, "4096x131072", 2048, 8, false, true),
+            (Operator::Rmsnorm, "4096x131072", 2048, 8, true, false),
         ] {
             let problem = Problem::operator(
                 op,
@@ -2340,7 +2331,7 @@ mod tests {
             (Operator::Softmax, DType::Bf16, "1024x262144", true, true),
             (Operator::Rmsnorm, DType::Bf16, "4096x131072", true, true),
             (Operator::Layernorm, DType::Bf16, "1024x262144", true, true),
-            (Operator::Rmsnorm, DType::F32, "4096x131072", false, true),
+            (Operator::Rmsnorm, DType::F32, "4096x131072", true, true),
             (Operator::Rmsnorm, DType::F32, "1024x262144", true, true),
             (Operator::Layernorm, DType::F32, "1024x262144", true, true),
             (
@@ -2415,13 +2406,14 @@ mod tests {
         // -long-default-2-h200): f32 4096x131072 1.10x, 1024x262144 1.13x,
         // bf16 1024x262144 1.07x; bf16 4096x131072 0.71x, layernorm f32
         // 0.63-0.74x (a 128 KB stage leaves one group per multiprocessor).
+        // Session 11: f32 pushes unstaged instead, 1.03-1.04x.
         let t = Target::h200();
         let auto = LayoutRequest {
             mapper: MapperPolicy::Model,
             ..Default::default()
         };
         for (op, dtype, shape, staged) in [
-            (Operator::Rmsnorm, DType::F32, "4096x131072", true),
+            (Operator::Rmsnorm, DType::F32, "4096x131072", false),
             (Operator::Rmsnorm, DType::F32, "1024x262144", false),
             (Operator::Rmsnorm, DType::Bf16, "1024x262144", true),
             (Operator::Rmsnorm, DType::Bf16, "4096x131072", false),
