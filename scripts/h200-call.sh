@@ -78,6 +78,10 @@
 #   CALL 46: rmsnorm f32 4096x131072's new default (pushed, unstaged):
 #           bench, A/A replay with both torch peers; layernorm long rows in
 #           pushed clusters of 128- and 512-thread groups
+#   CALL 47: layernorm long rows: f32 with one-pass moments (102
+#           registers; 80 with the promise of three), bf16 4096x131072 in
+#           rmsnorm bf16's searched layout (clusters of four 512-thread
+#           groups, U=1, 64 registers with the promise of two)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1041,6 +1045,28 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-rms-131072-v11-aa-h200"
   "$bin" scorecard "$r-rms-131072-v11-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
   ;;
-*) echo "unknown call $call (1-46)"; exit 2 ;;
+47)
+  # Session 11: layernorm's long rows, each against today's default in one
+  # binary. f32 at 104 registers holds two groups per SM where rmsnorm f32
+  # holds three; bf16 in rmsnorm bf16's faster layout.
+  q="--ops layernorm --shapes 4096x131072,1024x262144"
+  step "layernorm long rows, today's default"
+  timeout 60 "$bin" bench --backend cuda $q --dtypes f32,bf16 $s --capture-sources \
+    --output "$r-ln-long-v11b-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  for ob in 0 3; do
+    step "layernorm f32 one-pass moments, occupancy $ob"
+    timeout 50 "$bin" bench --backend cuda $q --dtypes f32 --cluster-group-threads 256 --one-pass-moments \
+      --occupancy "$ob" $s --capture-sources --output "$r-ln-long-f32-om-ob$ob-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  for om in "" "--one-pass-moments"; do
+    step "layernorm bf16 4096x131072, clusters of four 512-thread groups ${om:-two-pass}"
+    timeout 50 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072 --dtypes bf16 --workers 2048 \
+      --pack 4 --unroll 1 --cluster-group-threads 512 --pack-resident --push-cluster-reduce --occupancy 2 $om \
+      $s --capture-sources --output "$r-ln-bf16-c4${om:+-om}-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  done
+  keep ln "$r"-ln-long-v11b-default-h200 "$r"-ln-long-f32-om-ob*-h200 "$r"-ln-bf16-c4*-h200
+  ;;
+*) echo "unknown call $call (1-47)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
