@@ -82,6 +82,8 @@
 #           registers; 80 with the promise of three), bf16 4096x131072 in
 #           rmsnorm bf16's searched layout (clusters of four 512-thread
 #           groups, U=1, 64 registers with the promise of two)
+#   CALL 48: A/A replay of call 47's layernorm f32 one-pass plans with
+#           both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1067,6 +1069,14 @@ case $call in
   done
   keep ln "$r"-ln-long-v11b-default-h200 "$r"-ln-long-f32-om-ob*-h200 "$r"-ln-bf16-c4*-h200
   ;;
-*) echo "unknown call $call (1-47)"; exit 2 ;;
+48)
+  step "A/A replay of layernorm f32 long rows, one-pass moments"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-ln-long-f32-om-ob0-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --deadline-s "$(( $(left) - 15 ))" \
+    --output "$r-ln-long-f32-om-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-ln-long-f32-om-aa-h200"
+  "$bin" scorecard "$r-ln-long-f32-om-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
+  ;;
+*) echo "unknown call $call (1-48)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
