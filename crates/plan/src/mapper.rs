@@ -225,9 +225,12 @@ impl LayoutRequest {
     ///   556 -> 473 µs, bf16 357 -> 244; 1024x262144 f32 366 -> 248, bf16
     ///   257 -> 133. On rows of 32768 and less the register plan already
     ///   reads once and bf16 became 10-13% slower (the extra exp work).
-    /// - layernorm bf16 on rows of 131072 and more: one-pass moments
-    ///   (4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
-    ///   either way, residual_layernorm included).
+    /// - layernorm on rows of 131072 and more: one-pass moments (bf16
+    ///   4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
+    ///   either way then, residual_layernorm included). f32 since session
+    ///   11, on the pushed cluster: 4096x131072 1149 -> 1132 µs,
+    ///   1024x262144 635 -> 633 (call 47, `ln-long-f32-om-ob0-h200`); its
+    ///   A/A replay `ln-long-f32-om-aa-h200` 1128 and 629.
     /// - rmsnorm bf16 on rows of 262144 and more: the weight staged in
     ///   shared memory by `cp.async` (campaign 8: 1024x262144 370 -> 349;
     ///   4096x131072 588 -> 828, so not there). f32 staged from 131072
@@ -282,9 +285,7 @@ impl LayoutRequest {
             Some(Operator::CrossEntropy) if n > ONLINE_NORMALIZER_MIN_N => {
                 request.online_normalizer = true;
             }
-            Some(Operator::Layernorm)
-                if problem.dtype == DType::Bf16 && n >= ONE_PASS_MOMENTS_MIN_N =>
-            {
+            Some(Operator::Layernorm) if n >= ONE_PASS_MOMENTS_MIN_N => {
                 request.one_pass_moments = true;
             }
             Some(Operator::Rmsnorm) if stages_rmsnorm_weight(problem.dtype, n) => {
@@ -987,7 +988,7 @@ fn model_rule_note(problem: &Problem, target: &Target, request: &LayoutRequest) 
 /// on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 
-/// Rows at least this long take layernorm bf16's one-pass moments by
+/// Rows at least this long take layernorm's one-pass moments by
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
 
@@ -2127,12 +2128,13 @@ mod tests {
     }
 
     #[test]
-    fn regression_cross_entropy_long_rows_take_the_online_normalizer_and_layernorm_bf16_one_pass_moments(
+    fn regression_cross_entropy_long_rows_take_the_online_normalizer_and_layernorm_one_pass_moments(
     ) {
         // Paired H200 benches (2026-11-30-online-v2-h200, -moments-h200):
         // cross_entropy on rows over 32768 read once with the online
         // normalizer ran 1.18-1.94x faster; layernorm bf16 4096x131072
-        // with one-pass moments 1.26x.
+        // with one-pass moments 1.26x; f32 1.00-1.02x on the pushed
+        // cluster (session 11, -ln-long-f32-om-ob0-h200).
         let t = Target::h200();
         let auto = LayoutRequest {
             mapper: MapperPolicy::Model,
@@ -2158,10 +2160,12 @@ mod tests {
             (ce, DType::Bf16, "4096x65536", true, false),
             (ln, DType::Bf16, "4096x131072", false, true),
             (ln, DType::Bf16, "1024x262144", false, true),
+            (ln, DType::F32, "4096x131072", false, true),
+            (ln, DType::F32, "1024x262144", false, true),
             // Measured slower or no faster: unchanged.
             (ce, DType::Bf16, "4096x32768", false, false),
             (ce, DType::Bf16, "16384x8192", false, false),
-            (ln, DType::F32, "4096x131072", false, false),
+            (ln, DType::F32, "4096x32768", false, false),
             (ln, DType::Bf16, "4096x32768", false, false),
             (sm, DType::Bf16, "4096x131072", false, false),
         ] {
@@ -2307,6 +2311,8 @@ mod tests {
             assert_eq!(p.groups_per_row, cluster, "{what}");
             assert_eq!(p.pushed_cluster_reduce, pushed, "{what}");
             assert_eq!(p.staged_columns(), staged, "{what}");
+            // Call 47: one-pass moments 1.00-1.02x on these layernorm plans.
+            assert_eq!(p.one_pass_moments(), op == Operator::Layernorm, "{what}");
             let note = automatic_note(&problem, &t, &auto).unwrap_or_default();
             assert!(!note.contains("occupancy"), "{note}");
         }
