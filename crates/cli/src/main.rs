@@ -117,6 +117,11 @@ enum Command {
     Scorecard {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// One table over all the directories: per case, the latest
+        /// verdict (by measurement time) about the layout this binary
+        /// picks by default, else the latest at all, with its directory.
+        #[arg(long)]
+        standing: bool,
     },
 }
 
@@ -405,7 +410,7 @@ fn main() {
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
         Command::Report { dir } => report_cmd(&dir),
-        Command::Scorecard { dirs } => scorecard_cmd(&dirs),
+        Command::Scorecard { dirs, standing } => scorecard_cmd(&dirs, standing),
         Command::Latency {
             op,
             shape,
@@ -458,53 +463,85 @@ fn main() {
     }
 }
 
-/// Render results.md (and plot.svg) again for any of the three results
-/// schemas, chosen by the file's `schema` field.
-fn scorecard_cmd(dirs: &[PathBuf]) -> Result<()> {
-    use lanefold_measure::{replay::ReplayFile, scorecard, search::SearchFile};
+/// `lanefold scorecard`: each directory's verdicts, or with `standing`
+/// one table over all of them.
+fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
+    use lanefold_measure::scorecard;
+    let mut scored = vec![];
     for dir in dirs {
-        let path = dir.join("results.json");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-        let (verdicts, what) = match value.get("schema").and_then(|s| s.as_str()) {
-            Some(s) if s.starts_with("lanefold-search/") => {
-                let file = SearchFile::read(&path)?;
-                let target = lanefold_plan::Target::by_name(&file.target).with_context(|| {
-                    format!("{}: unknown target {}", dir.display(), file.target)
-                })?;
-                let mut verdicts = scorecard::score_search(&file);
-                verdicts.extend(scorecard::score_search_today(&file, &target));
-                (verdicts, "search".to_string())
-            }
-            _ => {
-                let file = ReplayFile::read(&path).with_context(|| {
-                    format!(
-                        "{}: the scorecard reads replay and search files",
-                        dir.display()
-                    )
-                })?;
-                let rounds = format!("{} of {} rounds", file.rounds_done, file.rounds);
-                let mut verdicts = scorecard::score(&file);
-                if let Some(target) = lanefold_plan::Target::by_name(&file.environment.backend) {
-                    scorecard::mark_todays_default(&mut verdicts, &file, &target);
+        let (verdicts, what, utc_time) = score_dir(dir)?;
+        if !standing {
+            println!(
+                "# {} ({what})\n{}",
+                dir.display(),
+                if verdicts.is_empty() {
+                    "\nno case of a target shape\n".to_string()
+                } else {
+                    scorecard::markdown(&verdicts)
                 }
-                (verdicts, rounds)
-            }
-        };
+            );
+        }
+        scored.push(scorecard::Scored {
+            dir: dir
+                .file_name()
+                .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into()),
+            utc_time,
+            verdicts,
+        });
+    }
+    if standing {
+        let standing = scorecard::standing(&scored);
         println!(
-            "# {} ({what})\n{}",
-            dir.display(),
-            if verdicts.is_empty() {
+            "# Standing over {} directories\n\nPer case, the latest verdict about the layout this binary picks by default, else the latest at all (marked).\n{}",
+            dirs.len(),
+            if standing.is_empty() {
                 "\nno case of a target shape\n".to_string()
             } else {
-                scorecard::markdown(&verdicts)
+                scorecard::standing_markdown(&standing)
             }
         );
     }
     Ok(())
 }
 
+/// One directory's verdicts, what they come from (a search, or rounds of
+/// a replay) and when it was measured.
+fn score_dir(
+    dir: &std::path::Path,
+) -> Result<(Vec<lanefold_measure::scorecard::Verdict>, String, String)> {
+    use lanefold_measure::{replay::ReplayFile, scorecard, search::SearchFile};
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    Ok(match value.get("schema").and_then(|s| s.as_str()) {
+        Some(s) if s.starts_with("lanefold-search/") => {
+            let file = SearchFile::read(&path)?;
+            let target = lanefold_plan::Target::by_name(&file.target)
+                .with_context(|| format!("{}: unknown target {}", dir.display(), file.target))?;
+            let mut verdicts = scorecard::score_search(&file);
+            verdicts.extend(scorecard::score_search_today(&file, &target));
+            (verdicts, "search".to_string(), file.environment.utc_time)
+        }
+        _ => {
+            let file = ReplayFile::read(&path).with_context(|| {
+                format!(
+                    "{}: the scorecard reads replay and search files",
+                    dir.display()
+                )
+            })?;
+            let rounds = format!("{} of {} rounds", file.rounds_done, file.rounds);
+            let mut verdicts = scorecard::score(&file);
+            if let Some(target) = lanefold_plan::Target::by_name(&file.environment.backend) {
+                scorecard::mark_todays_default(&mut verdicts, &file, &target);
+            }
+            (verdicts, rounds, file.environment.utc_time.clone())
+        }
+    })
+}
+
+/// Render results.md (and plot.svg) again for any of the three results
+/// schemas, chosen by the file's `schema` field.
 fn report_cmd(dir: &std::path::Path) -> Result<()> {
     use lanefold_measure::{bench, replay, results::ResultsFile, search::SearchFile};
     let path = dir.join("results.json");

@@ -227,17 +227,19 @@ pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> 
 }
 
 /// Marks each replay verdict whose candidate layout is not what this
-/// binary's default mapping picks on `target` today.
+/// binary's default mapping picks on `target` today: the plain automatic
+/// request, so a candidate replayed with a policy the default does not
+/// take (an experiment) is marked too.
 pub fn mark_todays_default(
     verdicts: &mut [Verdict],
     file: &ReplayFile,
     target: &lanefold_plan::Target,
 ) {
+    let request = lanefold_plan::LayoutRequest::default();
     for v in verdicts.iter_mut() {
         let Some(case) = file.cases.iter().find(|c| c.id == v.id) else {
             continue;
         };
-        let request = case.candidate.request.automatic_with_policies();
         match default_pick(&case.op, &case.dtype, &case.shape, &request, target) {
             Ok(today) if today != case.candidate.describe => v.todays_default = Some(today),
             Ok(_) => {}
@@ -330,18 +332,79 @@ fn worst_ratio(phase: &PhaseStats, peer: &str) -> Option<f64> {
     Some(phase.peer_gain(peer)?.summary.as_ref()?.min)
 }
 
+/// The verdicts of one results directory, with when it was measured.
+#[derive(Clone, Debug)]
+pub struct Scored {
+    pub dir: String,
+    /// The file's environment `utc_time` (ISO 8601, so it sorts).
+    pub utc_time: String,
+    pub verdicts: Vec<Verdict>,
+}
+
+/// A verdict with the directory it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sourced {
+    pub verdict: Verdict,
+    pub source: String,
+}
+
+/// Where each case stands across many directories: per target and case,
+/// the latest verdict about the layout this binary picks by default, or,
+/// where no directory measured that layout, the latest verdict at all
+/// (still marked as not today's default). Directories are ordered by the
+/// time they were measured, not by the order given.
+pub fn standing(scored: &[Scored]) -> Vec<Sourced> {
+    let mut order: Vec<&Scored> = scored.iter().collect();
+    order.sort_by(|a, b| a.utc_time.cmp(&b.utc_time));
+    let mut out: Vec<Sourced> = vec![];
+    for s in order {
+        for v in &s.verdicts {
+            let candidate = Sourced {
+                verdict: v.clone(),
+                source: s.dir.clone(),
+            };
+            match out
+                .iter_mut()
+                .find(|o| o.verdict.family == v.family && o.verdict.id == v.id)
+            {
+                None => out.push(candidate),
+                Some(o) if v.todays_default.is_none() || o.verdict.todays_default.is_some() => {
+                    *o = candidate
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    out
+}
+
 /// A markdown table of verdicts, grouped by family, with a count per family.
 pub fn markdown(verdicts: &[Verdict]) -> String {
+    let rows: Vec<(&Verdict, Option<&str>)> = verdicts.iter().map(|v| (v, None)).collect();
+    table(&rows)
+}
+
+/// [`markdown`] for a [`standing`], with each verdict's directory.
+pub fn standing_markdown(standing: &[Sourced]) -> String {
+    let rows: Vec<(&Verdict, Option<&str>)> = standing
+        .iter()
+        .map(|s| (&s.verdict, Some(s.source.as_str())))
+        .collect();
+    table(&rows)
+}
+
+fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
     let mut md = String::new();
+    let sourced = rows.iter().any(|(_, source)| source.is_some());
     for family in ISSUE_6.iter().chain([&AUTOMATIC, &AUTOMATIC_TODAY]) {
-        let mine: Vec<&Verdict> = verdicts
+        let mine: Vec<&(&Verdict, Option<&str>)> = rows
             .iter()
-            .filter(|v| v.family == family.name)
+            .filter(|(v, _)| v.family == family.name)
             .collect();
         if mine.is_empty() {
             continue;
         }
-        let met = mine.iter().filter(|v| v.met()).count();
+        let met = mine.iter().filter(|(v, _)| v.met()).count();
         let _ = writeln!(
             md,
             "\n## Target {}: {met} of {} cases met\n",
@@ -354,8 +417,12 @@ pub fn markdown(verdicts: &[Verdict]) -> String {
         if family.name == AUTOMATIC_TODAY.name {
             md += "The automatic mapping of the binary writing this, looked up by layout among the candidates the search measured; µs is that candidate's measured p50.\n\n";
         }
-        md += "| case | rounds | µs | TB/s | verdict |\n|---|---:|---:|---:|---|\n";
-        for v in mine {
+        if sourced {
+            md += "| case | rounds | µs | TB/s | verdict | from |\n|---|---:|---:|---:|---|---|\n";
+        } else {
+            md += "| case | rounds | µs | TB/s | verdict |\n|---|---:|---:|---:|---|\n";
+        }
+        for (v, source) in mine {
             let num = |x: Option<f64>, d: usize| x.map_or("—".into(), |x| format!("{x:.d$}"));
             let mut verdict = if v.met() {
                 "met".to_string()
@@ -365,7 +432,7 @@ pub fn markdown(verdicts: &[Verdict]) -> String {
             if let Some(today) = &v.todays_default {
                 let _ = write!(verdict, " (not today's default: {today})");
             }
-            let _ = writeln!(
+            let _ = write!(
                 md,
                 "| {} | {} | {} | {} | {verdict} |",
                 v.id,
@@ -373,6 +440,12 @@ pub fn markdown(verdicts: &[Verdict]) -> String {
                 num(v.candidate_us, 2),
                 num(v.tbps, 2)
             );
+            match source {
+                Some(dir) => {
+                    let _ = writeln!(md, " {dir} |");
+                }
+                None => md.push('\n'),
+            }
         }
     }
     md
@@ -531,5 +604,71 @@ mod tests {
         // rmsnorm f32 32768x4096 still maps as recorded.
         assert_eq!(get("rmsnorm/f32/32768x4096").todays_default, None);
         assert!(markdown(&verdicts).contains("(not today's default: "));
+    }
+
+    fn verdict(id: &str, met: bool, todays_default: Option<&str>) -> Verdict {
+        Verdict {
+            id: id.into(),
+            family: ISSUE_6[1].name,
+            rounds: 2,
+            candidate_us: Some(1.0),
+            tbps: Some(if met { 4.0 } else { 3.0 }),
+            misses: if met { vec![] } else { vec!["slow".into()] },
+            todays_default: todays_default.map(String::from),
+        }
+    }
+
+    fn scored(dir: &str, utc_time: &str, verdicts: Vec<Verdict>) -> Scored {
+        Scored {
+            dir: dir.into(),
+            utc_time: utc_time.into(),
+            verdicts,
+        }
+    }
+
+    /// The standing takes, per case, the latest verdict about today's
+    /// default layout by measurement time (not argument order); a later
+    /// experiment on another layout never hides it, and a case measured
+    /// only on other layouts keeps its latest verdict, still marked.
+    #[test]
+    fn standing_takes_the_latest_verdict_about_todays_default() {
+        let case = "layernorm/f32/4096x131072";
+        let other = "rmsnorm/f32/1024x262144";
+        let standing = standing(&[
+            // Given first, measured last: an experiment on another layout.
+            scored(
+                "c-experiment",
+                "2026-11-30T18:00:00Z",
+                vec![
+                    verdict(case, true, Some("W=1 V=1")),
+                    verdict(other, true, Some("W=2 V=2")),
+                ],
+            ),
+            scored(
+                "b-default",
+                "2026-11-30T17:00:00Z",
+                vec![verdict(case, false, None)],
+            ),
+            scored(
+                "a-old",
+                "2026-11-29T09:00:00Z",
+                vec![
+                    verdict(case, true, None),
+                    verdict(other, false, Some("W=3 V=3")),
+                ],
+            ),
+        ]);
+        assert_eq!(standing.len(), 2);
+        let get = |id: &str| standing.iter().find(|s| s.verdict.id == id).unwrap();
+        assert_eq!(get(case).source, "b-default");
+        assert!(!get(case).verdict.met());
+        assert_eq!(get(other).source, "c-experiment");
+        assert!(get(other).verdict.todays_default.is_some());
+        let md = standing_markdown(&standing);
+        assert!(
+            md.contains("## Target 2 long rows: 1 of 2 cases met"),
+            "{md}"
+        );
+        assert!(md.contains("| slow | b-default |"), "{md}");
     }
 }
