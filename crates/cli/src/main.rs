@@ -471,15 +471,8 @@ fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
     for dir in dirs {
         let (verdicts, what, utc_time) = score_dir(dir)?;
         if !standing {
-            println!(
-                "# {} ({what})\n{}",
-                dir.display(),
-                if verdicts.is_empty() {
-                    "\nno case of a target shape\n".to_string()
-                } else {
-                    scorecard::markdown(&verdicts)
-                }
-            );
+            let table = (!verdicts.is_empty()).then(|| scorecard::markdown(&verdicts));
+            println!("# {} ({what})\n{}", dir.display(), or_no_case(table));
         }
         scored.push(scorecard::Scored {
             dir: dir
@@ -491,17 +484,18 @@ fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
     }
     if standing {
         let standing = scorecard::standing(&scored);
+        let table = (!standing.is_empty()).then(|| scorecard::standing_markdown(&standing));
         println!(
             "# Standing over {} directories\n\nPer case, the latest verdict about the layout this binary picks by default, else the latest at all (marked).\n{}",
             dirs.len(),
-            if standing.is_empty() {
-                "\nno case of a target shape\n".to_string()
-            } else {
-                scorecard::standing_markdown(&standing)
-            }
+            or_no_case(table)
         );
     }
     Ok(())
+}
+
+fn or_no_case(table: Option<String>) -> String {
+    table.unwrap_or_else(|| "\nno case of a target shape\n".to_string())
 }
 
 /// One directory's verdicts, what they come from (a search, or rounds of

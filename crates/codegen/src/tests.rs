@@ -1101,34 +1101,22 @@ fn golden_cross_entropy_bf16_online_normalizer() {
 #[test]
 fn regression_two_rows_per_cluster_store_each_rows_scalar() {
     for op in [Operator::Sum, Operator::CrossEntropy] {
-        let p = make_with(
-            op,
-            DType::F32,
-            "17x16384",
-            LayoutRequest {
+        let source = |rows_per_group| {
+            let request = LayoutRequest {
                 workers: 2048,
                 pack: 4,
-                rows_per_group: 2,
+                rows_per_group,
                 cluster_group_threads: 256,
                 ..Default::default()
-            },
+            };
+            kernel(&make_with(op, DType::F32, "17x16384", request)).source
+        };
+        let two_rows = source(2);
+        assert!(!two_rows.contains("tid == 0 && rank == 0"), "{op:?}");
+        assert!(two_rows.contains("if (row_ok && w == 0) p_"), "{op:?}");
+        assert!(
+            source(1).contains("if (row_ok && tid == 0 && rank == 0) p_"),
+            "{op:?}"
         );
-        let body = kernel(&p).source;
-        assert!(!body.contains("tid == 0 && rank == 0"), "{op:?}");
-        assert!(body.contains("if (row_ok && w == 0) p_"), "{op:?}");
-        let one_row = make_with(
-            op,
-            DType::F32,
-            "17x16384",
-            LayoutRequest {
-                workers: 2048,
-                pack: 4,
-                cluster_group_threads: 256,
-                ..Default::default()
-            },
-        );
-        assert!(kernel(&one_row)
-            .source
-            .contains("if (row_ok && tid == 0 && rank == 0) p_"));
     }
 }
