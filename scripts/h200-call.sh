@@ -84,6 +84,11 @@
 #           groups, U=1, 64 registers with the promise of two)
 #   CALL 48: A/A replay of call 47's layernorm f32 one-pass plans with
 #           both torch peers
+#   CALL 49: replays of the verdicts the standing marks stale:
+#           cross_entropy 1024x262144 (pushed since session 10) and sum f32
+#           32768x4096, 4096x32768 (today's W), A/A with all three peers
+#   CALL 50: layernorm bf16 long rows: searches over W, V, U in pushed
+#           clusters of 256- and 512-thread groups (packed, one-pass)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1077,6 +1082,41 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-ln-long-f32-om-aa-h200"
   "$bin" scorecard "$r-ln-long-f32-om-aa-h200" | grep -E "^# |^## |met|miss" | head -30 || true
   ;;
-*) echo "unknown call $call (1-48)"; exit 2 ;;
+49)
+  # Planned in session 11: the standing's stale verdicts, replayed with
+  # today's defaults against all three peers, 2 rounds.
+  step "bench today's defaults"
+  timeout 60 "$bin" bench --backend cuda --ops cross_entropy --shapes 1024x262144 --dtypes f32,bf16 $s \
+    --capture-sources --output "$r-ce-262144-v11-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  timeout 60 "$bin" bench --backend cuda --ops sum --shapes 32768x4096,4096x32768 --dtypes f32 $s \
+    --capture-sources --output "$r-sum-f32-v11-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  keep bench "$r-ce-262144-v11-h200" "$r-sum-f32-v11-h200"
+  for name in ce-262144 sum-f32; do
+    step "$name A/A with all three peers"
+    timeout "$(( $(left) / 2 + 10 ))" "$bin" replay --backend cuda --aa --reference "$r-$name-v11-h200/results.json" \
+      --rounds 2 $s --torch --torch-compile --liger ${RESUME:+--resume} --deadline-s "$(( $(left) / 2 ))" \
+      --output "$r-$name-v11-aa-h200" > "${OUT:-/tmp}/replay-$name.log" 2>&1
+    echo "replay rc=$?"; keep "replay-$name" "$r-$name-v11-aa-h200"
+  done
+  ;;
+50)
+  # Planned in session 11: layernorm bf16's long rows (3.39-3.59 TB/s)
+  # searched in pushed clusters with packed tiles and one-pass moments;
+  # call 47 found rmsnorm bf16's layout (W=2048 V=4 U=1, groups of 512)
+  # 1.024x faster on 4096x131072.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  # Packed plans are predicted unpacked, so every candidate is measured;
+  # groups of 512 take the promise of two (64 registers, call 47).
+  for v in 256:0 512:2; do
+    threads=${v%%:*}
+    step "layernorm bf16 long rows, search in groups of $threads"
+    timeout 240 "$bin" search --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes bf16 \
+      --tune-workers 0,1024,2048,4096 --tune-pack 4,8 --tune-unroll 1,2,4 --cluster-group-threads "$threads" \
+      --occupancy "${v#*:}" --push-cluster-reduce --pack-resident --one-pass-moments --max-candidates 25 $q \
+      --output "$r-ln-bf16-long-search-g$threads-h200" > "${OUT:-/tmp}/search-$threads.log" 2>&1
+    echo "search rc=$?"; keep "search-$threads" "$r-ln-bf16-long-search-g$threads-h200"
+  done
+  ;;
+*) echo "unknown call $call (1-50)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
