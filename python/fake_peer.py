@@ -61,6 +61,7 @@ def run(req):
         write_f32(y, [sum(v[r * n : (r + 1) * n]) for r in range(rows)])
     us = PER_OP_US.get(mode, 15.0)
     k = max(1, int(req.get("samples", 1)))
+    singles = max(1, int(req.get("single_samples", k)))
     print("noise on stdout")
     return {
         "ok": True,
@@ -71,7 +72,7 @@ def run(req):
         "gpu_graph": True,
         "e2e": [{"batch": 5, "total_us": 5 * (us + 5.0 + i)} for i in range(k)],
         "e2e_enqueue_us": [30.0] * k,
-        "single": [{"gpu_us": us / 10 + i, "host_us": us + 9.0 + i} for i in range(k)],
+        "single": [{"gpu_us": us / 10 + i, "host_us": us + 9.0 + i} for i in range(singles)],
         "extra": 1,
     }
 

@@ -144,7 +144,7 @@ def main():
         req = {
             "op": op, "dtype": names[dtype], "rows": rows, "n": n,
             "outputs_dir": out_dir, "mode": mode,
-            "samples": 3, "sample_ms": 2.0, "warmup_ms": 10.0,
+            "samples": 3, "single_samples": 5, "sample_ms": 2.0, "warmup_ms": 10.0,
         }
         if nsets == 1:
             req["inputs"] = paths[0]
@@ -155,8 +155,8 @@ def main():
         if not r.get("ok"):
             failures.append(f"{label}: {r.get('error')}")
             continue
-        for phase in ("gpu", "e2e", "single"):
-            assert len(r[phase]) == 3, (label, phase, r[phase])
+        for phase, count in (("gpu", 3), ("e2e", 3), ("single", 5)):
+            assert len(r[phase]) == count, (label, phase, r[phase])
         assert all(s["total_us"] > 0 and s["batch"] >= 1 for s in r["gpu"] + r["e2e"]), r
         assert all(s["gpu_us"] > 0 and s["host_us"] > 0 for s in r["single"]), r
         want = reference(op, sets[0])

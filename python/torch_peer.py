@@ -17,7 +17,7 @@ A case:
    "inputs": {"x": "/abs/x.npy", "weight": "/abs/weight.npy"},
    "input_sets": [{...}, {...}],          # optional, replaces "inputs"
    "outputs_dir": "/abs/dir", "mode": "eager" | "compile" | "liger",
-   "samples": 7, "sample_ms": 20.0, "warmup_ms": 100.0}
+   "samples": 7, "single_samples": 15, "sample_ms": 20.0, "warmup_ms": 100.0}
   -> {"ok": true, "mode": ..., "outputs": {"y": "/abs/dir/y.npy"},
       "gpu": [{"batch": B, "total_us": T}, ...], "gpu_graph": true,
       "gpu_enqueue_us": [...],
@@ -33,7 +33,8 @@ Phases (the same definitions as lanefold's):
          batch runs as eager calls between the events and gpu_graph is false.
   e2e    host perf_counter around batch eager calls + torch.cuda.synchronize.
   single one call between two events + synchronize, then one call timed on
-         the host (call + synchronize, no event in the window).
+         the host (call + synchronize, no event in the window); repeated
+         single_samples times (default: samples).
 Warm-up (warmup_ms, after a first call that covers torch.compile's
 compilation) is excluded. Outputs written for validation are those of a
 final call on input set 0, after the timing.
@@ -370,7 +371,7 @@ def replay_us(g):
     return start.elapsed_time(end) * 1e3, enqueue_us
 
 
-def measure(fn, sets, samples, sample_ms, warmup_ms, notes):
+def measure(fn, sets, samples, single_samples, sample_ms, warmup_ms, notes):
     target_us = max(sample_ms, 0.01) * 1e3
     # Warm-up, excluded (compilation already happened in run_case).
     deadline = time.perf_counter() + warmup_ms / 1e3
@@ -439,7 +440,7 @@ def measure(fn, sets, samples, sample_ms, warmup_ms, notes):
     single = []
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    for i in range(samples):
+    for i in range(single_samples):
         a = sets[i % len(sets)]
         # Timed twice, separately, as lanefold's own side is: device events
         # around one call, then the host clock of a call plus synchronize
@@ -491,6 +492,7 @@ def run_case(req):
     rows = number(req, "rows", int, 1)
     n = number(req, "n", int, 1)
     samples = number(req, "samples", int, 1)
+    single_samples = number(req, "single_samples", int, 1) if "single_samples" in req else samples
     sample_ms = float(number(req, "sample_ms", float, 0))
     warmup_ms = float(number(req, "warmup_ms", float, 0))
     out_dir = req.get("outputs_dir")
@@ -557,7 +559,7 @@ def run_case(req):
     if first_s > 1.0:
         notes.append(f"first call (compilation) took {first_s:.1f} s, excluded")
 
-    timing = measure(fn, sets, samples, sample_ms, warmup_ms, notes)
+    timing = measure(fn, sets, samples, single_samples, sample_ms, warmup_ms, notes)
 
     # The validated outputs: a final call on input set 0.
     final = dict(sets[0])

@@ -447,6 +447,7 @@ pub fn measure_peer(
         outputs_dir: outputs_dir.clone(),
         mode,
         samples: config.samples,
+        single_samples: crate::phases::single_calls(config.samples),
         sample_ms: config.sample_ms,
         warmup_ms: config.warmup_ms,
     };

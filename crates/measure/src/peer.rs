@@ -84,6 +84,9 @@ pub struct PeerRequest {
     /// `eager`, `compile` or `liger` (see [`PeerMode`]).
     pub mode: String,
     pub samples: usize,
+    /// Single calls to time ([`crate::phases::single_calls`]); scripts
+    /// that predate it take `samples`.
+    pub single_samples: usize,
     pub sample_ms: f64,
     pub warmup_ms: f64,
 }
@@ -423,6 +426,7 @@ pub(crate) mod tests {
             outputs_dir: PathBuf::from("/abs/out"),
             mode: PeerMode::Eager.to_string(),
             samples: 3,
+            single_samples: 15,
             sample_ms: 20.0,
             warmup_ms: 100.0,
         }
@@ -433,6 +437,10 @@ pub(crate) mod tests {
         let v = serde_json::to_value(request()).unwrap();
         assert_eq!(v["op"], "rmsnorm");
         assert_eq!(v["mode"], "eager");
+        assert_eq!(
+            (v["samples"].as_u64(), v["single_samples"].as_u64()),
+            (Some(3), Some(15))
+        );
         assert_eq!(v["input_sets"][0]["x"], "/abs/a/x.npy");
         let mut cold = request();
         cold.input_sets.push(cold_set("b"));
