@@ -1084,7 +1084,11 @@ case $call in
   ;;
 49)
   # Planned in session 11: the standing's stale verdicts, replayed with
-  # today's defaults against all three peers, 2 rounds.
+  # today's defaults against all three peers, 2 rounds. First the peer's
+  # own test: session 11 gave it `single_samples` without a GPU to run it.
+  step "torch peer test"
+  timeout 120 python3 python/test_torch_peer.py > "${OUT:-/tmp}/peer-test.log" 2>&1
+  echo "peer test rc=$?"; tail -3 "${OUT:-/tmp}/peer-test.log"
   step "bench today's defaults"
   timeout 60 "$bin" bench --backend cuda --ops cross_entropy --shapes 1024x262144 --dtypes f32,bf16 $s \
     --capture-sources --output "$r-ce-262144-v11-h200" > /dev/null 2>&1; echo "bench rc=$?"
