@@ -1120,6 +1120,18 @@ case $call in
       --output "$r-ln-bf16-long-search-g$threads-h200" > "${OUT:-/tmp}/search-$threads.log" 2>&1
     echo "search rc=$?"; keep "search-$threads" "$r-ln-bf16-long-search-g$threads-h200"
   done
+  # The picks a packed-register cost would make (NOTES, session 11):
+  # softmax and rmsnorm bf16 1024x262144 at W=2048 against today's W=4096.
+  step "bf16 1024x262144 at W=2048 against the default"
+  timeout 40 "$bin" bench --backend cuda --ops softmax,rmsnorm --shapes 1024x262144 --dtypes bf16 $s \
+    --capture-sources --output "$r-bf16-262144-v11-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  timeout 30 "$bin" bench --backend cuda --ops softmax --shapes 1024x262144 --dtypes bf16 --workers 2048 \
+    --pack 8 --cluster-group-threads 256 --pack-resident --push-cluster-reduce $s --capture-sources \
+    --output "$r-softmax-bf16-262144-w2048-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  timeout 30 "$bin" bench --backend cuda --ops rmsnorm --shapes 1024x262144 --dtypes bf16 --workers 2048 \
+    --pack 8 --cluster-group-threads 256 --pack-resident --push-cluster-reduce --stage-columns $s \
+    --capture-sources --output "$r-rmsnorm-bf16-262144-w2048-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  keep w2048 "$r"-bf16-262144-v11-default-h200 "$r"-*-bf16-262144-w2048-h200
   ;;
 *) echo "unknown call $call (1-50)"; exit 2 ;;
 esac
