@@ -89,6 +89,8 @@
 #           32768x4096, 4096x32768 (today's W), A/A with all three peers
 #   CALL 50: layernorm bf16 long rows: searches over W, V, U in pushed
 #           clusters of 256- and 512-thread groups (packed, one-pass)
+#   CALL 51: target 3's short rows again, A/A with both torch peers, with
+#           the single phase's 15 calls per side (RESUME=1 continues)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1133,6 +1135,23 @@ case $call in
     --capture-sources --output "$r-rmsnorm-bf16-262144-w2048-h200" > /dev/null 2>&1; echo "bench rc=$?"
   keep w2048 "$r"-bf16-262144-v11-default-h200 "$r"-*-bf16-262144-w2048-h200
   ;;
-*) echo "unknown call $call (1-50)"; exit 2 ;;
+51)
+  # Planned in session 11: the short-row replay with at least 15 single
+  # calls per side and round (call 41 took 3).
+  if [ -z "${RESUME:-}" ]; then
+    step "short rows, today's defaults, bench"
+    timeout 120 "$bin" bench --backend cuda --ops rmsnorm,softmax,cross_entropy \
+      --shapes 1x127,17x257,64x4096,1024x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s \
+      --capture-sources --output "$r-short-v11-h200" > /dev/null 2>&1
+    echo "bench rc=$?"; keep bench "$r-short-v11-h200"
+  fi
+  step "short rows, A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-short-v11-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-short-v11-aa-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-short-v11-aa-h200"
+  "$bin" scorecard "$r-short-v11-aa-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-51)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
