@@ -1587,12 +1587,25 @@ mod tests {
     use lanefold_ir::{BufferKind, Builder};
 
     fn problem(op: Operator, shape: &str) -> Problem {
+        typed(op, DType::F32, shape)
+    }
+
+    /// `op` with default options in `dtype` on `shape`.
+    fn typed(op: Operator, dtype: DType, shape: &str) -> Problem {
         Problem::operator(
             op,
             OperatorOptions::default(),
-            DType::F32,
+            dtype,
             shape.parse().unwrap(),
         )
+    }
+
+    /// The automatic request of a user who asks for nothing.
+    fn automatic() -> LayoutRequest {
+        LayoutRequest {
+            mapper: MapperPolicy::Model,
+            ..Default::default()
+        }
     }
 
     fn req(w: u32, v: u32) -> LayoutRequest {
@@ -1610,10 +1623,7 @@ mod tests {
     fn the_model_mapping_chooses_256_thread_cluster_groups_for_long_rows() {
         let p = problem(Operator::Softmax, "4096x131072");
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         let chosen = plan(&p, &t, &auto).unwrap();
         assert_eq!(
             (chosen.threads_per_group, chosen.groups_per_row),
@@ -1959,10 +1969,7 @@ mod tests {
         let t = Target::h200();
         for shape in ["1x127", "17x257", "64x4096", "1024x4096", "8x131072"] {
             let p = problem(Operator::Rmsnorm, shape);
-            let model = LayoutRequest {
-                mapper: MapperPolicy::Model,
-                ..Default::default()
-            };
+            let model = automatic();
             let chosen = plan(&p, &t, &model).unwrap();
             let predict = |pl: &Plan| RooflinePolicy.predict_us(&Features::of(pl, &t), pl, &t);
             let best = predict(&chosen);
@@ -2051,16 +2058,8 @@ mod tests {
     fn regression_rmsnorm_bf16_1024x4096_takes_the_lighter_of_two_tied_layouts() {
         // W=64 V=8 G=4 (110 registers) ran 4.68 us, W=128 V=8 G=2 (64
         // registers) 4.10 (2026-11-30-rmsnorm-1024-search-h200).
-        let p = Problem::operator(
-            Operator::Rmsnorm,
-            OperatorOptions::default(),
-            DType::Bf16,
-            "1024x4096".parse().unwrap(),
-        );
-        let r = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let p = typed(Operator::Rmsnorm, DType::Bf16, "1024x4096");
+        let r = automatic();
         let chosen = plan(&p, &Target::h200(), &r).unwrap();
         assert_eq!(
             (
@@ -2078,10 +2077,7 @@ mod tests {
     fn regression_target4_misses_take_the_searched_winner_on_the_h200_only() {
         // Session 6's target-4 check: the automatic mapping reached 86-89%
         // of the searched winner on these three shapes.
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         for w in &SEARCHED_WINNERS {
             let shape = Shape {
                 rows: w.shape.0,
@@ -2136,18 +2132,7 @@ mod tests {
         // with one-pass moments 1.26x; f32 1.00-1.02x on the pushed
         // cluster (session 11, -ln-long-f32-om-ob0-h200).
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
-        let problem = |op, dtype, shape: &str| {
-            Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            )
-        };
+        let auto = automatic();
         let (ce, ln, sm) = (
             Operator::CrossEntropy,
             Operator::Layernorm,
@@ -2169,7 +2154,7 @@ mod tests {
             (ln, DType::Bf16, "4096x32768", false, false),
             (sm, DType::Bf16, "4096x131072", false, false),
         ] {
-            let p = plan(&problem(op, dtype, shape), &t, &auto).unwrap();
+            let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
             assert_eq!(
                 (p.online_normalizer(), p.one_pass_moments()),
                 (online, moments),
@@ -2178,7 +2163,7 @@ mod tests {
             );
         }
         // The streaming plan: one group per row, nothing resident.
-        let p = plan(&problem(ce, DType::Bf16, "4096x131072"), &t, &auto).unwrap();
+        let p = plan(&typed(ce, DType::Bf16, "4096x131072"), &t, &auto).unwrap();
         assert_eq!(
             (p.groups_per_row, p.resident_slots),
             (1, 0),
@@ -2192,7 +2177,7 @@ mod tests {
             pack: 8,
             ..auto
         };
-        let long_ce = problem(ce, DType::Bf16, "4096x131072");
+        let long_ce = typed(ce, DType::Bf16, "4096x131072");
         assert!(!plan(&long_ce, &t, &explicit).unwrap().online_normalizer());
         assert!(!plan(&long_ce, &Target::cpu(), &auto)
             .unwrap()
@@ -2210,10 +2195,7 @@ mod tests {
         // packed}-h200): softmax 1.07x and 1.12x, rmsnorm 1.01x and 1.11x,
         // layernorm 1.05x and 1.09x, residual_layernorm 1.04x and 1.25x.
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         for (op, dtype, shape, packed) in [
             (Operator::Softmax, DType::Bf16, "4096x131072", true),
             (Operator::Rmsnorm, DType::Bf16, "1024x262144", true),
@@ -2236,12 +2218,7 @@ mod tests {
             ),
             (Operator::CrossEntropy, DType::Bf16, "4096x131072", false),
         ] {
-            let problem = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            );
+            let problem = typed(op, dtype, shape);
             let p = plan(&problem, &t, &auto).unwrap();
             assert_eq!(
                 p.packed_resident,
@@ -2283,10 +2260,7 @@ mod tests {
         // (-rms-long-pushed-unstaged-h200, call 45's
         // -rms-131072-pushed-unstaged-h200). The defaults are those plans.
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         // (op, shape, workers, cluster, pushed, staged weight)
         for (op, shape, workers, cluster, pushed, staged) in [
             (Operator::Layernorm, "4096x131072", 2048, 8, true, false),
@@ -2294,12 +2268,7 @@ mod tests {
             (Operator::Rmsnorm, "1024x262144", 4096, 16, true, false),
             (Operator::Rmsnorm, "4096x131072", 2048, 8, true, false),
         ] {
-            let problem = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                DType::F32,
-                shape.parse().unwrap(),
-            );
+            let problem = typed(op, DType::F32, shape);
             let p = plan(&problem, &t, &auto).unwrap();
             let what = format!("{op} {shape}: {}", p.describe());
             assert_eq!(p.min_groups_per_multiprocessor, None, "{what}");
@@ -2327,10 +2296,7 @@ mod tests {
         // (-exit2-{rln,ce}-*-h200): residual_layernorm 1.22-1.37x, and
         // cross_entropy 1024x262144 1.02-1.04x.
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         // (op, dtype, shape, pushed, relaxed exit)
         for (op, dtype, shape, pushed, relaxed) in [
             (Operator::Softmax, DType::F32, "4096x131072", true, true),
@@ -2371,12 +2337,7 @@ mod tests {
             ),
             (Operator::Softmax, DType::F32, "4096x32768", false, false),
         ] {
-            let problem = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            );
+            let problem = typed(op, dtype, shape);
             let p = plan(&problem, &t, &auto).unwrap();
             let what = format!("{op} {dtype} {shape}: {}", p.describe());
             assert_eq!(p.pushed_cluster_reduce, pushed, "{what}");
@@ -2414,10 +2375,7 @@ mod tests {
         // 0.63-0.74x (a 128 KB stage leaves one group per multiprocessor).
         // Session 11: f32 pushes unstaged instead, 1.03-1.04x.
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         for (op, dtype, shape, staged) in [
             (Operator::Rmsnorm, DType::F32, "4096x131072", false),
             (Operator::Rmsnorm, DType::F32, "1024x262144", false),
@@ -2427,12 +2385,7 @@ mod tests {
             (Operator::Layernorm, DType::F32, "4096x131072", false),
             (Operator::Layernorm, DType::Bf16, "1024x262144", false),
         ] {
-            let problem = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            );
+            let problem = typed(op, dtype, shape);
             let p = plan(&problem, &t, &auto).unwrap();
             assert_eq!(
                 p.staged_columns(),
@@ -2461,17 +2414,9 @@ mod tests {
         // bf16 4096x32768 streamed too until its register plan was packed
         // (2026-11-30-w32k-{default,regpk-bf16}-h200: 150.4 -> 131.7 µs).
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         let pick = |op, dtype, shape: &str, r: &LayoutRequest| {
-            let p = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            );
+            let p = typed(op, dtype, shape);
             plan(&p, &t, r).unwrap()
         };
         let (rms, sm, ln) = (Operator::Rmsnorm, Operator::Softmax, Operator::Layernorm);
@@ -2515,12 +2460,7 @@ mod tests {
             );
         }
         // Another target (the CPU executor's) keeps the model's pick.
-        let p = Problem::operator(
-            rms,
-            OperatorOptions::default(),
-            DType::Bf16,
-            "32768x4096".parse().unwrap(),
-        );
+        let p = typed(rms, DType::Bf16, "32768x4096");
         assert_eq!(
             plan(&p, &Target::cpu(), &auto).unwrap().residency,
             Residency::Registers
@@ -2554,14 +2494,7 @@ mod tests {
             stage_columns: true,
             ..Default::default()
         };
-        let problem = |op| {
-            Problem::operator(
-                op,
-                OperatorOptions::default(),
-                DType::F32,
-                "4096x131072".parse().unwrap(),
-            )
-        };
+        let problem = |op| typed(op, DType::F32, "4096x131072");
         let ln = plan(&problem(Operator::Layernorm), &t, &request).unwrap();
         assert!(ln.staged_columns() && ln.shared_bytes > 128 * 1024);
         assert_eq!(groups_per_multiprocessor(&t, 256, 80, ln.shared_bytes), 1);
@@ -2614,10 +2547,7 @@ mod tests {
     #[test]
     fn a_pinned_request_plans_to_the_same_plan_with_only_the_promise_added() {
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
+        let auto = automatic();
         for (op, dtype, shape) in [
             (Operator::Rmsnorm, DType::Bf16, "4096x131072"),
             (Operator::Rmsnorm, DType::Bf16, "32768x4096"),
@@ -2626,12 +2556,7 @@ mod tests {
             (Operator::Sum, DType::F32, "17x257"),
             (Operator::CrossEntropy, DType::Bf16, "4096x32768"),
         ] {
-            let p = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            );
+            let p = typed(op, dtype, shape);
             let chosen = plan(&p, &t, &auto).unwrap();
             let same = plan(&p, &t, &chosen.pinned_request(&auto, 0)).unwrap();
             assert_eq!(same.describe(), chosen.describe(), "{op} {dtype} {shape}");
@@ -2653,18 +2578,8 @@ mod tests {
     #[test]
     fn the_automatic_note_names_the_model_pick_a_rule_replaced() {
         let t = Target::h200();
-        let auto = LayoutRequest {
-            mapper: MapperPolicy::Model,
-            ..Default::default()
-        };
-        let problem = |op, dtype| {
-            Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                "32768x4096".parse().unwrap(),
-            )
-        };
+        let auto = automatic();
+        let problem = |op, dtype| typed(op, dtype, "32768x4096");
         let note = automatic_note(&problem(Operator::Rmsnorm, DType::Bf16), &t, &auto).unwrap();
         assert!(note.contains("W=64 V=8 U=4 G=4 registers"), "{note}");
         assert_eq!(
