@@ -491,9 +491,7 @@ impl ReplayFile {
     }
 
     pub fn write(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self)?;
-        npy::write_atomically(path, text.as_bytes())?;
-        Ok(())
+        crate::results::write_json(path, self)
     }
 
     pub fn source(&self, role: &str) -> Option<&SourceRecord> {

@@ -242,8 +242,7 @@ impl SearchFile {
     }
 
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self)?;
-        npy::write_atomically(&dir.join("results.json"), text.as_bytes())?;
+        crate::results::write_json(&dir.join("results.json"), self)?;
         npy::write_atomically(&dir.join("results.md"), markdown(self).as_bytes())?;
         Ok(())
     }
