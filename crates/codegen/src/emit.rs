@@ -979,6 +979,16 @@ impl Ctx<'_> {
         }
     }
 
+    /// This thread's index among its row's threads in the group (`tid`
+    /// with one row per group).
+    fn row_thread(&self) -> String {
+        if self.g == 1 {
+            "tid".to_string()
+        } else {
+            format!("tid % {}", self.plan.row_threads_per_group())
+        }
+    }
+
     /// The group level of a pushed cluster reduction: threads 0..c push
     /// this group's partials to group `tid`, every thread waits for its own
     /// group's c partials, and lane r combines group r's, as the pulled
@@ -1008,11 +1018,11 @@ impl Ctx<'_> {
         let slot = |k: usize| push.slots + k * c * g;
         // With G rows, row r's partials go to slots [r * c, r * c + c).
         // Thread t < c of each row pushes that row's partials to group t.
-        let (t, row_slot) = if g == 1 {
-            ("tid".to_string(), String::new())
+        let t = self.row_thread();
+        let row_slot = if g == 1 {
+            String::new()
         } else {
-            let per_row = self.plan.row_threads_per_group();
-            (format!("tid % {per_row}"), format!(" + row_in_group * {c}"))
+            format!(" + row_in_group * {c}")
         };
         self.open(&format!("if ({t} < {c}) {{"));
         for &k in all {
@@ -1139,7 +1149,7 @@ impl Ctx<'_> {
                 self.emit_pair_butterfly(ks, km, loads, warps);
             }
         }
-        if let (true, Some(push)) = (self.cluster > 1, self.push) {
+        if let Some(push) = self.push {
             self.emit_pushed_group_level(push, &all, &plain, &pairs);
         } else if self.cluster > 1 {
             let c = self.cluster;
@@ -1149,18 +1159,11 @@ impl Ctx<'_> {
             ));
             let g = self.g;
             // With G rows, each row's first thread writes its own slot.
-            let (writer, row_slot) = if g == 1 {
-                ("tid == 0".to_string(), String::new())
-            } else {
-                let per_row = self.plan.row_threads_per_group();
-                (
-                    format!("tid % {per_row} == 0"),
-                    " + row_in_group".to_string(),
-                )
-            };
+            let writer = self.row_thread();
+            let row_slot = if g == 1 { "" } else { " + row_in_group" };
             for k in &all {
                 self.line(&format!(
-                    "if ({writer}) lf_smem[{}{row_slot}] = a{k};",
+                    "if ({writer} == 0) lf_smem[{}{row_slot}] = a{k};",
                     base + k * g
                 ));
             }

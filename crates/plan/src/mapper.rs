@@ -293,22 +293,18 @@ impl LayoutRequest {
             }
             _ => {}
         }
-        match (problem.operator_kind(), problem.dtype) {
-            (Some(Operator::ResidualLayernorm), _) if n >= RESIDUAL_PUSH_MIN_N => {
-                request.push_cluster_reduce = true;
-            }
-            (
-                Some(
-                    Operator::Softmax
-                    | Operator::CrossEntropy
-                    | Operator::Layernorm
-                    | Operator::Rmsnorm,
-                ),
-                _,
-            ) if n >= CLUSTER_EXIT_MIN_N => {
-                request.push_cluster_reduce = true;
-            }
-            _ => {}
+        let pushes_from = match problem.operator_kind() {
+            Some(Operator::ResidualLayernorm) => RESIDUAL_PUSH_MIN_N,
+            Some(
+                Operator::Softmax
+                | Operator::CrossEntropy
+                | Operator::Layernorm
+                | Operator::Rmsnorm,
+            ) => PUSH_MIN_N,
+            _ => usize::MAX,
+        };
+        if n >= pushes_from {
+            request.push_cluster_reduce = true;
         }
         request
     }
@@ -992,10 +988,9 @@ const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 131072;
 
-/// Rows at least this long, which span a cluster on the H200, take the
-/// pushed reduction or the relaxed exit by default
-/// ([`LayoutRequest::with_measured_variants`]).
-const CLUSTER_EXIT_MIN_N: usize = 131072;
+/// Rows at least this long, which span a cluster on the H200, push their
+/// partials by default ([`LayoutRequest::with_measured_variants`]).
+const PUSH_MIN_N: usize = 131072;
 /// residual_layernorm's f32 default on 4096x32768 is already a cluster of
 /// eight groups, and pushing was 1.25x there.
 const RESIDUAL_PUSH_MIN_N: usize = 32768;
