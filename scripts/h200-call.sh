@@ -91,6 +91,10 @@
 #           clusters of 256- and 512-thread groups (packed, one-pass)
 #   CALL 51: target 3's short rows again, A/A with both torch peers, with
 #           the single phase's 15 calls per side (RESUME=1 continues)
+#   CALL 52: target 3's remaining misses: rmsnorm bf16 1x127 and 17x257
+#           searched over W x V; rmsnorm f32 1024x4096 over W x V x U;
+#           softmax 64x4096 and 1024x4096 with the online normalizer and
+#           narrower rows, benched for their single calls
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1152,6 +1156,34 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-short-v11-aa-h200"
   "$bin" scorecard "$r-short-v11-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-51)"; exit 2 ;;
+52)
+  # Planned in session 12: target 3's misses after call 51.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  step "rmsnorm bf16 1x127 and 17x257, W x V"
+  timeout 100 "$bin" search --backend cuda --ops rmsnorm --shapes 1x127,17x257 --dtypes bf16 \
+    --tune-workers 16,32,64,128 --tune-pack 1,2,4,8 --tune-unroll 1 --max-candidates 17 $q \
+    --output "$r-rms-bf16-tiny-search-h200" > "${OUT:-/tmp}/search-tiny.log" 2>&1
+  echo "search rc=$?"; tail -3 "${OUT:-/tmp}/search-tiny.log"
+  step "rmsnorm f32 1024x4096, W x V x U"
+  timeout 150 "$bin" search --backend cuda --ops rmsnorm --shapes 1024x4096 --dtypes f32 \
+    --tune-workers 64,128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2,4 --max-candidates 31 $q \
+    --output "$r-rms-f32-1024-search-h200" > "${OUT:-/tmp}/search-1024.log" 2>&1
+  echo "search rc=$?"; tail -2 "${OUT:-/tmp}/search-1024.log"
+  keep search "$r-rms-bf16-tiny-search-h200" "$r-rms-f32-1024-search-h200"
+  # The single call is the kernel plus the call path: a kernel with one
+  # block reduction fewer, or fewer warps to combine, starts sooner.
+  for v in default online w256 w512 w256-online; do
+    case $v in
+      default) a="" ;; online) a="--online-normalizer" ;; w256) a="--workers 256" ;;
+      w512) a="--workers 512" ;; w256-online) a="--workers 256 --online-normalizer" ;;
+    esac
+    step "softmax short rows, $v"
+    timeout 40 "$bin" bench --backend cuda --ops softmax --shapes 64x4096,1024x4096 --dtypes f32,bf16 $s \
+      $a --capture-sources --output "$r-softmax-short-$v-h200" > /dev/null 2>&1
+    echo "bench rc=$?"
+  done
+  keep softmax "$r"-softmax-short-*-h200
+  ;;
+*) echo "unknown call $call (1-52)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
