@@ -6,24 +6,20 @@ per operator, dtype and residency, and how often the estimate puts a plan
 at a different number of groups per multiprocessor than the compiler does.
 Usage: scripts/register_survey.py [BINARY]   (default target/release/lanefold)"""
 import collections
-import glob
-import json
 import os
 import re
 import statistics
 import subprocess
 import sys
 
-from target4_grid import cluster_group_threads
+from target4_grid import cluster_group_threads, results_files
 
 
 def main(binary):
     lib = subprocess.check_output(["bash", "scripts/fetch-nvrtc.sh"]).decode().strip()
     env = dict(os.environ, LD_LIBRARY_PATH=lib)
     rows, seen = [], set()
-    for path in sorted(glob.glob("bench/results/*search*/results.json")):
-        with open(path) as f:
-            doc = json.load(f)
+    for _, doc in results_files("bench/results/*search*"):
         for p in doc["problems"]:
             for c in p["candidates"]:
                 if c.get("objective_p50") is None or not c.get("plan"):

@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/STANDING.md}
 bin=${BIN:-target/release/lanefold}
-mapfile -t dirs < <(grep -l '"schema": *"lanefold-replay' bench/results/*/results.json | xargs -n1 dirname | sort)
+# Committed results may be stored gzipped (scripts/compress-results.sh).
+shopt -s nullglob
+mapfile -t dirs < <(zgrep -l '"schema": *"lanefold-replay' bench/results/*/results.json{,.gz} </dev/null | xargs -n1 dirname | sort -u)
 tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {

@@ -4,8 +4,10 @@ committed H200 search has a winner for, the best winner's layout (W V U and
 cluster group threads) as one line `op dtype shape W V U T`. A search of
 just that layout also measures today's automatic mapping (added by the
 search), so `lanefold scorecard` on its output judges target 4 for today's
-mapper. Data only: reads results.json files, runs nothing."""
+mapper. Data only: reads results.json files (or their gzipped copies,
+results.json.gz), runs nothing."""
 import glob
+import gzip
 import json
 import os
 import re
@@ -26,11 +28,23 @@ def cluster_group_threads(describe):
     return "512" if "cluster=" in describe else "0"
 
 
+def results_files(dirs):
+    """(path, parsed JSON) of DIR/results.json for each directory matching
+    the glob `dirs`, in path order; where it is absent, the committed
+    gzipped copy DIR/results.json.gz (plain wins, as in lanefold)."""
+    for d in sorted(glob.glob(dirs), key=lambda d: os.path.join(d, "results.json")):
+        path = os.path.join(d, "results.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                yield path, json.load(f)
+        elif os.path.isfile(path + ".gz"):
+            with gzip.open(path + ".gz", "rt", encoding="utf-8") as f:
+                yield path + ".gz", json.load(f)
+
+
 def main(root):
     best = {}
-    for path in sorted(glob.glob(os.path.join(root, "*search*", "results.json"))):
-        with open(path) as f:
-            doc = json.load(f)
+    for path, doc in results_files(os.path.join(root, "*search*")):
         if doc.get("schema") != "lanefold-search/1":
             continue
         for p in doc["problems"]:

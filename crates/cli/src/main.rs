@@ -505,7 +505,7 @@ fn score_dir(
 ) -> Result<(Vec<lanefold_measure::scorecard::Verdict>, String, String)> {
     use lanefold_measure::{replay::ReplayFile, scorecard, search::SearchFile};
     let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let text = lanefold_measure::results::read_text(&path)?;
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     Ok(match value.get("schema").and_then(|s| s.as_str()) {
@@ -539,7 +539,7 @@ fn score_dir(
 fn report_cmd(dir: &std::path::Path) -> Result<()> {
     use lanefold_measure::{bench, replay, results::ResultsFile, search::SearchFile};
     let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let text = lanefold_measure::results::read_text(&path)?;
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     match value.get("schema").and_then(|s| s.as_str()) {

@@ -97,6 +97,7 @@ pub fn speed(
         &output.join("results.json"),
         serde_json::to_string_pretty(&doc)?.as_bytes(),
     )?;
+    lanefold_measure::results::remove_superseded_gz(&output.join("results.json"))?;
     let header = format!(
         "# First speed table on {} (driver {})\n\nGPU time per op: CUDA events around a batch of launches sized to about {batch_us:.0} µs, divided by the batch; {samples} samples per case; L2 warm (the same buffers every launch). Effective GB/s = (inputs read once + outputs written once) / p50. Every plan's outputs were validated against float64 before timing. Automatic layout unless the command line says otherwise.\n\n",
         cuda.device_name(),

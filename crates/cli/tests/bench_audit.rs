@@ -141,7 +141,7 @@ fn committed_results_fail_the_audit_when_a_raw_sample_changes() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&root).unwrap() {
         let dir = entry.unwrap().path();
-        let Ok(text_json) = std::fs::read_to_string(dir.join("results.json")) else {
+        let Ok(text_json) = lanefold_measure::results::read_text(&dir.join("results.json")) else {
             continue;
         };
         let v: Value = serde_json::from_str(&text_json).unwrap();

@@ -476,3 +476,93 @@ fn resume_refuses_other_settings_a_complete_replay_and_a_missing_one() {
     // The refusals left the replay as it was.
     assert_eq!(load(&out)["rounds_done"], 1);
 }
+
+/// Run scripts/compress-results.sh on `dirs`.
+fn compress(dirs: &[&Path]) -> Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/compress-results.sh");
+    std::process::Command::new("bash")
+        .arg(script)
+        .args(dirs)
+        .output()
+        .expect("run compress-results.sh")
+}
+
+/// Regression: committed results are stored as results.json.gz. A replay
+/// recorded its sources' file_sha256 over the JSON text, so gzipping them
+/// afterwards keeps its audit clean; a replay, report, scorecard and
+/// resume read the gzipped files by their plain names; a changed gzipped
+/// source still fails, and a directory holding both forms is ambiguous.
+#[test]
+fn gzipped_results_read_transparently_and_keep_their_hashes() {
+    use sha2::{Digest, Sha256};
+    let r = bench("gz-ref", &[]);
+    let c = bench("gz-cand", &["--workers", "32", "--pack", "4"]);
+    let out = tmp("gz-out");
+    let o = replay(&r, Some(&c), &out);
+    assert!(o.status.success(), "{}", text(&o));
+    let json = std::fs::read(r.join("results.json")).unwrap();
+    let sha = format!("{:x}", Sha256::digest(&json));
+    assert_eq!(load(&out)["sources"][0]["file_sha256"], sha.as_str());
+
+    let o = compress(&[&r, &c, &out]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!r.join("results.json").exists() && r.join("results.json.gz").is_file());
+    let gz = std::fs::read(r.join("results.json.gz")).unwrap();
+    // Idempotent: nothing left to compress, nothing rewritten.
+    let o = compress(&[&r, &c, &out]);
+    assert!(
+        o.status.success() && text(&o).contains("compressed 0 file(s)"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read(r.join("results.json.gz")).unwrap(), gz);
+
+    for dir in [&out, &r, &c] {
+        let o = audit(dir);
+        assert!(o.status.success(), "{}: {}", dir.display(), text(&o));
+    }
+    for cmd in ["report", "scorecard"] {
+        let o = lanefold(&[cmd, out.to_str().unwrap()]);
+        assert!(o.status.success(), "{cmd}: {}", text(&o));
+    }
+    // A new replay from the gzipped files records the same hash and a
+    // relative path by the plain name, and audits clean.
+    let again = tmp("gz-again");
+    let o = replay(&r, Some(&c), &again);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load(&again);
+    assert_eq!(v["sources"][0]["file_sha256"], sha.as_str());
+    let rel = v["sources"][0]["relative_path"].as_str().unwrap();
+    assert!(rel.ends_with("gz-ref/results.json"), "{rel}");
+    let o = audit(&again);
+    assert!(o.status.success(), "{}", text(&o));
+    // A resumed gzipped replay is written plain again, the stale copy gone.
+    let o = replay_rounds(&r, &c, &out, "3", &["--resume"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.join("results.json").is_file() && !out.join("results.json.gz").exists());
+    let o = audit(&out);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // A changed source, gzipped again, no longer matches the replay.
+    let mut changed = load(&r);
+    changed["cases"][0]["request"]["workers"] = 64.into();
+    save(&r, &changed);
+    let o = compress(&[&r]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = audit(&again);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("changed since the replay"),
+        "{}",
+        text(&o)
+    );
+    // Both forms in one directory: the audit and the script refuse it.
+    std::fs::write(r.join("results.json"), &json).unwrap();
+    let o = audit(&r);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("ambiguous"), "{}", text(&o));
+    assert!(!compress(&[&r]).status.success());
+    for d in [r, c, out, again] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

@@ -173,10 +173,17 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
 pub fn audit_dir(dir: &Path) -> Vec<String> {
     let results = dir.join("results.json");
     let selftest = dir.join("selftest.log");
-    if results.exists() {
-        let text = match std::fs::read_to_string(&results) {
+    if crate::results::locate(&results).is_some() {
+        // Readers would take the plain file; which one is the evidence?
+        if results.is_file() && crate::results::gz_path(&results).is_file() {
+            return vec![format!(
+                "{}: both results.json and results.json.gz (ambiguous; keep one)",
+                dir.display()
+            )];
+        }
+        let text = match crate::results::read_text(&results) {
             Ok(t) => t,
-            Err(e) => return vec![format!("{}: {e}", results.display())],
+            Err(e) => return vec![format!("{e}")],
         };
         let value: serde_json::Value = match serde_json::from_str(&text) {
             Ok(v) => v,
@@ -206,7 +213,7 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
             .collect()
     } else {
         vec![format!(
-            "{}: neither results.json nor selftest.log",
+            "{}: neither results.json(.gz) nor selftest.log",
             dir.display()
         )]
     }

@@ -308,7 +308,7 @@ mod tests {
             "/../../bench/results/2026-11-29-large-auto-h200/results.json"
         );
         let mut file: ResultsFile =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            serde_json::from_str(&crate::results::read_text(Path::new(path)).unwrap()).unwrap();
         assert!(file.cases[0].kernel.is_some());
         assert_eq!(resources_table(&file.cases), "");
         let k = file.cases[0].kernel.as_mut().unwrap();

@@ -95,7 +95,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// (`problems[i].{op,dtype,shape}` and `problems[i].winner.{request,
 /// plan.layout,source_sha256}`).
 pub fn load_frozen(path: &Path) -> Result<Frozen> {
-    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    let bytes = crate::results::read_bytes(path)?;
     let file_sha256 = sha256_hex(&bytes);
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).with_context(|| format!("{}: not JSON", path.display()))?;
@@ -485,7 +485,7 @@ pub struct ReplayFile {
 
 impl ReplayFile {
     pub fn read(path: &Path) -> Result<ReplayFile> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+        let text = crate::results::read_text(path)?;
         serde_json::from_str(&text)
             .map_err(|e| anyhow!("{}: not a lanefold replay file: {e}", path.display()))
     }
@@ -774,7 +774,15 @@ fn resume_mismatch(earlier: &ReplayFile, now: &ReplayFile) -> Option<String> {
 /// `target` relative to `base` (both made absolute), when both resolve.
 fn relative_to(base: &Path, target: &Path) -> Option<String> {
     let base = base.canonicalize().ok()?;
-    let target = target.canonicalize().ok()?;
+    let target = match target.canonicalize() {
+        Ok(t) => t,
+        // A source stored gzipped: its plain name, in its real directory.
+        Err(_) => {
+            let parent = target.parent().filter(|p| !p.as_os_str().is_empty());
+            let parent = parent.unwrap_or(Path::new(".")).canonicalize().ok()?;
+            parent.join(target.file_name()?)
+        }
+    };
     let b: Vec<Component> = base.components().collect();
     let t: Vec<Component> = target.components().collect();
     let common = b.iter().zip(&t).take_while(|(x, y)| x == y).count();
@@ -1465,7 +1473,7 @@ mod check {
 
 /// The frozen cases of a source file, read straight from its JSON.
 fn audit_read_source(path: &Path) -> std::result::Result<(String, Vec<FrozenCase>), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = crate::results::read_bytes(path).map_err(|e| format!("{e}"))?;
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let sha = sha256_hex(&bytes);
@@ -1630,13 +1638,14 @@ fn noted_missing(missing: &[String], side: &str) -> bool {
 }
 
 /// Resolve a recorded source path: relative to the replay directory
-/// first, then as recorded.
+/// first, then as recorded; either may since have been gzipped.
 fn locate_source(dir: &Path, s: &SourceRecord) -> Option<PathBuf> {
+    let found = |p: &PathBuf| crate::results::locate(p).is_some();
     s.relative_path
         .as_ref()
         .map(|r| dir.join(r))
-        .filter(|p| p.is_file())
-        .or_else(|| Some(PathBuf::from(&s.path)).filter(|p| p.is_file()))
+        .filter(found)
+        .or_else(|| Some(PathBuf::from(&s.path)).filter(found))
 }
 
 /// Audit a `lanefold-replay/1` results file in `dir`: recompute per-round

@@ -8,7 +8,8 @@ use lanefold_ir::OperatorOptions;
 use lanefold_plan::{Layout, LayoutRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 pub const SCHEMA: &str = "lanefold-results/1";
 
@@ -320,8 +321,7 @@ pub struct ResultsFile {
 
 impl ResultsFile {
     pub fn read(path: &Path) -> anyhow::Result<ResultsFile> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let text = read_text(path)?;
         serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}: not a lanefold results file: {e}", path.display()))
     }
@@ -339,7 +339,80 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     let mut text = serde_json::to_string(value)?;
     text.push('\n');
     lanefold_cpu::npy::write_atomically(path, text.as_bytes())?;
-    Ok(())
+    remove_superseded_gz(path)
+}
+
+/// `…/results.json.gz`: where a committed results file is stored gzipped
+/// (`scripts/compress-results.sh`), to keep the tree under the device
+/// tool's carry limit.
+pub fn gz_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".gz");
+    path.with_file_name(name)
+}
+
+fn is_gz(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "gz")
+}
+
+/// A writer just wrote `path` (plain): a gzipped copy beside it (a
+/// resumed replay of a committed directory) is stale and would make the
+/// directory ambiguous.
+pub fn remove_superseded_gz(path: &Path) -> anyhow::Result<()> {
+    let gz = gz_path(path);
+    match std::fs::remove_file(&gz) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(anyhow::anyhow!("{}: {e}", gz.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The file that holds a results file's text: `path` if it exists, else
+/// `path.gz` (None: neither). Plain wins where both exist; the audit
+/// reports that case as ambiguous.
+pub fn locate(path: &Path) -> Option<PathBuf> {
+    if path.is_file() {
+        return Some(path.to_path_buf());
+    }
+    let gz = gz_path(path);
+    (!is_gz(path) && gz.is_file()).then_some(gz)
+}
+
+/// The JSON bytes of a results, replay or search file, named by its plain
+/// path (`…/results.json`): that file if it exists, else `…/results.json.gz`
+/// decompressed (a path ending in `.gz` is decompressed too). Every reader
+/// of these files goes through here, and recorded `file_sha256`s are over
+/// the bytes it returns, so compressing a file changes no hash.
+pub fn read_bytes(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let (found, raw) = match std::fs::read(path) {
+        Ok(raw) => (path.to_path_buf(), raw),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !is_gz(path) => {
+            let gz = gz_path(path);
+            match std::fs::read(&gz) {
+                Ok(raw) => (gz, raw),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    anyhow::bail!("{}: no such file (nor {})", path.display(), gz.display())
+                }
+                Err(e) => anyhow::bail!("{}: {e}", gz.display()),
+            }
+        }
+        Err(e) => anyhow::bail!("{}: {e}", path.display()),
+    };
+    if !is_gz(&found) {
+        return Ok(raw);
+    }
+    let mut bytes = vec![];
+    flate2::read::MultiGzDecoder::new(&raw[..])
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("{}: corrupt gzip: {e}", found.display()))?;
+    Ok(bytes)
+}
+
+/// [`read_bytes`] as UTF-8 text.
+pub fn read_text(path: &Path) -> anyhow::Result<String> {
+    String::from_utf8(read_bytes(path)?)
+        .map_err(|e| anyhow::anyhow!("{}: not UTF-8: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -369,5 +442,85 @@ mod tests {
         };
         let s = Side::new("lanefold", v, p, 100);
         assert!(s.voided && s.phases.e2e.is_empty() && s.summary.e2e.is_none());
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut z = flate2::write::GzEncoder::new(vec![], flate2::Compression::best());
+        z.write_all(bytes).unwrap();
+        z.finish().unwrap()
+    }
+
+    fn fresh_dir(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("lanefold-results-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn reads_plain_then_gzipped_and_names_what_it_tried() {
+        let d = fresh_dir("read");
+        let path = d.join("results.json");
+        let text = "{\"schema\":\"x\"}\n";
+        // Neither: both names in the error.
+        let e = read_bytes(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("results.json:") && e.contains("results.json.gz"),
+            "{e}"
+        );
+        assert!(locate(&path).is_none());
+        // Gzipped only: the JSON text, by the plain name or the .gz one.
+        std::fs::write(gz_path(&path), gzip(text.as_bytes())).unwrap();
+        assert_eq!(read_text(&path).unwrap(), text);
+        assert_eq!(read_text(&gz_path(&path)).unwrap(), text);
+        assert_eq!(locate(&path), Some(gz_path(&path)));
+        // Both: plain wins (the audit calls it ambiguous).
+        std::fs::write(&path, "{}").unwrap();
+        assert_eq!(read_text(&path).unwrap(), "{}");
+        assert_eq!(locate(&path), Some(path.clone()));
+        // Plain only.
+        std::fs::remove_file(gz_path(&path)).unwrap();
+        assert_eq!(read_text(&path).unwrap(), "{}");
+        // A missing .gz path is not looked for as .gz.gz.
+        let e = read_bytes(&gz_path(&path)).unwrap_err().to_string();
+        assert!(
+            e.contains("results.json.gz:") && !e.contains(".gz.gz"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_gzip_is_an_error_naming_the_file() {
+        let d = fresh_dir("corrupt");
+        let path = d.join("results.json");
+        let mut z = gzip(br#"{"schema":"lanefold-results/1"}"#);
+        // A flipped payload byte (the CRC catches it), a truncation, and
+        // bytes that are no gzip at all.
+        let n = z.len();
+        z[n / 2] ^= 0xff;
+        let garbage: [&[u8]; 3] = [&z, &gzip(b"{}")[..12], b"not gzip"];
+        for bytes in garbage {
+            std::fs::write(gz_path(&path), bytes).unwrap();
+            let e = read_bytes(&path).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{}: corrupt gzip", gz_path(&path).display())),
+                "{e}"
+            );
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn writing_the_plain_file_removes_a_stale_gzipped_copy() {
+        let d = fresh_dir("write");
+        let path = d.join("results.json");
+        std::fs::write(gz_path(&path), gzip(b"{\"old\":1}\n")).unwrap();
+        write_json(&path, &serde_json::json!({"new": 2})).unwrap();
+        assert!(!gz_path(&path).exists());
+        assert_eq!(read_text(&path).unwrap(), "{\"new\":2}\n");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -236,7 +236,7 @@ pub struct SearchFile {
 
 impl SearchFile {
     pub fn read(path: &Path) -> Result<SearchFile> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+        let text = crate::results::read_text(path)?;
         serde_json::from_str(&text)
             .with_context(|| format!("{}: not a lanefold search file", path.display()))
     }

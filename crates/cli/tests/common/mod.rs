@@ -32,16 +32,19 @@ pub fn tmp(kind: &str, name: &str) -> PathBuf {
     dir
 }
 
-/// DIR/results.json as JSON.
+/// DIR/results.json (or its gzipped copy) as JSON.
 pub fn load(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+    let text = lanefold_measure::results::read_text(&dir.join("results.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
-/// Overwrite DIR/results.json (as a tamperer would).
+/// Overwrite DIR/results.json (as a tamperer would), in place of a
+/// gzipped copy too.
 pub fn save(dir: &Path, v: &Value) {
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(v).unwrap(),
     )
     .unwrap();
+    let _ = std::fs::remove_file(dir.join("results.json.gz"));
 }
