@@ -98,6 +98,9 @@
 #   CALL 53: target 3 over all six operators with today's defaults:
 #           bench, A/A replay with both torch peers, 3 rounds (RESUME=1
 #           continues)
+#   CALL 54: target 4 at 64x4096 and 1024x4096: every operator and dtype
+#           searched over W x V x U (softmax and cross_entropy also with
+#           the online normalizer)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1204,6 +1207,33 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-short-all-v12-aa-h200"
   "$bin" scorecard "$r-short-all-v12-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-53)"; exit 2 ;;
+54)
+  # Planned in session 12: call 52 found rmsnorm f32 1024x4096 18% faster
+  # at W=512 than the automatic W=256, which the two-candidate target-4
+  # search of session 6 never measured. Search every short-row problem.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  grid="--tune-workers 64,128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2,4 --max-candidates 31"
+  for shape in 1024x4096 64x4096; do
+    step "$shape, six operators, W x V x U"
+    timeout 200 "$bin" search --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+      --shapes "$shape" --dtypes f32,bf16 $grid $q \
+      --output "$r-grid-$shape-search-h200" > "${OUT:-/tmp}/search-$shape.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "${OUT:-/tmp}/search-$shape.log" | cut -c1-200
+    keep "grid-$shape" "$r-grid-$shape-search-h200"
+  done
+  step "1x127 and 17x257, six operators, W x V"
+  timeout 120 "$bin" search --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+    --shapes 1x127,17x257 --dtypes f32,bf16 --tune-workers 16,32,64,128 --tune-pack 1,2,4,8 --tune-unroll 1 \
+    --max-candidates 17 $q --output "$r-grid-tiny-search-h200" > "${OUT:-/tmp}/search-tiny.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "${OUT:-/tmp}/search-tiny.log" | cut -c1-200
+  keep "grid-tiny" "$r-grid-tiny-search-h200"
+  step "softmax and cross_entropy, online normalizer, W x V x U"
+  timeout "$(left)" "$bin" search --backend cuda --ops softmax,cross_entropy --shapes 64x4096,1024x4096 \
+    --dtypes f32,bf16 --online-normalizer $grid $q \
+    --output "$r-grid-online-search-h200" > "${OUT:-/tmp}/search-online.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "${OUT:-/tmp}/search-online.log" | cut -c1-200
+  keep online "$r-grid-online-search-h200"
+  ;;
+*) echo "unknown call $call (1-54)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
