@@ -101,6 +101,8 @@
 #   CALL 54: target 4 at 64x4096 and 1024x4096: every operator and dtype
 #           searched over W x V x U (softmax and cross_entropy also with
 #           the online normalizer)
+#   CALL 55: target 4 at the decode-like shapes 1, 8, 32 x 4096: every
+#           operator and dtype searched over W x V x U
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1234,6 +1236,16 @@ case $call in
   echo "search rc=$?"; grep -E "winner" "${OUT:-/tmp}/search-online.log" | cut -c1-200
   keep online "$r-grid-online-search-h200"
   ;;
-*) echo "unknown call $call (1-54)"; exit 2 ;;
+55)
+  # Planned in session 12: call 54's searches at the decode-like shapes.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  step "1, 8, 32 x 4096, six operators, W x V x U"
+  timeout "$(left)" "$bin" search --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+    --shapes 1x4096,8x4096,32x4096 --dtypes f32,bf16 --tune-workers 128,256,512,1024 --tune-pack 4,8 \
+    --tune-unroll 1,2 --max-candidates 17 $q --output "$r-grid-decode-search-h200" > "${OUT:-/tmp}/search-decode.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "${OUT:-/tmp}/search-decode.log" | cut -c1-200
+  keep "grid-decode" "$r-grid-decode-search-h200"
+  ;;
+*) echo "unknown call $call (1-55)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
