@@ -717,13 +717,35 @@ fn choose_by_model(
     target: &Target,
     request: &LayoutRequest,
 ) -> Result<LayoutRequest, Refusal> {
+    match model_choice(problem, target, request)? {
+        ModelChoice::Seed(seed) => Ok(seed),
+        ModelChoice::Pick(pick) => {
+            Ok(rule_beside_model(problem, target, request, &pick)?
+                .map_or(pick, |rule| rule.request))
+        }
+    }
+}
+
+/// The cost model's own answer, before any rule beside it.
+enum ModelChoice {
+    /// Nothing for the model to choose: the seed mapping's request.
+    Seed(LayoutRequest),
+    /// The candidate with the lowest prediction (see [`model_pick`]).
+    Pick(LayoutRequest),
+}
+
+fn model_choice(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Result<ModelChoice, Refusal> {
     let seed = LayoutRequest {
         mapper: MapperPolicy::Seed,
         ..*request
     };
     let baseline = plan_rows(problem, target, &seed)?;
     if baseline.order == ReductionOrder::Sequential {
-        return Ok(seed);
+        return Ok(ModelChoice::Seed(seed));
     }
     let scored = if request.batch_invariant {
         Problem {
@@ -752,6 +774,9 @@ fn choose_by_model(
         let mut w = 8;
         while w <= target.max_workers() {
             for v in VALID_PACKS {
+                if scalar_pack_too_wide(problem, &target, v) {
+                    continue;
+                }
                 let candidate = LayoutRequest {
                     workers: w,
                     pack: v,
@@ -771,11 +796,10 @@ fn choose_by_model(
             w *= 2;
         }
     }
-    let Some(i) = model_pick(&scores) else {
-        return Ok(seed);
-    };
-    let pick = requests[i];
-    Ok(rule_beside_model(problem, target, request, &pick)?.map_or(pick, |rule| rule.request))
+    Ok(match model_pick(&scores) {
+        Some(i) => ModelChoice::Pick(requests[i]),
+        None => ModelChoice::Seed(seed),
+    })
 }
 
 /// A rule beside the cost model: the request it puts in place of the
@@ -805,6 +829,19 @@ fn rule_beside_model(
             why: format!("the H200 search's winner for this shape ({evidence})"),
         }));
     }
+    if let Some(narrower) = few_rows_narrower_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: narrower,
+            model_plan,
+            why: format!(
+                "fewer rows than multiprocessors: at most {} workers per row, every pack \
+                 in flight (one block reduction over fewer warps; 1.05-1.22x on \
+                 1-64 x 4096 in 2026-11-30-grid-decode-search-h200 and \
+                 -grid-64x4096-search-h200, bench/NOTES.md campaign 12)",
+                narrower.workers
+            ),
+        }));
+    }
     Ok(
         hinted_stream_instead(problem, target, &model_plan, pick).map(|streamed| RuleBesideModel {
             request: streamed,
@@ -829,6 +866,12 @@ fn rule_beside_model(
 ///   register estimate cannot see a 7-register gap.
 /// - cross_entropy bf16 1024x4096: W=128 V=4 in 512 groups against the
 ///   model's W=64 V=8 in 256 (less than one wave): 3.21 µs against 3.59.
+/// - softmax bf16 1024x4096: W=128 V=8 in 512 groups of two rows at 62
+///   registers against the model's W=64 V=8 U=4 in groups of four at 119
+///   (session 12): 4.21 µs against 4.84.
+/// - rmsnorm f32 1024x4096: W=512 V=4 (two packs per worker, two waves of
+///   512-thread groups) against the model's W=256 (one wave): 5.95 µs
+///   against 7.02, in L2; the model ranks W=512 19th of 30.
 struct SearchedWinner {
     op: Operator,
     dtype: DType,
@@ -842,7 +885,7 @@ struct SearchedWinner {
     evidence: &'static str,
 }
 
-const SEARCHED_WINNERS: [SearchedWinner; 3] = [
+const SEARCHED_WINNERS: [SearchedWinner; 5] = [
     SearchedWinner {
         op: Operator::ResidualLayernorm,
         dtype: DType::Bf16,
@@ -878,6 +921,30 @@ const SEARCHED_WINNERS: [SearchedWinner; 3] = [
         residency: ResidencyRequest::Auto,
         cluster_group_threads: 0,
         evidence: "2026-11-30-t4-cross_entropy-bf16-1024x4096-h200, 3.21 against 3.59 µs",
+    },
+    SearchedWinner {
+        op: Operator::Softmax,
+        dtype: DType::Bf16,
+        shape: (1024, 4096),
+        workers: 128,
+        pack: 8,
+        unroll: 1,
+        rows_per_group: 2,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 0,
+        evidence: "2026-11-30-grid-1024x4096-search-h200, 4.21 against 4.84 µs",
+    },
+    SearchedWinner {
+        op: Operator::Rmsnorm,
+        dtype: DType::F32,
+        shape: (1024, 4096),
+        workers: 512,
+        pack: 4,
+        unroll: 2,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 0,
+        evidence: "2026-11-30-rms-f32-1024-search-h200 and -grid-1024x4096-, 5.95 against 7.02 µs",
     },
 ];
 
@@ -1030,6 +1097,77 @@ const HINTED_STREAM_MIN_BYTES: u64 = 64 << 20;
 /// three bf16 shapes and on f32 4096x32768); softmax f32 was not measured
 /// with the automatic unroll. The cost model prices re-reads as DRAM
 /// traffic and cannot see this, so it is a rule beside the model, not in it.
+/// Packs wider than four elements on rows that cannot be read as vectors
+/// (16-bit rows of odd length: every access a scalar one) are left out of
+/// the model's choice on the H200. V=8 ran 1.10-1.19x slower than V=4 on
+/// bf16 1x127 and 17x257 for every operator with a column or a second
+/// reduction (2026-11-30-grid-tiny-search-h200); the model prices the pack
+/// as one vector access. A sum, with nothing but its loads to schedule,
+/// ran V=8 at par and keeps it.
+fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32) -> bool {
+    target.name == "h200"
+        && problem.operator_kind() != Some(Operator::Sum)
+        && pack > 4
+        && vector_access(problem.dtype, pack as usize, problem.shape.n).is_none()
+}
+
+/// At most this many workers per row when there are fewer rows than
+/// multiprocessors (see [`few_rows_narrower_instead`]).
+fn few_rows_max_workers(op: Operator) -> u32 {
+    match op {
+        // Two reductions (softmax) or a gather besides one (cross_entropy):
+        // W=256 was best on every such f32 problem of the decode search.
+        Operator::Softmax | Operator::CrossEntropy => 256,
+        _ => 512,
+    }
+}
+
+/// With fewer rows than multiprocessors each row is alone on its SM, and a
+/// row's time is its latency: one block reduction across W/32 warps. The
+/// model prices that level flat, so it spreads a 4096-wide f32 row over
+/// 1024 workers; 512 (256 for softmax and cross_entropy) with every pack
+/// loaded at once ran 1.05-1.22x faster on every operator at 1, 8, 32 and
+/// 64 rows (2026-11-30-grid-decode-search-h200,
+/// 2026-11-30-grid-64x4096-search-h200). One-group register plans only,
+/// with at most eight packs per worker; measured on the H200 only.
+fn few_rows_narrower_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    if target.name != "h200" || problem.shape.rows >= target.multiprocessors as usize {
+        return None;
+    }
+    let workers = few_rows_max_workers(problem.operator_kind()?);
+    let pack = picked.layout.pack;
+    let chunks = problem.shape.n.div_ceil((workers * pack) as usize);
+    if picked.layout.workers <= workers
+        || picked.groups_per_row != 1
+        || picked.rereads_tiles()
+        || chunks > 8
+    {
+        return None;
+    }
+    // A resident tile loads every pack at once whatever U says (U=1, 2
+    // and 4 measured alike); a sum holds nothing, so U=chunks puts every
+    // load in flight (U=1 ran 1.12-1.16x slower on sum f32 at W=512).
+    let unroll = if picked.resident_slots > 0 {
+        1
+    } else {
+        chunks as u32
+    };
+    let narrower = LayoutRequest {
+        workers,
+        pack,
+        unroll,
+        rows_per_group: 0,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &narrower).ok()?;
+    (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
+}
+
 fn hinted_stream_instead(
     problem: &Problem,
     target: &Target,
@@ -1964,8 +2102,12 @@ mod tests {
         let t = Target::h200();
         for shape in ["1x127", "17x257", "64x4096", "1024x4096", "8x131072"] {
             let p = problem(Operator::Rmsnorm, shape);
-            let model = automatic();
-            let chosen = plan(&p, &t, &model).unwrap();
+            // The model's own pick: rules beside it replace some (tested
+            // with each rule).
+            let chosen = match model_choice(&p, &t, &automatic()).unwrap() {
+                ModelChoice::Pick(pick) => plan(&p, &t, &pick).unwrap(),
+                ModelChoice::Seed(_) => panic!("{shape}: the model chose nothing"),
+            };
             let predict = |pl: &Plan| RooflinePolicy.predict_us(&Features::of(pl, &t), pl, &t);
             let best = predict(&chosen);
             let mut w = 8;
@@ -2066,6 +2208,86 @@ mod tests {
             "{}",
             chosen.describe()
         );
+    }
+
+    #[test]
+    fn regression_few_rows_take_at_most_512_workers_256_for_softmax_and_cross_entropy() {
+        // Session 12's decode search: the model spread 1-64 rows of 4096 f32
+        // over 1024 workers, 1.05-1.22x slower than 512 (256 for softmax and
+        // cross_entropy).
+        let h200 = Target::h200();
+        for op in [
+            Operator::Sum,
+            Operator::Softmax,
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+            Operator::CrossEntropy,
+        ] {
+            let cap = few_rows_max_workers(op);
+            for rows in [1, 8, 32, 64, 131] {
+                let p = typed(op, DType::F32, &format!("{rows}x4096"));
+                let got = plan(&p, &h200, &automatic()).unwrap();
+                assert_eq!(got.layout.workers, cap, "{op:?} {rows}: {}", got.describe());
+                assert_eq!(got.groups_per_row, 1, "{}", got.describe());
+                // Every pack in flight: resident tiles load them all at
+                // U=1; a sum unrolls over all of them.
+                let chunks = 4096 / (cap * got.layout.pack);
+                let unroll = if op == Operator::Sum { chunks } else { 1 };
+                assert_eq!(got.layout.unroll, unroll, "{}", got.describe());
+                let note = automatic_note(&p, &h200, &automatic()).unwrap();
+                assert!(note.contains("fewer rows than multiprocessors"), "{note}");
+            }
+            // As many rows as multiprocessors, a row that spans a cluster,
+            // and the CPU keep the model's pick.
+            for shape in ["132x4096", "1024x4096", "1x262144"] {
+                let p = typed(op, DType::F32, shape);
+                let note = automatic_note(&p, &h200, &automatic());
+                assert!(
+                    !note.is_some_and(|n| n.contains("fewer rows")),
+                    "{op:?} {shape}"
+                );
+            }
+            let p = typed(op, DType::F32, "8x4096");
+            assert!(!automatic_note(&p, &Target::cpu(), &automatic())
+                .is_some_and(|n| n.contains("fewer rows")));
+        }
+    }
+
+    #[test]
+    fn regression_unaligned_16_bit_rows_take_packs_of_at_most_four_except_sum() {
+        // Session 12's tiny-row search: on bf16 rows of 127 and 257 every
+        // access is scalar, and V=8 ran 1.10-1.19x slower than V=4.
+        let h200 = Target::h200();
+        for shape in ["1x127", "17x257", "3x1001"] {
+            for op in [Operator::Rmsnorm, Operator::Layernorm, Operator::Softmax] {
+                let p = typed(op, DType::Bf16, shape);
+                let got = plan(&p, &h200, &automatic()).unwrap();
+                assert!(got.layout.pack <= 4, "{op:?} {shape}: {}", got.describe());
+            }
+        }
+        // Vector rows keep V=8, and so does a sum on scalar rows.
+        let aligned = plan(
+            &typed(Operator::Rmsnorm, DType::Bf16, "64x4096"),
+            &h200,
+            &automatic(),
+        );
+        assert_eq!(aligned.unwrap().layout.pack, 8);
+        assert!(!scalar_pack_too_wide(
+            &typed(Operator::Sum, DType::Bf16, "17x257"),
+            &h200,
+            8
+        ));
+        assert!(scalar_pack_too_wide(
+            &typed(Operator::Rmsnorm, DType::Bf16, "17x257"),
+            &h200,
+            8
+        ));
+        assert!(!scalar_pack_too_wide(
+            &typed(Operator::Rmsnorm, DType::Bf16, "17x257"),
+            &Target::cpu(),
+            8
+        ));
     }
 
     #[test]

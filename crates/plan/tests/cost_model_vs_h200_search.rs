@@ -53,6 +53,22 @@ const SEARCHES: [&[&str]; 11] = [
     &["2026-11-30-rmsnorm-1024-search-h200"],
 ];
 
+/// A results file's JSON text: `path`, else `path.gz` decompressed (as
+/// `lanefold_measure::results::read_bytes` reads it; that crate depends on
+/// this one).
+fn read_results(path: &str) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(_) => {
+            let gz = std::fs::File::open(format!("{path}.gz")).unwrap();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(gz), &mut text)
+                .unwrap();
+            text
+        }
+    }
+}
+
 struct Scored {
     id: String,
     regret: f64,
@@ -74,7 +90,7 @@ fn score(dirs: &[&str]) -> Vec<Scored> {
             "{}/../../bench/results/{dir}/results.json",
             env!("CARGO_MANIFEST_DIR")
         );
-        let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let file: Value = serde_json::from_str(&read_results(&path)).unwrap();
         for p in file["problems"].as_array().unwrap() {
             let op: Operator = p["op"].as_str().unwrap().parse().unwrap();
             let dtype: DType = p["dtype"].as_str().unwrap().parse().unwrap();
