@@ -95,9 +95,9 @@
 #           searched over W x V; rmsnorm f32 1024x4096 over W x V x U;
 #           softmax 64x4096 and 1024x4096 with the online normalizer and
 #           narrower rows, benched for their single calls
-#   CALL 53: target 3 over all six operators with today's defaults:
-#           bench, A/A replay with both torch peers, 3 rounds (RESUME=1
-#           continues)
+#   CALL 53: target 4 for today's bf16 17x257 picks (a small search);
+#           target 3 over all six operators with today's defaults: bench,
+#           A/A replay with both torch peers, 3 rounds (RESUME=1 continues)
 #   CALL 54: target 4 at 64x4096 and 1024x4096: every operator and dtype
 #           searched over W x V x U (softmax and cross_entropy also with
 #           the online normalizer)
@@ -1196,6 +1196,14 @@ case $call in
   # Planned in session 12: every operator's short rows in one replay, so
   # the standing judges all of target 3 by today's layouts and call path.
   if [ -z "${RESUME:-}" ]; then
+    # Today's bf16 17x257 pick (W=32 V=4 U=2) was not among call 54's
+    # candidates: measure it beside them for target 4.
+    step "bf16 17x257, six operators, W x V x U (target 4)"
+    timeout 60 "$bin" search --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+      --shapes 17x257 --dtypes bf16 --tune-workers 32,64,128 --tune-pack 1,2,4,8 --tune-unroll 1,2 \
+      --max-candidates 25 $s --tuning-metric gpu --capture-sources \
+      --output "$r-grid-257-bf16-search-h200" > "${OUT:-/tmp}/search-257.log" 2>&1
+    echo "search rc=$?"; keep "grid-257" "$r-grid-257-bf16-search-h200"
     step "short rows, six operators, today's defaults, bench"
     timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
       --shapes 1x127,17x257,64x4096,1024x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s \
