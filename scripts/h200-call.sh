@@ -103,6 +103,9 @@
 #           the online normalizer)
 #   CALL 55: target 4 at the decode-like shapes 1, 8, 32 x 4096: every
 #           operator and dtype searched over W x V x U
+#   CALL 56: layernorm and residual_layernorm on 1x127 and 17x257 with
+#           one-pass moments and/or W=128 V=1, each benched and replayed
+#           A/A against both torch peers (3 rounds)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1254,6 +1257,24 @@ case $call in
   echo "search rc=$?"; grep -E "winner" "${OUT:-/tmp}/search-decode.log" | cut -c1-200
   keep "grid-decode" "$r-grid-decode-search-h200"
   ;;
-*) echo "unknown call $call (1-55)"; exit 2 ;;
+56)
+  # Planned in session 12: call 53's tiny-row gpu-phase misses (layernorm
+  # bf16 1x127, residual_layernorm 1x127 and bf16 17x257, torch.compile
+  # 0.92-0.98x): fewer reduction phases, and the tiny search's W=128 V=1.
+  for v in om w128 w128-om; do
+    case $v in
+      om) a="--one-pass-moments" ;; w128) a="--workers 128 --pack 1" ;;
+      w128-om) a="--workers 128 --pack 1 --one-pass-moments" ;;
+    esac
+    step "tiny norms, $v: bench and A/A replay"
+    timeout 40 "$bin" bench --backend cuda --ops layernorm,residual_layernorm --shapes 1x127,17x257 --dtypes f32,bf16 \
+      $s $a --capture-sources --output "$r-tiny-norms-$v-h200" > /dev/null 2>&1; echo "bench rc=$?"
+    timeout 100 "$bin" replay --backend cuda --aa --reference "$r-tiny-norms-$v-h200/results.json" --rounds 3 $s \
+      --torch --torch-compile --deadline-s 90 --output "$r-tiny-norms-$v-aa-h200" > "${OUT:-/tmp}/replay-$v.log" 2>&1
+    echo "replay rc=$?"; keep "tiny-$v" "$r-tiny-norms-$v-h200" "$r-tiny-norms-$v-aa-h200"
+    "$bin" scorecard "$r-tiny-norms-$v-aa-h200" | grep -E "^## |\| [0-9]" || true
+  done
+  ;;
+*) echo "unknown call $call (1-56)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
