@@ -106,6 +106,8 @@
 #   CALL 56: layernorm and residual_layernorm on 1x127 and 17x257 with
 #           one-pass moments and/or W=128 V=1, each benched and replayed
 #           A/A against both torch peers (3 rounds)
+#   CALL 57: one-pass moments on few-row norms, paired: today's default
+#           against --one-pass-moments, replayed with both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1275,6 +1277,23 @@ case $call in
     "$bin" scorecard "$r-tiny-norms-$v-aa-h200" | grep -E "^## |\| [0-9]" || true
   done
   ;;
-*) echo "unknown call $call (1-56)"; exit 2 ;;
+57)
+  # Planned in session 12: call 56 ran one-pass moments on another machine
+  # than call 53's defaults (torch.compile itself 8% apart); pair them here.
+  shapes="1x127,17x257,1x4096,8x4096,32x4096,64x4096"
+  step "few-row norms: today's default and one-pass moments, bench"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm,residual_layernorm --shapes "$shapes" --dtypes f32,bf16 \
+    $s --capture-sources --output "$r-few-norms-default-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm,residual_layernorm --shapes "$shapes" --dtypes f32,bf16 \
+    $s --one-pass-moments --capture-sources --output "$r-few-norms-om-h200" > /dev/null 2>&1; echo "bench rc=$?"
+  keep bench "$r-few-norms-default-h200" "$r-few-norms-om-h200"
+  step "paired replay, default against one-pass, with both torch peers"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-few-norms-default-h200/results.json" \
+    --candidate "$r-few-norms-om-h200/results.json" --rounds 3 $s --torch --torch-compile \
+    --deadline-s "$(( $(left) - 15 ))" --output "$r-few-norms-om-replay-h200" > "${OUT:-/tmp}/replay.log" 2>&1
+  echo "replay rc=$?"; keep replay "$r-few-norms-om-replay-h200"
+  grep -E "^\| (layernorm|residual_layernorm) .*\| gpu \|" "$r-few-norms-om-replay-h200/results.md" | cut -c1-140 || true
+  ;;
+*) echo "unknown call $call (1-57)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
