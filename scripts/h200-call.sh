@@ -108,6 +108,8 @@
 #           A/A against both torch peers (3 rounds)
 #   CALL 57: one-pass moments on few-row norms, paired: today's default
 #           against --one-pass-moments, replayed with both torch peers
+#   CALL 58: target 4 for the few-row norms' one-pass picks: searches
+#           with one-pass moments at 1-64 x 4096, 1x127 and 17x257
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1294,6 +1296,21 @@ case $call in
   echo "replay rc=$?"; keep replay "$r-few-norms-om-replay-h200"
   grep -E "^\| (layernorm|residual_layernorm) .*\| gpu \|" "$r-few-norms-om-replay-h200/results.md" | cut -c1-140 || true
   ;;
-*) echo "unknown call $call (1-57)"; exit 2 ;;
+58)
+  # Planned in session 12: today's few-row layernorm and residual_layernorm
+  # picks take one-pass moments (call 57); measure them among neighbours.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --one-pass-moments"
+  step "few-row norms, one-pass, 1-64 x 4096"
+  timeout 120 "$bin" search --backend cuda --ops layernorm,residual_layernorm --shapes 1x4096,8x4096,32x4096,64x4096 \
+    --dtypes f32,bf16 --tune-workers 128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2 --max-candidates 17 $q \
+    --output "$r-grid-norms-om-search-h200" > "${OUT:-/tmp}/search-om.log" 2>&1
+  echo "search rc=$?"; keep "grid-om" "$r-grid-norms-om-search-h200"
+  step "few-row norms, one-pass, 1x127 and 17x257"
+  timeout "$(left)" "$bin" search --backend cuda --ops layernorm,residual_layernorm --shapes 1x127,17x257 \
+    --dtypes f32,bf16 --tune-workers 32,64,128 --tune-pack 1,2,4 --tune-unroll 1,2 --max-candidates 19 $q \
+    --output "$r-grid-norms-om-tiny-search-h200" > "${OUT:-/tmp}/search-om-tiny.log" 2>&1
+  echo "search rc=$?"; keep "grid-om-tiny" "$r-grid-norms-om-tiny-search-h200"
+  ;;
+*) echo "unknown call $call (1-58)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

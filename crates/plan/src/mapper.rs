@@ -265,6 +265,11 @@ impl LayoutRequest {
     ///   cluster plan from rows of 32768 (f32 4096x32768 651 -> 522 µs;
     ///   the long rows 1.22-1.37x), cross_entropy 1024x262144 too
     ///   (1.02-1.04x; on 4096x131072 it runs in one group, no cluster).
+    /// - fewer rows than multiprocessors, layernorm and residual_layernorm:
+    ///   one-pass moments, one reduction phase instead of two on a
+    ///   latency-bound row (session 12, call 57,
+    ///   `few-norms-om-replay-h200`: 1.02-1.13x on all 24 cases of 1x127,
+    ///   17x257 and 1-64 x 4096 in both dtypes, paired in 3 rounds).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
@@ -286,6 +291,13 @@ impl LayoutRequest {
                 request.online_normalizer = true;
             }
             Some(Operator::Layernorm) if n >= ONE_PASS_MOMENTS_MIN_N => {
+                request.one_pass_moments = true;
+            }
+            // Few rows: each row's time is its latency, and one reduction
+            // phase fewer shows (session 12, call 57, paired).
+            Some(Operator::Layernorm | Operator::ResidualLayernorm)
+                if problem.shape.rows < target.multiprocessors as usize =>
+            {
                 request.one_pass_moments = true;
             }
             Some(Operator::Rmsnorm) if stages_rmsnorm_weight(problem.dtype, n) => {
@@ -2228,8 +2240,16 @@ mod tests {
             for rows in [1, 8, 32, 64, 131] {
                 let p = typed(op, DType::F32, &format!("{rows}x4096"));
                 let got = plan(&p, &h200, &automatic()).unwrap();
-                assert_eq!(got.layout.workers, cap, "{op:?} {rows}: {}", got.describe());
+                assert!(
+                    got.layout.workers <= cap,
+                    "{op:?} {rows}: {}",
+                    got.describe()
+                );
                 assert_eq!(got.groups_per_row, 1, "{}", got.describe());
+                if rows > 64 {
+                    continue; // the model's own W may be narrower there
+                }
+                assert_eq!(got.layout.workers, cap, "{op:?} {rows}: {}", got.describe());
                 // Every pack in flight: resident tiles load them all at
                 // U=1; a sum unrolls over all of them.
                 let chunks = 4096 / (cap * got.layout.pack);
@@ -2252,6 +2272,42 @@ mod tests {
             assert!(!automatic_note(&p, &Target::cpu(), &automatic())
                 .is_some_and(|n| n.contains("fewer rows")));
         }
+    }
+
+    #[test]
+    fn regression_few_row_norms_take_one_pass_moments() {
+        // Session 12, call 57: paired against two passes, one-pass moments
+        // ran 1.02-1.13x faster on every few-row layernorm and
+        // residual_layernorm case.
+        let h200 = Target::h200();
+        for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+            for dtype in [DType::F32, DType::Bf16] {
+                for (shape, one_pass) in [
+                    ("1x127", true),
+                    ("17x257", true),
+                    ("64x4096", true),
+                    ("131x4096", true),
+                    ("132x4096", false),
+                    ("1024x4096", false),
+                ] {
+                    let p = typed(op, dtype, shape);
+                    let measured = automatic().with_measured_variants(&p, &h200);
+                    assert_eq!(
+                        measured.one_pass_moments, one_pass,
+                        "{op:?} {dtype:?} {shape}"
+                    );
+                    let cpu = automatic().with_measured_variants(&p, &Target::cpu());
+                    assert!(!cpu.one_pass_moments);
+                }
+            }
+        }
+        // An rmsnorm has one moment only.
+        let p = typed(Operator::Rmsnorm, DType::F32, "8x4096");
+        assert!(
+            !automatic()
+                .with_measured_variants(&p, &h200)
+                .one_pass_moments
+        );
     }
 
     #[test]
