@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's standing over every committed replay: per case, the latest
+# Issue 6's standing over every committed replay and search: per case, the latest
 # verdict about the layout today's mapper picks (`lanefold scorecard
 # --standing`). Writes bench/STANDING.md (or $1) atomically; CI regenerates
 # it and fails when the committed file is stale.
@@ -10,7 +10,8 @@ out=${1:-bench/STANDING.md}
 bin=${BIN:-target/release/lanefold}
 # Committed results may be stored gzipped (scripts/compress-results.sh).
 shopt -s nullglob
-mapfile -t dirs < <(zgrep -l '"schema": *"lanefold-replay' bench/results/*/results.json{,.gz} </dev/null | xargs -n1 dirname | sort -u)
+# Replays judge targets 1-3, searches target 4.
+mapfile -t dirs < <(zgrep -lE '"schema": *"lanefold-(replay|search)' bench/results/*/results.json{,.gz} </dev/null | xargs -n1 dirname | sort -u)
 tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {

@@ -217,9 +217,21 @@ pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> 
             match (&pick, measured) {
                 (Err(e), _) => v.misses = vec![format!("today's mapper refuses it: {e}")],
                 (Ok(describe), None) => {
-                    v.misses = vec![format!("today's pick {describe} was not measured here")]
+                    v.misses = vec![format!("today's pick {describe} was not measured here")];
+                    v.todays_default = Some(describe.clone());
                 }
                 _ => {}
+            }
+            // A search run with a policy the default does not take (an
+            // experiment) says nothing about the plain default's pick.
+            let plain = lanefold_plan::LayoutRequest::default();
+            if let (Ok(with_policies), Ok(default)) = (
+                &pick,
+                default_pick(&problem.op, &problem.dtype, &problem.shape, &plain, target),
+            ) {
+                if *with_policies != default {
+                    v.todays_default = Some(default);
+                }
             }
             v
         })
@@ -582,6 +594,18 @@ mod tests {
             "{:?}",
             f32.misses
         );
+        // ... and is no verdict about today's default, so a standing
+        // prefers one that measured it.
+        assert!(f32.todays_default.is_some());
+        assert!(bf16.todays_default.is_none());
+        // A search run with a policy the default does not take (the
+        // online normalizer at 1024x4096) is marked likewise.
+        let online = score_search_today(&search("2026-11-30-grid-online-search-h200"), &h200);
+        let ce = get(&online, "cross_entropy/f32/1024x4096");
+        assert!(ce.todays_default.is_some(), "{ce:?}");
+        let plain = score_search_today(&search("2026-11-30-grid-1024x4096-search-h200"), &h200);
+        let ce = get(&plain, "cross_entropy/f32/1024x4096");
+        assert!(ce.todays_default.is_none() && ce.met(), "{ce:?}");
     }
 
     /// A replay of session 4's layouts: where today's default maps a case
