@@ -110,6 +110,8 @@
 #           against --one-pass-moments, replayed with both torch peers
 #   CALL 58: target 4 for the few-row norms' one-pass picks: searches
 #           with one-pass moments at 1-64 x 4096, 1x127 and 17x257
+#   CALL 59: target 4's six "not measured": today's pick beside the t4
+#           winner's layout, both with today's policies (pushed, packed)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1311,6 +1313,28 @@ case $call in
     --output "$r-grid-norms-om-tiny-search-h200" > "${OUT:-/tmp}/search-om-tiny.log" 2>&1
   echo "search rc=$?"; keep "grid-om-tiny" "$r-grid-norms-om-tiny-search-h200"
   ;;
-*) echo "unknown call $call (1-58)"; exit 2 ;;
+59)
+  # Planned in session 12: the t4 searches measured these layouts before
+  # the pushed reduction and packed tiles; measure today's picks beside the
+  # t4 winners, both with today's policies.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --max-candidates 3"
+  i=0
+  while read -r op dtype shape grid; do
+    i=$((i + 1))
+    step "$op $dtype $shape"
+    timeout 45 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
+      --output "$r-t4v12-$op-$dtype-$shape-h200" > "${OUT:-/tmp}/search-$i.log" 2>&1
+    echo "search rc=$?"; grep winner "${OUT:-/tmp}/search-$i.log" | cut -c1-220
+  done <<'LIST'
+softmax bf16 4096x32768 --tune-workers 512 --tune-pack 8 --tune-unroll 1 --pack-resident
+softmax f32 4096x131072 --tune-workers 2048 --tune-pack 4 --tune-unroll 4 --cluster-group-threads 256 --push-cluster-reduce
+softmax bf16 4096x131072 --tune-workers 2048 --tune-pack 8 --tune-unroll 1 --cluster-group-threads 256 --push-cluster-reduce --pack-resident
+rmsnorm f32 4096x131072 --tune-workers 4096 --tune-pack 4 --tune-unroll 1 --push-cluster-reduce
+rmsnorm bf16 4096x131072 --tune-workers 2048 --tune-pack 4 --tune-unroll 1 --push-cluster-reduce --pack-resident
+residual_layernorm f32 4096x32768 --tune-workers 4096 --tune-pack 4 --tune-unroll 1 --push-cluster-reduce
+LIST
+  keep t4v12 "$r"-t4v12-*-h200
+  ;;
+*) echo "unknown call $call (1-59)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
