@@ -1097,18 +1097,6 @@ const WIDE_SLOT_PLAN: usize = 64;
 /// streamed alternative below was measured.
 const HINTED_STREAM_MIN_BYTES: u64 = 64 << 20;
 
-/// The model's register pick replaced by a streamed plan with re-read hints
-/// (see [`LayoutRequest::reread_hints`]), where the H200 measured that faster
-/// in paired replays with all three peers (2026-11-30-hints-replay-*-h200):
-/// rmsnorm in f32 and bf16 and softmax in bf16, one group per row and a
-/// 64-slot register plan, on problems larger than the L2. There the
-/// streamed plan holds 32-46 registers instead of 108-128 and its re-reads
-/// stay in L2: rmsnorm bf16 1.024-1.055x on 32768x4096, 16384x8192 and
-/// 4096x32768, rmsnorm f32 4096x32768 1.106x, softmax bf16 1.040-1.068x.
-/// Left out, as measured slower: layernorm (0.78-1.04x, slower on two of
-/// three bf16 shapes and on f32 4096x32768); softmax f32 was not measured
-/// with the automatic unroll. The cost model prices re-reads as DRAM
-/// traffic and cannot see this, so it is a rule beside the model, not in it.
 /// Packs wider than four elements on rows that cannot be read as vectors
 /// (16-bit rows of odd length: every access a scalar one) are left out of
 /// the model's choice on the H200. V=8 ran 1.10-1.19x slower than V=4 on
@@ -1180,6 +1168,18 @@ fn few_rows_narrower_instead(
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
 }
 
+/// The model's register pick replaced by a streamed plan with re-read hints
+/// (see [`LayoutRequest::reread_hints`]), where the H200 measured that faster
+/// in paired replays with all three peers (2026-11-30-hints-replay-*-h200):
+/// rmsnorm in f32 and bf16 and softmax in bf16, one group per row and a
+/// 64-slot register plan, on problems larger than the L2. There the
+/// streamed plan holds 32-46 registers instead of 108-128 and its re-reads
+/// stay in L2: rmsnorm bf16 1.024-1.055x on 32768x4096, 16384x8192 and
+/// 4096x32768, rmsnorm f32 4096x32768 1.106x, softmax bf16 1.040-1.068x.
+/// Left out, as measured slower: layernorm (0.78-1.04x, slower on two of
+/// three bf16 shapes and on f32 4096x32768); softmax f32 was not measured
+/// with the automatic unroll. The cost model prices re-reads as DRAM
+/// traffic and cannot see this, so it is a rule beside the model, not in it.
 fn hinted_stream_instead(
     problem: &Problem,
     target: &Target,
