@@ -178,12 +178,14 @@ fn committed_results_fail_the_audit_when_a_raw_sample_changes() {
         let o = lanefold(&["audit", copy.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1));
         assert!(text(&o).contains(&format!("case {id}")), "{}", text(&o));
-        // A changed captured source fails its hash check.
+        // A changed captured source (plain or gzipped; written back plain)
+        // fails its hash check.
         if let Some(rel) = v["cases"][0]["kernel"]["source_file"].as_str() {
             save(&copy, &v);
             let path = copy.join(rel);
-            let mut src = std::fs::read_to_string(&path).unwrap();
+            let mut src = lanefold_measure::results::read_text(&path).unwrap();
             src.push_str("// edited\n");
+            let _ = std::fs::remove_file(lanefold_measure::results::gz_path(&path));
             std::fs::write(&path, src).unwrap();
             let o = lanefold(&["audit", copy.to_str().unwrap()]);
             assert!(text(&o).contains("hashes to"), "{}", text(&o));

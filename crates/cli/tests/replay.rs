@@ -566,3 +566,147 @@ fn gzipped_results_read_transparently_and_keep_their_hashes() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// A CPU search with captured kernel sources (sources/SHA.cu).
+fn search_with_sources(dir: &Path) {
+    let o = lanefold(&[
+        "search",
+        "--backend",
+        "cpu",
+        "--samples",
+        "3",
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "1",
+        "--ops",
+        "rmsnorm",
+        "--shapes",
+        "4x64",
+        "--tune-workers",
+        "0,32",
+        "--tune-pack",
+        "1,2",
+        "--max-candidates",
+        "4",
+        "--capture-sources",
+        "--output",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// The files in DIR/sources whose names end in `suffix`.
+fn sources_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir.join("sources"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Regression: captured kernel sources are stored gzipped like results
+/// (sources/SHA.cu.gz). Their recorded source_sha256 is over the plain
+/// text, so the audit stays clean; a replay of the search and a search
+/// written again into the directory still work, the latter removing the
+/// stale .gz copies; a corrupt .cu.gz, one whose text no longer matches
+/// its hash, and both forms side by side fail the audit.
+#[test]
+fn gzipped_sources_keep_their_hashes_and_fail_the_audit_when_wrong() {
+    let s = tmp("gzsrc-search");
+    search_with_sources(&s);
+    let v = load(&s);
+    let rel = v["problems"][0]["winner"]["source_file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let plain = s.join(&rel);
+    let gz = s.join(format!("{rel}.gz"));
+    let text_cu = std::fs::read(&plain).unwrap();
+    let n = sources_ending(&s, ".cu").len();
+    assert!(n >= 2, "{n} sources captured");
+
+    let o = compress(&[&s]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("compressed {} file(s)", n + 1)),
+        "{}",
+        text(&o)
+    );
+    assert!(sources_ending(&s, ".cu").is_empty());
+    assert_eq!(sources_ending(&s, ".cu.gz").len(), n);
+    let gz_bytes = std::fs::read(&gz).unwrap();
+    let o = audit(&s);
+    assert!(o.status.success(), "{}", text(&o));
+    // Idempotent, and a directory with only a source left plain (its
+    // results.json already gzipped) has that source compressed.
+    let o = compress(&[&s]);
+    assert!(text(&o).contains("compressed 0 file(s)"), "{}", text(&o));
+    std::fs::write(&plain, &text_cu).unwrap();
+    std::fs::remove_file(&gz).unwrap();
+    let o = compress(&[&s]);
+    assert!(
+        o.status.success() && text(&o).contains("compressed 1 file(s)"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read(&gz).unwrap(), gz_bytes);
+
+    // A replay of the gzipped search audits clean.
+    let out = tmp("gzsrc-replay");
+    let o = replay(&s, None, &out);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = audit(&out);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The same search written again into the directory: plain sources
+    // (the budget picks the same candidates), no stale .gz beside.
+    search_with_sources(&s);
+    assert_eq!(sources_ending(&s, ".cu").len(), n);
+    assert!(sources_ending(&s, ".cu.gz").is_empty());
+    let o = audit(&s);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(compress(&[&s]).status.success());
+    assert_eq!(std::fs::read(&gz).unwrap(), gz_bytes);
+
+    // A corrupt .cu.gz.
+    let mut bad = gz_bytes.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xff;
+    std::fs::write(&gz, &bad).unwrap();
+    let o = audit(&s);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("captured source {rel}: ")) && text(&o).contains("corrupt gzip"),
+        "{}",
+        text(&o)
+    );
+    // A .cu.gz whose text no longer matches its recorded hash.
+    std::fs::remove_file(&gz).unwrap();
+    let mut edited = text_cu.clone();
+    edited.extend_from_slice(b"// edited\n");
+    std::fs::write(&plain, &edited).unwrap();
+    assert!(compress(&[&s]).status.success());
+    assert!(gz.is_file() && !plain.exists());
+    let o = audit(&s);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("captured source {rel} hashes to")),
+        "{}",
+        text(&o)
+    );
+    // Both forms: the audit calls it ambiguous (though both hold the same
+    // text) and the script leaves it.
+    std::fs::write(&gz, &gz_bytes).unwrap();
+    std::fs::write(&plain, &text_cu).unwrap();
+    let o = audit(&s);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("ambiguous"), "{}", text(&o));
+    assert!(!compress(&[&s]).status.success());
+    assert!(plain.is_file() && gz.is_file());
+    for d in [s, out] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

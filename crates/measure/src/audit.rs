@@ -164,9 +164,24 @@ pub(crate) fn audit_side(
     }
 }
 
-fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let bytes = std::fs::read(path)?;
-    Ok(format!("{:x}", Sha256::digest(&bytes)))
+/// What is wrong with captured source `rel` of `dir` (`sources/SHA.cu`,
+/// plain or gzipped) against its recorded SHA-256, taken over the
+/// decompressed text; None: nothing.
+pub(crate) fn captured_source_problem(dir: &Path, rel: &str, recorded: &str) -> Option<String> {
+    let path = dir.join(rel);
+    if crate::results::ambiguous(&path) {
+        return Some(format!(
+            "captured source {rel}: both {rel} and {rel}.gz (ambiguous; keep one)"
+        ));
+    }
+    match crate::results::read_bytes(&path) {
+        Ok(bytes) => {
+            let h = format!("{:x}", Sha256::digest(&bytes));
+            (h != recorded)
+                .then(|| format!("captured source {rel} hashes to {h}, recorded {recorded}"))
+        }
+        Err(e) => Some(format!("captured source {rel}: {e}")),
+    }
 }
 
 /// Audit one results directory; returns the discrepancies (empty: clean).
@@ -175,7 +190,7 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
     let selftest = dir.join("selftest.log");
     if crate::results::locate(&results).is_some() {
         // Readers would take the plain file; which one is the evidence?
-        if results.is_file() && crate::results::gz_path(&results).is_file() {
+        if crate::results::ambiguous(&results) {
             return vec![format!(
                 "{}: both results.json and results.json.gz (ambiguous; keep one)",
                 dir.display()
@@ -273,13 +288,8 @@ fn audit_results(dir: &Path, file: &ResultsFile) -> Vec<String> {
                 bad("kernel source_sha256 is not a SHA-256".into());
             }
             if let Some(f) = &k.source_file {
-                match sha256_file(&dir.join(f)) {
-                    Ok(h) if h == k.source_sha256 => {}
-                    Ok(h) => bad(format!(
-                        "captured source {f} hashes to {h}, recorded {}",
-                        k.source_sha256
-                    )),
-                    Err(e) => bad(format!("captured source {f}: {e}")),
+                if let Some(m) = captured_source_problem(dir, f, &k.source_sha256) {
+                    bad(m);
                 }
             }
         }

@@ -333,6 +333,17 @@ pub fn input_sets(problem: &Problem, l2: L2Mode, l2_bytes: Option<u64>, seed: u6
     all
 }
 
+/// Stores a kernel source as `dir/sources/SHA.cu` (atomically) and returns
+/// that relative path. Always plain; a gzipped copy beside it is removed,
+/// as both forms in one directory are ambiguous.
+pub(crate) fn capture_source(dir: &Path, sha: &str, source: &str) -> Result<String> {
+    let rel = format!("sources/{sha}.cu");
+    let path = dir.join(&rel);
+    npy::write_atomically(&path, source.as_bytes())?;
+    crate::results::remove_superseded_gz(&path)?;
+    Ok(rel)
+}
+
 /// Measure lanefold's side of a case: prepare (compile, upload), sample
 /// the phases, download set 0's outputs and validate them. With
 /// `capture`, the kernel source is stored as `capture/sources/SHA.cu`.
@@ -352,9 +363,7 @@ pub fn measure_native(
             let source_sha256 = prepared.source_sha256();
             let mut source_file = None;
             if let Some(dir) = capture {
-                let rel = format!("sources/{source_sha256}.cu");
-                npy::write_atomically(&dir.join(&rel), prepared.source().as_bytes())?;
-                source_file = Some(rel);
+                source_file = Some(capture_source(dir, &source_sha256, prepared.source())?);
             }
             // Informational: a driver that cannot say leaves them absent.
             let resources = prepared.resources().ok();

@@ -342,7 +342,8 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
     remove_superseded_gz(path)
 }
 
-/// `…/results.json.gz`: where a committed results file is stored gzipped
+/// `…/results.json.gz` (or `…/sources/SHA.cu.gz`): where a committed
+/// results file or captured kernel source is stored gzipped
 /// (`scripts/compress-results.sh`), to keep the tree under the device
 /// tool's carry limit.
 pub fn gz_path(path: &Path) -> PathBuf {
@@ -356,8 +357,8 @@ fn is_gz(path: &Path) -> bool {
 }
 
 /// A writer just wrote `path` (plain): a gzipped copy beside it (a
-/// resumed replay of a committed directory) is stale and would make the
-/// directory ambiguous.
+/// resumed replay of a committed directory, a source captured again) is
+/// stale and would make the directory ambiguous.
 pub fn remove_superseded_gz(path: &Path) -> anyhow::Result<()> {
     let gz = gz_path(path);
     match std::fs::remove_file(&gz) {
@@ -368,9 +369,9 @@ pub fn remove_superseded_gz(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The file that holds a results file's text: `path` if it exists, else
+/// The file that holds a stored file's text: `path` if it exists, else
 /// `path.gz` (None: neither). Plain wins where both exist; the audit
-/// reports that case as ambiguous.
+/// reports that case as ambiguous ([`ambiguous`]).
 pub fn locate(path: &Path) -> Option<PathBuf> {
     if path.is_file() {
         return Some(path.to_path_buf());
@@ -379,11 +380,18 @@ pub fn locate(path: &Path) -> Option<PathBuf> {
     (!is_gz(path) && gz.is_file()).then_some(gz)
 }
 
-/// The JSON bytes of a results, replay or search file, named by its plain
-/// path (`…/results.json`): that file if it exists, else `…/results.json.gz`
-/// decompressed (a path ending in `.gz` is decompressed too). Every reader
-/// of these files goes through here, and recorded `file_sha256`s are over
-/// the bytes it returns, so compressing a file changes no hash.
+/// Both `path` and `path.gz` exist: readers take the plain one, so which
+/// is the evidence is unclear.
+pub fn ambiguous(path: &Path) -> bool {
+    path.is_file() && gz_path(path).is_file()
+}
+
+/// The bytes of a results, replay or search file or a captured kernel
+/// source, named by its plain path (`…/results.json`, `…/sources/SHA.cu`):
+/// that file if it exists, else `path.gz` decompressed (a path ending in
+/// `.gz` is decompressed too). Every reader of these files goes through
+/// here, and recorded `file_sha256`s and `source_sha256`s are over the
+/// bytes it returns, so compressing a file changes no hash.
 pub fn read_bytes(path: &Path) -> anyhow::Result<Vec<u8>> {
     let (found, raw) = match std::fs::read(path) {
         Ok(raw) => (path.to_path_buf(), raw),

@@ -15,7 +15,7 @@
 //! result, the search score a diagnostic, their ratio the optimism.
 
 use crate::audit::{audit_side, close, close_opt, is_sha, per_op_us, quantile};
-use crate::bench::{input_sets, measure_native, Device};
+use crate::bench::{capture_source, input_sets, measure_native, Device};
 use crate::phases::PhaseConfig;
 use crate::results::{Environment, KernelRecord, PlanRecord, Side, SideSummary};
 use anyhow::{bail, Context, Result};
@@ -408,12 +408,6 @@ fn plan_record(p: &Plan, target: &Target) -> (PlanRecord, Features) {
 
 fn environment(spec: &SearchSpec, cuda: Option<&CudaBackend>) -> Environment {
     crate::env::capture(cuda, None, spec.command_line.clone()).env
-}
-
-fn capture_source(dir: &Path, sha: &str, source: &str) -> Result<String> {
-    let rel = format!("sources/{sha}.cu");
-    npy::write_atomically(&dir.join(&rel), source.as_bytes())?;
-    Ok(rel)
 }
 
 /// Run the search; results.json and results.md are rewritten after every
@@ -947,13 +941,8 @@ pub fn audit_search(dir: &Path, value: &serde_json::Value) -> Vec<String> {
                     bad(format!("#{i}: source_sha256 is not a SHA-256"));
                 }
                 if let Some(f) = &c.source_file {
-                    match std::fs::read(dir.join(f)) {
-                        Ok(b) if sha256_hex(&b) == *s => {}
-                        Ok(b) => bad(format!(
-                            "#{i}: captured source {f} hashes to {}, recorded {s}",
-                            sha256_hex(&b)
-                        )),
-                        Err(e) => bad(format!("#{i}: captured source {f}: {e}")),
+                    if let Some(m) = crate::audit::captured_source_problem(dir, f, s) {
+                        bad(format!("#{i}: {m}"));
                     }
                 }
             }
@@ -1394,7 +1383,8 @@ mod tests {
         let fresh = w.fresh_p50.unwrap();
         assert_eq!(w.optimism, Some(fresh / w.search_p50));
         // Captured source hashes to the recorded key.
-        let src = std::fs::read(s.output.join(w.source_file.as_ref().unwrap())).unwrap();
+        let src =
+            crate::results::read_bytes(&s.output.join(w.source_file.as_ref().unwrap())).unwrap();
         assert_eq!(sha256_hex(&src), w.source_sha256);
         // Tamper: regenerating from different parameters is an error.
         let problem = Problem::operator(
