@@ -112,6 +112,8 @@
 #           with one-pass moments at 1-64 x 4096, 1x127 and 17x257
 #   CALL 59: target 4's six "not measured": today's pick beside the t4
 #           winner's layout, both with today's policies (pushed, packed)
+#   CALL 60: where the 1024x4096 single calls go: the latency probe at
+#           1024x4096 for the six target-3 misses there (DATE names the dir)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1335,6 +1337,21 @@ residual_layernorm f32 4096x32768 --tune-workers 4096 --tune-pack 4 --tune-unrol
 LIST
   keep t4v12 "$r"-t4v12-*-h200
   ;;
-*) echo "unknown call $call (1-59)"; exit 2 ;;
+60)
+  # Planned in session 12: six target-3 misses are 1024x4096 single calls
+  # at 10.5-13 µs, kernel 4-7 µs in the gpu phase. Split the host time by
+  # launch API and wait, as call 36 did for the small shapes.
+  step "launch-latency probe at 1024x4096"
+  mkdir -p "bench/probes/$date-latency-1024-h200"
+  for c in "rmsnorm f32" "softmax f32" "layernorm f32" "layernorm bf16" "residual_layernorm bf16" "cross_entropy f32"; do
+    set -- $c
+    timeout 60 "$bin" latency --op "$1" --shape 1024x4096 --dtype "$2" --iters 2000 \
+      --output "bench/probes/$date-latency-1024-h200/$1-1024x4096-$2.json" \
+      > "bench/probes/$date-latency-1024-h200/$1-1024x4096-$2.txt" 2>&1
+    echo "latency $1 $2 rc=$?"
+  done
+  keep latency "bench/probes/$date-latency-1024-h200"
+  ;;
+*) echo "unknown call $call (1-60)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
