@@ -569,16 +569,9 @@ fn gzipped_results_read_transparently_and_keep_their_hashes() {
 
 /// A CPU search with captured kernel sources (sources/SHA.cu).
 fn search_with_sources(dir: &Path) {
-    let o = lanefold(&[
-        "search",
-        "--backend",
-        "cpu",
-        "--samples",
-        "3",
-        "--sample-ms",
-        "1",
-        "--warmup-ms",
-        "1",
+    let mut args = vec!["search"];
+    args.extend(common::FAST_CPU);
+    args.extend([
         "--ops",
         "rmsnorm",
         "--shapes",
@@ -593,6 +586,7 @@ fn search_with_sources(dir: &Path) {
         "--output",
         dir.to_str().unwrap(),
     ]);
+    let o = lanefold(&args);
     assert!(o.status.success(), "{}", text(&o));
 }
 

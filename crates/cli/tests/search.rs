@@ -14,20 +14,9 @@ fn tmp(name: &str) -> PathBuf {
     common::tmp("search-cli", name)
 }
 
-const FAST: [&str; 8] = [
-    "--backend",
-    "cpu",
-    "--samples",
-    "3",
-    "--sample-ms",
-    "1",
-    "--warmup-ms",
-    "1",
-];
-
 fn search(dir: &Path, extra: &[&str]) -> Value {
     let mut args = vec!["search", "--output", dir.to_str().unwrap()];
-    args.extend(FAST);
+    args.extend(common::FAST_CPU);
     args.extend(extra);
     let o = lanefold(&args);
     assert!(o.status.success(), "{}", text(&o));
@@ -166,7 +155,7 @@ fn two_tune_processes_at_once_both_land_in_the_cache() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        args.extend(FAST.iter().map(|s| s.to_string()));
+        args.extend(common::FAST_CPU.iter().map(|s| s.to_string()));
         Command::new(env!("CARGO_BIN_EXE_lanefold"))
             .args(&args)
             .output()

@@ -2228,14 +2228,7 @@ mod tests {
         // over 1024 workers, 1.05-1.22x slower than 512 (256 for softmax and
         // cross_entropy).
         let h200 = Target::h200();
-        for op in [
-            Operator::Sum,
-            Operator::Softmax,
-            Operator::Rmsnorm,
-            Operator::Layernorm,
-            Operator::ResidualLayernorm,
-            Operator::CrossEntropy,
-        ] {
+        for op in Operator::SIX {
             let cap = few_rows_max_workers(op);
             for rows in [1, 8, 32, 64, 131] {
                 let p = typed(op, DType::F32, &format!("{rows}x4096"));

@@ -6,6 +6,18 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// A CPU run with the fewest, shortest samples the phases accept.
+pub const FAST_CPU: [&str; 8] = [
+    "--backend",
+    "cpu",
+    "--samples",
+    "3",
+    "--sample-ms",
+    "1",
+    "--warmup-ms",
+    "1",
+];
+
 /// Run the `lanefold` binary built for these tests.
 pub fn lanefold(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lanefold"))
