@@ -114,6 +114,8 @@
 #           winner's layout, both with today's policies (pushed, packed)
 #   CALL 60: where the 1024x4096 single calls go: the latency probe at
 #           1024x4096 for the six target-3 misses there (DATE names the dir)
+#   CALL 61: target 1's norm misses: streamed plans searched over W x U
+#           with re-read hints (layernorms with one-pass moments)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1352,6 +1354,32 @@ LIST
   done
   keep latency "bench/probes/$date-latency-1024-h200"
   ;;
-*) echo "unknown call $call (1-60)"; exit 2 ;;
+61)
+  # Planned in session 13: target 1's norm misses. Inductor's looped
+  # kernels keep several rows per SM in small chunks and re-read each row
+  # from L2; our streamed plans were only ever searched at W=1024 (one
+  # group per SM at U=8). Search streamed W x U with re-read hints (and
+  # one-pass moments for the layernorms: two passes, as Inductor's Welford).
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --tune-residency stream --reread-hints"
+  i=0
+  while read -r op dtype shape grid; do
+    i=$((i + 1))
+    step "$op $dtype $shape streamed"
+    timeout 75 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
+      --max-candidates 12 --output "$r-t1s-$op-$dtype-$shape-h200" > "${OUT:-/tmp}/search-$i.log" 2>&1
+    echo "search rc=$?"; grep -E "winner|gpu p50" "${OUT:-/tmp}/search-$i.log" | cut -c1-200
+  done <<'LIST'
+rmsnorm f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4
+layernorm f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --one-pass-moments
+layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --one-pass-moments
+residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --one-pass-moments
+rmsnorm f32 32768x4096 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4
+layernorm f32 32768x4096 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4 --one-pass-moments
+rmsnorm f32 16384x8192 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4
+layernorm f32 16384x8192 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4 --one-pass-moments
+LIST
+  keep t1s "$r"-t1s-*-h200
+  ;;
+*) echo "unknown call $call (1-61)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
