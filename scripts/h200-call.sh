@@ -114,8 +114,10 @@
 #           winner's layout, both with today's policies (pushed, packed)
 #   CALL 60: where the 1024x4096 single calls go: the latency probe at
 #           1024x4096 for the six target-3 misses there (DATE names the dir)
-#   CALL 61: target 1's norm misses: streamed plans searched over W x U
-#           with re-read hints (layernorms with one-pass moments)
+#   CALL 61: target 1's norm misses: W x U searched streamed with re-read
+#           hints and in registers (layernorms with one-pass moments)
+#   CALL 62: streamed W=512 V=4 U=4 f32 norms at 32768x4096 and 16384x8192:
+#           bench and A/A replay with all three peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1358,28 +1360,47 @@ LIST
   # Planned in session 13: target 1's norm misses. Inductor's looped
   # kernels keep several rows per SM in small chunks and re-read each row
   # from L2; our streamed plans were only ever searched at W=1024 (one
-  # group per SM at U=8). Search streamed W x U with re-read hints (and
-  # one-pass moments for the layernorms: two passes, as Inductor's Welford).
-  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --tune-residency stream --reread-hints"
-  i=0
+  # group per SM at U=8). Search W x U, streamed with re-read hints and in
+  # registers (layernorms with one-pass moments: two passes, as Inductor's
+  # Welford). Logs go into the tar: the tool returns at most 8 files.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --reread-hints --max-candidates 20"
+  logs=$(mktemp -d) && i=0
   while read -r op dtype shape grid; do
     i=$((i + 1))
-    step "$op $dtype $shape streamed"
-    timeout 75 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
-      --max-candidates 12 --output "$r-t1s-$op-$dtype-$shape-h200" > "${OUT:-/tmp}/search-$i.log" 2>&1
-    echo "search rc=$?"; grep -E "winner|gpu p50" "${OUT:-/tmp}/search-$i.log" | cut -c1-200
+    step "$op $dtype $shape"
+    timeout 90 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
+      --output "$r-t1s-$op-$dtype-$shape-h200" > "$logs/search-$i.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "$logs/search-$i.log" | cut -c1-200
   done <<'LIST'
-rmsnorm f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4
-layernorm f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --one-pass-moments
-layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --one-pass-moments
-residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --one-pass-moments
-rmsnorm f32 32768x4096 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4
-layernorm f32 32768x4096 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4 --one-pass-moments
-rmsnorm f32 16384x8192 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4
-layernorm f32 16384x8192 --tune-workers 128,256,512 --tune-pack 4 --tune-unroll 1,2,4 --one-pass-moments
+rmsnorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream
+layernorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream --one-pass-moments
+rmsnorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream
+layernorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream --one-pass-moments
+rmsnorm f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency stream
+layernorm f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency stream --one-pass-moments
+layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency stream --one-pass-moments
+residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency stream --one-pass-moments
 LIST
-  keep t1s "$r"-t1s-*-h200
+  keep t1s "$r"-t1s-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-61)"; exit 2 ;;
+62)
+  # Planned in session 13: call 61's first run (results lost to the
+  # tool's file limit, winners in its logs) put streamed W=512 V=4 U=4 with
+  # re-read hints first on every f32 norm at 32768x4096 and 16384x8192
+  # (250.1-256.0 µs against the register plans' 256-261). Bench it and
+  # replay it A/A against all three peers.
+  a="--ops rmsnorm,layernorm --shapes 32768x4096,16384x8192 --dtypes f32"
+  a="$a --workers 512 --pack 4 --unroll 4 --residency stream --reread-hints --one-pass-moments"
+  step "streamed f32 norms: bench"
+  timeout 90 "$bin" bench --backend cuda $a $s --capture-sources --output "$r-t1-norms-stream-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "A/A replay with all three peers"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-t1-norms-stream-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --liger ${RESUME:+--resume} --deadline-s "$(( $(left) - 30 ))" \
+    --output "$r-t1-norms-stream-aa-h200" > "$r-t1-norms-stream-h200/replay.log" 2>&1
+  echo "replay rc=$?"; keep t1-replay "$r-t1-norms-stream-h200" "$r-t1-norms-stream-aa-h200"
+  "$bin" scorecard "$r-t1-norms-stream-aa-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
+  ;;
+*) echo "unknown call $call (1-62)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
