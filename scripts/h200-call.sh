@@ -118,6 +118,8 @@
 #           hints and in registers (layernorms with one-pass moments)
 #   CALL 62: streamed W=512 V=4 U=4 f32 norms at 32768x4096 and 16384x8192:
 #           bench and A/A replay with all three peers
+#   CALL 63: today's streamed f32 norm defaults, bench and A/A replay with
+#           all peers; layernorm 4096x32768 one-pass moments, paired
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1401,6 +1403,34 @@ LIST
   echo "replay rc=$?"; keep t1-replay "$r-t1-norms-stream-h200" "$r-t1-norms-stream-aa-h200"
   "$bin" scorecard "$r-t1-norms-stream-aa-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
   ;;
-*) echo "unknown call $call (1-62)"; exit 2 ;;
+63)
+  # Planned in session 13: the streamed f32 norms are today's defaults at
+  # 32768x4096 and 16384x8192 (rmsnorm 16384x8192 on W=1024, not in call
+  # 62): bench and A/A replay with all three peers, 3 rounds. Then
+  # layernorm 4096x32768 with one-pass moments (call 61: 278.3 and 143.5
+  # µs against 283-284 and 149-150 in older calls), paired with the default.
+  a="--ops rmsnorm,layernorm --shapes 32768x4096,16384x8192 --dtypes f32"
+  step "f32 norms, today's defaults: bench"
+  timeout 90 "$bin" bench --backend cuda $a $s --capture-sources --output "$r-t1-norms-v13-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "A/A replay with all three peers"
+  timeout 260 "$bin" replay --backend cuda --aa --reference "$r-t1-norms-v13-h200/results.json" \
+    --rounds 3 $s --torch --torch-compile --liger --deadline-s 250 \
+    --output "$r-t1-norms-v13-aa-h200" > "$r-t1-norms-v13-h200/replay.log" 2>&1
+  echo "replay rc=$?"; keep t1-v13 "$r-t1-norms-v13-h200" "$r-t1-norms-v13-aa-h200"
+  "$bin" scorecard "$r-t1-norms-v13-aa-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
+  b="--ops layernorm --shapes 4096x32768 --dtypes f32,bf16"
+  step "layernorm 4096x32768: default and one-pass moments, bench"
+  timeout 40 "$bin" bench --backend cuda $b $s --capture-sources --output "$r-ln-w32k-default-h200" > /dev/null 2>&1
+  timeout 40 "$bin" bench --backend cuda $b $s --one-pass-moments --capture-sources --output "$r-ln-w32k-om-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "paired replay with all three peers"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-ln-w32k-default-h200/results.json" \
+    --candidate "$r-ln-w32k-om-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+    --deadline-s "$(( $(left) - 15 ))" --output "$r-ln-w32k-om-replay-h200" > "$r-ln-w32k-om-h200/replay.log" 2>&1
+  echo "replay rc=$?"; keep ln-w32k "$r-ln-w32k-default-h200" "$r-ln-w32k-om-h200" "$r-ln-w32k-om-replay-h200"
+  "$bin" scorecard "$r-ln-w32k-om-replay-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
+  ;;
+*) echo "unknown call $call (1-63)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -625,8 +625,13 @@ mod tests {
             "{:?}",
             res.todays_default
         );
-        // rmsnorm f32 32768x4096 still maps as recorded.
-        assert_eq!(get("rmsnorm/f32/32768x4096").todays_default, None);
+        // residual_layernorm f32 32768x4096 still maps as recorded; rmsnorm f32
+        // there streams since session 13.
+        assert_eq!(get("residual_layernorm/f32/32768x4096").todays_default, None);
+        assert!(get("rmsnorm/f32/32768x4096")
+            .todays_default
+            .as_deref()
+            .is_some_and(|t| t.contains("W=512 V=4 U=4 G=1 stream reread-hints")));
         assert!(markdown(&verdicts).contains("(not today's default: "));
     }
 

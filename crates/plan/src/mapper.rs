@@ -265,6 +265,9 @@ impl LayoutRequest {
     ///   cluster plan from rows of 32768 (f32 4096x32768 651 -> 522 µs;
     ///   the long rows 1.22-1.37x), cross_entropy 1024x262144 too
     ///   (1.02-1.04x; on 4096x131072 it runs in one group, no cluster).
+    /// - f32 layernorm on rows of 4096-8192 larger than the L2: one-pass
+    ///   moments, for the two-pass streamed plan of
+    ///   [`short_f32_norm_stream_instead`] (session 13, call 61).
     /// - fewer rows than multiprocessors, layernorm and residual_layernorm:
     ///   one-pass moments, one reduction phase instead of two on a
     ///   latency-bound row (session 12, call 57,
@@ -291,6 +294,11 @@ impl LayoutRequest {
                 request.online_normalizer = true;
             }
             Some(Operator::Layernorm) if n >= ONE_PASS_MOMENTS_MIN_N => {
+                request.one_pass_moments = true;
+            }
+            // Streamed in two passes, as Inductor's Welford loop (session
+            // 13, call 61; see [`short_f32_norm_stream_instead`]).
+            Some(Operator::Layernorm) if streams_short_f32_norm(problem) => {
                 request.one_pass_moments = true;
             }
             // Few rows: each row's time is its latency, and one reduction
@@ -854,6 +862,17 @@ fn rule_beside_model(
             ),
         }));
     }
+    if let Some(streamed) = short_f32_norm_stream_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: streamed,
+            model_plan,
+            why: "f32 rmsnorm and layernorm on rows of 4096-8192: streamed with re-read \
+                  hints, the whole row in one chunk per pass (1.02-1.04x over the register \
+                  plans in 2026-11-30-t1s-*-h200, and ahead of torch.compile in \
+                  2026-11-30-t1-norms-stream-aa-h200; bench/NOTES.md campaign 13)"
+                .to_string(),
+        }));
+    }
     Ok(
         hinted_stream_instead(problem, target, &model_plan, pick).map(|streamed| RuleBesideModel {
             request: streamed,
@@ -1010,7 +1029,7 @@ pub fn automatic_note(
             ),
             (
                 measured.one_pass_moments && !request.one_pass_moments,
-                "one-pass moments (two phases instead of three), campaign 7",
+                "one-pass moments (two phases instead of three), campaigns 7, 12 and 13",
             ),
             (
                 measured.stage_columns && !request.stage_columns,
@@ -1215,6 +1234,72 @@ fn hinted_stream_instead(
     let streamed = LayoutRequest {
         workers,
         pack,
+        rows_per_group: 0,
+        residency: ResidencyRequest::Stream,
+        reread_hints: true,
+        ..*pick
+    };
+    plan_rows(problem, target, &streamed).ok().map(|_| streamed)
+}
+
+/// Rows of f32 rmsnorm and layernorm this long (and no longer) stream on
+/// the H200 when the problem is larger than the L2
+/// ([`short_f32_norm_stream_instead`]).
+const SHORT_STREAM_N: std::ops::RangeInclusive<usize> = 4096..=8192;
+
+/// Does this f32 rmsnorm or layernorm take the streamed plan of
+/// [`short_f32_norm_stream_instead`] (on the H200)?
+fn streams_short_f32_norm(problem: &Problem) -> bool {
+    let shape = problem.shape;
+    let bytes = shape.rows as u64 * shape.n as u64 * problem.dtype.size_bytes() as u64;
+    matches!(
+        problem.operator_kind(),
+        Some(Operator::Rmsnorm | Operator::Layernorm)
+    ) && problem.dtype == DType::F32
+        && SHORT_STREAM_N.contains(&shape.n)
+        && bytes >= HINTED_STREAM_MIN_BYTES
+}
+
+/// The model's register pick for f32 rmsnorm and layernorm on rows of
+/// 4096-8192 (16 slots a thread, 38-50 registers) replaced by a streamed
+/// plan with re-read hints that loads the whole row in one chunk per pass
+/// (V=4, U=4: at most four packs a worker): rmsnorm on W = N/8 (two packs
+/// a worker),
+/// layernorm on W=512 with one-pass moments (two passes, like Inductor's
+/// Welford loop). Session 13's searches (2026-11-30-t1s-*-h200, 18
+/// candidates each, registers and streamed) put these first or within
+/// 0.2% of first (U=2 and U=4 alike where fewer stripes exist): rmsnorm
+/// 249.3 µs against the register default's 260.3 on 32768x4096 and 251.3
+/// against 254.5 on 16384x8192; layernorm 249.2 against 258.1-260.6 and
+/// 251.7 against 255.4. On 4096x32768 the same
+/// plans at W=512 re-read past the L2 (four groups a multiprocessor,
+/// 67 MB in flight; 377 against 274-278 µs), so the rule stops at 8192.
+/// The model prices re-reads as DRAM traffic and cannot see this.
+fn short_f32_norm_stream_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    if target.name != "h200"
+        || !streams_short_f32_norm(problem)
+        || picked.residency != Residency::Registers
+        || picked.groups_per_row != 1
+    {
+        return None;
+    }
+    const PACK: u32 = 4;
+    let n = problem.shape.n as u32;
+    let two_packs = 1u32 << (n / (2 * PACK)).ilog2();
+    let workers = match problem.operator_kind()? {
+        Operator::Layernorm => two_packs.min(512),
+        _ => two_packs,
+    }
+    .min(target.max_threads_per_group);
+    let streamed = LayoutRequest {
+        workers,
+        pack: PACK,
+        unroll: 4,
         rows_per_group: 0,
         residency: ResidencyRequest::Stream,
         reread_hints: true,
@@ -2713,7 +2798,7 @@ mod tests {
             (ln, DType::Bf16, "32768x4096"),
             (ln, DType::F32, "4096x32768"),
             (sm, DType::F32, "4096x32768"),
-            (rms, DType::F32, "32768x4096"),
+            (sm, DType::F32, "32768x4096"),
             (sm, DType::Bf16, "1024x4096"),
             (rms, DType::Bf16, "4096x131072"),
         ] {
@@ -2744,6 +2829,67 @@ mod tests {
         ] {
             let p = pick(rms, DType::Bf16, "32768x4096", &r);
             assert_eq!(p.residency, Residency::Registers, "{}", p.describe());
+        }
+    }
+
+    #[test]
+    fn regression_f32_norms_on_rows_of_4096_to_8192_stream_the_whole_row_per_pass() {
+        // Session 13 (2026-11-30-t1s-*-h200, replayed in
+        // 2026-11-30-t1-norms-stream-aa-h200): torch.compile was 1-4% ahead
+        // of the register plans here.
+        let t = Target::h200();
+        let auto = automatic();
+        let (rms, ln) = (Operator::Rmsnorm, Operator::Layernorm);
+        for (op, shape, w, u) in [
+            (rms, "32768x4096", 512, 4),
+            (rms, "16384x8192", 1024, 4),
+            (ln, "32768x4096", 512, 4),
+            (ln, "16384x8192", 512, 4),
+        ] {
+            let p = plan(&typed(op, DType::F32, shape), &t, &auto).unwrap();
+            assert_eq!(
+                (
+                    p.layout.workers,
+                    p.layout.pack,
+                    p.layout.unroll,
+                    p.residency,
+                    p.reread_hints,
+                    p.one_pass_moments()
+                ),
+                (w, 4, u, Residency::Stream, true, op == ln),
+                "{op} {shape}: {}",
+                p.describe()
+            );
+            // The CPU keeps the model's register pick, and its two-pass
+            // layernorm.
+            let cpu = plan(&typed(op, DType::F32, shape), &Target::cpu(), &auto).unwrap();
+            assert_eq!(cpu.residency, Residency::Registers, "{}", cpu.describe());
+            assert!(!cpu.one_pass_moments(), "{}", cpu.describe());
+        }
+        // Rows of 32768 (measured slower at W=512), bf16, data inside the
+        // L2, other operators, and a user's residency: unchanged.
+        for (op, dtype, shape, r) in [
+            (ln, DType::F32, "4096x32768", auto),
+            (ln, DType::Bf16, "32768x4096", auto),
+            (rms, DType::F32, "2048x4096", auto),
+            (Operator::ResidualLayernorm, DType::F32, "32768x4096", auto),
+            (
+                rms,
+                DType::F32,
+                "32768x4096",
+                LayoutRequest {
+                    residency: ResidencyRequest::Registers,
+                    ..auto
+                },
+            ),
+        ] {
+            let p = plan(&typed(op, dtype, shape), &t, &r).unwrap();
+            assert_eq!(
+                p.residency,
+                Residency::Registers,
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
         }
     }
 
