@@ -122,6 +122,8 @@
 #           all peers; layernorm 4096x32768 one-pass moments, paired
 #   CALL 64: call 61's searches for softmax (f32, bf16 16384x8192) and bf16
 #           layernorm on the large shapes
+#   CALL 65: today's whole-row streamed softmax and layernorm on the large
+#           shapes: bench and A/A replay with all three peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1455,6 +1457,21 @@ layernorm bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unrol
 LIST
   keep t1s-more "$r"-t1s-softmax-*-h200 "$r"-t1s-layernorm-bf16-32768x4096-h200 "$r"-t1s-layernorm-bf16-16384x8192-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-64)"; exit 2 ;;
+65)
+  # Planned in session 13: call 64's searches made whole-row streaming the
+  # default for softmax (f32, bf16) and layernorm (bf16, one-pass) on rows
+  # of 4096-8192: bench today's defaults and replay A/A with all peers.
+  a="--ops softmax,layernorm --shapes 32768x4096,16384x8192 --dtypes f32,bf16"
+  step "softmax and layernorm, today's defaults: bench"
+  timeout 90 "$bin" bench --backend cuda $a $s --capture-sources --output "$r-t1-stream-v13-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "A/A replay with all three peers"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$r-t1-stream-v13-h200/results.json" \
+    --rounds 2 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-t1-stream-v13-aa-h200" > "$r-t1-stream-v13-h200/replay.log" 2>&1
+  echo "replay rc=$?"; keep t1-stream "$r-t1-stream-v13-h200" "$r-t1-stream-v13-aa-h200"
+  "$bin" scorecard "$r-t1-stream-v13-aa-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
+  ;;
+*) echo "unknown call $call (1-65)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

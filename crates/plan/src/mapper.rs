@@ -268,9 +268,9 @@ impl LayoutRequest {
     ///   cluster plan from rows of 32768 (f32 4096x32768 651 -> 522 µs;
     ///   the long rows 1.22-1.37x), cross_entropy 1024x262144 too
     ///   (1.02-1.04x; on 4096x131072 it runs in one group, no cluster).
-    /// - f32 layernorm on rows of 4096-8192 larger than the L2: one-pass
+    /// - layernorm on rows of 4096-8192 larger than the L2: one-pass
     ///   moments, for the two-pass streamed plan of
-    ///   [`short_f32_norm_stream_instead`] (session 13, call 61).
+    ///   [`whole_row_stream_instead`] (session 13, calls 61 and 64).
     /// - fewer rows than multiprocessors, layernorm and residual_layernorm:
     ///   one-pass moments, one reduction phase instead of two on a
     ///   latency-bound row (session 12, call 57,
@@ -300,8 +300,8 @@ impl LayoutRequest {
                 request.one_pass_moments = true;
             }
             // Streamed in two passes, as Inductor's Welford loop (session
-            // 13, call 61; see [`short_f32_norm_stream_instead`]).
-            Some(Operator::Layernorm) if streams_short_f32_norm(problem) => {
+            // 13, calls 61 and 64; see [`whole_row_stream_instead`]).
+            Some(Operator::Layernorm) if streams_whole_row(problem) => {
                 request.one_pass_moments = true;
             }
             // Few rows: each row's time is its latency, and one reduction
@@ -865,14 +865,13 @@ fn rule_beside_model(
             ),
         }));
     }
-    if let Some(streamed) = short_f32_norm_stream_instead(problem, target, &model_plan, pick) {
+    if let Some(streamed) = whole_row_stream_instead(problem, target, &model_plan, pick) {
         return Ok(Some(RuleBesideModel {
             request: streamed,
             model_plan,
-            why: "f32 rmsnorm and layernorm on rows of 4096-8192: streamed with re-read \
-                  hints, the whole row in one chunk per pass (1.02-1.04x over the register \
-                  plans in 2026-11-30-t1s-*-h200, and ahead of torch.compile in \
-                  2026-11-30-t1-norms-stream-aa-h200; bench/NOTES.md campaign 13)"
+            why: "rows of 4096-8192 larger than the L2: streamed with re-read hints, the \
+                  whole row in one chunk per pass (1.02-1.05x over the model's picks in \
+                  2026-11-30-t1s-*-h200; bench/NOTES.md campaign 13)"
                 .to_string(),
         }));
     }
@@ -1245,63 +1244,70 @@ fn hinted_stream_instead(
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
 }
 
-/// Rows of f32 rmsnorm and layernorm this long (and no longer) stream on
-/// the H200 when the problem is larger than the L2
-/// ([`short_f32_norm_stream_instead`]).
-const SHORT_STREAM_N: std::ops::RangeInclusive<usize> = 4096..=8192;
+/// Rows this long (and no longer) stream whole on the H200 when the
+/// problem is larger than the L2 ([`whole_row_stream_instead`]).
+const WHOLE_ROW_STREAM_N: std::ops::RangeInclusive<usize> = 4096..=8192;
 
-/// Does this f32 rmsnorm or layernorm take the streamed plan of
-/// [`short_f32_norm_stream_instead`] (on the H200)?
-fn streams_short_f32_norm(problem: &Problem) -> bool {
+/// Does this problem take the streamed plan of [`whole_row_stream_instead`]
+/// (on the H200)? The operators and dtypes session 13 searched: rmsnorm
+/// f32 (bf16 streams by [`hinted_stream_instead`]), layernorm and softmax
+/// f32 and bf16.
+fn streams_whole_row(problem: &Problem) -> bool {
     let shape = problem.shape;
     let bytes = shape.rows as u64 * shape.n as u64 * problem.dtype.size_bytes() as u64;
-    matches!(
-        problem.operator_kind(),
-        Some(Operator::Rmsnorm | Operator::Layernorm)
-    ) && problem.dtype == DType::F32
-        && SHORT_STREAM_N.contains(&shape.n)
-        && bytes >= HINTED_STREAM_MIN_BYTES
+    let searched = match problem.operator_kind() {
+        Some(Operator::Rmsnorm) => problem.dtype == DType::F32,
+        Some(Operator::Layernorm | Operator::Softmax) => {
+            matches!(problem.dtype, DType::F32 | DType::Bf16)
+        }
+        _ => false,
+    };
+    searched && WHOLE_ROW_STREAM_N.contains(&shape.n) && bytes >= HINTED_STREAM_MIN_BYTES
 }
 
-/// The model's register pick for f32 rmsnorm and layernorm on rows of
-/// 4096-8192 (16 slots a thread, 38-50 registers) replaced by a streamed
-/// plan with re-read hints that loads the whole row in one chunk per pass
-/// (V=4, U=4: at most four packs a worker): rmsnorm on W = N/8 (two packs
-/// a worker),
-/// layernorm on W=512 with one-pass moments (two passes, like Inductor's
-/// Welford loop). Session 13's searches (2026-11-30-t1s-*-h200, 18
-/// candidates each, registers and streamed) put these first or within
-/// 0.2% of first (U=2 and U=4 alike where fewer stripes exist): rmsnorm
-/// 249.3 µs against the register default's 260.3 on 32768x4096 and 251.3
-/// against 254.5 on 16384x8192; layernorm 249.2 against 258.1-260.6 and
-/// 251.7 against 255.4. On 4096x32768 the same
-/// plans at W=512 re-read past the L2 (four groups a multiprocessor,
-/// 67 MB in flight; 377 against 274-278 µs), so the rule stops at 8192.
-/// The model prices re-reads as DRAM traffic and cannot see this.
-fn short_f32_norm_stream_instead(
+/// The model's pick on rows of 4096-8192 larger than the L2 replaced by a
+/// streamed plan with re-read hints that loads the whole row in one chunk
+/// per pass (16-byte packs, U=4: at most four packs a worker), as
+/// Inductor's looped kernels do: rmsnorm on W = N/(2V) (two packs a
+/// worker), layernorm and softmax on stripes of at most 2048 elements
+/// (W = min(N/(2V), 2048/V)), layernorm with one-pass moments (two passes,
+/// like Inductor's Welford loop). Session 13's searches
+/// (2026-11-30-t1s-*-h200, 18-19 candidates each, in registers and
+/// streamed) put these first or within 0.3% of first (U=2 and U=4 alike
+/// where fewer stripes exist), against the model's picks:
+/// - rmsnorm f32: 249.3 µs against 260.3 (32768x4096), 251.3 against
+///   254.5 (16384x8192);
+/// - layernorm f32: 249.2 against 258.1-260.6, 251.7 against 255.4;
+///   bf16: 127.2 against 132.7, 128.7 against 132.3;
+/// - softmax f32: 249.3 against 261.1, 252.5 against 260.3; bf16
+///   16384x8192 127.8 against the 64-slot rule's 129.9.
+///
+/// The same plans in registers were 3-5% slower: streaming, not the
+/// width, is the gain. On 4096x32768 streamed W=512 re-reads past the L2
+/// (four groups a multiprocessor, 67 MB in flight; 377 against 274-278 µs),
+/// so the rule stops at 8192. The model prices re-reads as DRAM traffic
+/// and cannot see this.
+fn whole_row_stream_instead(
     problem: &Problem,
     target: &Target,
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    if target.name != "h200"
-        || !streams_short_f32_norm(problem)
-        || picked.residency != Residency::Registers
-        || picked.groups_per_row != 1
-    {
+    if target.name != "h200" || !streams_whole_row(problem) || picked.groups_per_row != 1 {
         return None;
     }
-    const PACK: u32 = 4;
+    const STRIPE_ELEMENTS: u32 = 2048;
+    let pack = 16 / problem.dtype.size_bytes() as u32;
     let n = problem.shape.n as u32;
-    let two_packs = 1u32 << (n / (2 * PACK)).ilog2();
+    let two_packs = 1u32 << (n / (2 * pack)).ilog2();
     let workers = match problem.operator_kind()? {
-        Operator::Layernorm => two_packs.min(512),
-        _ => two_packs,
+        Operator::Rmsnorm => two_packs,
+        _ => two_packs.min(STRIPE_ELEMENTS / pack),
     }
     .min(target.max_threads_per_group);
     let streamed = LayoutRequest {
         workers,
-        pack: PACK,
+        pack,
         unroll: 4,
         rows_per_group: 0,
         residency: ResidencyRequest::Stream,
@@ -2778,11 +2784,11 @@ mod tests {
             plan(&p, &t, r).unwrap()
         };
         let (rms, sm, ln) = (Operator::Rmsnorm, Operator::Softmax, Operator::Layernorm);
+        // (softmax bf16 on rows of 4096-8192 streams whole rows since session
+        // 13: regression_rows_of_4096_to_8192_stream_whole_rows_per_pass.)
         for (op, dtype, shape, w, v, u) in [
             (rms, DType::Bf16, "32768x4096", 256, 8, 2),
-            (sm, DType::Bf16, "32768x4096", 256, 8, 2),
             (rms, DType::Bf16, "16384x8192", 512, 8, 2),
-            (sm, DType::Bf16, "16384x8192", 512, 8, 2),
             (rms, DType::Bf16, "4096x32768", 1024, 8, 4),
             (rms, DType::F32, "4096x32768", 1024, 4, 8),
         ] {
@@ -2802,10 +2808,9 @@ mod tests {
         }
         // Measured slower, unmeasured, or not the 64-slot plan: unchanged.
         for (op, dtype, shape) in [
-            (ln, DType::Bf16, "32768x4096"),
+            (ln, DType::Bf16, "4096x32768"),
             (ln, DType::F32, "4096x32768"),
             (sm, DType::F32, "4096x32768"),
-            (sm, DType::F32, "32768x4096"),
             (sm, DType::Bf16, "1024x4096"),
             (rms, DType::Bf16, "4096x131072"),
         ] {
@@ -2840,20 +2845,27 @@ mod tests {
     }
 
     #[test]
-    fn regression_f32_norms_on_rows_of_4096_to_8192_stream_the_whole_row_per_pass() {
-        // Session 13 (2026-11-30-t1s-*-h200, replayed in
-        // 2026-11-30-t1-norms-stream-aa-h200): torch.compile was 1-4% ahead
-        // of the register plans here.
+    fn regression_rows_of_4096_to_8192_stream_whole_rows_per_pass() {
+        // Session 13 (2026-11-30-t1s-*-h200; the f32 norms replayed in
+        // 2026-11-30-t1-norms-v13-aa-h200): torch.compile and Liger were
+        // 1-4% ahead of the model's picks here.
         let t = Target::h200();
         let auto = automatic();
-        let (rms, ln) = (Operator::Rmsnorm, Operator::Layernorm);
-        for (op, shape, w, u) in [
-            (rms, "32768x4096", 512, 4),
-            (rms, "16384x8192", 1024, 4),
-            (ln, "32768x4096", 512, 4),
-            (ln, "16384x8192", 512, 4),
+        let (rms, ln, sm) = (Operator::Rmsnorm, Operator::Layernorm, Operator::Softmax);
+        let (f32, bf16) = (DType::F32, DType::Bf16);
+        for (op, dtype, shape, w, v) in [
+            (rms, f32, "32768x4096", 512, 4),
+            (rms, f32, "16384x8192", 1024, 4),
+            (ln, f32, "32768x4096", 512, 4),
+            (ln, f32, "16384x8192", 512, 4),
+            (ln, bf16, "32768x4096", 256, 8),
+            (ln, bf16, "16384x8192", 256, 8),
+            (sm, f32, "32768x4096", 512, 4),
+            (sm, f32, "16384x8192", 512, 4),
+            (sm, bf16, "32768x4096", 256, 8),
+            (sm, bf16, "16384x8192", 256, 8),
         ] {
-            let p = plan(&typed(op, DType::F32, shape), &t, &auto).unwrap();
+            let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
             assert_eq!(
                 (
                     p.layout.workers,
@@ -2863,26 +2875,31 @@ mod tests {
                     p.reread_hints,
                     p.one_pass_moments()
                 ),
-                (w, 4, u, Residency::Stream, true, op == ln),
-                "{op} {shape}: {}",
+                (w, v, 4, Residency::Stream, true, op == ln),
+                "{op} {dtype} {shape}: {}",
                 p.describe()
             );
-            // The CPU keeps the model's register pick, and its two-pass
-            // layernorm.
-            let cpu = plan(&typed(op, DType::F32, shape), &Target::cpu(), &auto).unwrap();
-            assert_eq!(cpu.residency, Residency::Registers, "{}", cpu.describe());
+            // The CPU keeps the model's pick, and layernorm its two passes.
+            let cpu = plan(&typed(op, dtype, shape), &Target::cpu(), &auto).unwrap();
+            assert!(
+                !(cpu.residency == Residency::Stream && cpu.reread_hints),
+                "{}",
+                cpu.describe()
+            );
             assert!(!cpu.one_pass_moments(), "{}", cpu.describe());
         }
-        // Rows of 32768 (measured slower at W=512), bf16, data inside the
-        // L2, other operators, and a user's residency: unchanged.
+        // Rows of 32768 (measured slower at W=512), bf16 rmsnorm (its own
+        // rule), data inside the L2, unsearched operators, and a user's
+        // residency: not this rule's plan.
         for (op, dtype, shape, r) in [
-            (ln, DType::F32, "4096x32768", auto),
-            (ln, DType::Bf16, "32768x4096", auto),
-            (rms, DType::F32, "2048x4096", auto),
-            (Operator::ResidualLayernorm, DType::F32, "32768x4096", auto),
+            (ln, f32, "4096x32768", auto),
+            (rms, bf16, "32768x4096", auto),
+            (rms, f32, "2048x4096", auto),
+            (Operator::ResidualLayernorm, f32, "32768x4096", auto),
+            (Operator::CrossEntropy, bf16, "32768x4096", auto),
             (
                 rms,
-                DType::F32,
+                f32,
                 "32768x4096",
                 LayoutRequest {
                     residency: ResidencyRequest::Registers,
@@ -2891,9 +2908,8 @@ mod tests {
             ),
         ] {
             let p = plan(&typed(op, dtype, shape), &t, &r).unwrap();
-            assert_eq!(
-                p.residency,
-                Residency::Registers,
+            assert!(
+                !(p.residency == Residency::Stream && p.layout.unroll == 4),
                 "{op} {dtype} {shape}: {}",
                 p.describe()
             );
@@ -3002,7 +3018,7 @@ mod tests {
         let note = automatic_note(&problem(Operator::Rmsnorm, DType::Bf16), &t, &auto).unwrap();
         assert!(note.contains("W=64 V=8 U=4 G=4 registers"), "{note}");
         assert_eq!(
-            automatic_note(&problem(Operator::Layernorm, DType::Bf16), &t, &auto),
+            automatic_note(&problem(Operator::ResidualLayernorm, DType::Bf16), &t, &auto),
             None
         );
         let explicit = LayoutRequest {
