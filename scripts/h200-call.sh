@@ -124,6 +124,8 @@
 #           layernorm on the large shapes
 #   CALL 65: today's whole-row streamed softmax and layernorm on the large
 #           shapes: bench and A/A replay with all three peers
+#   CALL 66: softmax bf16 32768x4096's new pick searched; 1024x4096 norms
+#           with one-pass moments, paired with both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1472,6 +1474,29 @@ LIST
   echo "replay rc=$?"; keep t1-stream "$r-t1-stream-v13-h200" "$r-t1-stream-v13-aa-h200"
   "$bin" scorecard "$r-t1-stream-v13-aa-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
   ;;
-*) echo "unknown call $call (1-65)"; exit 2 ;;
+66)
+  # Planned in session 13: target 4's one gap (softmax bf16 32768x4096's
+  # new pick, replayed but never searched), then the 1024x4096 norms'
+  # single calls with one-pass moments (one reduction phase fewer on a
+  # kernel whose isolated time is the miss; call 60), paired.
+  step "softmax bf16 32768x4096: today's pick among its neighbours"
+  timeout 40 "$bin" search --backend cuda --ops softmax --shapes 32768x4096 --dtypes bf16 --tune-workers 256,512 \
+    --tune-pack 8 --tune-unroll 2,4 --tune-residency stream --reread-hints --samples 3 --sample-ms 5 --warmup-ms 20 \
+    --tuning-metric gpu --capture-sources --max-candidates 6 --output "$r-t1s-softmax-bf16-32768x4096-h200" > /dev/null 2>&1
+  echo "search rc=$?"
+  b="--ops layernorm,residual_layernorm --shapes 1024x4096 --dtypes f32,bf16"
+  step "1024x4096 norms: default and one-pass moments, bench"
+  timeout 30 "$bin" bench --backend cuda $b $s --capture-sources --output "$r-n1024-default-h200" > /dev/null 2>&1
+  timeout 30 "$bin" bench --backend cuda $b $s --one-pass-moments --capture-sources --output "$r-n1024-om-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "paired replay with both torch peers"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-n1024-default-h200/results.json" \
+    --candidate "$r-n1024-om-h200/results.json" --rounds 2 $s --torch --torch-compile \
+    --deadline-s "$(( $(left) - 10 ))" --output "$r-n1024-om-replay-h200" > "$r-n1024-om-h200/replay.log" 2>&1
+  echo "replay rc=$?"
+  keep n1024 "$r-t1s-softmax-bf16-32768x4096-h200" "$r-n1024-default-h200" "$r-n1024-om-h200" "$r-n1024-om-replay-h200"
+  "$bin" scorecard "$r-n1024-om-replay-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
+  ;;
+*) echo "unknown call $call (1-66)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
