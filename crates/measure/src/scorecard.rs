@@ -627,7 +627,10 @@ mod tests {
         );
         // residual_layernorm f32 32768x4096 still maps as recorded; rmsnorm f32
         // there streams since session 13.
-        assert_eq!(get("residual_layernorm/f32/32768x4096").todays_default, None);
+        assert_eq!(
+            get("residual_layernorm/f32/32768x4096").todays_default,
+            None
+        );
         assert!(get("rmsnorm/f32/32768x4096")
             .todays_default
             .as_deref()

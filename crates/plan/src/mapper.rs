@@ -3018,7 +3018,11 @@ mod tests {
         let note = automatic_note(&problem(Operator::Rmsnorm, DType::Bf16), &t, &auto).unwrap();
         assert!(note.contains("W=64 V=8 U=4 G=4 registers"), "{note}");
         assert_eq!(
-            automatic_note(&problem(Operator::ResidualLayernorm, DType::Bf16), &t, &auto),
+            automatic_note(
+                &problem(Operator::ResidualLayernorm, DType::Bf16),
+                &t,
+                &auto
+            ),
             None
         );
         let explicit = LayoutRequest {
