@@ -126,6 +126,8 @@
 #           shapes: bench and A/A replay with all three peers
 #   CALL 66: softmax bf16 32768x4096's new pick searched; 1024x4096 norms
 #           with one-pass moments, paired with both torch peers
+#   CALL 67: prefetched rows (built in session 13): CUDA variant selftest,
+#           4096x32768 paired against the defaults with compile and Liger
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1497,6 +1499,28 @@ LIST
   keep n1024 "$r-t1s-softmax-bf16-32768x4096-h200" "$r-n1024-default-h200" "$r-n1024-om-h200" "$r-n1024-om-replay-h200"
   "$bin" scorecard "$r-n1024-om-replay-h200" | grep -E "^## |\| [0-9a-z]" | cut -c1-200 || true
   ;;
-*) echo "unknown call $call (1-66)"; exit 2 ;;
+67)
+  # Planned in session 13 (built then, unmeasured): prefetched rows, a
+  # persistent group that copies its next row into shared memory while it
+  # reduces and writes the current one. CUDA variant selftest (same bits
+  # as the plain register plan, 3001 rows), then 4096x32768 paired against
+  # today's defaults with torch.compile and Liger.
+  step "variant selftest on CUDA"
+  timeout 200 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "prefetched rows.*FAIL|passed" "${OUT:-/tmp}/selftest.log" | tail -5
+  a="--ops rmsnorm,layernorm,softmax --shapes 4096x32768 --dtypes f32,bf16"
+  step "4096x32768: default and prefetched rows, bench"
+  timeout 60 "$bin" bench --backend cuda $a $s --capture-sources --output "$r-pf-default-h200" > /dev/null 2>&1
+  timeout 60 "$bin" bench --backend cuda $a $s --residency registers --rows-per-group 1 --prefetch-rows \
+    --capture-sources --output "$r-pf-h200" > /dev/null 2>&1
+  echo "bench rc=$?"
+  step "paired replay with torch.compile and Liger"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-pf-default-h200/results.json" \
+    --candidate "$r-pf-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+    --deadline-s "$(( $(left) - 15 ))" --output "$r-pf-replay-h200" > "$r-pf-h200/replay.log" 2>&1
+  echo "replay rc=$?"; keep pf "$r-pf-default-h200" "$r-pf-h200" "$r-pf-replay-h200"
+  grep -E "^\| (rmsnorm|layernorm|softmax) .*\| gpu \|" "$r-pf-replay-h200/results.md" | cut -c1-160 || true
+  ;;
+*) echo "unknown call $call (1-67)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

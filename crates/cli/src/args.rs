@@ -158,6 +158,12 @@ pub struct PolicyArgs {
     /// values up to rounding.
     #[arg(long)]
     pub one_pass_moments: bool,
+    /// Register plans of one group per row: a persistent grid whose groups
+    /// copy their next row into shared memory (`cp.async.bulk`) while they
+    /// reduce and write the current one. Programs with one row input whose
+    /// row fits in shared memory. Same results.
+    #[arg(long)]
+    pub prefetch_rows: bool,
 }
 
 impl PolicyArgs {
@@ -176,6 +182,7 @@ impl PolicyArgs {
             push_cluster_reduce: self.push_cluster_reduce,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
+            prefetch_rows: self.prefetch_rows,
             ..Default::default()
         }
     }

@@ -450,6 +450,34 @@ pub fn variant_checks(backend: &Backend, report: &mut Report) {
     relaxed_exit_checks(backend, report);
     pushed_reduce_checks(backend, report);
     cluster_rows_checks(backend, report);
+    prefetched_rows_checks(backend, report);
+}
+
+/// Prefetched rows (`prefetch_rows`): every operator, f32, bf16 and f16,
+/// on CUDA on 3001 rows, so that each persistent group takes several rows
+/// and the last ones fewer (the CPU executor, which runs no grid, checks
+/// the marking on 301). Same bits as the plain register plan; marked
+/// exactly where the program has one row input (not residual_layernorm).
+pub fn prefetched_rows_checks(backend: &Backend, report: &mut Report) {
+    let rows = match backend {
+        Backend::Cuda(_) => 3001,
+        _ => 301,
+    };
+    same_bits_policy_checks(
+        backend,
+        report,
+        "prefetched rows",
+        &[DType::F32, DType::Bf16, DType::F16],
+        &[(256, 4, 4096), (512, 8, 16384)],
+        rows,
+        |request| {
+            request.rows_per_group = 1;
+            request.residency = lanefold_plan::ResidencyRequest::Registers;
+        },
+        |request| request.prefetch_rows = true,
+        |plan| plan.row_prefetch.is_some(),
+        |plan| plan.problem.program.row_inputs().count() == 1,
+    );
 }
 
 /// Two rows per cluster (G=2 on a row spanning a cluster: each group holds

@@ -52,6 +52,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.pushed_cluster_reduce {
         name += "_pr";
     }
+    if plan.row_prefetch.is_some() {
+        name += "_pf";
+    }
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
@@ -319,6 +322,23 @@ __device__ __forceinline__ void lf_push_wait(unsigned long long* bar) {
 }
 ";
 
+const PREFETCH_HELPERS: &str = "// Row prefetch (sm_90): one bulk copy of the next row into shared memory per group.
+__device__ __forceinline__ void lf_prefetch_init(const unsigned long long* bar) {
+    asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(lf_shared_addr(bar)) : \"memory\");
+    asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
+}
+__device__ __forceinline__ void lf_prefetch(lf_store_t* buf, const lf_store_t* src, const unsigned long long* bar) {
+    // The group's reads of the buffer (generic proxy) come before the copy's writes (async proxy).
+    asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
+    asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(lf_shared_addr(bar)), \"r\"(LF_ROW_BYTES) : \"memory\");
+    asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\"
+                 :: \"r\"(lf_shared_addr(buf)), \"l\"(src), \"r\"(LF_ROW_BYTES), \"r\"(lf_shared_addr(bar)) : \"memory\");
+}
+__device__ __forceinline__ void lf_prefetch_wait(const unsigned long long* bar, unsigned parity) {
+    asm volatile(\"{\\n.reg .pred lf_done;\\nLF_ROW_WAIT:\\nmbarrier.try_wait.parity.shared::cta.b64 lf_done, [%0], %1;\\n@!lf_done bra LF_ROW_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)), \"r\"(parity) : \"memory\");
+}
+";
+
 const CLUSTER_HELPERS: &str = "// Thread-block cluster helpers (sm_90): barrier and distributed shared memory.
 __device__ __forceinline__ void lf_cluster_sync() {
     asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\");
@@ -452,6 +472,9 @@ struct Ctx<'a> {
     /// MaskIndex tiles whose only users are gathered reductions.
     skipped: BTreeSet<usize>,
     reductions: usize,
+    /// The row input a persistent group prefetches into shared memory
+    /// (`lf_rowbuf`), read from there in its one loading phase.
+    prefetched: Option<String>,
     out: String,
     indent: usize,
 }
@@ -736,7 +759,12 @@ impl Ctx<'_> {
                     let kind = self.buffer_kind(buffer);
                     // Staged columns are read from shared memory, not `q`.
                     let staged = self.is_staged(buffer);
-                    if !staged {
+                    let prefetched = self.prefetched.as_deref() == Some(buffer.as_str());
+                    if prefetched {
+                        self.line(&format!(
+                            "const {ty}* q = reinterpret_cast<const {ty}*>(lf_rowbuf + i0); // prefetched row"
+                        ));
+                    } else if !staged {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                         ));
@@ -745,6 +773,7 @@ impl Ctx<'_> {
                     // memory) may be evicted first; columns are reused.
                     let streamed = self.plan.streaming_hints
                         && kind == BufferKind::Row
+                        && !prefetched
                         && !self.plan.rereads_tiles();
                     // A re-read row tile: kept by its first load, let go
                     // by its last. Columns (weight, bias), which every row
@@ -775,7 +804,7 @@ impl Ctx<'_> {
                             ));
                         } else if streamed {
                             self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
-                        } else if let Some((load, pol)) = policy {
+                        } else if let (Some((load, pol)), false) = (policy, prefetched) {
                             self.line(&format!("const {ty} a = {load}(q + {k}, {pol});"));
                         } else {
                             self.line(&format!("const {ty} a = q[{k}];"));
@@ -1258,6 +1287,28 @@ impl Ctx<'_> {
             .collect()
     }
 
+    /// The private slots of each resident tile.
+    fn emit_resident_declarations(&mut self) {
+        if !self.registers {
+            return;
+        }
+        let slots = self.plan.slot_bound;
+        for r in self.resident.clone() {
+            if self.plan.packed_resident {
+                self.line(&format!(
+                    "unsigned r{}[{}]; // private slots of a resident tile, two 16-bit values each",
+                    r.0,
+                    slots / 2
+                ));
+            } else {
+                self.line(&format!(
+                    "float r{}[{slots}]; // private slots of a resident tile",
+                    r.0
+                ));
+            }
+        }
+    }
+
     fn emit_phase(&mut self, p: usize) {
         self.line(&format!("// ---- phase {p} ----"));
         self.emit_scalars(p);
@@ -1441,9 +1492,17 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         return inconsistent(format!("pushed reduction in {}", plan.describe()));
     }
     let stage = plan.column_stage;
-    let shared_bytes = match stage {
-        Some(stage) => stage.total_bytes() as u32,
-        None => slot_bytes,
+    let prefetch = plan.row_prefetch;
+    let shared_bytes = match (stage, prefetch) {
+        (Some(stage), None) => stage.total_bytes() as u32,
+        (None, Some(prefetch)) => prefetch.total_bytes(),
+        (None, None) => slot_bytes,
+        (Some(_), Some(_)) => {
+            return inconsistent(format!(
+                "staged columns and prefetched rows in {}",
+                plan.describe()
+            ))
+        }
     };
     if stage.is_some_and(|stage| 4 * stage.offset_floats < slot_bytes) {
         return inconsistent(format!(
@@ -1468,7 +1527,44 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     {
         return inconsistent(format!("packed resident tiles in {}", plan.describe()));
     }
-
+    // The prefetched row: the one row input, read from memory in one phase.
+    let prefetched = match prefetch {
+        None => None,
+        Some(prefetch) => {
+            let mut rows_in = program.row_inputs();
+            let (Some(input), None) = (rows_in.next(), rows_in.next()) else {
+                return inconsistent(format!(
+                    "prefetched rows of several inputs in {}",
+                    plan.describe()
+                ));
+            };
+            let loads: Vec<usize> = program
+                .body
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| matches!(i, Instr::Load { buffer } if *buffer == input.name))
+                .map(|(at, _)| at)
+                .collect();
+            let read_once = loads
+                .iter()
+                .all(|&at| a.demanded[at].len() == 1 || a.resident.contains(&Value(at as u32)));
+            if !registers
+                || cluster > 1
+                || g > 1
+                || partial > 0
+                || vector.is_none()
+                || !read_once
+                || prefetch.buffer_offset < slot_bytes
+                || !prefetch.buffer_offset.is_multiple_of(16)
+                || prefetch.row_bytes as usize != n * plan.dtype().size_bytes()
+                || !prefetch.row_bytes.is_multiple_of(16)
+                || prefetch.launched_groups == 0
+            {
+                return inconsistent(format!("prefetched rows in {}", plan.describe()));
+            }
+            Some(input.name.clone())
+        }
+    };
     let name = kernel_name(plan);
     let mut cx = Ctx {
         plan,
@@ -1493,6 +1589,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         gathers,
         skipped,
         reductions,
+        prefetched: prefetched.clone(),
         out: String::new(),
         indent: 0,
     };
@@ -1528,8 +1625,12 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         }
     }
     let pushed = push.is_some();
-    if stage.is_some() || pushed {
+    if stage.is_some() || pushed || prefetch.is_some() {
         head.push_str(SHARED_ADDR_HELPER);
+    }
+    if let Some(prefetch) = prefetch {
+        let _ = writeln!(head, "#define LF_ROW_BYTES {}", prefetch.row_bytes);
+        head.push_str(PREFETCH_HELPERS);
     }
     if stage.is_some() {
         head.push_str(STAGE_HELPERS);
@@ -1593,14 +1694,43 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         if let (Some(stage), Some(vec)) = (stage, vector) {
             cx.emit_column_stage(&stage, vec);
         }
+    } else if let (Some(prefetch), Some(input)) = (prefetch, &prefetched) {
+        cx.line("const int w = tid;");
+        cx.line("const int row_in_group = 0;");
+        cx.line(&format!(
+            "lf_store_t* lf_rowbuf = reinterpret_cast<lf_store_t*>(reinterpret_cast<unsigned char*>(lf_smem) + {});",
+            prefetch.buffer_offset
+        ));
+        cx.line(&format!(
+            "const unsigned long long* lf_rowbar = reinterpret_cast<const unsigned long long*>(reinterpret_cast<unsigned char*>(lf_smem) + {});",
+            prefetch.barrier_offset()
+        ));
+        cx.line("if (tid == 0) lf_prefetch_init(lf_rowbar);");
+        cx.line("__syncthreads();");
+        cx.line(&format!(
+            "if (tid == 0 && (int)blockIdx.x < rows) lf_prefetch(lf_rowbuf, p_{} + (size_t)blockIdx.x * LF_N, lf_rowbar);",
+            ident(input)
+        ));
+        cx.line("unsigned lf_parity = 0;");
     } else {
         cx.line("const int w = tid % LF_W;");
         cx.line("const int row_in_group = tid / LF_W;");
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
     }
     cx.line("(void)row_in_group;");
-    cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
-    cx.line("const int row_c = row_ok ? row : rows - 1;");
+    if prefetch.is_some() {
+        // Resident tiles are declared once, outside the loop over rows.
+        cx.emit_resident_declarations();
+        cx.open("for (int row = blockIdx.x; row < rows; row += gridDim.x) { // a persistent group");
+        cx.line("const bool row_ok = true;");
+        cx.line("const int row_c = row;");
+        cx.line("(void)row_c;");
+        cx.line("lf_prefetch_wait(lf_rowbar, lf_parity); // this row is in lf_rowbuf");
+        cx.line("lf_parity ^= 1u;");
+    } else {
+        cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
+        cx.line("const int row_c = row_ok ? row : rows - 1;");
+    }
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
     if keeps_columns(plan) {
@@ -1621,22 +1751,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             ));
         }
     }
-    if registers {
-        for r in cx.resident.clone() {
-            let slots = plan.slot_bound;
-            if plan.packed_resident {
-                cx.line(&format!(
-                    "unsigned r{}[{}]; // private slots of a resident tile, two 16-bit values each",
-                    r.0,
-                    slots / 2
-                ));
-            } else {
-                cx.line(&format!(
-                    "float r{}[{slots}]; // private slots of a resident tile",
-                    r.0
-                ));
-            }
-        }
+    if prefetch.is_none() {
+        cx.emit_resident_declarations();
     }
     if let Some(push) = cx.push {
         cx.line(&format!(
@@ -1659,8 +1775,29 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
         cx.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
     }
+    // The phase after which the prefetched row's buffer is free again.
+    let buffer_read_in = prefetched.as_ref().and_then(|input| {
+        program
+            .body
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| matches!(i, Instr::Load { buffer } if buffer == input))
+            .filter_map(|(at, _)| a.demanded[at].first().copied())
+            .max()
+    });
     for p in 0..a.num_phases {
         cx.emit_phase(p);
+        if buffer_read_in == Some(p) {
+            let input = ident(prefetched.as_deref().unwrap_or_default());
+            cx.line("__syncthreads(); // every thread has its slots: the buffer is free");
+            cx.line(&format!(
+                "if (tid == 0 && row + (int)gridDim.x < rows) lf_prefetch(lf_rowbuf, p_{input} + (size_t)(row + gridDim.x) * LF_N, lf_rowbar);"
+            ));
+        }
+    }
+    if prefetch.is_some() {
+        cx.line("__syncthreads(); // the reduction slots are reused by the next row");
+        cx.close();
     }
     if cluster > 1 {
         if exits_relaxed(plan) {
@@ -1675,7 +1812,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     Ok(Kernel {
         name,
         source: cx.out,
-        grid: (plan.groups as u32, 1, 1),
+        grid: (
+            prefetch.map_or(plan.groups as u32, |prefetch| prefetch.launched_groups),
+            1,
+            1,
+        ),
         block: (threads as u32, 1, 1),
         cluster: (cluster > 1).then_some(cluster as u32),
         shared_bytes,

@@ -1120,3 +1120,74 @@ fn regression_two_rows_per_cluster_store_each_rows_scalar() {
         );
     }
 }
+
+/// Prefetched rows: a persistent grid (at most one group per row), each
+/// group waiting on its row's bulk copy, reading the row from shared
+/// memory into its slots, then issuing the next row's copy once every
+/// thread has read the buffer.
+#[test]
+fn golden_rmsnorm_f32_w256_v4_prefetched_rows() {
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "3x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 4,
+            prefetch_rows: true,
+            ..Default::default()
+        },
+    );
+    let prefetch = p.row_prefetch.expect("prefetch applies");
+    assert!(p.describe().contains(" prefetch-rows"));
+    assert_eq!(prefetch.row_bytes, 4096 * 4);
+    assert_eq!(prefetch.buffer_offset % 16, 0);
+    // Three rows: three groups, not one per multiprocessor.
+    assert_eq!(prefetch.launched_groups, 3);
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_pf"), "{}", k.name);
+    assert_eq!(k.grid, (3, 1, 1));
+    assert_eq!(k.shared_bytes, prefetch.total_bytes());
+    // x comes from the buffer, never from global memory; the weight does.
+    assert!(k
+        .source
+        .contains("reinterpret_cast<const uint4*>(lf_rowbuf + i0)"));
+    assert!(!k.source.contains("p_x + row_off + i0"));
+    assert!(k.source.contains("p_weight + i0"));
+    // One copy before the loop, one per row after the loading phase.
+    assert_eq!(k.source.matches("lf_prefetch(lf_rowbuf, p_x").count(), 2);
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Prefetching applies to register plans of one group per row, one row
+/// input, whole vector packs, and a row that fits in shared memory.
+#[test]
+fn prefetched_rows_are_left_out_where_they_cannot_apply() {
+    let prefetched = |op, dtype, shape: &str, w, residency| {
+        make_with(
+            op,
+            dtype,
+            shape,
+            LayoutRequest {
+                workers: w,
+                pack: 4,
+                residency,
+                prefetch_rows: true,
+                ..Default::default()
+            },
+        )
+        .row_prefetch
+    };
+    use lanefold_plan::ResidencyRequest::{Registers, Stream};
+    let (rms, rln) = (Operator::Rmsnorm, Operator::ResidualLayernorm);
+    assert!(prefetched(rms, DType::F32, "4096x32768", 512, Registers)
+        .is_some_and(|p| p.launched_groups == Target::h200().multiprocessors));
+    assert!(prefetched(Operator::Softmax, DType::Bf16, "8x8192", 256, Registers).is_some());
+    // Streamed, a row split over a cluster, two row inputs, a partial
+    // pack: none.
+    assert!(prefetched(rms, DType::F32, "64x32768", 1024, Stream).is_none());
+    assert!(prefetched(rms, DType::F32, "64x65536", 2048, Registers).is_none());
+    assert!(prefetched(rln, DType::F32, "64x4096", 256, Registers).is_none());
+    assert!(prefetched(rms, DType::F32, "64x4001", 256, Registers).is_none());
+}

@@ -67,8 +67,8 @@ fn shimmed(source: &str) -> String {
 /// Sources covering every emitter path: the six operators in three storage
 /// dtypes; scalar, 4-, 8- and 16-byte accesses; partial packs; unrolled
 /// stripes; packed rows; streamed tiles; clusters; gathered targets;
-/// evict-first cache hints, hoisted column loads, staged columns and
-/// 256-thread cluster groups.
+/// evict-first cache hints, hoisted column loads, staged columns,
+/// prefetched rows and 256-thread cluster groups.
 fn sources() -> Vec<(String, String)> {
     let target = Target::h200();
     let mut out = vec![];
@@ -103,7 +103,14 @@ fn sources() -> Vec<(String, String)> {
                             pack_resident: load_policies,
                             relaxed_cluster_exit: load_policies,
                             push_cluster_reduce: load_policies,
-                            rows_per_group: if shape == "17x257" { 2 } else { 0 },
+                            prefetch_rows: load_policies,
+                            // One row per group with load policies, so
+                            // that rows can be prefetched.
+                            rows_per_group: match (shape, load_policies) {
+                                ("17x257", _) => 2,
+                                (_, true) => 1,
+                                _ => 0,
+                            },
                             ..Default::default()
                         };
                         for c in enumerate(&problem, &target, &base, workers, packs, &[1, 2]) {
@@ -132,6 +139,12 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
     assert!(
         kernels.iter().any(|(n, _)| n.contains("_stream")),
         "a streamed kernel"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, s)| n.contains("_pf") && s.contains("lf_prefetch_wait(lf_rowbar")),
+        "a kernel with prefetched rows"
     );
     assert!(
         kernels

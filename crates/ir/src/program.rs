@@ -193,6 +193,11 @@ impl Program {
         self.inputs.iter().filter(|b| b.kind == BufferKind::Column)
     }
 
+    /// The per-row inputs (x, a residual), which each row reads once.
+    pub fn row_inputs(&self) -> impl Iterator<Item = &BufferDecl> {
+        self.inputs.iter().filter(|b| b.kind == BufferKind::Row)
+    }
+
     /// The same program without permission to reorder its sums.
     pub fn exact(mut self) -> Program {
         self.reassociation = false;

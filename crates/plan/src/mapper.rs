@@ -210,6 +210,15 @@ pub struct LayoutRequest {
     /// effect on other operators.
     #[serde(default)]
     pub one_pass_moments: bool,
+    /// Register plans of one group per row: a persistent grid, each group
+    /// copying its next row into shared memory (`cp.async.bulk`,
+    /// completing an `mbarrier`) while it reduces and writes the current
+    /// one, so a row's loads are in flight during the previous row's
+    /// reduction and stores. Applied where the program reads one row input
+    /// and the whole row fits in shared memory; the same arithmetic, so
+    /// the same bits.
+    #[serde(default)]
+    pub prefetch_rows: bool,
 }
 
 impl LayoutRequest {
@@ -354,6 +363,7 @@ impl LayoutRequest {
             push_cluster_reduce: self.push_cluster_reduce,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
+            prefetch_rows: self.prefetch_rows,
             ..Default::default()
         }
     }
@@ -445,6 +455,35 @@ pub struct Plan {
     pub relaxed_cluster_exit: bool,
     /// See [`LayoutRequest::push_cluster_reduce`]; false without a cluster.
     pub pushed_cluster_reduce: bool,
+    /// Rows prefetched into shared memory by a persistent grid (see
+    /// [`LayoutRequest::prefetch_rows`]); None where that does not apply.
+    pub row_prefetch: Option<RowPrefetch>,
+}
+
+/// A persistent grid whose groups each copy their next row into shared
+/// memory while they work on the current one
+/// ([`LayoutRequest::prefetch_rows`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowPrefetch {
+    /// Groups launched; group `b` takes rows `b`, `b + launched`, ...
+    pub launched_groups: u32,
+    /// Byte offset of the row buffer in shared memory (16-byte aligned,
+    /// after the reduction slots).
+    pub buffer_offset: u32,
+    /// Bytes of one row in storage format (a multiple of 16).
+    pub row_bytes: u32,
+}
+
+impl RowPrefetch {
+    /// Byte offset of the buffer's `mbarrier`, after the row.
+    pub fn barrier_offset(&self) -> u32 {
+        self.buffer_offset + self.row_bytes
+    }
+
+    /// Shared memory the group needs: slots, row buffer, `mbarrier`.
+    pub fn total_bytes(&self) -> u32 {
+        self.barrier_offset() + 16
+    }
 }
 
 impl Plan {
@@ -529,6 +568,9 @@ impl Plan {
         if self.pushed_cluster_reduce {
             s += " push-reduce";
         }
+        if self.row_prefetch.is_some() {
+            s += " prefetch-rows";
+        }
         if self.online_normalizer() {
             s += " online-normalizer";
         }
@@ -584,6 +626,7 @@ impl Plan {
             push_cluster_reduce: self.pushed_cluster_reduce,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
+            prefetch_rows: self.row_prefetch.is_some(),
             occupancy: groups,
             ..*base
         }
@@ -1533,6 +1576,38 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
             && whole_vector_packs
     });
     let shared_bytes = column_stage.map_or(shared_bytes, |stage| stage.total_bytes() as u32);
+    let row_prefetch = if request.prefetch_rows
+        && residency == Residency::Registers
+        && groups_per_row == 1
+        && rows_per_group == 1
+        && column_stage.is_none()
+        && whole_vector_packs
+        && problem.program.row_inputs().count() == 1
+    {
+        let row_bytes = n as u64 * problem.dtype.size_bytes() as u64;
+        let prefetch = RowPrefetch {
+            launched_groups: 0,
+            buffer_offset: shared_bytes.next_multiple_of(16),
+            row_bytes: row_bytes as u32,
+        };
+        // One copy completes one `mbarrier` phase: at most 2^20 - 1 bytes.
+        (row_bytes.is_multiple_of(16)
+            && row_bytes < 1 << 20
+            && prefetch.total_bytes() <= target.shared_bytes_per_group)
+            .then(|| {
+                let per_multiprocessor =
+                    groups_per_multiprocessor(target, threads, registers, prefetch.total_bytes());
+                let launched =
+                    (target.multiprocessors as u64 * per_multiprocessor as u64).min(rows as u64);
+                RowPrefetch {
+                    launched_groups: launched as u32,
+                    ..prefetch
+                }
+            })
+    } else {
+        None
+    };
+    let shared_bytes = row_prefetch.map_or(shared_bytes, |prefetch| prefetch.total_bytes());
     if shared_bytes > target.shared_bytes_per_group {
         return Err(Refusal::ResourceOverflow {
             resource: "shared memory",
@@ -1567,6 +1642,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         packed_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
         pushed_cluster_reduce: pushed,
+        row_prefetch,
     })
 }
 
