@@ -35,7 +35,7 @@ fn spearman(a: &[f64], b: &[f64]) -> f64 {
 /// one problem run in the same call are pooled (the long-row W searches
 /// with 512- and 256-thread cluster groups), since the model mapping
 /// chooses among all of them.
-const SEARCHES: [&[&str]; 11] = [
+const SEARCHES: [&[&str]; 20] = [
     &["2026-11-29-rmsnorm-search-h200"],
     &["2026-11-29-softmax-search-h200"],
     &["2026-11-29-layernorm-search-h200"],
@@ -51,6 +51,15 @@ const SEARCHES: [&[&str]; 11] = [
     ],
     &["2026-11-30-residual-search-h200"],
     &["2026-11-30-rmsnorm-1024-search-h200"],
+    &["2026-11-30-t1s-rmsnorm-f32-32768x4096-h200"],
+    &["2026-11-30-t1s-layernorm-f32-32768x4096-h200"],
+    &["2026-11-30-t1s-rmsnorm-f32-16384x8192-h200"],
+    &["2026-11-30-t1s-layernorm-f32-16384x8192-h200"],
+    &["2026-11-30-t1s-softmax-f32-32768x4096-h200"],
+    &["2026-11-30-t1s-softmax-f32-16384x8192-h200"],
+    &["2026-11-30-t1s-softmax-bf16-16384x8192-h200"],
+    &["2026-11-30-t1s-layernorm-bf16-32768x4096-h200"],
+    &["2026-11-30-t1s-layernorm-bf16-16384x8192-h200"],
 ];
 
 /// A results file's JSON text: `path`, else `path.gz` decompressed (as
@@ -213,7 +222,7 @@ fn the_cost_model_picks_within_10_percent_of_every_h200_search_winner() {
             problems += 1;
         }
     }
-    assert_eq!(problems, 4 + 3 * 6 + 6 + 6 + 7 + 2 + 4 + 2 + 2);
+    assert_eq!(problems, 4 + 3 * 6 + 6 + 6 + 7 + 2 + 4 + 2 + 2 + 9);
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
