@@ -1821,5 +1821,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cluster: (cluster > 1).then_some(cluster as u32),
         shared_bytes,
         params,
+        persistent_rows: prefetch.map(|_| rows as u32),
     })
 }

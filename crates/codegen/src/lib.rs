@@ -71,6 +71,11 @@ pub struct Kernel {
     /// Every program input pointer (program order), every output pointer
     /// (program order), then `int rows`, `int n`.
     pub params: Vec<Param>,
+    /// A persistent grid over this many rows (prefetched rows): `grid` is
+    /// the plan's estimate of the groups that fit at once; the runtime may
+    /// launch as many as the driver's occupancy allows, at most one a row.
+    #[serde(default)]
+    pub persistent_rows: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1148,6 +1148,8 @@ fn golden_rmsnorm_f32_w256_v4_prefetched_rows() {
     let k = kernel(&p);
     assert!(k.name.ends_with("_pf"), "{}", k.name);
     assert_eq!(k.grid, (3, 1, 1));
+    // The runtime may launch up to one group a row, as occupancy allows.
+    assert_eq!(k.persistent_rows, Some(3));
     assert_eq!(k.shared_bytes, prefetch.total_bytes());
     // x comes from the buffer, never from global memory; the weight does.
     assert!(k

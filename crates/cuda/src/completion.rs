@@ -47,6 +47,7 @@ pub(crate) fn signal_kernel() -> lanefold_codegen::Kernel {
         cluster: None,
         shared_bytes: 0,
         params: vec![],
+        persistent_rows: None,
     }
 }
 

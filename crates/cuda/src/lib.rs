@@ -378,8 +378,22 @@ impl CudaBackend {
                 )
                 .map_err(driver("raising the dynamic shared memory limit"))?;
         }
+        let mut kernel = kernel.clone();
+        if let Some(rows) = kernel.persistent_rows {
+            // As many persistent groups as the compiled kernel keeps
+            // resident at once (the plan only estimated its registers).
+            let resident = function
+                .occupancy_max_active_blocks_per_multiprocessor(
+                    kernel.block.0,
+                    kernel.shared_bytes as usize,
+                    None,
+                )
+                .map_err(driver("reading the kernel's occupancy"))?;
+            let groups = (self.multiprocessors() as u64 * resident.max(1) as u64).min(rows as u64);
+            kernel.grid.0 = groups.max(1) as u32;
+        }
         Ok(Loaded {
-            kernel: kernel.clone(),
+            kernel,
             function,
             _module: module,
         })
