@@ -158,6 +158,19 @@ keep() { # tar the named results directories into $OUT
   tar cf "$OUT/$name.tar" "$@" 2>/dev/null || true
 }
 step() { echo "== $* (at ${SECONDS}s, $(left)s left)"; }
+# Searches read from stdin, one per line: OP DTYPE SHAPE [search options],
+# each writing $r-t1s-OP-DTYPE-SHAPE-h200 and its log into $logs.
+# Usage: t1s_searches SECONDS_EACH COMMON_OPTIONS < LIST
+t1s_searches() {
+  local each=$1 q=$2 i=0 op dtype shape grid
+  while read -r op dtype shape grid; do
+    i=$((i + 1))
+    step "$op $dtype $shape"
+    timeout "$each" "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
+      --output "$r-t1s-$op-$dtype-$shape-h200" > "$logs/search-$i.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "$logs/search-$i.log" | cut -c1-200
+  done
+}
 # A new arithmetic variant (calls 19, 20): quick selftest (its checks on CUDA
 # for the first time), then default and variant benches of OPS on SHAPES
 # (f32, bf16), then a paired replay of the two with torch.compile.
@@ -1374,14 +1387,8 @@ LIST
   # registers (layernorms with one-pass moments: two passes, as Inductor's
   # Welford). Logs go into the tar: the tool returns at most 8 files.
   q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --reread-hints --max-candidates 20"
-  logs=$(mktemp -d) && i=0
-  while read -r op dtype shape grid; do
-    i=$((i + 1))
-    step "$op $dtype $shape"
-    timeout 90 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
-      --output "$r-t1s-$op-$dtype-$shape-h200" > "$logs/search-$i.log" 2>&1
-    echo "search rc=$?"; grep -E "winner" "$logs/search-$i.log" | cut -c1-200
-  done <<'LIST'
+  logs=$(mktemp -d)
+  t1s_searches 90 "$q" <<'LIST'
 rmsnorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream
 layernorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream --one-pass-moments
 rmsnorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream
@@ -1445,14 +1452,8 @@ LIST
   # bf16 16384x8192 is a target-1 miss (Liger 0.975x in a round); bf16
   # layernorm and softmax f32 meet the target with under 4% to spare.
   q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --reread-hints --max-candidates 20"
-  logs=$(mktemp -d) && i=0
-  while read -r op dtype shape grid; do
-    i=$((i + 1))
-    step "$op $dtype $shape"
-    timeout 70 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
-      --output "$r-t1s-$op-$dtype-$shape-h200" > "$logs/search-$i.log" 2>&1
-    echo "search rc=$?"; grep -E "winner" "$logs/search-$i.log" | cut -c1-200
-  done <<'LIST'
+  logs=$(mktemp -d)
+  t1s_searches 70 "$q" <<'LIST'
 softmax bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency registers,stream
 softmax f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream
 softmax f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream
