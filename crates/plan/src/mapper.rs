@@ -1262,12 +1262,11 @@ fn hinted_stream_instead(
         _ => false,
     };
     let shape = problem.shape;
-    let bytes = shape.rows as u64 * shape.n as u64 * problem.dtype.size_bytes() as u64;
     if !measured_faster
         || picked.residency != Residency::Registers
         || picked.groups_per_row != 1
         || picked.resident_slots < WIDE_SLOT_PLAN
-        || bytes < HINTED_STREAM_MIN_BYTES
+        || row_tile_bytes(problem) < HINTED_STREAM_MIN_BYTES
     {
         return None;
     }
@@ -1296,8 +1295,6 @@ const WHOLE_ROW_STREAM_N: std::ops::RangeInclusive<usize> = 4096..=8192;
 /// f32 (bf16 streams by [`hinted_stream_instead`]), layernorm and softmax
 /// f32 and bf16.
 fn streams_whole_row(problem: &Problem) -> bool {
-    let shape = problem.shape;
-    let bytes = shape.rows as u64 * shape.n as u64 * problem.dtype.size_bytes() as u64;
     let searched = match problem.operator_kind() {
         Some(Operator::Rmsnorm) => problem.dtype == DType::F32,
         Some(Operator::Layernorm | Operator::Softmax) => {
@@ -1305,7 +1302,14 @@ fn streams_whole_row(problem: &Problem) -> bool {
         }
         _ => false,
     };
-    searched && WHOLE_ROW_STREAM_N.contains(&shape.n) && bytes >= HINTED_STREAM_MIN_BYTES
+    searched
+        && WHOLE_ROW_STREAM_N.contains(&problem.shape.n)
+        && row_tile_bytes(problem) >= HINTED_STREAM_MIN_BYTES
+}
+
+/// Bytes of one rows x N tile in the problem's storage dtype.
+fn row_tile_bytes(problem: &Problem) -> u64 {
+    problem.shape.rows as u64 * problem.shape.n as u64 * problem.dtype.size_bytes() as u64
 }
 
 /// The model's pick on rows of 4096-8192 larger than the L2 replaced by a
