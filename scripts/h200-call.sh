@@ -1506,8 +1506,15 @@ LIST
   # reduces and writes the current one. CUDA variant selftest (same bits
   # as the plain register plan, 3001 rows), then 4096x32768 paired against
   # today's defaults with torch.compile and Liger.
+  # A canary first: a kernel waiting on an mbarrier that never completes
+  # would hang every step after it.
+  step "canary: one prefetched run"
+  if ! timeout 30 "$bin" run --backend cuda --op rmsnorm --shape 3001x4096 --workers 256 --pack 4 \
+    --residency registers --rows-per-group 1 --prefetch-rows; then
+    echo "prefetched run failed or hung: stopping"; exit 1
+  fi
   step "variant selftest on CUDA"
-  timeout 200 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
+  timeout 240 "$bin" selftest --backend cuda --variants-only > "${OUT:-/tmp}/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "prefetched rows.*FAIL|passed" "${OUT:-/tmp}/selftest.log" | tail -5
   a="--ops rmsnorm,layernorm,softmax --shapes 4096x32768 --dtypes f32,bf16"
   step "4096x32768: default and prefetched rows, bench"
