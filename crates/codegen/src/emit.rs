@@ -475,6 +475,9 @@ struct Ctx<'a> {
     /// The row input a persistent group prefetches into shared memory
     /// (`lf_rowbuf`), read from there in its one loading phase.
     prefetched: Option<String>,
+    /// That loading phase: once its loads are in the slots, the next row's
+    /// copy starts, before the phase's reduction.
+    prefetch_phase: Option<usize>,
     out: String,
     indent: usize,
 }
@@ -1360,6 +1363,13 @@ impl Ctx<'_> {
             self.emit_pack(p, "LF_FULL", Some(self.partial));
             self.close();
         }
+        if let (Some(input), true) = (&self.prefetched, self.prefetch_phase == Some(p)) {
+            let input = ident(input);
+            self.line("__syncthreads(); // every thread has its slots: the buffer is free");
+            self.line(&format!(
+                "if (tid == 0 && row + (int)gridDim.x < rows) lf_prefetch(lf_rowbuf, p_{input} + (size_t)(row + gridDim.x) * LF_N, lf_rowbar);"
+            ));
+        }
         self.emit_tree(p);
     }
 }
@@ -1590,6 +1600,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         skipped,
         reductions,
         prefetched: prefetched.clone(),
+        prefetch_phase: None,
         out: String::new(),
         indent: 0,
     };
@@ -1775,8 +1786,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
         cx.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
     }
-    // The phase after which the prefetched row's buffer is free again.
-    let buffer_read_in = prefetched.as_ref().and_then(|input| {
+    // The phase whose loads read the prefetched row's buffer.
+    cx.prefetch_phase = prefetched.as_ref().and_then(|input| {
         program
             .body
             .iter()
@@ -1787,13 +1798,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     });
     for p in 0..a.num_phases {
         cx.emit_phase(p);
-        if buffer_read_in == Some(p) {
-            let input = ident(prefetched.as_deref().unwrap_or_default());
-            cx.line("__syncthreads(); // every thread has its slots: the buffer is free");
-            cx.line(&format!(
-                "if (tid == 0 && row + (int)gridDim.x < rows) lf_prefetch(lf_rowbuf, p_{input} + (size_t)(row + gridDim.x) * LF_N, lf_rowbar);"
-            ));
-        }
     }
     if prefetch.is_some() {
         cx.line("__syncthreads(); // the reduction slots are reused by the next row");
