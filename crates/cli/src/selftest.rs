@@ -468,7 +468,8 @@ pub fn prefetched_rows_checks(backend: &Backend, report: &mut Report) {
         report,
         "prefetched rows",
         &[DType::F32, DType::Bf16, DType::F16],
-        &[(256, 4, 4096), (512, 8, 16384)],
+        // One warp (no block barrier in its tree), then 8 and 16 warps.
+        &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
         rows,
         |request| {
             request.rows_per_group = 1;
