@@ -10,25 +10,19 @@ use std::path::{Path, PathBuf};
 
 fn bench_dir(name: &str) -> PathBuf {
     let dir = common::tmp("bench", name);
-    let o = lanefold(&[
-        "bench",
-        "--backend",
-        "cpu",
+    let mut args = vec!["bench"];
+    args.extend_from_slice(&common::FAST_CPU);
+    args.extend_from_slice(&[
         "--ops",
         "sum,softmax",
         "--shapes",
         "3x64,2x257",
         "--dtypes",
         "f32,bf16",
-        "--samples",
-        "3",
-        "--sample-ms",
-        "1",
-        "--warmup-ms",
-        "1",
         "--output",
         dir.to_str().unwrap(),
     ]);
+    let o = lanefold(&args);
     assert!(o.status.success(), "{}", text(&o));
     dir
 }

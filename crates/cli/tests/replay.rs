@@ -18,25 +18,18 @@ fn tmp(name: &str) -> PathBuf {
 /// A tiny CPU bench: rmsnorm f32 on 3x64 and 2x257 with extra layout flags.
 fn bench(name: &str, layout: &[&str]) -> PathBuf {
     let dir = tmp(name);
-    let mut args = vec![
-        "bench",
-        "--backend",
-        "cpu",
+    let mut args = vec!["bench"];
+    args.extend_from_slice(&common::FAST_CPU);
+    args.extend_from_slice(&[
         "--ops",
         "rmsnorm",
         "--shapes",
         "3x64,2x257",
         "--dtypes",
         "f32",
-        "--samples",
-        "3",
-        "--sample-ms",
-        "1",
-        "--warmup-ms",
-        "1",
         "--output",
         dir.to_str().unwrap(),
-    ];
+    ]);
     args.extend_from_slice(layout);
     let o = lanefold(&args);
     assert!(o.status.success(), "{}", text(&o));
