@@ -1524,11 +1524,6 @@ LIST
   timeout 60 "$bin" bench --backend cuda $a $s --residency registers --rows-per-group 1 --prefetch-rows \
     --capture-sources --output "$r-pf-h200" > /dev/null 2>&1
   echo "bench rc=$?"
-  step "paired replay with torch.compile and Liger"
-  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-pf-default-h200/results.json" \
-    --candidate "$r-pf-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
-    --deadline-s "$(( $(left) - 15 ))" --output "$r-pf-replay-h200" > "$r-pf-h200/replay.log" 2>&1
-  echo "replay rc=$?"; keep pf "$r-pf-default-h200" "$r-pf-h200" "$r-pf-replay-h200"
   # Target 3's 1024x4096 single calls run alone for 8-12 µs (call 60):
   # does a persistent grid shorten that? Benches only (single-call phase).
   c="--ops rmsnorm,layernorm,softmax --shapes 1024x4096 --dtypes f32,bf16"
@@ -1537,6 +1532,11 @@ LIST
   timeout 40 "$bin" bench --backend cuda $c $s --residency registers --rows-per-group 1 --prefetch-rows \
     --output "$r-pf1024-h200" > /dev/null 2>&1
   echo "bench rc=$?"; keep pf1024 "$r-pf1024-default-h200" "$r-pf1024-h200"
+  step "paired replay with torch.compile and Liger"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-pf-default-h200/results.json" \
+    --candidate "$r-pf-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+    --deadline-s "$(( $(left) - 15 ))" --output "$r-pf-replay-h200" > "$r-pf-h200/replay.log" 2>&1
+  echo "replay rc=$?"; keep pf "$r-pf-default-h200" "$r-pf-h200" "$r-pf-replay-h200"
   grep -E "^\| (rmsnorm|layernorm|softmax) .*\| gpu \|" "$r-pf-replay-h200/results.md" | cut -c1-160 || true
   ;;
 68)
