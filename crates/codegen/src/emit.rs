@@ -1537,9 +1537,10 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     {
         return inconsistent(format!("packed resident tiles in {}", plan.describe()));
     }
-    // The prefetched row: the one row input, read from memory in one phase.
-    let prefetched = match prefetch {
-        None => None,
+    // The prefetched row: the one row input, read from memory in one phase
+    // (the phase whose loads read the buffer).
+    let (prefetched, prefetch_phase) = match prefetch {
+        None => (None, None),
         Some(prefetch) => {
             let mut rows_in = program.row_inputs();
             let (Some(input), None) = (rows_in.next(), rows_in.next()) else {
@@ -1572,7 +1573,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             {
                 return inconsistent(format!("prefetched rows in {}", plan.describe()));
             }
-            Some(input.name.clone())
+            let phase = loads
+                .iter()
+                .filter_map(|&at| a.demanded[at].first().copied())
+                .max();
+            (Some(input.name.clone()), phase)
         }
     };
     let name = kernel_name(plan);
@@ -1600,7 +1605,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         skipped,
         reductions,
         prefetched: prefetched.clone(),
-        prefetch_phase: None,
+        prefetch_phase,
         out: String::new(),
         indent: 0,
     };
@@ -1786,16 +1791,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
         cx.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
     }
-    // The phase whose loads read the prefetched row's buffer.
-    cx.prefetch_phase = prefetched.as_ref().and_then(|input| {
-        program
-            .body
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| matches!(i, Instr::Load { buffer } if buffer == input))
-            .filter_map(|(at, _)| a.demanded[at].first().copied())
-            .max()
-    });
     for p in 0..a.num_phases {
         cx.emit_phase(p);
     }
