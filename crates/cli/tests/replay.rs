@@ -43,23 +43,16 @@ fn replay(reference: &Path, candidate: Option<&Path>, out: &Path) -> Output {
 fn replay_with(reference: &Path, candidate: Option<&Path>, out: &Path, extra: &[&str]) -> Output {
     let r = reference.join("results.json");
     let c = candidate.map(|c| c.join("results.json"));
-    let mut args = vec![
-        "replay",
-        "--backend",
-        "cpu",
+    let mut args = vec!["replay"];
+    args.extend_from_slice(&common::FAST_CPU);
+    args.extend_from_slice(&[
         "--reference",
         r.to_str().unwrap(),
         "--rounds",
         "2",
-        "--samples",
-        "3",
-        "--sample-ms",
-        "1",
-        "--warmup-ms",
-        "1",
         "--output",
         out.to_str().unwrap(),
-    ];
+    ]);
     match &c {
         Some(c) => args.extend_from_slice(&["--candidate", c.to_str().unwrap()]),
         None => args.push("--aa"),
@@ -341,22 +334,15 @@ fn peer_sides_of_a_case_share_one_copy_of_the_inputs() {
         return;
     };
     let dir = tmp("shared-inputs");
-    let o = lanefold(&[
-        "bench",
-        "--backend",
-        "cpu",
+    let mut args = vec!["bench"];
+    args.extend_from_slice(&common::FAST_CPU);
+    args.extend_from_slice(&[
         "--ops",
         "sum",
         "--shapes",
         "3x64,2x257",
         "--dtypes",
         "f32",
-        "--samples",
-        "3",
-        "--sample-ms",
-        "1",
-        "--warmup-ms",
-        "1",
         "--torch",
         "--torch-compile",
         "--peer-script",
@@ -364,6 +350,7 @@ fn peer_sides_of_a_case_share_one_copy_of_the_inputs() {
         "--output",
         dir.to_str().unwrap(),
     ]);
+    let o = lanefold(&args);
     assert!(o.status.success(), "{}", text(&o));
     let v = load(&dir);
     for case in v["cases"].as_array().unwrap() {

@@ -1273,8 +1273,7 @@ fn hinted_stream_instead(
     // Two 16-byte packs per worker and stripe, as measured: W=256 on rows of
     // 4096 bf16, 512 on 8192, at most one full group on longer rows.
     let pack = picked.layout.pack;
-    let per_two_packs = (shape.n as u32 / (2 * pack)).max(target.warp_size);
-    let workers = (1u32 << per_two_packs.ilog2()).min(target.max_threads_per_group);
+    let workers = two_packs_per_worker(shape.n, pack, target);
     let streamed = LayoutRequest {
         workers,
         pack,
@@ -1284,6 +1283,13 @@ fn hinted_stream_instead(
         ..*pick
     };
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
+}
+
+/// The power-of-two W giving each worker two packs of `pack` per stripe of
+/// a row of `n`, within one warp and one full group.
+fn two_packs_per_worker(n: usize, pack: u32, target: &Target) -> u32 {
+    let per_two_packs = (n as u32 / (2 * pack)).max(target.warp_size);
+    (1u32 << per_two_packs.ilog2()).min(target.max_threads_per_group)
 }
 
 /// Rows this long (and no longer) stream whole on the H200 when the
@@ -1345,13 +1351,11 @@ fn whole_row_stream_instead(
     }
     const STRIPE_ELEMENTS: u32 = 2048;
     let pack = 16 / problem.dtype.size_bytes() as u32;
-    let n = problem.shape.n as u32;
-    let two_packs = 1u32 << (n / (2 * pack)).ilog2();
+    let two_packs = two_packs_per_worker(problem.shape.n, pack, target);
     let workers = match problem.operator_kind()? {
         Operator::Rmsnorm => two_packs,
         _ => two_packs.min(STRIPE_ELEMENTS / pack),
-    }
-    .min(target.max_threads_per_group);
+    };
     let streamed = LayoutRequest {
         workers,
         pack,
