@@ -130,6 +130,7 @@
 #           4096x32768 paired against the defaults with compile and Liger
 #   CALL 68: whole-row streaming searches for rmsnorm bf16, residual_layernorm
 #           and cross_entropy on the large shapes
+#   CALL 69: columns kept in L1 (--l1-columns), benches and a paired replay
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1555,6 +1556,39 @@ LIST
   keep t1s-rest "$r"-t1s-rmsnorm-bf16-*-h200 "$r"-t1s-residual_layernorm-*-32768x4096-h200 \
     "$r"-t1s-cross_entropy-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-68)"; exit 2 ;;
+69)
+  # Session 14: columns kept in L1 (--l1-columns: row tiles load with
+  # L1::no_allocate, the kernel prefers the largest L1 carve-out). Its
+  # CUDA bit-identity checks, then benches with and without on target 1's
+  # 4096x32768 norm misses, a register plan of rmsnorm f32, long rows and
+  # the 32768x4096 control, then a paired replay with all three peers.
+  logs=$(mktemp -d)
+  step "l1-columns selftest on CUDA"
+  timeout 60 "$bin" selftest --backend cuda --variant l1-columns > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; tail -1 "$logs/selftest.log"
+  l1_pair() { # NAME BENCH_OPTIONS...: today's default and with --l1-columns
+    local name=$1; shift
+    step "$name: default and --l1-columns"
+    timeout 90 "$bin" bench --backend cuda "$@" $s --capture-sources --output "$r-$name-default-h200" \
+      > "$logs/$name-default.log" 2>&1
+    timeout 90 "$bin" bench --backend cuda "$@" $s --capture-sources --l1-columns --output "$r-$name-h200" \
+      > "$logs/$name.log" 2>&1
+    echo "bench rc=$?"
+    grep -hE "^\| (rmsnorm|layernorm|residual_layernorm) .*\| lanefold yes" \
+      "$r-$name-default-h200/results.md" "$r-$name-h200/results.md" | cut -c1-150 || true
+  }
+  l1_pair l1 --ops rmsnorm,layernorm,residual_layernorm --shapes 4096x32768 --dtypes f32,bf16
+  l1_pair l1-reg --ops rmsnorm --shapes 4096x32768 --dtypes f32 --workers 512 --pack 4 --residency registers
+  l1_pair l1-long --ops rmsnorm,layernorm --shapes 4096x131072 --dtypes f32,bf16
+  l1_pair l1-4096 --ops rmsnorm,layernorm --shapes 32768x4096 --dtypes f32,bf16
+  keep l1-benches "$r"-l1-*h200 "$logs"
+  step "paired replay with torch, torch.compile and Liger"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-l1-default-h200/results.json" \
+    --candidate "$r-l1-h200/results.json" --rounds 2 $s --torch --torch-compile --liger \
+    --deadline-s "$(( $(left) - 15 ))" --output "$r-l1-replay-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; keep l1-replay "$r-l1-replay-h200" "$logs"
+  grep -E "^\| (rmsnorm|layernorm|residual_layernorm) .*\| gpu \|" "$r-l1-replay-h200/results.md" | cut -c1-160 || true
+  ;;
+*) echo "unknown call $call (1-69)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

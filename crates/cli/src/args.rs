@@ -164,6 +164,11 @@ pub struct PolicyArgs {
     /// row fits in shared memory. Same results.
     #[arg(long)]
     pub prefetch_rows: bool,
+    /// Load row tiles with `L1::no_allocate` and prefer the largest L1
+    /// carve-out, so weight and bias, which every row reads again, stay in
+    /// L1. Vector accesses only. Same results.
+    #[arg(long)]
+    pub l1_columns: bool,
 }
 
 impl PolicyArgs {
@@ -183,6 +188,7 @@ impl PolicyArgs {
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
+            l1_columns: self.l1_columns,
             ..Default::default()
         }
     }

@@ -52,6 +52,11 @@ enum Command {
         /// time is scarce.
         #[arg(long)]
         variants_only: bool,
+        /// Only these variants' checks (comma-separated names, e.g.
+        /// `l1-columns,prefetch-rows`; implies `--variants-only` without
+        /// the call-path checks).
+        #[arg(long, value_delimiter = ',')]
+        variant: Vec<String>,
     },
     /// First speed table on CUDA: GPU µs per op (events around a batch,
     /// L2 warm) and effective GB/s, every timed plan validated first.
@@ -403,7 +408,8 @@ fn main() {
             backend,
             quick,
             variants_only,
-        } => selftest_cmd(backend, quick, variants_only),
+            variant,
+        } => selftest_cmd(backend, quick, variants_only, &variant),
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),
@@ -823,7 +829,19 @@ fn run_cmd(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result<()> {
+fn selftest_cmd(
+    backend: BackendArg,
+    quick: bool,
+    variants_only: bool,
+    variants: &[String],
+) -> Result<()> {
+    let known: Vec<&str> = selftest::VARIANT_CHECKS.iter().map(|(n, _)| *n).collect();
+    if let Some(unknown) = variants.iter().find(|v| !known.contains(&v.as_str())) {
+        bail!(
+            "unknown variant '{unknown}' for --variant; known: {}",
+            known.join(", ")
+        );
+    }
     let backend = match backend {
         BackendArg::Auto => open_backend(BackendArg::Auto)?,
         other => open_backend(other)?,
@@ -831,7 +849,13 @@ fn selftest_cmd(backend: BackendArg, quick: bool, variants_only: bool) -> Result
     println!("selftest on {}", backend.name());
     let started = Instant::now();
     let mut report = Report::default();
-    if variants_only {
+    if !variants.is_empty() {
+        for (name, checks) in selftest::VARIANT_CHECKS {
+            if variants.iter().any(|v| v == name) {
+                checks(&backend, &mut report);
+            }
+        }
+    } else if variants_only {
         selftest::variant_checks(&backend, &mut report);
         selftest::call_path_checks(&backend, &mut report);
         selftest::latency_flag_checks(&backend, &mut report);

@@ -441,16 +441,59 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
-/// Every opt-in variant's checks: the arithmetic variants, then the load
-/// and barrier policies that must keep every bit.
+/// A group of selftest checks, recording into the report.
+pub type Checks = fn(&Backend, &mut Report);
+
+/// Every opt-in variant's checks by name: the arithmetic variants, then
+/// the load and barrier policies that must keep every bit.
+pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
+    ("arithmetic", arithmetic_variant_checks),
+    ("staged-columns", staged_column_checks),
+    ("packed-resident", packed_resident_checks),
+    ("relaxed-exit", relaxed_exit_checks),
+    ("pushed-reduce", pushed_reduce_checks),
+    ("cluster-rows", cluster_rows_checks),
+    ("prefetch-rows", prefetched_rows_checks),
+    ("l1-columns", l1_column_checks),
+];
+
+/// Every opt-in variant's checks.
 pub fn variant_checks(backend: &Backend, report: &mut Report) {
-    arithmetic_variant_checks(backend, report);
-    staged_column_checks(backend, report);
-    packed_resident_checks(backend, report);
-    relaxed_exit_checks(backend, report);
-    pushed_reduce_checks(backend, report);
-    cluster_rows_checks(backend, report);
-    prefetched_rows_checks(backend, report);
+    for (_, checks) in VARIANT_CHECKS {
+        checks(backend, report);
+    }
+}
+
+/// Columns kept in L1 (`l1_columns`): every operator, f32 and bf16, in
+/// register plans, streamed plans with re-read hints (row tiles that
+/// bypass L1 with an L2 policy) and one warp. Same bits as without; marked
+/// exactly where the program has columns.
+pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    type Base = fn(&mut LayoutRequest);
+    let bases: [(&str, Base); 2] = [
+        ("columns in L1", |request| {
+            request.residency = ResidencyRequest::Registers
+        }),
+        ("columns in L1, streamed", |request| {
+            request.residency = ResidencyRequest::Stream;
+            request.reread_hints = true;
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+            37,
+            base,
+            |request| request.l1_columns = true,
+            |plan| plan.l1_columns,
+            |plan| plan.problem.program.column_inputs().count() > 0,
+        );
+    }
 }
 
 /// Prefetched rows (`prefetch_rows`): every operator, f32, bf16 and f16,

@@ -302,3 +302,17 @@ fn scorecard_judges_a_replay_and_refuses_a_bench_file() {
     let o = lanefold(&["scorecard", bench.to_str().unwrap()]);
     assert_clean_failure(&o, 1, "the scorecard reads replay and search files");
 }
+
+/// `selftest --variant NAME` runs that variant's checks alone; a name it
+/// does not know is an error listing the names it does.
+#[test]
+fn selftest_runs_one_named_variant_and_refuses_unknown_names() {
+    let o = lanefold(&["selftest", "--variant", "l1-columns"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    // 6 operators x 2 dtypes x 3 layouts x (registers, streamed).
+    assert!(out.contains("72 passed, 0 failed"), "{out}");
+    let o = lanefold(&["selftest", "--variant", "l1-columns,nope"]);
+    assert_clean_failure(&o, 1, "unknown variant 'nope'");
+    assert!(stderr(&o).contains("prefetch-rows"));
+}

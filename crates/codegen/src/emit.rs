@@ -37,6 +37,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.keep_columns {
         name += "_kc";
     }
+    if plan.l1_columns {
+        name += "_l1c";
+    }
     if let Some(stage) = plan.column_stage {
         name += "_sc";
         if stage.columns < plan.problem.program.column_inputs().count() {
@@ -184,26 +187,53 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
 }
 ";
 
+/// Three overloads (16-, 8- and 4-byte accesses) of one inline-PTX load
+/// `name(p)` issuing `op`, e.g. `ld.global.cs`; with `policy`, the load takes
+/// an L2 cache policy operand, `name(p, pol)`. Plain `asm`, not volatile,
+/// so the compiler may still schedule the loads early.
+fn vector_load_helpers(name: &str, op: &str, policy: bool) -> String {
+    let mut out = String::new();
+    for (ty, shape, outs) in [
+        ("uint4", ".v4", &["v.x", "v.y", "v.z", "v.w"][..]),
+        ("uint2", ".v2", &["v.x", "v.y"][..]),
+        ("unsigned", "", &["v"][..]),
+    ] {
+        let regs: Vec<String> = (0..outs.len()).map(|i| format!("%{i}")).collect();
+        let regs = if outs.len() > 1 {
+            format!("{{{}}}", regs.join(", "))
+        } else {
+            regs.join("")
+        };
+        let addr = outs.len();
+        let (param, operand, input) = if policy {
+            (
+                ", unsigned long long pol",
+                format!(", %{}", addr + 1),
+                ", \"l\"(pol)",
+            )
+        } else {
+            ("", String::new(), "")
+        };
+        let constraints: Vec<String> = outs.iter().map(|o| format!("\"=r\"({o})")).collect();
+        let _ = write!(
+            out,
+            "__device__ __forceinline__ {ty} {name}(const {ty}* p{param}) {{\n    {ty} v;\n    \
+             asm(\"{op}{shape}.u32 {regs}, [%{addr}]{operand};\" : {} : \"l\"(p){input});\n    \
+             return v;\n}}\n",
+            constraints.join(", ")
+        );
+    }
+    out
+}
+
 /// Evict-first ("cache streaming") vector loads and stores for
 /// `LayoutRequest::streaming_hints`: data touched once should not push
-/// data that is reused (weights, re-read tiles) out of L2. Loads are plain
-/// `asm` so the compiler may still schedule them early.
-const STREAMING_HELPERS: &str = "__device__ __forceinline__ uint4 lf_ld_cs(const uint4* p) {
-    uint4 v;
-    asm(\"ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p));
-    return v;
+/// data that is reused (weights, re-read tiles) out of L2.
+fn streaming_helpers() -> String {
+    vector_load_helpers("lf_ld_cs", "ld.global.cs", false) + STREAMING_STORES
 }
-__device__ __forceinline__ uint2 lf_ld_cs(const uint2* p) {
-    uint2 v;
-    asm(\"ld.global.cs.v2.u32 {%0, %1}, [%2];\" : \"=r\"(v.x), \"=r\"(v.y) : \"l\"(p));
-    return v;
-}
-__device__ __forceinline__ unsigned lf_ld_cs(const unsigned* p) {
-    unsigned v;
-    asm(\"ld.global.cs.u32 %0, [%1];\" : \"=r\"(v) : \"l\"(p));
-    return v;
-}
-__device__ __forceinline__ void lf_st_cs(uint4* p, uint4 v) {
+
+const STREAMING_STORES: &str = "__device__ __forceinline__ void lf_st_cs(uint4* p, uint4 v) {
     asm volatile(\"st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\" :: \"l\"(p), \"r\"(v.x), \"r\"(v.y), \"r\"(v.z), \"r\"(v.w) : \"memory\");
 }
 __device__ __forceinline__ void lf_st_cs(uint2* p, uint2 v) {
@@ -230,7 +260,21 @@ fn exits_relaxed(plan: &Plan) -> bool {
 /// `LayoutRequest::reread_hints`: L2 eviction priorities through cache
 /// policies (sm_80+). A tile's first load asks L2 (and L1) to keep it for
 /// the phase that reads it again; its last re-read lets it go first.
-const REREAD_HELPERS: &str = "__device__ __forceinline__ unsigned long long lf_policy_keep() {
+fn reread_helpers() -> String {
+    REREAD_POLICIES.to_string()
+        + &vector_load_helpers(
+            "lf_ld_keep",
+            "ld.global.L1::evict_last.L2::cache_hint",
+            true,
+        )
+        + &vector_load_helpers(
+            "lf_ld_drop",
+            "ld.global.L1::evict_first.L2::cache_hint",
+            true,
+        )
+}
+
+const REREAD_POLICIES: &str = "__device__ __forceinline__ unsigned long long lf_policy_keep() {
     unsigned long long p;
     asm(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(p));
     return p;
@@ -240,37 +284,22 @@ __device__ __forceinline__ unsigned long long lf_policy_drop() {
     asm(\"createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\" : \"=l\"(p));
     return p;
 }
-__device__ __forceinline__ uint4 lf_ld_keep(const uint4* p, unsigned long long pol) {
-    uint4 v;
-    asm(\"ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));
-    return v;
-}
-__device__ __forceinline__ uint2 lf_ld_keep(const uint2* p, unsigned long long pol) {
-    uint2 v;
-    asm(\"ld.global.L1::evict_last.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\" : \"=r\"(v.x), \"=r\"(v.y) : \"l\"(p), \"l\"(pol));
-    return v;
-}
-__device__ __forceinline__ unsigned lf_ld_keep(const unsigned* p, unsigned long long pol) {
-    unsigned v;
-    asm(\"ld.global.L1::evict_last.L2::cache_hint.u32 %0, [%1], %2;\" : \"=r\"(v) : \"l\"(p), \"l\"(pol));
-    return v;
-}
-__device__ __forceinline__ uint4 lf_ld_drop(const uint4* p, unsigned long long pol) {
-    uint4 v;
-    asm(\"ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\" : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p), \"l\"(pol));
-    return v;
-}
-__device__ __forceinline__ uint2 lf_ld_drop(const uint2* p, unsigned long long pol) {
-    uint2 v;
-    asm(\"ld.global.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\" : \"=r\"(v.x), \"=r\"(v.y) : \"l\"(p), \"l\"(pol));
-    return v;
-}
-__device__ __forceinline__ unsigned lf_ld_drop(const unsigned* p, unsigned long long pol) {
-    unsigned v;
-    asm(\"ld.global.L1::evict_first.L2::cache_hint.u32 %0, [%1], %2;\" : \"=r\"(v) : \"l\"(p), \"l\"(pol));
-    return v;
-}
 ";
+
+/// `LayoutRequest::l1_columns`: row tiles bypass L1 (`L1::no_allocate`),
+/// so the columns every row reads again stay there; with a cache policy
+/// where re-read hints ask for one.
+fn l1_column_helpers(plan: &Plan) -> String {
+    let mut out = vector_load_helpers("lf_ld_na", "ld.global.nc.L1::no_allocate", false);
+    if plan.reread_hints {
+        out += &vector_load_helpers(
+            "lf_ld_na_hint",
+            "ld.global.L1::no_allocate.L2::cache_hint",
+            true,
+        );
+    }
+    out
+}
 
 /// A shared-memory address for PTX operands (staged columns, pushed
 /// reductions).
@@ -784,6 +813,8 @@ impl Ctx<'_> {
                     let phases = &self.demanded[val.index()];
                     let reread =
                         self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
+                    // Row tiles bypass L1 so the columns stay there.
+                    let bypass_l1 = self.plan.l1_columns && kind == BufferKind::Row && !prefetched;
                     const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
                     const DROP: (&str, &str) = ("lf_ld_drop", "lf_drop");
                     let policy = if keeps_columns(self.plan) && kind == BufferKind::Column {
@@ -808,7 +839,10 @@ impl Ctx<'_> {
                         } else if streamed {
                             self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
                         } else if let (Some((load, pol)), false) = (policy, prefetched) {
+                            let load = if bypass_l1 { "lf_ld_na_hint" } else { load };
                             self.line(&format!("const {ty} a = {load}(q + {k}, {pol});"));
+                        } else if bypass_l1 {
+                            self.line(&format!("const {ty} a = lf_ld_na(q + {k});"));
                         } else {
                             self.line(&format!("const {ty} a = q[{k}];"));
                         }
@@ -1629,10 +1663,13 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     head.push_str(storage_helpers(plan.dtype()));
     head.push_str(MATH_HELPERS);
     if plan.streaming_hints {
-        head.push_str(STREAMING_HELPERS);
+        head.push_str(&streaming_helpers());
     }
     if keeps_columns(plan) {
-        head.push_str(REREAD_HELPERS);
+        head.push_str(&reread_helpers());
+    }
+    if plan.l1_columns {
+        head.push_str(&l1_column_helpers(plan));
     }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);
@@ -1821,5 +1858,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         shared_bytes,
         params,
         persistent_rows: prefetch.map(|_| rows as u32),
+        prefer_l1: plan.l1_columns,
     })
 }

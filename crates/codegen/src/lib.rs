@@ -76,6 +76,10 @@ pub struct Kernel {
     /// launch as many as the driver's occupancy allows, at most one a row.
     #[serde(default)]
     pub persistent_rows: Option<u32>,
+    /// Ask the driver for the largest L1 carve-out (the least shared
+    /// memory that fits), for plans that keep their columns in L1.
+    #[serde(default)]
+    pub prefer_l1: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1193,3 +1193,93 @@ fn prefetched_rows_are_left_out_where_they_cannot_apply() {
     assert!(prefetched(rln, DType::F32, "64x4096", 256, Registers).is_none());
     assert!(prefetched(rms, DType::F32, "64x4001", 256, Registers).is_none());
 }
+
+/// The H200's default for rmsnorm f32 4096x32768: the whole row in one
+/// streamed chunk, re-read with L2 hints (x kept by its first load, let go
+/// by its re-read; the weight kept). Its source must stay the one measured
+/// in `bench/results/2026-11-30-pf-default-h200` (the snapshot pins it).
+#[test]
+fn golden_rmsnorm_f32_w1024_v4_u8_stream_reread_hints() {
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "4096x32768",
+        LayoutRequest {
+            workers: 1024,
+            pack: 4,
+            unroll: 8,
+            residency: ResidencyRequest::Stream,
+            reread_hints: true,
+            ..Default::default()
+        },
+    );
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr");
+    assert!(k.source.contains("= lf_ld_keep(q + 0, lf_keep);"));
+    assert!(k.source.contains("= lf_ld_drop(q + 0, lf_drop);"));
+    assert!(!k.prefer_l1);
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Columns in L1, register plan: x bypasses L1 (`lf_ld_na`), weight and
+/// bias load plainly (through L1), and the kernel asks for the largest L1.
+#[test]
+fn golden_layernorm_f32_w256_v4_l1_columns() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 4,
+            residency: ResidencyRequest::Registers,
+            l1_columns: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.l1_columns);
+    assert!(p.describe().contains(" l1-columns"));
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u4_g1_l1c");
+    assert!(k.prefer_l1);
+    assert!(k.source.contains("ld.global.nc.L1::no_allocate.v4.u32"));
+    let x_loads = k.source.matches("= lf_ld_na(q + 0);").count();
+    let plain_loads = k.source.matches("const uint4 a = q[0];").count();
+    assert_eq!(
+        (x_loads, plain_loads),
+        (1, 2),
+        "x bypasses L1; weight and bias do not"
+    );
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Columns in L1 with re-read hints on a streamed plan: the row's loads
+/// bypass L1 and carry the L2 policy (`lf_ld_na_hint`), columns keep
+/// theirs; softmax, without columns, is not marked and loads as before.
+#[test]
+fn golden_rmsnorm_f32_w256_v4_stream_reread_l1_columns() {
+    let request = LayoutRequest {
+        workers: 256,
+        pack: 4,
+        unroll: 2,
+        residency: ResidencyRequest::Stream,
+        reread_hints: true,
+        l1_columns: true,
+        ..Default::default()
+    };
+    let p = make_with(Operator::Rmsnorm, DType::F32, "8x4096", request);
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_rmsnorm_f32_w256_v4_u2_g1_stream_rr_l1c");
+    assert!(k.source.contains("= lf_ld_na_hint(q + 0, lf_keep);"));
+    assert!(k.source.contains("= lf_ld_na_hint(q + 0, lf_drop);"));
+    assert!(
+        k.source.contains("= lf_ld_keep(q + 0, lf_keep);"),
+        "the weight"
+    );
+    assert!(!k.source.contains("lf_ld_drop(q"));
+    let softmax = make_with(Operator::Softmax, DType::F32, "8x4096", request);
+    assert!(!softmax.l1_columns);
+    assert!(!kernel(&softmax).source.contains("lf_ld_na"));
+    insta::assert_snapshot!(golden(&p));
+}

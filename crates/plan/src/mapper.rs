@@ -219,6 +219,13 @@ pub struct LayoutRequest {
     /// the same bits.
     #[serde(default)]
     pub prefetch_rows: bool,
+    /// Load row tiles with `L1::no_allocate` and ask the driver for the
+    /// largest L1 carve-out, so L1 keeps the per-column inputs (weight,
+    /// bias) that every row reads again instead of the rows streaming
+    /// through it. A cache policy only: same bits; no effect on programs
+    /// without columns.
+    #[serde(default)]
+    pub l1_columns: bool,
 }
 
 impl LayoutRequest {
@@ -364,6 +371,7 @@ impl LayoutRequest {
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
+            l1_columns: self.l1_columns,
             ..Default::default()
         }
     }
@@ -445,6 +453,8 @@ pub struct Plan {
     pub reread_hints: bool,
     /// See [`LayoutRequest::keep_columns`]; false without column inputs.
     pub keep_columns: bool,
+    /// See [`LayoutRequest::l1_columns`]; false without column inputs.
+    pub l1_columns: bool,
     /// Where column slices are staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); None where that does not apply.
     pub column_stage: Option<ColumnStage>,
@@ -553,6 +563,9 @@ impl Plan {
         if self.keep_columns {
             s += " keep-columns";
         }
+        if self.l1_columns {
+            s += " l1-columns";
+        }
         if let Some(stage) = self.column_stage {
             s += " staged-columns";
             if stage.columns < self.problem.program.column_inputs().count() {
@@ -620,6 +633,7 @@ impl Plan {
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
+            l1_columns: self.l1_columns,
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
@@ -1646,6 +1660,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         min_groups_per_multiprocessor: (request.occupancy > 0).then_some(request.occupancy),
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
         keep_columns: request.keep_columns && columns > 0,
+        l1_columns: request.l1_columns && columns > 0,
         column_stage,
         packed_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
