@@ -37,6 +37,7 @@ def main():
         sys.exit(f"torch is not importable: {peer.IMPORT_ERROR}")
 
     code = []
+    modules = []
     try:
         from torch._inductor.graph import GraphLowering
 
@@ -44,6 +45,7 @@ def main():
 
         def keep_source(self):
             module = compile_to_module(self)
+            modules.append(module)
             path = getattr(module, "__file__", None)
             if path and os.path.exists(path):
                 with open(path, encoding="utf-8") as f:
@@ -68,6 +70,19 @@ def main():
     fn(a)
     torch.cuda.synchronize()
 
+    # The configuration each autotuned kernel kept after its first call
+    # (the launchers left standing). Introspection of Inductor's private
+    # objects: a failure here is reported, never fatal.
+    chosen = []
+    for module in modules:
+        for name, obj in sorted(vars(module).items()):
+            try:
+                launchers = getattr(obj, "launchers", None) or []
+                configs = ", ".join(str(getattr(l, "config", l)) for l in launchers)
+                if configs:
+                    chosen.append(f"{name}: kept [{configs}]")
+            except Exception as e:  # noqa: BLE001
+                chosen.append(f"{name}: not readable ({type(e).__name__}: {e})")
     with open(os.path.join(out, "inductor_output_code.py"), "w", encoding="utf-8") as f:
         f.write("\n\n# ---- next module ----\n\n".join(code) if code else "# not captured\n")
     dest = os.path.join(out, "triton")
@@ -78,6 +93,9 @@ def main():
             if name.endswith((".ttir", ".ttgir", ".ptx", ".cubin", ".json")):
                 shutil.copy(os.path.join(root, name), os.path.join(dest, name))
                 kept += 1
+    with open(os.path.join(out, "chosen_configs.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(chosen) + "\n" if chosen else "# no autotuned kernels found\n")
+    print("\n".join(chosen))
     print(f"{op} {dtype_name} {shape}: {len(code)} module(s), {kept} Triton files in {out}")
 
 

@@ -131,6 +131,9 @@
 #   CALL 68: whole-row streaming searches for rmsnorm bf16, residual_layernorm
 #           and cross_entropy on the large shapes
 #   CALL 69: columns kept in L1 (--l1-columns), benches and a paired replay
+#   CALL 70: Inductor's kernels and kept configurations for 4096x32768
+#   CALL 71: hinted loads declared read-only (.nc), before and after
+#   CALL 72: A/A replays of the defaults call 71 changed
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1589,6 +1592,74 @@ LIST
   echo "replay rc=$?"; keep l1-replay "$r-l1-replay-h200" "$logs"
   grep -E "^\| (rmsnorm|layernorm|residual_layernorm) .*\| gpu \|" "$r-l1-replay-h200/results.md" | cut -c1-160 || true
   ;;
-*) echo "unknown call $call (1-69)"; exit 2 ;;
+70)
+  # Session 14: what torch.compile generates for target 1's remaining
+  # misses on 4096x32768 (bench/inductor/README.md), with the
+  # configuration each autotuned kernel kept. About 2 minutes.
+  step "inductor dump"
+  TRITON_PRINT_AUTOTUNING=1 CASES="rmsnorm:f32:4096x32768 layernorm:f32:4096x32768 layernorm:bf16:4096x32768 residual_layernorm:bf16:4096x32768" \
+    timeout 400 bash scripts/h200-sass.sh "$bin" > "${OUT:-/tmp}/sass.log" 2>&1
+  echo "dump rc=$?"; grep -E "kept|best config|module" "${OUT:-/tmp}/sass.log" | cut -c1-400
+  ;;
+71)
+  # Session 14: hinted loads declared read-only (`ld.global.nc` with the
+  # L1/L2 hints), so ptxas may hoist them above the phase's stores (the
+  # SASS of the old form issues one x and one weight load per store). Old
+  # binary (.gpu/lanefold-old, same kernels without .nc) against the new
+  # on the large shapes, whole-row streams at 4096x32768 as Inductor runs
+  # them (R0_BLOCK=32768, 32 warps: call 70), then an A/A replay of the
+  # new binary's defaults on the misses and ties with all three peers.
+  logs=$(mktemp -d)
+  a="--ops softmax,rmsnorm,layernorm --shapes 32768x4096,16384x8192,4096x32768 --dtypes f32,bf16"
+  step "before (.nc absent)"
+  timeout 100 .gpu/lanefold-old bench --backend cuda $a $s --capture-sources --output "$r-nc-before-h200" \
+    > "$logs/before.log" 2>&1; echo "bench rc=$?"
+  step "after"
+  timeout 100 "$bin" bench --backend cuda $a $s --capture-sources --output "$r-nc-h200" \
+    > "$logs/after.log" 2>&1; echo "bench rc=$?"
+  step "whole-row streams at 4096x32768"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --dtypes f32 --shapes 4096x32768 --workers 1024 \
+    --pack 4 --unroll 8 --residency stream --reread-hints $s --capture-sources --output "$r-nc-w32k-f32-h200" \
+    > "$logs/w32k-f32.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm,residual_layernorm --dtypes bf16 --shapes 4096x32768 \
+    --workers 1024 --pack 8 --unroll 4 --residency stream --reread-hints $s --capture-sources \
+    --output "$r-nc-w32k-bf16-h200" > "$logs/w32k-bf16.log" 2>&1; echo "bench rc=$?"
+  for d in nc-before nc nc-w32k-f32 nc-w32k-bf16; do
+    grep -hE "^\| (softmax|rmsnorm|layernorm|residual_layernorm) .*\| lanefold yes" "$r-$d-h200/results.md" | cut -c1-120
+  done
+  keep nc-benches "$r"-nc-*h200 "$logs"
+  step "A/A replay of the new defaults with all three peers"
+  timeout 60 "$bin" bench --backend cuda --ops rmsnorm,softmax --dtypes f32,bf16 --shapes 16384x8192,4096x32768 \
+    $s --capture-sources --output "$r-nc-aa-ref-h200" > "$logs/aa-ref.log" 2>&1
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-nc-aa-ref-h200/results.json" --aa \
+    --rounds 2 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 15 ))" \
+    --output "$r-nc-aa-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; keep nc-replay "$r-nc-aa-ref-h200" "$r-nc-aa-h200" "$logs"
+  "$bin" scorecard "$r-nc-aa-h200" | grep -E "^\| " | cut -c1-200 || true
+  ;;
+72)
+  # Session 14: today's defaults after call 71 (read-only hinted loads;
+  # rows of 4096 streamed whole promise the groups per SM of 32 registers;
+  # residual_layernorm bf16 4096x32768 streams the whole row per pass with
+  # re-read hints): A/A replays with all three peers of the defaults whose
+  # kernel or description changed.
+  logs=$(mktemp -d)
+  step "residual_layernorm bf16 4096x32768: bench and A/A replay"
+  timeout 40 "$bin" bench --backend cuda --ops residual_layernorm --dtypes bf16 --shapes 4096x32768 $s \
+    --capture-sources --output "$r-rln-v14-ref-h200" > "$logs/rln-ref.log" 2>&1
+  timeout 120 "$bin" replay --backend cuda --reference "$r-rln-v14-ref-h200/results.json" --aa --rounds 2 $s \
+    --torch --torch-compile --liger --output "$r-rln-v14-aa-h200" > "$logs/rln-replay.log" 2>&1
+  echo "replay rc=$?"; keep rln "$r-rln-v14-ref-h200" "$r-rln-v14-aa-h200" "$logs"
+  step "32768x4096 and 16384x8192: bench and A/A replay"
+  timeout 60 "$bin" bench --backend cuda --ops softmax,rmsnorm,layernorm --dtypes f32,bf16 \
+    --shapes 32768x4096,16384x8192 $s --capture-sources --output "$r-large-v14-ref-h200" > "$logs/large-ref.log" 2>&1
+  grep -hE "^\| (softmax|rmsnorm|layernorm) .*\| lanefold yes" "$r-large-v14-ref-h200/results.md" | cut -c1-130
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-large-v14-ref-h200/results.json" --aa \
+    --rounds 2 $s --torch --torch-compile --liger --deadline-s "$(( $(left) - 15 ))" \
+    --output "$r-large-v14-aa-h200" > "$logs/large-replay.log" 2>&1
+  echo "replay rc=$?"; keep large "$r-large-v14-ref-h200" "$r-large-v14-aa-h200" "$logs"
+  for d in rln-v14-aa large-v14-aa; do "$bin" scorecard "$r-$d-h200" | grep -E "^\| [a-z]" | cut -c1-200; done
+  ;;
+*) echo "unknown call $call (1-72)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
