@@ -169,6 +169,11 @@ pub struct PolicyArgs {
     /// L1. Vector accesses only. Same results.
     #[arg(long)]
     pub l1_columns: bool,
+    /// Issue hinted loads without `.nc`, so the compiler keeps each below
+    /// the stores before it (lanefold's loads before session 14; fewer
+    /// registers, fewer loads in flight). Same results.
+    #[arg(long)]
+    pub ordered_hinted_loads: bool,
 }
 
 impl PolicyArgs {
@@ -189,6 +194,7 @@ impl PolicyArgs {
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
+            ordered_hinted_loads: self.ordered_hinted_loads,
             ..Default::default()
         }
     }

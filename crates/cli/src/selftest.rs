@@ -455,12 +455,45 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("cluster-rows", cluster_rows_checks),
     ("prefetch-rows", prefetched_rows_checks),
     ("l1-columns", l1_column_checks),
+    ("ordered-hinted-loads", ordered_hinted_load_checks),
 ];
 
 /// Every opt-in variant's checks.
 pub fn variant_checks(backend: &Backend, report: &mut Report) {
     for (_, checks) in VARIANT_CHECKS {
         checks(backend, report);
+    }
+}
+
+/// Hinted loads kept ordered (`ordered_hinted_loads`, no `.nc`): every
+/// operator, f32 and bf16, streamed with re-read hints and with streaming
+/// hints in registers. Same bits as the read-only loads.
+pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    type Base = fn(&mut LayoutRequest);
+    let bases: [(&str, Base); 2] = [
+        ("ordered hinted loads, streamed", |request| {
+            request.residency = ResidencyRequest::Stream;
+            request.reread_hints = true;
+        }),
+        ("ordered hinted loads, registers", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.streaming_hints = true;
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(32, 4, 512), (256, 4, 4096)],
+            37,
+            base,
+            |request| request.ordered_hinted_loads = true,
+            |plan| plan.ordered_hinted_loads,
+            |_| true,
+        );
     }
 }
 

@@ -232,8 +232,19 @@ fn vector_load_helpers(name: &str, op: &str, policy: bool) -> String {
 /// Evict-first ("cache streaming") vector loads and stores for
 /// `LayoutRequest::streaming_hints`: data touched once should not push
 /// data that is reused (weights, re-read tiles) out of L2.
-fn streaming_helpers() -> String {
-    vector_load_helpers("lf_ld_cs", "ld.global.cs.nc", false) + STREAMING_STORES
+fn streaming_helpers(plan: &Plan) -> String {
+    let op = format!("ld.global.cs{}", read_only(plan));
+    vector_load_helpers("lf_ld_cs", &op, false) + STREAMING_STORES
+}
+
+/// `.nc` on hinted loads unless the plan keeps them ordered
+/// ([`lanefold_plan::LayoutRequest::ordered_hinted_loads`]).
+fn read_only(plan: &Plan) -> &'static str {
+    if plan.ordered_hinted_loads {
+        ""
+    } else {
+        ".nc"
+    }
 }
 
 const STREAMING_STORES: &str = "__device__ __forceinline__ void lf_st_cs(uint4* p, uint4 v) {
@@ -263,16 +274,17 @@ fn exits_relaxed(plan: &Plan) -> bool {
 /// `LayoutRequest::reread_hints`: L2 eviction priorities through cache
 /// policies (sm_80+). A tile's first load asks L2 (and L1) to keep it for
 /// the phase that reads it again; its last re-read lets it go first.
-fn reread_helpers() -> String {
+fn reread_helpers(plan: &Plan) -> String {
+    let nc = read_only(plan);
     REREAD_POLICIES.to_string()
         + &vector_load_helpers(
             "lf_ld_keep",
-            "ld.global.nc.L1::evict_last.L2::cache_hint",
+            &format!("ld.global{nc}.L1::evict_last.L2::cache_hint"),
             true,
         )
         + &vector_load_helpers(
             "lf_ld_drop",
-            "ld.global.nc.L1::evict_first.L2::cache_hint",
+            &format!("ld.global{nc}.L1::evict_first.L2::cache_hint"),
             true,
         )
 }
@@ -293,11 +305,12 @@ __device__ __forceinline__ unsigned long long lf_policy_drop() {
 /// so the columns every row reads again stay there; with a cache policy
 /// where re-read hints ask for one.
 fn l1_column_helpers(plan: &Plan) -> String {
-    let mut out = vector_load_helpers("lf_ld_na", "ld.global.nc.L1::no_allocate", false);
+    let nc = read_only(plan);
+    let mut out = vector_load_helpers("lf_ld_na", &format!("ld.global{nc}.L1::no_allocate"), false);
     if plan.reread_hints {
         out += &vector_load_helpers(
             "lf_ld_na_hint",
-            "ld.global.nc.L1::no_allocate.L2::cache_hint",
+            &format!("ld.global{nc}.L1::no_allocate.L2::cache_hint"),
             true,
         );
     }
@@ -1666,10 +1679,10 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     head.push_str(storage_helpers(plan.dtype()));
     head.push_str(MATH_HELPERS);
     if plan.streaming_hints {
-        head.push_str(&streaming_helpers());
+        head.push_str(&streaming_helpers(plan));
     }
     if keeps_columns(plan) {
-        head.push_str(&reread_helpers());
+        head.push_str(&reread_helpers(plan));
     }
     if plan.l1_columns {
         head.push_str(&l1_column_helpers(plan));

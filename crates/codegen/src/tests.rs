@@ -1288,3 +1288,49 @@ fn golden_rmsnorm_f32_w256_v4_stream_reread_l1_columns() {
     assert!(!kernel(&softmax).source.contains("lf_ld_na"));
     insta::assert_snapshot!(golden(&p));
 }
+
+/// Today's default for layernorm f32 32768x4096 keeps its hinted loads
+/// ordered (no `.nc`): the snapshot is byte for byte the kernel measured at
+/// 249.3 µs in `bench/results/2026-11-30-t1-norms-v13-aa-h200`, where `.nc`
+/// cost a group per SM and 4-6% (session 14, calls 71 and 72).
+#[test]
+fn golden_layernorm_f32_32768x4096_default_ordered_hinted_loads() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "32768x4096",
+        LayoutRequest {
+            mapper: lanefold_plan::MapperPolicy::Model,
+            ..Default::default()
+        },
+    );
+    assert!(p.ordered_hinted_loads, "{}", p.describe());
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_layernorm_f32_w512_v4_u4_g1_stream_rr_om");
+    assert!(k
+        .source
+        .contains("ld.global.L1::evict_last.L2::cache_hint.v4.u32"));
+    assert!(!k.source.contains("ld.global.nc"));
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// layernorm bf16 32768x4096 keeps its hinted loads ordered too: byte for
+/// byte the kernel measured in `bench/results/2026-11-30-t1-stream-v13-h200`.
+#[test]
+fn golden_layernorm_bf16_32768x4096_default_ordered_hinted_loads() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "32768x4096",
+        LayoutRequest {
+            mapper: lanefold_plan::MapperPolicy::Model,
+            ..Default::default()
+        },
+    );
+    assert!(p.ordered_hinted_loads, "{}", p.describe());
+    assert_eq!(p.min_groups_per_multiprocessor, None);
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_layernorm_bf16_w256_v8_u4_g1_stream_rr_om");
+    assert!(!k.source.contains("ld.global.nc"));
+    insta::assert_snapshot!(golden(&p));
+}
