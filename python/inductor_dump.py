@@ -6,9 +6,11 @@ and layernorm run 3% behind torch.compile and no layout closes it).
 Usage: python3 python/inductor_dump.py OP DTYPE ROWSxN OUTDIR
 
 Writes OUTDIR/inductor_output_code.py (Inductor's generated Python/Triton),
-and copies the Triton cache entries the compilation produced (.ttir, .ptx,
-.cubin, .json) into OUTDIR/triton/. The operators are torch_peer's own, so
-the compiled function is the one the peer times.
+OUTDIR/chosen_configs.txt (the configuration each autotuned kernel kept),
+and copies the Triton artifacts the compilation produced (.ttir, .ptx,
+.cubin, .json; from fresh Triton and Inductor cache directories) into
+OUTDIR/triton/. The operators are torch_peer's own, so the compiled
+function is the one the peer times.
 """
 
 import os
@@ -24,6 +26,10 @@ def main():
     rows, n = (int(v) for v in shape.split("x"))
     os.makedirs(out, exist_ok=True)
     cache = tempfile.mkdtemp(prefix="triton-cache-")
+    # Inductor's compile workers keep their Triton artifacts under its own
+    # cache directory (call 70 found none in the Triton cache): a fresh one.
+    inductor_cache = tempfile.mkdtemp(prefix="inductor-cache-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache
     # A fresh Triton cache, so what it holds afterwards is this compilation.
     os.environ["TRITON_CACHE_DIR"] = cache
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
@@ -88,7 +94,8 @@ def main():
     dest = os.path.join(out, "triton")
     os.makedirs(dest, exist_ok=True)
     kept = 0
-    for root, _, files in os.walk(cache):
+    walked = [os.walk(cache), os.walk(inductor_cache)]
+    for root, _, files in (entry for walk in walked for entry in walk):
         for name in files:
             if name.endswith((".ttir", ".ttgir", ".ptx", ".cubin", ".json")):
                 shutil.copy(os.path.join(root, name), os.path.join(dest, name))
