@@ -134,6 +134,8 @@
 #   CALL 70: Inductor's kernels and kept configurations for 4096x32768
 #   CALL 71: hinted loads declared read-only (.nc), before and after
 #   CALL 72: A/A replays of the defaults call 71 changed
+#   CALL 73: planned in session 14: ordered-loads checks on CUDA, Inductor's
+#           cubins for the 4096x32768 f32 norms, A/A of 32768x4096 .nc kernels
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1660,6 +1662,34 @@ LIST
   echo "replay rc=$?"; keep large "$r-large-v14-ref-h200" "$r-large-v14-aa-h200" "$logs"
   for d in rln-v14-aa large-v14-aa; do "$bin" scorecard "$r-$d-h200" | grep -E "^\| [a-z]" | cut -c1-200; done
   ;;
-*) echo "unknown call $call (1-72)"; exit 2 ;;
+73)
+  # Planned in session 14 (bench/NOTES.md, "Next device session (planned
+  # in session 14)"): the ordered-hinted-loads bit-identity checks on CUDA;
+  # an A/A replay of the 32768x4096 defaults whose kernels gained `.nc`
+  # (their standing cites session 13's kernels without it); and Inductor's
+  # cubins and SASS for the two 4096x32768 f32 norm misses.
+  logs=$(mktemp -d)
+  step "ordered-hinted-loads selftest on CUDA"
+  timeout 60 "$bin" selftest --backend cuda --variant ordered-hinted-loads > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; tail -1 "$logs/selftest.log"
+  step "Inductor's kernels with their cubins"
+  CASES="rmsnorm:f32:4096x32768 layernorm:f32:4096x32768" timeout 200 bash scripts/h200-sass.sh "$bin" \
+    > "$logs/sass.log" 2>&1
+  echo "dump rc=$?"; grep -E "kept|Triton files" "$logs/sass.log" | cut -c1-200
+  step "32768x4096 softmax and rmsnorm f32: bench and A/A replay"
+  timeout 40 "$bin" bench --backend cuda --ops softmax,rmsnorm --dtypes f32 --shapes 32768x4096 $s \
+    --capture-sources --output "$r-nc4096-ref-h200" > "$logs/ref.log" 2>&1
+  timeout 40 "$bin" bench --backend cuda --ops softmax --dtypes bf16 --shapes 32768x4096 $s \
+    --capture-sources --output "$r-nc4096-bf16-ref-h200" > "$logs/ref-bf16.log" 2>&1
+  keep nc4096-refs "$r-nc4096-ref-h200" "$r-nc4096-bf16-ref-h200" "$logs"
+  for d in nc4096 nc4096-bf16; do
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$r-$d-ref-h200/results.json" --aa --rounds 2 $s \
+      --torch --torch-compile --liger --deadline-s "$(( $(left) - 15 ))" --output "$r-$d-aa-h200" \
+      > "$logs/$d-replay.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-$d-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+  done
+  keep nc4096-replays "$r"-nc4096-*aa-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-73)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
