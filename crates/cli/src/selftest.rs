@@ -444,6 +444,9 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
 /// A group of selftest checks, recording into the report.
 pub type Checks = fn(&Backend, &mut Report);
 
+/// A change to a request: a check's base layout, or the policy it turns on.
+type RequestEdit = fn(&mut LayoutRequest);
+
 /// Every opt-in variant's checks by name: the arithmetic variants, then
 /// the load and barrier policies that must keep every bit.
 pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
@@ -470,8 +473,7 @@ pub fn variant_checks(backend: &Backend, report: &mut Report) {
 /// hints in registers. Same bits as the read-only loads.
 pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
-    type Base = fn(&mut LayoutRequest);
-    let bases: [(&str, Base); 2] = [
+    let bases: [(&str, RequestEdit); 2] = [
         ("ordered hinted loads, streamed", |request| {
             request.residency = ResidencyRequest::Stream;
             request.reread_hints = true;
@@ -503,8 +505,7 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
 /// exactly where the program has columns.
 pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
-    type Base = fn(&mut LayoutRequest);
-    let bases: [(&str, Base); 2] = [
+    let bases: [(&str, RequestEdit); 2] = [
         ("columns in L1", |request| {
             request.residency = ResidencyRequest::Registers
         }),
@@ -569,11 +570,7 @@ pub fn cluster_rows_checks(backend: &Backend, report: &mut Report) {
             && plan.groups == plan.shape().rows.div_ceil(2) as u64 * plan.groups_per_row as u64
     };
     for (name, rows, base) in [
-        (
-            "two rows per cluster",
-            300,
-            (|_| {}) as fn(&mut LayoutRequest),
-        ),
+        ("two rows per cluster", 300, (|_| {}) as RequestEdit),
         ("two rows per cluster, pushed", 17, |request| {
             request.push_cluster_reduce = true
         }),
@@ -697,8 +694,8 @@ fn same_bits_policy_checks(
     dtypes: &[DType],
     layouts: &[(u32, u32, usize)],
     rows: usize,
-    base: fn(&mut LayoutRequest),
-    enable: fn(&mut LayoutRequest),
+    base: RequestEdit,
+    enable: RequestEdit,
     marked: fn(&Plan) -> bool,
     applies: fn(&Plan) -> bool,
 ) {
