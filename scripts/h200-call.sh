@@ -136,6 +136,8 @@
 #   CALL 72: A/A replays of the defaults call 71 changed
 #   CALL 73: planned in session 14: ordered-loads checks on CUDA, Inductor's
 #           cubins for the 4096x32768 f32 norms, A/A of 32768x4096 .nc kernels
+#   CALL 74: pack addresses as constant offsets, before and after on the
+#           36 target-1 cases; CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1691,5 +1693,40 @@ LIST
   keep nc4096-replays "$r"-nc4096-*aa-h200 "$logs"
   ;;
 *) echo "unknown call $call (1-73)"; exit 2 ;;
+74)
+  # Session 15: each pack's address as a constant offset from one
+  # per-thread base (the worker index made opaque to the compiler, as the
+  # two-rows-per-cluster kernels already did). The SASS of the default
+  # rmsnorm f32 4096x32768 computed a 64-bit address per pack and issued
+  # 5 of its 8 first-phase loads before consuming any; Inductor's kernel
+  # issues all 8 at base+immediate. Before (.gpu/lanefold-base, HEAD
+  # before the change) and after on all 36 target-1 cases; whole-row
+  # streams with one-pass moments for layernorm 4096x32768 (Inductor's
+  # design, call 73); then the CUDA selftest with the time left.
+  logs=$(mktemp -d)
+  a="--ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy --shapes 32768x4096,16384x8192,4096x32768 --dtypes f32,bf16"
+  step "before (an address per pack)"
+  timeout 150 .gpu/lanefold-base bench --backend cuda $a $s --capture-sources --output "$r-addr-before-h200" \
+    > "$logs/before.log" 2>&1; echo "bench rc=$?"
+  step "after (constant offsets)"
+  timeout 150 "$bin" bench --backend cuda $a $s --capture-sources --output "$r-addr-h200" \
+    > "$logs/after.log" 2>&1; echo "bench rc=$?"
+  step "whole-row streams with one-pass moments, layernorm 4096x32768"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --dtypes f32 --shapes 4096x32768 --workers 1024 \
+    --pack 4 --unroll 8 --residency stream --reread-hints --one-pass-moments $s --capture-sources \
+    --output "$r-addr-w32k-f32-h200" > "$logs/w32k-f32.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --dtypes bf16 --shapes 4096x32768 --workers 1024 \
+    --pack 8 --unroll 4 --residency stream --reread-hints --one-pass-moments $s --capture-sources \
+    --output "$r-addr-w32k-bf16-h200" > "$logs/w32k-bf16.log" 2>&1; echo "bench rc=$?"
+  for d in addr-before addr addr-w32k-f32 addr-w32k-bf16; do
+    echo "-- $d"
+    grep -hE "\| lanefold yes" "$r-$d-h200/results.md" | cut -c1-110
+  done
+  keep addr-benches "$r"-addr-*h200 "$logs"
+  step "CUDA selftest"
+  timeout "$(left)" "$bin" selftest --backend cuda > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; tail -2 "$logs/selftest.log"
+  keep addr-selftest "$logs"
+  ;;
 esac
 echo "done at ${SECONDS}s"

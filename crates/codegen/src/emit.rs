@@ -1782,7 +1782,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         ));
         cx.line("unsigned lf_parity = 0;");
     } else {
-        cx.line("const int w = tid % LF_W;");
+        cx.line("int w = tid % LF_W;");
+        cx.line("asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset");
         cx.line("const int row_in_group = tid / LF_W;");
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
     }
