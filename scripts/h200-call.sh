@@ -1692,7 +1692,6 @@ LIST
   done
   keep nc4096-replays "$r"-nc4096-*aa-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-73)"; exit 2 ;;
 74)
   # Session 15: each pack's address as a constant offset from one
   # per-thread base (the worker index made opaque to the compiler, as the
@@ -1728,5 +1727,6 @@ LIST
   echo "selftest rc=$?"; tail -2 "$logs/selftest.log"
   keep addr-selftest "$logs"
   ;;
+*) echo "unknown call $call (1-74)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
