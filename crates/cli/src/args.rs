@@ -174,6 +174,12 @@ pub struct PolicyArgs {
     /// registers, fewer loads in flight). Same results.
     #[arg(long)]
     pub ordered_hinted_loads: bool,
+    /// At most N groups per multiprocessor: each group takes a share of
+    /// shared memory that leaves no room for one more, and the kernel asks
+    /// for the smallest carve-out holding N, the rest staying L1 (0: no
+    /// cap). Same results.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub occupancy_cap: u32,
 }
 
 impl PolicyArgs {
@@ -195,6 +201,7 @@ impl PolicyArgs {
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
+            occupancy_cap: self.occupancy_cap,
             ..Default::default()
         }
     }

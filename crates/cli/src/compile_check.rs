@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use lanefold_codegen::CodegenOptions;
 use lanefold_ir::{DType, Operator, OperatorOptions};
-use lanefold_plan::{groups_per_multiprocessor, plan, LayoutRequest, Problem, Shape, Target};
+use lanefold_plan::{plan, LayoutRequest, Problem, Shape, Target};
 use std::path::Path;
 
 pub fn compile_check(
@@ -79,14 +79,7 @@ pub fn compile_check(
                                         // What the register counts (and shared
                                         // memory) allow, as the cost model
                                         // computes it from its estimate.
-                                        let groups = |r| {
-                                            groups_per_multiprocessor(
-                                                &target,
-                                                p.threads_per_group,
-                                                r,
-                                                p.shared_bytes,
-                                            )
-                                        };
+                                        let groups = |r| p.groups_per_multiprocessor(&target, r);
                                         let by_compiler = c.ptxas.registers.map(groups);
                                         format!("{} ({})", n(by_compiler), groups(p.registers))
                                     },

@@ -459,6 +459,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("prefetch-rows", prefetched_rows_checks),
     ("l1-columns", l1_column_checks),
     ("ordered-hinted-loads", ordered_hinted_load_checks),
+    ("occupancy-cap", occupancy_cap_checks),
 ];
 
 /// Every opt-in variant's checks.
@@ -494,6 +495,37 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
             base,
             |request| request.ordered_hinted_loads = true,
             |plan| plan.ordered_hinted_loads,
+            |_| true,
+        );
+    }
+}
+
+/// An occupancy cap (`occupancy_cap`): every operator, f32 and bf16,
+/// streamed with re-read hints (whose pack addresses then fold) and in
+/// registers, at one group per multiprocessor. Same bits as without;
+/// marked wherever the threads alone would allow a second group.
+pub fn occupancy_cap_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    let bases: [(&str, RequestEdit); 2] = [
+        ("occupancy cap, streamed", |request| {
+            request.residency = ResidencyRequest::Stream;
+            request.reread_hints = true;
+        }),
+        ("occupancy cap, registers", |request| {
+            request.residency = ResidencyRequest::Registers
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(32, 4, 512), (256, 4, 4096), (1024, 4, 8192)],
+            37,
+            base,
+            |request| request.occupancy_cap = 1,
+            |plan| plan.occupancy_cap.is_some(),
             |_| true,
         );
     }

@@ -61,6 +61,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if let Some(groups) = plan.min_groups_per_multiprocessor {
         name += &format!("_ob{groups}");
     }
+    if let Some(cap) = plan.occupancy_cap {
+        name += &format!("_cap{}", cap.groups);
+    }
     if plan.online_normalizer() {
         name += "_on";
     }
@@ -1424,6 +1427,23 @@ impl Ctx<'_> {
     }
 }
 
+/// Does the kernel hide the worker index from the compiler, so that each
+/// pack's address is one per-thread base plus an immediate? Known to be
+/// below the group size, `w` has bits disjoint from every pack's offset,
+/// and the compiler merges the two by OR and builds a 64-bit address per
+/// pack (session 15: the SASS of rmsnorm f32 4096x32768 issued five of
+/// its eight first loads, consumed three, then issued the rest). Register
+/// plans fold (call 74: layernorm 4096x32768 f32 280.1 -> 269.9 µs, bf16
+/// 144.6 -> 142.1, cross_entropy bf16 32768x4096 66.6 -> 64.1, nothing
+/// slower by more than 0.5%). Streamed plans fold only under an occupancy
+/// cap: their fewer registers let more groups share a multiprocessor, and
+/// their re-reads then miss L1 (rmsnorm f32 4096x32768 265.1 -> 298.8 µs
+/// at two 1024-thread groups instead of one; layernorm bf16 16384x8192
+/// 127.7 -> 131.3).
+fn folds_pack_addresses(plan: &Plan) -> bool {
+    plan.residency == Residency::Registers || plan.occupancy_cap.is_some()
+}
+
 pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, CodegenError> {
     let program = &plan.problem.program;
     let a = &plan.analysis;
@@ -1563,6 +1583,18 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
                 plan.describe()
             ))
         }
+    };
+    // An occupancy cap's share of shared memory (the plan padded it).
+    let shared_bytes = match plan.occupancy_cap {
+        Some(_) if shared_bytes > plan.shared_bytes => {
+            return inconsistent(format!(
+                "{shared_bytes} bytes of shared memory over the cap's {} in {}",
+                plan.shared_bytes,
+                plan.describe()
+            ))
+        }
+        Some(_) => plan.shared_bytes,
+        None => shared_bytes,
     };
     if stage.is_some_and(|stage| 4 * stage.offset_floats < slot_bytes) {
         return inconsistent(format!(
@@ -1782,8 +1814,12 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         ));
         cx.line("unsigned lf_parity = 0;");
     } else {
-        cx.line("int w = tid % LF_W;");
-        cx.line("asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset");
+        if folds_pack_addresses(plan) {
+            cx.line("int w = tid % LF_W;");
+            cx.line("asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset");
+        } else {
+            cx.line("const int w = tid % LF_W;");
+        }
         cx.line("const int row_in_group = tid / LF_W;");
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
     }
@@ -1875,6 +1911,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         shared_bytes,
         params,
         persistent_rows: prefetch.map(|_| rows as u32),
-        prefer_l1: plan.l1_columns,
+        carveout_percent: match plan.occupancy_cap {
+            Some(cap) => Some(cap.carveout_percent),
+            None => plan.l1_columns.then_some(0),
+        },
     })
 }

@@ -76,10 +76,12 @@ pub struct Kernel {
     /// launch as many as the driver's occupancy allows, at most one a row.
     #[serde(default)]
     pub persistent_rows: Option<u32>,
-    /// Ask the driver for the largest L1 carve-out (the least shared
-    /// memory that fits), for plans that keep their columns in L1.
+    /// The shared-memory carve-out to ask the driver for, in percent of
+    /// the largest (a hint it rounds up to a size the hardware has): 0 for
+    /// plans that keep their columns in L1 (the least that fits), the
+    /// capped carve-out for an occupancy cap; None: the driver's choice.
     #[serde(default)]
-    pub prefer_l1: bool,
+    pub carveout_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

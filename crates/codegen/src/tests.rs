@@ -1222,7 +1222,7 @@ fn golden_rmsnorm_f32_w1024_v4_u8_stream_reread_hints() {
     assert!(k
         .source
         .contains("ld.global.nc.L1::evict_first.L2::cache_hint.v4.u32"));
-    assert!(!k.prefer_l1);
+    assert_eq!(k.carveout_percent, None);
     insta::assert_snapshot!(golden(&p));
 }
 
@@ -1247,7 +1247,7 @@ fn golden_layernorm_f32_w256_v4_l1_columns() {
     assert!(p.describe().contains(" l1-columns"));
     let k = kernel(&p);
     assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u4_g1_l1c");
-    assert!(k.prefer_l1);
+    assert_eq!(k.carveout_percent, Some(0));
     assert!(k.source.contains("ld.global.nc.L1::no_allocate.v4.u32"));
     let x_loads = k.source.matches("= lf_ld_na(q + 0);").count();
     let plain_loads = k.source.matches("const uint4 a = q[0];").count();
@@ -1333,4 +1333,67 @@ fn golden_layernorm_bf16_32768x4096_default_ordered_hinted_loads() {
     assert_eq!(k.name, "lf_layernorm_bf16_w256_v8_u4_g1_stream_rr_om");
     assert!(!k.source.contains("ld.global.nc"));
     insta::assert_snapshot!(golden(&p));
+}
+
+/// An occupancy cap of one group: the streamed rmsnorm f32 4096x32768
+/// kernel folds its pack addresses (one base plus immediates), takes a
+/// share of shared memory that leaves no room for a second 1024-thread
+/// group in the 8 KiB carve-out it asks for; without the cap the same
+/// streamed plan keeps the worker index visible (one group per
+/// multiprocessor by registers), and register plans fold.
+#[test]
+fn an_occupancy_cap_folds_pack_addresses_and_pads_shared_memory() {
+    let streamed = |cap| LayoutRequest {
+        workers: 1024,
+        pack: 4,
+        unroll: 8,
+        residency: ResidencyRequest::Stream,
+        reread_hints: true,
+        occupancy_cap: cap,
+        ..Default::default()
+    };
+    const FOLD: &str = "asm(\"\" : \"+r\"(w));";
+    let capped = make_with(Operator::Rmsnorm, DType::F32, "4096x32768", streamed(1));
+    assert!(capped.describe().ends_with(" occupancy-cap=1"));
+    let k = kernel(&capped);
+    assert_eq!(k.name, "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr_cap1");
+    assert!(k.source.contains(FOLD));
+    // 8 KiB a group with the 1 KiB the hardware keeps; 3% of 228 KiB
+    // rounds up to the 8 KiB carve-out.
+    assert_eq!((k.shared_bytes, k.carveout_percent), (7 * 1024, Some(3)));
+    let plain = kernel(&make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "4096x32768",
+        streamed(0),
+    ));
+    assert!(!plain.source.contains(FOLD));
+    assert_eq!(plain.carveout_percent, None);
+    assert!(plain.shared_bytes < 1024);
+    let registers = kernel(&make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            residency: ResidencyRequest::Registers,
+            ..Default::default()
+        },
+    ));
+    assert!(registers.source.contains(FOLD));
+    // A cap the threads already impose changes nothing.
+    let moot = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "64x4096",
+        LayoutRequest {
+            workers: 1024,
+            pack: 4,
+            residency: ResidencyRequest::Registers,
+            occupancy_cap: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(moot.occupancy_cap, None);
 }

@@ -48,7 +48,7 @@ pub(crate) fn signal_kernel() -> lanefold_codegen::Kernel {
         shared_bytes: 0,
         params: vec![],
         persistent_rows: None,
-        prefer_l1: false,
+        carveout_percent: None,
     }
 }
 

@@ -378,15 +378,16 @@ impl CudaBackend {
                 )
                 .map_err(driver("raising the dynamic shared memory limit"))?;
         }
-        if kernel.prefer_l1 {
-            // A hint in percent of the largest shared-memory carve-out: 0
-            // asks for the least that fits, leaving the rest to L1.
+        if let Some(percent) = kernel.carveout_percent {
+            // A hint in percent of the largest shared-memory carve-out,
+            // rounded up to a size the hardware has; 0 asks for the least
+            // that fits, leaving the rest to L1.
             function
                 .set_attribute(
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                    0,
+                    percent as i32,
                 )
-                .map_err(driver("preferring the largest L1 carve-out"))?;
+                .map_err(driver("setting the shared-memory carve-out"))?;
         }
         let mut kernel = kernel.clone();
         if let Some(rows) = kernel.persistent_rows {

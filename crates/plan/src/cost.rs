@@ -66,12 +66,7 @@ impl Features {
         let l = &plan.layout;
         let live = l.live_workers(shape.n) as u32;
         let launched_lanes = l.workers.max(1).next_power_of_two();
-        let per_mp = crate::mapper::groups_per_multiprocessor(
-            target,
-            plan.threads_per_group,
-            plan.registers,
-            plan.shared_bytes,
-        ) as u64;
+        let per_mp = plan.groups_per_multiprocessor(target, plan.registers) as u64;
         let concurrent = per_mp * target.multiprocessors as u64;
         Features {
             pack: l.pack,

@@ -12,8 +12,8 @@ pub use cost::{CostPolicy, Features, RooflinePolicy};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{
     automatic_note, enumerate, groups_per_multiprocessor, model_pick, occupancy_step_to_try, plan,
-    Candidate, ColumnStage, LayoutRequest, MapperPolicy, ModelScore, Plan, Problem, ReductionOrder,
-    Refusal, Residency, ResidencyRequest,
+    ArithmeticKey, Candidate, ColumnStage, LayoutRequest, MapperPolicy, ModelScore, OccupancyCap,
+    Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest,
 };
 pub use shape::{Shape, ShapeError};
 pub use target::Target;

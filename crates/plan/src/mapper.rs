@@ -234,6 +234,14 @@ pub struct LayoutRequest {
     /// source, whose hash every result records, tells the two apart).
     #[serde(default)]
     pub ordered_hinted_loads: bool,
+    /// At most this many groups per multiprocessor (0: no cap): each group
+    /// takes a share of shared memory that leaves no room for one more,
+    /// and the kernel asks the driver for the smallest carve-out holding
+    /// that many, so the rest of the 256 KiB stays L1. For streamed plans
+    /// whose re-reads hit L1 only while few rows share it. A launch policy
+    /// only: same bits.
+    #[serde(default)]
+    pub occupancy_cap: u32,
 }
 
 impl LayoutRequest {
@@ -325,13 +333,18 @@ impl LayoutRequest {
             }
             // Streamed in two passes, as Inductor's Welford loop (session
             // 13, calls 61 and 64; see [`whole_row_stream_instead`]).
-            Some(Operator::Layernorm) if streams_whole_row(problem) => {
+            // The two rules below depend on the row count, so a
+            // batch-invariant request skips them: one-pass moments changes
+            // the bits (regression test
+            // `regression_batch_invariant_norms_take_one_arithmetic_at_every_row_count`).
+            Some(Operator::Layernorm) if !self.batch_invariant && streams_whole_row(problem) => {
                 request.one_pass_moments = true;
             }
             // Few rows: each row's time is its latency, and one reduction
             // phase fewer shows (session 12, call 57, paired).
             Some(Operator::Layernorm | Operator::ResidualLayernorm)
-                if problem.shape.rows < target.multiprocessors as usize =>
+                if !self.batch_invariant
+                    && problem.shape.rows < target.multiprocessors as usize =>
             {
                 request.one_pass_moments = true;
             }
@@ -381,6 +394,7 @@ impl LayoutRequest {
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
+            occupancy_cap: self.occupancy_cap,
             ..Default::default()
         }
     }
@@ -431,6 +445,28 @@ pub enum Refusal {
     BatchVariant(String),
 }
 
+/// What decides a row's floating-point results ([`Plan::arithmetic_key`]):
+/// two plans with equal keys give the same bits for every row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArithmeticKey {
+    pub workers: u32,
+    pub pack: u32,
+    pub tree: TreeLevels,
+    pub order: ReductionOrder,
+    pub one_pass_moments: bool,
+    pub online_normalizer: bool,
+}
+
+/// Groups per multiprocessor held to `groups` through shared memory
+/// ([`LayoutRequest::occupancy_cap`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OccupancyCap {
+    pub groups: u32,
+    /// The carve-out preference, percent of the largest, that the kernel
+    /// asks the driver for.
+    pub carveout_percent: u32,
+}
+
 /// A legal, fully resolved plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -466,6 +502,9 @@ pub struct Plan {
     pub l1_columns: bool,
     /// See [`LayoutRequest::ordered_hinted_loads`].
     pub ordered_hinted_loads: bool,
+    /// See [`LayoutRequest::occupancy_cap`]; None where there is no cap or
+    /// the threads alone allow no more groups.
+    pub occupancy_cap: Option<OccupancyCap>,
     /// Where column slices are staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); None where that does not apply.
     pub column_stage: Option<ColumnStage>,
@@ -543,9 +582,17 @@ impl Plan {
     }
 
     /// Everything that decides a row's floating-point results: the worker
-    /// recurrences (W, V; U keeps their order) and the reduction tree.
-    pub fn arithmetic_key(&self) -> (u32, u32, TreeLevels, ReductionOrder) {
-        (self.layout.workers, self.layout.pack, self.tree, self.order)
+    /// recurrences (W, V; U keeps their order), the reduction tree, and
+    /// the program's form (one-pass moments, the online normalizer).
+    pub fn arithmetic_key(&self) -> ArithmeticKey {
+        ArithmeticKey {
+            workers: self.layout.workers,
+            pack: self.layout.pack,
+            tree: self.tree,
+            order: self.order,
+            one_pass_moments: self.one_pass_moments(),
+            online_normalizer: self.online_normalizer(),
+        }
     }
 
     /// One-line description: `W=256 V=4 U=1 G=1 registers`.
@@ -604,6 +651,9 @@ impl Plan {
         if let Some(b) = self.min_groups_per_multiprocessor {
             s += &format!(" occupancy={b}");
         }
+        if let Some(cap) = self.occupancy_cap {
+            s += &format!(" occupancy-cap={}", cap.groups);
+        }
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
         if self.groups_per_row > 1 && default_group_threads != Some(self.row_threads_per_group()) {
             s += &format!(" group-threads={}", self.row_threads_per_group());
@@ -646,6 +696,7 @@ impl Plan {
             keep_columns: self.keep_columns,
             l1_columns: self.l1_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
+            occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
@@ -1514,6 +1565,12 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         )));
     }
 
+    if request.occupancy_cap > 0 && request.occupancy > request.occupancy_cap {
+        return Err(width(format!(
+            "occupancy {} promised above the cap of {} groups",
+            request.occupancy, request.occupancy_cap
+        )));
+    }
     if request.occupancy > 0
         && (request.occupancy > 32
             || request.occupancy as u64 * threads as u64
@@ -1663,6 +1720,24 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         None
     };
     let shared_bytes = row_prefetch.map_or(shared_bytes, |prefetch| prefetch.total_bytes());
+    let by_threads = target.max_threads_per_multiprocessor / threads.max(1);
+    let (shared_bytes, occupancy_cap) = match request.occupancy_cap {
+        0 => (shared_bytes, None),
+        cap if cap >= by_threads => (shared_bytes, None),
+        cap => {
+            let (padded, carveout_percent) = crate::target::occupancy_cap_shared(shared_bytes, cap)
+                .ok_or_else(|| {
+                    width(format!(
+                        "occupancy cap {cap}: {cap} groups of {shared_bytes} bytes of shared memory fit no carve-out"
+                    ))
+                })?;
+            let cap = OccupancyCap {
+                groups: cap,
+                carveout_percent,
+            };
+            (padded, Some(cap))
+        }
+    };
     if shared_bytes > target.shared_bytes_per_group {
         return Err(Refusal::ResourceOverflow {
             resource: "shared memory",
@@ -1695,6 +1770,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         keep_columns: request.keep_columns && columns > 0,
         l1_columns: request.l1_columns && columns > 0,
         ordered_hinted_loads: request.ordered_hinted_loads,
+        occupancy_cap,
         column_stage,
         packed_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
@@ -1757,6 +1833,16 @@ impl Plan {
     /// [`LayoutRequest::stage_columns`])?
     pub fn staged_columns(&self) -> bool {
         self.column_stage.is_some()
+    }
+
+    /// Groups of this plan that share one multiprocessor at `registers`
+    /// per thread: what threads, registers and shared memory allow, held
+    /// to the occupancy cap (whose carve-out the driver is asked for).
+    pub fn groups_per_multiprocessor(&self, target: &Target, registers: u32) -> u32 {
+        let groups =
+            groups_per_multiprocessor(target, self.threads_per_group, registers, self.shared_bytes);
+        self.occupancy_cap
+            .map_or(groups, |cap| groups.min(cap.groups))
     }
 }
 
@@ -2387,6 +2473,61 @@ mod tests {
             })
             .collect();
         assert!(keys.windows(2).all(|k| k[0] == k[1]), "{keys:?}");
+    }
+
+    /// Found by the CUDA selftest (session 15, call 74): on the H200,
+    /// layernorm and residual_layernorm took one-pass moments for fewer
+    /// rows than multiprocessors (and layernorm for tiles larger than the
+    /// L2) but not otherwise, so a batch-invariant row's bits depended on
+    /// how many rows ran with it.
+    #[test]
+    fn regression_batch_invariant_norms_take_one_arithmetic_at_every_row_count() {
+        let t = Target::h200();
+        let r = LayoutRequest {
+            batch_invariant: true,
+            ..Default::default()
+        };
+        for op in Operator::SIX {
+            for dtype in [DType::F32, DType::Bf16] {
+                for n in [127, 257, 4096, 8192, 32768] {
+                    let keys: Vec<_> = [1, 7, 4096, 16384]
+                        .iter()
+                        .map(|rows| {
+                            let p =
+                                plan(&typed(op, dtype, &format!("{rows}x{n}")), &t, &r).unwrap();
+                            p.arithmetic_key()
+                        })
+                        .collect();
+                    assert!(
+                        keys.windows(2).all(|k| k[0] == k[1]),
+                        "{op} {dtype} N={n}: {keys:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_occupancy_cap_holds_the_groups_and_refuses_what_it_cannot_hold() {
+        let t = Target::h200();
+        let req = |occupancy, occupancy_cap| LayoutRequest {
+            workers: 256,
+            pack: 4,
+            occupancy,
+            occupancy_cap,
+            ..Default::default()
+        };
+        let p = problem(Operator::Rmsnorm, "4096x4096");
+        let capped = plan(&p, &t, &req(0, 3)).unwrap();
+        assert_eq!(capped.occupancy_cap.map(|c| c.groups), Some(3));
+        assert_eq!(capped.groups_per_multiprocessor(&t, 32), 3);
+        let free = plan(&p, &t, &req(0, 0)).unwrap();
+        assert_eq!(free.groups_per_multiprocessor(&t, 32), 8);
+        // The pinned request keeps the cap.
+        let again = plan(&p, &t, &capped.pinned_request(&LayoutRequest::default(), 0)).unwrap();
+        assert_eq!(again, capped);
+        let refused = plan(&p, &t, &req(4, 3)).unwrap_err().to_string();
+        assert!(refused.contains("above the cap"), "{refused}");
     }
 
     #[test]

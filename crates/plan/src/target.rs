@@ -30,6 +30,30 @@ pub struct Target {
 /// later: 1 KiB per block).
 pub const SHARED_RESERVED_PER_GROUP: u32 = 1024;
 
+/// The shared-memory sizes (KiB) sm_90 can carve out of each
+/// multiprocessor's 256 KiB of L1 and shared memory; a carve-out
+/// preference in percent of the largest is rounded up to one of these.
+pub const SHARED_CARVEOUTS_KIB: [u32; 10] = [0, 8, 16, 32, 64, 100, 132, 164, 196, 228];
+
+/// Shared memory that caps a multiprocessor at `groups` groups of a kernel
+/// needing `needed` bytes each: the smallest carve-out holding `groups`
+/// groups, split `groups` ways (so one more does not fit), and the
+/// carve-out preference in percent that asks the driver for it. None when
+/// no carve-out holds `groups` groups. Returns (dynamic shared bytes per
+/// group, carve-out percent).
+pub fn occupancy_cap_shared(needed: u32, groups: u32) -> Option<(u32, u32)> {
+    let largest = *SHARED_CARVEOUTS_KIB.last()?;
+    let per_group = needed + SHARED_RESERVED_PER_GROUP;
+    SHARED_CARVEOUTS_KIB.iter().find_map(|&kib| {
+        let carveout = kib * 1024;
+        let share = (carveout / groups.max(1)) / 128 * 128;
+        let fits = share >= per_group && (groups + 1) * share > carveout;
+        // The largest percent that still rounds up to this carve-out.
+        let percent = kib * 100 / largest;
+        (kib > 0 && fits).then(|| (share - SHARED_RESERVED_PER_GROUP, percent))
+    })
+}
+
 /// sm_90's 228 KiB per multiprocessor; files written before the field
 /// existed described the H200 or the CPU executor, which emulates it.
 fn default_shared_bytes_per_multiprocessor() -> u32 {
@@ -96,5 +120,39 @@ impl Target {
         } else {
             self.max_threads_per_group
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_occupancy_cap_fits_exactly_that_many_groups() {
+        for needed in [0, 4, 1024, 8 * 1024, 40 * 1024] {
+            for groups in 1..=8 {
+                let Some((shared, percent)) = occupancy_cap_shared(needed, groups) else {
+                    assert!(groups as u64 * (needed as u64 + 1024) > 228 * 1024);
+                    continue;
+                };
+                assert!(shared >= needed);
+                // The carve-out the percent rounds up to.
+                let asked = percent as f64 * 228.0 / 100.0;
+                let carveout = SHARED_CARVEOUTS_KIB
+                    .iter()
+                    .map(|&k| k as f64)
+                    .find(|&k| k >= asked)
+                    .unwrap() as u32
+                    * 1024;
+                let per_group = shared + SHARED_RESERVED_PER_GROUP;
+                assert_eq!(
+                    carveout / per_group,
+                    groups,
+                    "needed {needed}, {groups} groups"
+                );
+            }
+        }
+        // More groups than the largest carve-out holds: no cap.
+        assert_eq!(occupancy_cap_shared(100 * 1024, 3), None);
     }
 }
