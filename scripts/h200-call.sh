@@ -138,6 +138,8 @@
 #           cubins for the 4096x32768 f32 norms, A/A of 32768x4096 .nc kernels
 #   CALL 74: pack addresses as constant offsets, before and after on the
 #           36 target-1 cases; CUDA selftest
+#   CALL 75: occupancy cap checks on CUDA; A/A replays of the capped
+#           rmsnorm 4096x32768 and the folded register defaults
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1727,6 +1729,39 @@ LIST
   echo "selftest rc=$?"; tail -2 "$logs/selftest.log"
   keep addr-selftest "$logs"
   ;;
-*) echo "unknown call $call (1-74)"; exit 2 ;;
+75)
+  # Session 15, after call 74: register plans fold their pack addresses
+  # (streamed plans only under an occupancy cap, which pads shared memory
+  # and asks for a small carve-out so the L1 keeps one row). CUDA checks
+  # of the cap; then A/A replays with all three peers of the capped
+  # streamed rmsnorm 4096x32768 and of the folded register defaults at
+  # 4096x32768 (layernorm misses, sum ties), then cross_entropy bf16.
+  logs=$(mktemp -d)
+  step "occupancy-cap selftest on CUDA"
+  timeout 60 "$bin" selftest --backend cuda --variant occupancy-cap > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -1 "$logs/selftest.log"
+  step "references"
+  timeout 40 "$bin" bench --backend cuda --ops rmsnorm --dtypes f32,bf16 --shapes 4096x32768 --occupancy-cap 1 $s \
+    --capture-sources --output "$r-cap-ref-h200" > "$logs/cap-ref.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops residual_layernorm --dtypes bf16 --shapes 4096x32768 --occupancy-cap 1 $s \
+    --capture-sources --output "$r-cap-rln-h200" > "$logs/cap-rln.log" 2>&1; echo "bench rc=$?"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm,sum --dtypes f32,bf16 --shapes 4096x32768 $s \
+    --capture-sources --output "$r-fold-ref-h200" > "$logs/fold-ref.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops cross_entropy --dtypes bf16 --shapes 32768x4096,16384x8192 $s \
+    --capture-sources --output "$r-fold-ce-ref-h200" > "$logs/fold-ce-ref.log" 2>&1; echo "bench rc=$?"
+  for d in cap-ref cap-rln fold-ref fold-ce-ref; do
+    grep -hE "\| lanefold yes" "$r-$d-h200/results.md" | cut -c1-110
+  done
+  keep refs "$r"-cap-ref-h200 "$r"-cap-rln-h200 "$r"-fold-ref-h200 "$r"-fold-ce-ref-h200 "$logs"
+  for d in cap fold fold-ce; do
+    [ "$(left)" -gt 60 ] || break
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$r-$d-ref-h200/results.json" --aa --rounds 2 $s \
+      --torch --torch-compile --liger --deadline-s "$(( $(left) - 15 ))" --output "$r-$d-aa-h200" \
+      > "$logs/$d-replay.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-$d-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+    keep "$d-replay" "$r-$d-aa-h200" "$logs"
+  done
+  ;;
+*) echo "unknown call $call (1-75)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
