@@ -140,6 +140,8 @@
 #           36 target-1 cases; CUDA selftest
 #   CALL 75: occupancy cap checks on CUDA; A/A replays of the capped
 #           rmsnorm 4096x32768 and the folded register defaults
+#   CALL 76: searches after folding: rmsnorm f32, layernorm and
+#           residual_layernorm bf16 at 4096x32768
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1762,6 +1764,20 @@ LIST
     keep "$d-replay" "$r-$d-aa-h200" "$logs"
   done
   ;;
-*) echo "unknown call $call (1-75)"; exit 2 ;;
+76)
+  # Session 15: searches after folding. rmsnorm f32 4096x32768 so target 4
+  # sees today's capped pick beside the streamed candidates; layernorm and
+  # residual_layernorm bf16 4096x32768 (target-1 misses at 3.79 and 3.77
+  # TB/s) over register plans, whose kernels now fold their addresses.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --reread-hints --max-candidates 12"
+  logs=$(mktemp -d)
+  t1s_searches 110 "$q" <<'LIST'
+rmsnorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream
+layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency registers --one-pass-moments
+residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency registers
+LIST
+  keep t1s-fold "$r"-t1s-*-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-76)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1359,12 +1359,22 @@ fn hinted_stream_instead(
     // 4096 bf16, 512 on 8192, at most one full group on longer rows.
     let pack = picked.layout.pack;
     let workers = two_packs_per_worker(shape.n, pack, target);
+    // An f32 row of 128 KiB is re-read from L1 only while it is the SM's
+    // one row: capped at one group (whose kernel then folds its pack
+    // addresses), rmsnorm f32 4096x32768 ran 261.0 µs
+    // (2026-11-30-cap-aa-h200) against 263.8 uncapped (-nc-aa-h200);
+    // folded without the cap, two groups shared an SM: 298.8
+    // (-addr-h200). bf16 rows of 64 KiB ran 1.35x slower capped.
+    let one_row_per_sm = problem.dtype == DType::F32
+        && workers == target.max_threads_per_group
+        && shape.n as u64 * 4 >= 128 * 1024;
     let streamed = LayoutRequest {
         workers,
         pack,
         rows_per_group: 0,
         residency: ResidencyRequest::Stream,
         reread_hints: true,
+        occupancy_cap: if one_row_per_sm { 1 } else { pick.occupancy_cap },
         ..*pick
     };
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
@@ -2528,6 +2538,26 @@ mod tests {
         assert_eq!(again, capped);
         let refused = plan(&p, &t, &req(4, 3)).unwrap_err().to_string();
         assert!(refused.contains("above the cap"), "{refused}");
+    }
+
+    #[test]
+    fn rmsnorm_f32_rows_of_128_kib_stream_one_row_per_multiprocessor() {
+        let t = Target::h200();
+        let auto = LayoutRequest::default();
+        let f32 = plan(&typed(Operator::Rmsnorm, DType::F32, "4096x32768"), &t, &auto).unwrap();
+        assert_eq!(f32.occupancy_cap.map(|c| c.groups), Some(1), "{}", f32.describe());
+        assert_eq!(f32.residency, Residency::Stream);
+        for (dtype, shape) in [(DType::Bf16, "4096x32768"), (DType::F32, "16384x8192")] {
+            let p = plan(&typed(Operator::Rmsnorm, dtype, shape), &t, &auto).unwrap();
+            assert_eq!(p.occupancy_cap, None, "{dtype} {shape}: {}", p.describe());
+        }
+        let cpu = plan(
+            &typed(Operator::Rmsnorm, DType::F32, "4096x32768"),
+            &Target::cpu(),
+            &auto,
+        )
+        .unwrap();
+        assert_eq!(cpu.occupancy_cap, None);
     }
 
     #[test]
