@@ -142,6 +142,8 @@
 #           rmsnorm 4096x32768 and the folded register defaults
 #   CALL 76: searches after folding: rmsnorm f32, layernorm and
 #           residual_layernorm bf16 at 4096x32768
+#   CALL 77: bf16 rows of 32768 in packed registers at 1024 threads,
+#           beside the defaults; A/A of layernorm bf16
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1778,6 +1780,33 @@ residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --t
 LIST
   keep t1s-fold "$r"-t1s-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-76)"; exit 2 ;;
+77)
+  # Session 15: whole rows in packed registers at 1024 threads (Inductor's
+  # shape of kernel: 32 bf16 elements a thread, 16 packed words), now
+  # planned for explicit requests. layernorm bf16 4096x32768 (target-1 miss,
+  # 3.79 TB/s at W=512) and rmsnorm/softmax bf16 beside their defaults;
+  # then an A/A replay of the layernorm kernel with all three peers.
+  logs=$(mktemp -d)
+  a="--shapes 4096x32768 --dtypes bf16 --workers 1024 --pack 8 --unroll 4 --residency registers --pack-resident"
+  step "defaults"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm,rmsnorm,softmax --shapes 4096x32768 --dtypes bf16 $s \
+    --capture-sources --output "$r-pk1024-default-h200" > "$logs/default.log" 2>&1; echo "bench rc=$?"
+  step "W=1024 packed registers"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm $a --one-pass-moments $s --capture-sources \
+    --output "$r-pk1024-ln-h200" > "$logs/ln.log" 2>&1; echo "bench rc=$?"
+  timeout 60 "$bin" bench --backend cuda --ops rmsnorm,softmax $a $s --capture-sources \
+    --output "$r-pk1024-rs-h200" > "$logs/rs.log" 2>&1; echo "bench rc=$?"
+  for d in pk1024-default pk1024-ln pk1024-rs; do
+    grep -hE "\| lanefold yes" "$r-$d-h200/results.md" | cut -c1-120
+  done
+  keep pk1024-benches "$r"-pk1024-*-h200 "$logs"
+  step "A/A replay of layernorm bf16 W=1024 packed"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-pk1024-ln-h200/results.json" --aa --rounds 2 $s \
+    --torch --torch-compile --liger --deadline-s "$(( $(left) - 15 ))" --output "$r-pk1024-ln-aa-h200" \
+    > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; "$bin" scorecard "$r-pk1024-ln-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+  keep pk1024-replay "$r-pk1024-ln-aa-h200" "$logs"
+  ;;
+*) echo "unknown call $call (1-77)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1374,7 +1374,11 @@ fn hinted_stream_instead(
         rows_per_group: 0,
         residency: ResidencyRequest::Stream,
         reread_hints: true,
-        occupancy_cap: if one_row_per_sm { 1 } else { pick.occupancy_cap },
+        occupancy_cap: if one_row_per_sm {
+            1
+        } else {
+            pick.occupancy_cap
+        },
         ..*pick
     };
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
@@ -1607,13 +1611,28 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
     let resident_tiles = analysis.resident.len();
     let needed_slots = resident_tiles * slot_bound;
-    let fits = needed_slots <= budget(threads);
+    // An explicit register request with packed 16-bit tiles is budgeted
+    // in packed words (two slots a register): the whole 32768-element row
+    // of a 1024-thread group, as Inductor holds rows, fits only so. The
+    // automatic mapping keeps the unpacked estimate (packing never changes
+    // an automatic layout; campaign 9).
+    let packs_explicitly = request.residency == ResidencyRequest::Registers
+        && request.pack_resident
+        && problem.dtype.size_bytes() == 2
+        && !layout.has_partial_pack(n)
+        && vector_access(problem.dtype, pack as usize, n).is_some();
+    let budgeted_slots = if packs_explicitly {
+        resident_tiles * slot_bound.div_ceil(2)
+    } else {
+        needed_slots
+    };
+    let fits = budgeted_slots <= budget(threads);
     let residency = match request.residency {
         ResidencyRequest::Stream => Residency::Stream,
         ResidencyRequest::Registers if resident_tiles > 0 && !fits => {
             return Err(Refusal::ResourceOverflow {
                 resource: "private slots",
-                needed: needed_slots as u64,
+                needed: budgeted_slots as u64,
                 limit: budget(threads) as u64,
                 detail: format!(
                     "{resident_tiles} resident tile(s) x {slot_bound} slots per worker at {threads} threads per group"
@@ -1648,7 +1667,12 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     // changes a layout: ptxas keeps the loaded words of some unpacked
     // plans by itself, and packing saved 0-16 of 64-80 registers on 64
     // slots (`lanefold compile-check`, bench/NOTES.md campaign 9).
-    let registers = overhead_registers(pack, problem.dtype) + resident_slots as u32;
+    let estimated_slots = if packs_explicitly && packed_resident {
+        budgeted_slots
+    } else {
+        resident_slots
+    };
+    let registers = overhead_registers(pack, problem.dtype) + estimated_slots as u32;
     let register_file = registers as u64 * threads as u64;
     if registers > target.max_registers_per_thread
         || register_file > target.registers_per_group as u64
@@ -2544,8 +2568,18 @@ mod tests {
     fn rmsnorm_f32_rows_of_128_kib_stream_one_row_per_multiprocessor() {
         let t = Target::h200();
         let auto = LayoutRequest::default();
-        let f32 = plan(&typed(Operator::Rmsnorm, DType::F32, "4096x32768"), &t, &auto).unwrap();
-        assert_eq!(f32.occupancy_cap.map(|c| c.groups), Some(1), "{}", f32.describe());
+        let f32 = plan(
+            &typed(Operator::Rmsnorm, DType::F32, "4096x32768"),
+            &t,
+            &auto,
+        )
+        .unwrap();
+        assert_eq!(
+            f32.occupancy_cap.map(|c| c.groups),
+            Some(1),
+            "{}",
+            f32.describe()
+        );
         assert_eq!(f32.residency, Residency::Stream);
         for (dtype, shape) in [(DType::Bf16, "4096x32768"), (DType::F32, "16384x8192")] {
             let p = plan(&typed(Operator::Rmsnorm, dtype, shape), &t, &auto).unwrap();
@@ -2558,6 +2592,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cpu.occupancy_cap, None);
+    }
+
+    #[test]
+    fn explicit_packed_register_requests_are_budgeted_in_packed_words() {
+        let t = Target::h200();
+        let p = typed(Operator::Layernorm, DType::Bf16, "4096x32768");
+        let req = |pack_resident| LayoutRequest {
+            workers: 1024,
+            pack: 8,
+            unroll: 4,
+            residency: ResidencyRequest::Registers,
+            pack_resident,
+            one_pass_moments: true,
+            ..Default::default()
+        };
+        let packed = plan(&p, &t, &req(true)).unwrap();
+        assert!(packed.packed_resident && packed.residency == Residency::Registers);
+        assert!(packed.registers <= 64, "{}", packed.registers);
+        let refused = plan(&p, &t, &req(false)).unwrap_err().to_string();
+        assert!(
+            refused.contains("private slots needs 32, limit 28"),
+            "{refused}"
+        );
+        // The automatic mapping keeps the unpacked estimate.
+        let auto = LayoutRequest {
+            pack_resident: true,
+            ..Default::default()
+        };
+        assert_ne!(plan(&p, &t, &auto).unwrap().layout.workers, 1024);
+        // f32 has no packed words.
+        let f32 = typed(Operator::Layernorm, DType::F32, "4096x32768");
+        let f32_req = LayoutRequest {
+            pack: 4,
+            unroll: 8,
+            ..req(true)
+        };
+        assert!(plan(&f32, &t, &f32_req).is_err());
     }
 
     #[test]
