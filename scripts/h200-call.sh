@@ -144,6 +144,8 @@
 #           residual_layernorm bf16 at 4096x32768
 #   CALL 77: bf16 rows of 32768 in packed registers at 1024 threads,
 #           beside the defaults; A/A of layernorm bf16
+#   CALL 78: whole-row streams at 4096x32768, one group per SM, promised
+#           occupancy 1, batched loads; benches beside the defaults
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1807,6 +1809,40 @@ LIST
   echo "replay rc=$?"; "$bin" scorecard "$r-pk1024-ln-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
   keep pk1024-replay "$r-pk1024-ln-aa-h200" "$logs"
   ;;
-*) echo "unknown call $call (1-77)"; exit 2 ;;
+78)
+  # Session 15: whole-row streams at 4096x32768 with one group per SM
+  # (occupancy cap 1) and an occupancy promise of 1: offline, ptxas then
+  # takes 62-64 registers and issues all eight first-phase loads at once
+  # (32 registers and four at once without the promise), as Inductor's
+  # kernel does; batched loads issue each phase's loads before its math.
+  # Defaults first, then each variant; benches only.
+  logs=$(mktemp -d)
+  c="--occupancy-cap 1 --occupancy 1"
+  step "defaults"
+  timeout 60 "$bin" bench --backend cuda --ops rmsnorm,layernorm,softmax,residual_layernorm --shapes 4096x32768 \
+    --dtypes f32,bf16 $s --capture-sources --output "$r-w32k-default-h200" > "$logs/default.log" 2>&1; echo "bench rc=$?"
+  step "capped, promised"
+  timeout 40 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x32768 --dtypes f32,bf16 $c $s \
+    --capture-sources --output "$r-w32k-cp-h200" > "$logs/cp.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x32768 --dtypes f32,bf16 $c --batch-loads $s \
+    --capture-sources --output "$r-w32k-cpb-h200" > "$logs/cpb.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops residual_layernorm --shapes 4096x32768 --dtypes bf16 $c --batch-loads $s \
+    --capture-sources --output "$r-w32k-rln-cpb-h200" > "$logs/rln.log" 2>&1; echo "bench rc=$?"
+  w4="--shapes 4096x32768 --dtypes f32 --workers 1024 --pack 4 --unroll 8 --residency stream --reread-hints $c --batch-loads"
+  w8="--shapes 4096x32768 --dtypes bf16 --workers 1024 --pack 8 --unroll 4 --residency stream --reread-hints $c --batch-loads"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm $w4 --one-pass-moments $s --capture-sources \
+    --output "$r-w32k-ln-f32-h200" > "$logs/ln-f32.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm $w8 --one-pass-moments $s --capture-sources \
+    --output "$r-w32k-ln-bf16-h200" > "$logs/ln-bf16.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops softmax $w4 $s --capture-sources \
+    --output "$r-w32k-sm-f32-h200" > "$logs/sm-f32.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops softmax $w8 $s --capture-sources \
+    --output "$r-w32k-sm-bf16-h200" > "$logs/sm-bf16.log" 2>&1; echo "bench rc=$?"
+  for d in default cp cpb rln-cpb ln-f32 ln-bf16 sm-f32 sm-bf16; do
+    echo "-- $d"; grep -hE "\| lanefold (yes|no)" "$r-w32k-$d-h200/results.md" | cut -c1-140
+  done
+  keep w32k "$r"-w32k-*-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-78)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -180,6 +180,11 @@ pub struct PolicyArgs {
     /// cap). Same results.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub occupancy_cap: u32,
+    /// Streamed plans whose row is one unrolled loop of at most 8 packs a
+    /// worker: issue every load of a phase before computing on any. Same
+    /// results.
+    #[arg(long)]
+    pub batch_loads: bool,
 }
 
 impl PolicyArgs {
@@ -202,6 +207,7 @@ impl PolicyArgs {
             l1_columns: self.l1_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
+            batch_loads: self.batch_loads,
             ..Default::default()
         }
     }

@@ -70,6 +70,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.one_pass_moments() {
         name += "_om";
     }
+    if plan.batched_loads {
+        name += "_bl";
+    }
     name
 }
 
@@ -780,20 +783,8 @@ impl Ctx<'_> {
         self.line(&format!("const int i0 = ({chunk} * LF_W + w) * LF_V;"));
         let vector = if guarded.is_none() { self.vector } else { None };
 
-        // Loads from global memory this phase.
-        let mut global_loads = vec![];
-        for (at, instr) in body.iter().enumerate() {
-            if let Instr::Load { buffer } = instr {
-                if !self.needed(at, p) {
-                    continue;
-                }
-                let val = Value(at as u32);
-                let first = self.demanded[at].first() == Some(&p);
-                if !self.is_resident(val) || first {
-                    global_loads.push((val, buffer.clone()));
-                }
-            }
-        }
+        let global_loads = self.global_loads(p);
+        let batched = guarded.is_none() && self.batches_loads(p);
         for (val, buffer) in &global_loads {
             let base = match self.buffer_kind(buffer) {
                 BufferKind::Row => "row_off + ",
@@ -807,7 +798,6 @@ impl Ctx<'_> {
                     let ty = vec.access_type();
                     self.open("{");
                     self.line(&format!("unsigned wd[{}];", vec.words));
-                    let kind = self.buffer_kind(buffer);
                     // Staged columns are read from shared memory, not `q`.
                     let staged = self.is_staged(buffer);
                     let prefetched = self.prefetched.as_deref() == Some(buffer.as_str());
@@ -820,33 +810,6 @@ impl Ctx<'_> {
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                         ));
                     }
-                    // A row tile read once (no later phase re-reads it from
-                    // memory) may be evicted first; columns are reused.
-                    let streamed = self.plan.streaming_hints
-                        && kind == BufferKind::Row
-                        && !prefetched
-                        && !self.plan.rereads_tiles();
-                    // A re-read row tile: kept by its first load, let go
-                    // by its last. Columns (weight, bias), which every row
-                    // reads, are kept too.
-                    let phases = &self.demanded[val.index()];
-                    let reread =
-                        self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
-                    // Row tiles bypass L1 so the columns stay there.
-                    let bypass_l1 = self.plan.l1_columns && kind == BufferKind::Row && !prefetched;
-                    const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
-                    const DROP: (&str, &str) = ("lf_ld_drop", "lf_drop");
-                    let policy = if keeps_columns(self.plan) && kind == BufferKind::Column {
-                        Some(KEEP)
-                    } else if !reread {
-                        None
-                    } else if phases.first() == Some(&p) {
-                        Some(KEEP)
-                    } else if phases.last() == Some(&p) {
-                        Some(DROP)
-                    } else {
-                        None
-                    };
                     for k in 0..vec.words / vec.per_access {
                         self.open("{");
                         if staged {
@@ -855,15 +818,11 @@ impl Ctx<'_> {
                                 "const {ty} a = lf_stage_{}[(({chunk}) * {accesses} + {k}) * LF_T + tid];",
                                 ident(buffer)
                             ));
-                        } else if streamed {
-                            self.line(&format!("const {ty} a = lf_ld_cs(q + {k});"));
-                        } else if let (Some((load, pol)), false) = (policy, prefetched) {
-                            let load = if bypass_l1 { "lf_ld_na_hint" } else { load };
-                            self.line(&format!("const {ty} a = {load}(q + {k}, {pol});"));
-                        } else if bypass_l1 {
-                            self.line(&format!("const {ty} a = lf_ld_na(q + {k});"));
+                        } else if batched {
+                            self.line(&format!("const {ty} a = lf_b{}[{chunk}][{k}];", val.0));
                         } else {
-                            self.line(&format!("const {ty} a = q[{k}];"));
+                            let access = self.vector_access(p, *val, buffer, k);
+                            self.line(&format!("const {ty} a = {access};"));
                         }
                         for (f, field) in vec.fields().iter().enumerate() {
                             let src = if field.is_empty() {
@@ -1327,6 +1286,115 @@ impl Ctx<'_> {
     }
 
     /// Is `buffer` one of the column inputs staged in shared memory?
+    /// The tile loads phase `p` reads from global memory: every load it
+    /// needs that no earlier phase left resident.
+    fn global_loads(&self, p: usize) -> Vec<(Value, String)> {
+        let mut loads = vec![];
+        for (at, instr) in self.program.body.iter().enumerate() {
+            if let Instr::Load { buffer } = instr {
+                if !self.needed(at, p) {
+                    continue;
+                }
+                let val = Value(at as u32);
+                let first = self.demanded[at].first() == Some(&p);
+                if !self.is_resident(val) || first {
+                    loads.push((val, buffer.clone()));
+                }
+            }
+        }
+        loads
+    }
+
+    /// The expression that loads access `k` of a vector pack of `buffer`
+    /// through `q`, with the cache policy its plan gives it in phase `p`.
+    fn vector_access(&self, p: usize, val: Value, buffer: &str, k: usize) -> String {
+        let kind = self.buffer_kind(buffer);
+        let prefetched = self.prefetched.as_deref() == Some(buffer);
+        // A row tile read once (no later phase re-reads it from memory)
+        // may be evicted first; columns are reused.
+        let streamed = self.plan.streaming_hints
+            && kind == BufferKind::Row
+            && !prefetched
+            && !self.plan.rereads_tiles();
+        // A re-read row tile: kept by its first load, let go by its last.
+        // Columns (weight, bias), which every row reads, are kept too.
+        let phases = &self.demanded[val.index()];
+        let reread = self.plan.reread_hints && kind == BufferKind::Row && phases.len() > 1;
+        // Row tiles bypass L1 so the columns stay there.
+        let bypass_l1 = self.plan.l1_columns && kind == BufferKind::Row && !prefetched;
+        const KEEP: (&str, &str) = ("lf_ld_keep", "lf_keep");
+        const DROP: (&str, &str) = ("lf_ld_drop", "lf_drop");
+        let policy = if keeps_columns(self.plan) && kind == BufferKind::Column {
+            Some(KEEP)
+        } else if !reread {
+            None
+        } else if phases.first() == Some(&p) {
+            Some(KEEP)
+        } else if phases.last() == Some(&p) {
+            Some(DROP)
+        } else {
+            None
+        };
+        if streamed {
+            format!("lf_ld_cs(q + {k})")
+        } else if let (Some((load, pol)), false) = (policy, prefetched) {
+            let load = if bypass_l1 { "lf_ld_na_hint" } else { load };
+            format!("{load}(q + {k}, {pol})")
+        } else if bypass_l1 {
+            format!("lf_ld_na(q + {k})")
+        } else {
+            format!("q[{k}]")
+        }
+    }
+
+    /// Does phase `p` issue all its packs' loads before it computes on
+    /// any ([`Plan::batched_loads`])? Streamed plans whose whole row is one
+    /// unrolled chunk loop, vector packs, nothing staged or prefetched.
+    fn batches_loads(&self, p: usize) -> bool {
+        self.plan.batched_loads
+            && self.vector.is_some()
+            && self.prefetched.is_none()
+            && self.partial == 0
+            && self.full > 0
+            && self
+                .global_loads(p)
+                .iter()
+                .all(|(_, buffer)| !self.is_staged(buffer))
+    }
+
+    /// Phase `p`'s loads for every chunk into `lf_b<value>[chunk][access]`,
+    /// issued before the chunk loop computes on any (see
+    /// [`Self::batches_loads`]).
+    fn emit_batched_loads(&mut self, p: usize) {
+        let vec = self.vector.expect("batched loads are vector loads");
+        let ty = vec.access_type();
+        let accesses = vec.words / vec.per_access;
+        let loads = self.global_loads(p);
+        for (val, _) in &loads {
+            self.line(&format!("{ty} lf_b{}[LF_FULL][{accesses}];", val.0));
+        }
+        self.line("#pragma unroll");
+        self.open("for (int c = 0; c < LF_FULL; ++c) {");
+        self.line("const int i0 = (c * LF_W + w) * LF_V;");
+        for (val, buffer) in &loads {
+            let base = match self.buffer_kind(buffer) {
+                BufferKind::Row => "row_off + ",
+                _ => "",
+            };
+            self.open("{");
+            self.line(&format!(
+                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + {base}i0);",
+                ident(buffer)
+            ));
+            for k in 0..accesses {
+                let access = self.vector_access(p, *val, buffer, k);
+                self.line(&format!("lf_b{}[c][{k}] = {access};", val.0));
+            }
+            self.close();
+        }
+        self.close();
+    }
+
     fn is_staged(&self, buffer: &str) -> bool {
         let staged = self.plan.column_stage.map_or(0, |stage| stage.columns);
         self.program
@@ -1400,8 +1468,13 @@ impl Ctx<'_> {
         // 1024-thread streamed plan spilled 600-900 bytes per thread on the
         // H200: 2026-11-29-long-rows-search-g512-h200).
         let needs_slots = self.registers && self.resident.iter().any(|r| self.needed(r.index(), p));
+        let batched = self.batches_loads(p);
+        if batched {
+            self.open("{ // this phase's loads, all issued before the chunk loop");
+            self.emit_batched_loads(p);
+        }
         if self.full > 0 {
-            if needs_slots {
+            if needs_slots || batched {
                 self.line("#pragma unroll");
             } else {
                 let u = self.plan.layout.unroll;
@@ -1409,6 +1482,9 @@ impl Ctx<'_> {
             }
             self.open("for (int c = 0; c < LF_FULL; ++c) {");
             self.emit_pack(p, "c", None);
+            self.close();
+        }
+        if batched {
             self.close();
         }
         if self.partial > 0 {

@@ -242,6 +242,13 @@ pub struct LayoutRequest {
     /// only: same bits.
     #[serde(default)]
     pub occupancy_cap: u32,
+    /// In a streamed plan whose row is one unrolled loop of at most 8
+    /// packs a worker, issue every pack's loads of a phase before
+    /// computing on any, as Triton's block loads do, so a phase's loads
+    /// are all in flight at once whatever registers the compiler would
+    /// otherwise save. A scheduling choice only: same bits.
+    #[serde(default)]
+    pub batch_loads: bool,
 }
 
 impl LayoutRequest {
@@ -395,6 +402,7 @@ impl LayoutRequest {
             l1_columns: self.l1_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
+            batch_loads: self.batch_loads,
             ..Default::default()
         }
     }
@@ -505,6 +513,8 @@ pub struct Plan {
     /// See [`LayoutRequest::occupancy_cap`]; None where there is no cap or
     /// the threads alone allow no more groups.
     pub occupancy_cap: Option<OccupancyCap>,
+    /// See [`LayoutRequest::batch_loads`]; false where it does not apply.
+    pub batched_loads: bool,
     /// Where column slices are staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); None where that does not apply.
     pub column_stage: Option<ColumnStage>,
@@ -654,6 +664,9 @@ impl Plan {
         if let Some(cap) = self.occupancy_cap {
             s += &format!(" occupancy-cap={}", cap.groups);
         }
+        if self.batched_loads {
+            s += " batched-loads";
+        }
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
         if self.groups_per_row > 1 && default_group_threads != Some(self.row_threads_per_group()) {
             s += &format!(" group-threads={}", self.row_threads_per_group());
@@ -697,6 +710,7 @@ impl Plan {
             l1_columns: self.l1_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
+            batch_loads: self.batched_loads,
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
@@ -1805,6 +1819,11 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         l1_columns: request.l1_columns && columns > 0,
         ordered_hinted_loads: request.ordered_hinted_loads,
         occupancy_cap,
+        batched_loads: request.batch_loads
+            && residency == Residency::Stream
+            && whole_vector_packs
+            && layout.complete_packs(n) <= 8
+            && column_stage.is_none(),
         column_stage,
         packed_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
