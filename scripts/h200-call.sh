@@ -146,6 +146,8 @@
 #           beside the defaults; A/A of layernorm bf16
 #   CALL 78: whole-row streams at 4096x32768, one group per SM, promised
 #           occupancy 1, batched loads; benches beside the defaults
+#   CALL 79: A/A replays of call 78's three faster whole-row streams
+#   CALL 80: target-4 searches for the three one-row-per-SM defaults
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1843,6 +1845,50 @@ LIST
   done
   keep w32k "$r"-w32k-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-78)"; exit 2 ;;
+79)
+  # Session 15, after call 78: A/A replays with all three peers of the
+  # three whole-row streams that call 78 measured faster than today's
+  # defaults (one group per SM, occupancy promise 1, batched loads).
+  logs=$(mktemp -d)
+  c="--occupancy-cap 1 --occupancy 1 --batch-loads"
+  step "references"
+  timeout 40 "$bin" bench --backend cuda --ops rmsnorm --shapes 4096x32768 --dtypes f32 $c $s \
+    --capture-sources --output "$r-cpb-rms-ref-h200" > "$logs/rms.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops residual_layernorm --shapes 4096x32768 --dtypes bf16 $c $s \
+    --capture-sources --output "$r-cpb-rln-ref-h200" > "$logs/rln.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 4096x32768 --dtypes f32 --workers 1024 --pack 4 \
+    --unroll 8 --residency stream --reread-hints --one-pass-moments $c $s --capture-sources \
+    --output "$r-cpb-ln-ref-h200" > "$logs/ln.log" 2>&1; echo "bench rc=$?"
+  keep cpb-refs "$r"-cpb-*-ref-h200 "$logs"
+  for d in rms rln ln; do
+    [ "$(left)" -gt 50 ] || break
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$r-cpb-$d-ref-h200/results.json" --aa --rounds 2 $s \
+      --torch --torch-compile --liger --deadline-s "$(( $(left) - 10 ))" --output "$r-cpb-$d-aa-h200" \
+      > "$logs/$d-replay.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-cpb-$d-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+    keep "cpb-$d-replay" "$r-cpb-$d-aa-h200" "$logs"
+  done
+  ;;
+80)
+  # Session 15: target 4 for the three defaults that now stream one row
+  # per SM (calls 78-79): searches whose automatic mapping is today's pick,
+  # beside streamed candidates without the cap.
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --reread-hints --max-candidates 6"
+  logs=$(mktemp -d)
+  i=0
+  while read -r op dtype shape grid; do
+    i=$((i + 1))
+    step "$op $dtype $shape"
+    timeout 90 "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" $grid $q \
+      --output "$r-t4s-$op-$dtype-$shape-h200" > "$logs/search-$i.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "$logs/search-$i.log" | cut -c1-200
+  done <<'LIST'
+rmsnorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream
+layernorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream --one-pass-moments
+residual_layernorm bf16 4096x32768 --tune-workers 512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency stream
+LIST
+  keep t4s "$r"-t4s-*-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-80)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -460,6 +460,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("l1-columns", l1_column_checks),
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
+    ("batched-loads", batched_load_checks),
 ];
 
 /// Every opt-in variant's checks.
@@ -496,6 +497,40 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
             |request| request.ordered_hinted_loads = true,
             |plan| plan.ordered_hinted_loads,
             |_| true,
+        );
+    }
+}
+
+/// Batched loads (`batch_loads`): every operator, f32 and bf16, streamed
+/// with re-read hints, one to two packs a worker, alone and with one
+/// group per multiprocessor promised (the defaults' form for norm rows of
+/// 128 KiB). Same bits as without; marked on every streamed plan.
+pub fn batched_load_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    let bases: [(&str, RequestEdit); 2] = [
+        ("batched loads", |request| {
+            request.residency = ResidencyRequest::Stream;
+            request.reread_hints = true;
+        }),
+        ("batched loads, one group per SM", |request| {
+            request.residency = ResidencyRequest::Stream;
+            request.reread_hints = true;
+            request.occupancy_cap = 1;
+            request.occupancy = 1;
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(256, 4, 1024), (1024, 4, 8192), (1024, 8, 16384)],
+            37,
+            base,
+            |request| request.batch_loads = true,
+            |plan| plan.batched_loads,
+            |plan| plan.residency == lanefold_plan::Residency::Stream,
         );
     }
 }

@@ -1397,3 +1397,32 @@ fn an_occupancy_cap_folds_pack_addresses_and_pads_shared_memory() {
     );
     assert_eq!(moot.occupancy_cap, None);
 }
+
+/// Today's default for rmsnorm f32 4096x32768: the whole row per pass in
+/// one 1024-thread group per SM, promised to the compiler, loads batched
+/// (session 15, 252.6 µs in `bench/results/2026-12-01-cpb-rms-aa-h200`;
+/// the measurement's freeze test pins the source byte for byte).
+#[test]
+fn golden_rmsnorm_f32_4096x32768_default_one_row_per_multiprocessor() {
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "4096x32768",
+        LayoutRequest::default(),
+    );
+    let k = kernel(&p);
+    assert_eq!(
+        k.name,
+        "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr_ob1_cap1_bl"
+    );
+    assert!(k.source.contains("__launch_bounds__(1024, 1)"));
+    let keeps = k
+        .source
+        .matches("lf_b0[c][0] = lf_ld_keep(q + 0, lf_keep);");
+    let drops = k
+        .source
+        .matches("lf_b0[c][0] = lf_ld_drop(q + 0, lf_drop);");
+    assert_eq!((keeps.count(), drops.count()), (1, 1));
+    assert_eq!((k.shared_bytes, k.carveout_percent), (7 * 1024, Some(3)));
+    insta::assert_snapshot!(golden(&p));
+}

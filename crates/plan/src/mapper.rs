@@ -975,6 +975,65 @@ fn rule_beside_model(
     request: &LayoutRequest,
     pick: &LayoutRequest,
 ) -> Result<Option<RuleBesideModel>, Refusal> {
+    Ok(
+        layout_rule_beside_model(problem, target, request, pick)?.map(|rule| RuleBesideModel {
+            request: one_row_per_multiprocessor(problem, target, rule.request),
+            ..rule
+        }),
+    )
+}
+
+/// A whole-row stream of the norms whose row inputs take 128 KiB or more
+/// a row, in one 1024-thread group of at most 8 packs a worker: one
+/// group per multiprocessor (occupancy cap 1, so L1 holds the row for its
+/// re-reads), promised to the compiler (`__launch_bounds__(1024, 1)`:
+/// 62-64 registers instead of 32, so a phase's eight loads are in flight
+/// at once, as in Inductor's kernel), with batched loads. Session 15,
+/// call 79, A/A with all three peers: rmsnorm f32 4096x32768 252.6 µs
+/// against 263.8 (`2026-12-01-cpb-rms-aa-h200`), layernorm f32 258.1
+/// against 268.4 (`-cpb-ln-aa-`), residual_layernorm bf16 269.5 against
+/// 284.7 (`-cpb-rln-aa-`). Rows of 64 KiB (rmsnorm, layernorm, softmax
+/// bf16) and softmax f32 ran slower so (call 78).
+fn one_row_per_multiprocessor(
+    problem: &Problem,
+    target: &Target,
+    request: LayoutRequest,
+) -> LayoutRequest {
+    let norm = matches!(
+        problem.operator_kind(),
+        Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
+    );
+    let n = problem.shape.n as u64;
+    let row_input_bytes =
+        problem.program.row_inputs().count() as u64 * n * problem.dtype.size_bytes() as u64;
+    let per_chunk = request.workers as u64 * request.pack as u64;
+    let whole_row_group = request.workers == target.max_threads_per_group
+        && per_chunk > 0
+        && n.is_multiple_of(per_chunk)
+        && n / per_chunk <= 8;
+    if target.name == "h200"
+        && norm
+        && request.residency == ResidencyRequest::Stream
+        && row_input_bytes >= 128 * 1024
+        && whole_row_group
+    {
+        LayoutRequest {
+            occupancy_cap: 1,
+            occupancy: 1,
+            batch_loads: true,
+            ..request
+        }
+    } else {
+        request
+    }
+}
+
+fn layout_rule_beside_model(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+    pick: &LayoutRequest,
+) -> Result<Option<RuleBesideModel>, Refusal> {
     if request.residency != ResidencyRequest::Auto || request.batch_invariant {
         return Ok(None);
     }
@@ -1054,7 +1113,20 @@ struct SearchedWinner {
     evidence: &'static str,
 }
 
-const SEARCHED_WINNERS: [SearchedWinner; 5] = [
+const SEARCHED_WINNERS: [SearchedWinner; 6] = [
+    SearchedWinner {
+        op: Operator::Layernorm,
+        dtype: DType::F32,
+        shape: (4096, 32768),
+        workers: 1024,
+        pack: 4,
+        unroll: 8,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Stream,
+        cluster_group_threads: 0,
+        reread_hints: true,
+        evidence: "2026-12-01-cpb-ln-aa-h200 (the whole row per pass, one group per SM, promised, batched loads: see one_row_per_multiprocessor), 258.1 against the register plan's 268.4 µs (2026-11-30-fold-aa-h200)",
+    },
     SearchedWinner {
         op: Operator::ResidualLayernorm,
         dtype: DType::Bf16,
@@ -1373,26 +1445,12 @@ fn hinted_stream_instead(
     // 4096 bf16, 512 on 8192, at most one full group on longer rows.
     let pack = picked.layout.pack;
     let workers = two_packs_per_worker(shape.n, pack, target);
-    // An f32 row of 128 KiB is re-read from L1 only while it is the SM's
-    // one row: capped at one group (whose kernel then folds its pack
-    // addresses), rmsnorm f32 4096x32768 ran 261.0 µs
-    // (2026-11-30-cap-aa-h200) against 263.8 uncapped (-nc-aa-h200);
-    // folded without the cap, two groups shared an SM: 298.8
-    // (-addr-h200). bf16 rows of 64 KiB ran 1.35x slower capped.
-    let one_row_per_sm = problem.dtype == DType::F32
-        && workers == target.max_threads_per_group
-        && shape.n as u64 * 4 >= 128 * 1024;
     let streamed = LayoutRequest {
         workers,
         pack,
         rows_per_group: 0,
         residency: ResidencyRequest::Stream,
         reread_hints: true,
-        occupancy_cap: if one_row_per_sm {
-            1
-        } else {
-            pick.occupancy_cap
-        },
         ..*pick
     };
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
@@ -2584,25 +2642,34 @@ mod tests {
     }
 
     #[test]
-    fn rmsnorm_f32_rows_of_128_kib_stream_one_row_per_multiprocessor() {
+    fn norm_rows_of_128_kib_stream_one_row_per_multiprocessor() {
         let t = Target::h200();
         let auto = LayoutRequest::default();
-        let f32 = plan(
-            &typed(Operator::Rmsnorm, DType::F32, "4096x32768"),
-            &t,
-            &auto,
-        )
-        .unwrap();
-        assert_eq!(
-            f32.occupancy_cap.map(|c| c.groups),
-            Some(1),
-            "{}",
-            f32.describe()
-        );
-        assert_eq!(f32.residency, Residency::Stream);
-        for (dtype, shape) in [(DType::Bf16, "4096x32768"), (DType::F32, "16384x8192")] {
-            let p = plan(&typed(Operator::Rmsnorm, dtype, shape), &t, &auto).unwrap();
-            assert_eq!(p.occupancy_cap, None, "{dtype} {shape}: {}", p.describe());
+        for (op, dtype) in [
+            (Operator::Rmsnorm, DType::F32),
+            (Operator::Layernorm, DType::F32),
+            (Operator::ResidualLayernorm, DType::Bf16),
+        ] {
+            let p = plan(&typed(op, dtype, "4096x32768"), &t, &auto).unwrap();
+            let what = format!("{op} {dtype}: {}", p.describe());
+            assert_eq!(p.residency, Residency::Stream, "{what}");
+            assert_eq!(p.layout.workers, 1024, "{what}");
+            assert_eq!(p.occupancy_cap.map(|c| c.groups), Some(1), "{what}");
+            assert_eq!(p.min_groups_per_multiprocessor, Some(1), "{what}");
+            assert!(p.batched_loads, "{what}");
+        }
+        // Rows of 64 KiB, softmax, and rows a cluster spans stay as they were.
+        for (op, dtype, shape) in [
+            (Operator::Rmsnorm, DType::Bf16, "4096x32768"),
+            (Operator::Layernorm, DType::Bf16, "4096x32768"),
+            (Operator::Softmax, DType::F32, "4096x32768"),
+            (Operator::ResidualLayernorm, DType::F32, "4096x32768"),
+            (Operator::Rmsnorm, DType::F32, "16384x8192"),
+        ] {
+            let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
+            let what = format!("{op} {dtype} {shape}: {}", p.describe());
+            assert_eq!(p.occupancy_cap, None, "{what}");
+            assert!(!p.batched_loads, "{what}");
         }
         let cpu = plan(
             &typed(Operator::Rmsnorm, DType::F32, "4096x32768"),
@@ -3201,9 +3268,10 @@ mod tests {
             );
         }
         // Measured slower, unmeasured, or not the 64-slot plan: unchanged.
+        // (layernorm f32 4096x32768 streams since session 15, as the
+        // search's winner: norm_rows_of_128_kib_stream_one_row_per_multiprocessor.)
         for (op, dtype, shape) in [
             (ln, DType::Bf16, "4096x32768"),
-            (ln, DType::F32, "4096x32768"),
             (sm, DType::F32, "4096x32768"),
             (sm, DType::Bf16, "1024x4096"),
             (rms, DType::Bf16, "4096x131072"),
