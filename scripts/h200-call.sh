@@ -148,6 +148,7 @@
 #           occupancy 1, batched loads; benches beside the defaults
 #   CALL 79: A/A replays of call 78's three faster whole-row streams
 #   CALL 80: target-4 searches for the three one-row-per-SM defaults
+#   CALL 81: CUDA checks of batched loads, the cap and batch invariance
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1889,6 +1890,16 @@ residual_layernorm bf16 4096x32768 --tune-workers 512,1024 --tune-pack 8 --tune-
 LIST
   keep t4s "$r"-t4s-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-80)"; exit 2 ;;
+81)
+  # Session 15: the CUDA half of the new checks: batched loads, the
+  # occupancy cap, and batch invariance (call 74 found its mapper bug).
+  logs=$(mktemp -d)
+  step "selftest variants on CUDA"
+  timeout 120 "$bin" selftest --backend cuda --variant batched-loads,occupancy-cap,batch-invariance \
+    > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
+  keep selftest "$logs"
+  ;;
+*) echo "unknown call $call (1-81)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -47,9 +47,9 @@ enum Command {
         quick: bool,
         /// Only the checks of the opt-in variants (online normalizer,
         /// one-pass moments, staged columns, packed tiles, relaxed exit,
-        /// pushed reduction) and, on CUDA, of the call path and its
-        /// completion flag: seconds instead of minutes on a device whose
-        /// time is scarce.
+        /// pushed reduction, ...), of batch invariance and, on CUDA, of the
+        /// call path and its completion flag: seconds instead of minutes
+        /// on a device whose time is scarce.
         #[arg(long)]
         variants_only: bool,
         /// Only these variants' checks (comma-separated names, e.g.
@@ -874,7 +874,6 @@ fn selftest_cmd(
 fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut Report) {
     selftest::refusal_checks(report);
     selftest::exact_sum_checks(backend, report);
-    selftest::batch_invariance_checks(backend, &[127, 4096], report);
     selftest::load_policy_checks(backend, report);
     selftest::cluster_group_checks(backend, report);
     selftest::variant_checks(backend, report);

@@ -461,7 +461,14 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
+    ("batch-invariance", batch_invariance_default_checks),
 ];
+
+/// [`batch_invariance_checks`] on rows of 127 and 4096, as the full
+/// selftest runs them.
+pub fn batch_invariance_default_checks(backend: &Backend, report: &mut Report) {
+    batch_invariance_checks(backend, &[127, 4096], report);
+}
 
 /// Every opt-in variant's checks.
 pub fn variant_checks(backend: &Backend, report: &mut Report) {
