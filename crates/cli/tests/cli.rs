@@ -316,3 +316,33 @@ fn selftest_runs_one_named_variant_and_refuses_unknown_names() {
     assert_clean_failure(&o, 1, "unknown variant 'nope'");
     assert!(stderr(&o).contains("prefetch-rows"));
 }
+
+/// The occupancy cap and batched loads are asked for by flag and shown in
+/// the plan; a promise above the cap is a clear error, not a panic.
+#[test]
+fn plan_shows_an_occupancy_cap_and_batched_loads_and_refuses_a_promise_above_the_cap() {
+    let args = [
+        "plan",
+        "--op",
+        "rmsnorm",
+        "--dtype",
+        "f32",
+        "--shape",
+        "64x32768",
+        "--target",
+        "h200",
+        "--workers",
+        "1024",
+        "--pack",
+        "4",
+        "--residency",
+        "stream",
+    ];
+    let o = lanefold(&[&args[..], &["--occupancy-cap", "1", "--batch-loads"]].concat());
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("occupancy-cap=1"), "{out}");
+    assert!(out.contains("batched-loads"), "{out}");
+    let o = lanefold(&[&args[..], &["--occupancy-cap", "1", "--occupancy", "2"]].concat());
+    assert_clean_failure(&o, 2, "promised above the cap");
+}

@@ -1653,7 +1653,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
 
     if request.occupancy_cap > 0 && request.occupancy > request.occupancy_cap {
         return Err(width(format!(
-            "occupancy {} promised above the cap of {} groups",
+            "occupancy {} promised above the cap of {} per multiprocessor",
             request.occupancy, request.occupancy_cap
         )));
     }
