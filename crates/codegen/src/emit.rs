@@ -776,7 +776,7 @@ impl Ctx<'_> {
 
     /// One pack of V elements (or the first `count` of a guarded partial
     /// pack) at chunk `chunk` (a loop variable or a constant).
-    fn emit_pack(&mut self, p: usize, chunk: &str, guarded: Option<usize>) {
+    fn emit_pack(&mut self, p: usize, chunk: &str, guarded: Option<usize>, batched: bool) {
         let body = &self.program.body;
         let v = self.v;
         let count = guarded.unwrap_or(v);
@@ -784,12 +784,8 @@ impl Ctx<'_> {
         let vector = if guarded.is_none() { self.vector } else { None };
 
         let global_loads = self.global_loads(p);
-        let batched = guarded.is_none() && self.batches_loads(p);
         for (val, buffer) in &global_loads {
-            let base = match self.buffer_kind(buffer) {
-                BufferKind::Row => "row_off + ",
-                _ => "",
-            };
+            let base = self.row_base(buffer);
             let ptr = format!("p_{}", ident(buffer));
             let arr = format!("l{}", val.0);
             self.line(&format!("float {arr}[LF_V];"));
@@ -1286,6 +1282,15 @@ impl Ctx<'_> {
     }
 
     /// Is `buffer` one of the column inputs staged in shared memory?
+    /// What a pack offset of `buffer` is added to: the row's offset for
+    /// row buffers, nothing for columns.
+    fn row_base(&self, buffer: &str) -> &'static str {
+        match self.buffer_kind(buffer) {
+            BufferKind::Row => "row_off + ",
+            _ => "",
+        }
+    }
+
     /// The tile loads phase `p` reads from global memory: every load it
     /// needs that no earlier phase left resident.
     fn global_loads(&self, p: usize) -> Vec<(Value, String)> {
@@ -1377,10 +1382,7 @@ impl Ctx<'_> {
         self.open("for (int c = 0; c < LF_FULL; ++c) {");
         self.line("const int i0 = (c * LF_W + w) * LF_V;");
         for (val, buffer) in &loads {
-            let base = match self.buffer_kind(buffer) {
-                BufferKind::Row => "row_off + ",
-                _ => "",
-            };
+            let base = self.row_base(buffer);
             self.open("{");
             self.line(&format!(
                 "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + {base}i0);",
@@ -1481,7 +1483,7 @@ impl Ctx<'_> {
                 self.line(&format!("#pragma unroll {u}"));
             }
             self.open("for (int c = 0; c < LF_FULL; ++c) {");
-            self.emit_pack(p, "c", None);
+            self.emit_pack(p, "c", None, batched);
             self.close();
         }
         if batched {
@@ -1489,7 +1491,7 @@ impl Ctx<'_> {
         }
         if self.partial > 0 {
             self.open("{ // the partial pack, guarded per element");
-            self.emit_pack(p, "LF_FULL", Some(self.partial));
+            self.emit_pack(p, "LF_FULL", Some(self.partial), false);
             self.close();
         }
         if let (Some(input), true) = (&self.prefetched, self.prefetch_phase == Some(p)) {
@@ -1519,6 +1521,10 @@ impl Ctx<'_> {
 fn folds_pack_addresses(plan: &Plan) -> bool {
     plan.residency == Residency::Registers || plan.occupancy_cap.is_some()
 }
+
+/// Makes `w` opaque to the compiler (see [`folds_pack_addresses`]).
+const HIDE_WORKER_INDEX: &str =
+    "asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset";
 
 pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, CodegenError> {
     let program = &plan.problem.program;
@@ -1866,7 +1872,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
                 "int w = rank * {per_row} + (tid & {});",
                 per_row - 1
             ));
-            cx.line("asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset");
+            cx.line(HIDE_WORKER_INDEX);
         }
         if let (Some(stage), Some(vec)) = (stage, vector) {
             cx.emit_column_stage(&stage, vec);
@@ -1892,7 +1898,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     } else {
         if folds_pack_addresses(plan) {
             cx.line("int w = tid % LF_W;");
-            cx.line("asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset");
+            cx.line(HIDE_WORKER_INDEX);
         } else {
             cx.line("const int w = tid % LF_W;");
         }

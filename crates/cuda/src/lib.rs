@@ -778,12 +778,15 @@ pub fn compiler_occupancy(
         ..plan.clone()
     };
     let registers = registers_of(&compile_offline(&plain, options, arch)?)?;
-    let Some(groups) = lanefold_plan::occupancy_step_to_try(
+    // Never a step the plan's occupancy cap forbids.
+    let step = lanefold_plan::occupancy_step_to_try(
         target,
         plan.threads_per_group,
         registers,
         plan.shared_bytes,
-    ) else {
+    )
+    .filter(|&groups| plan.occupancy_cap.is_none_or(|cap| groups <= cap.groups));
+    let Some(groups) = step else {
         return Ok(OccupancyProbe {
             registers,
             tried: None,

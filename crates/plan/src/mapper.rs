@@ -1683,6 +1683,9 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
     let resident_tiles = analysis.resident.len();
     let needed_slots = resident_tiles * slot_bound;
+    // Packed tiles and staged columns move whole vector packs only.
+    let whole_vector_packs =
+        !layout.has_partial_pack(n) && vector_access(problem.dtype, pack as usize, n).is_some();
     // An explicit register request with packed 16-bit tiles is budgeted
     // in packed words (two slots a register): the whole 32768-element row
     // of a 1024-thread group, as Inductor holds rows, fits only so. The
@@ -1691,8 +1694,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     let packs_explicitly = request.residency == ResidencyRequest::Registers
         && request.pack_resident
         && problem.dtype.size_bytes() == 2
-        && !layout.has_partial_pack(n)
-        && vector_access(problem.dtype, pack as usize, n).is_some();
+        && whole_vector_packs;
     let budgeted_slots = if packs_explicitly {
         resident_tiles * slot_bound.div_ceil(2)
     } else {
@@ -1728,9 +1730,6 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     } else {
         0
     };
-    // Packed tiles and staged columns move whole vector packs only.
-    let whole_vector_packs =
-        !layout.has_partial_pack(n) && vector_access(problem.dtype, pack as usize, n).is_some();
     let packed_resident = request.pack_resident
         && problem.dtype.size_bytes() == 2
         && resident_slots > 0
