@@ -149,6 +149,9 @@
 #   CALL 79: A/A replays of call 78's three faster whole-row streams
 #   CALL 80: target-4 searches for the three one-row-per-SM defaults
 #   CALL 81: CUDA checks of batched loads, the cap and batch invariance
+#   CALL 82: packed tiles kept packed and ordered columns: CUDA checks,
+#           bf16 defaults old binary against new, layernorm bf16 4096x32768
+#           packed register variants
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1900,6 +1903,42 @@ LIST
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
   keep selftest "$logs"
   ;;
-*) echo "unknown call $call (1-81)"; exit 2 ;;
+82)
+  # Session 16: later phases re-widen packed bf16 words by prmt, and
+  # --ordered-columns. CUDA bit checks first, then the bf16 defaults that
+  # changed, the session-15 binary (BASE) against this one, then packed
+  # register variants of layernorm bf16 4096x32768. Benches only.
+  logs=$(mktemp -d)
+  base=${BASE:-.gpu/lanefold-s15}
+  step "selftest variants on CUDA"
+  timeout 150 "$bin" selftest --backend cuda --variant ordered-columns,packed-resident \
+    > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
+  keep selftest "$logs"
+  d="--ops layernorm,rmsnorm,softmax,residual_layernorm --shapes 4096x131072,1024x262144 --dtypes bf16"
+  for side in base new; do
+    b=$bin; [ $side = base ] && b=$base
+    step "bf16 defaults, $side"
+    timeout 110 "$b" bench --backend cuda $d $s --capture-sources --output "$r-pk-$side-long-h200" \
+      > "$logs/$side-long.log" 2>&1; echo "bench rc=$?"
+    timeout 40 "$b" bench --backend cuda --ops layernorm,softmax --shapes 4096x32768 --dtypes bf16 $s \
+      --capture-sources --output "$r-pk-$side-w32k-h200" > "$logs/$side-w32k.log" 2>&1; echo "bench rc=$?"
+  done
+  keep pk-defaults "$r"-pk-base-*-h200 "$r"-pk-new-*-h200 "$logs"
+  a="--ops layernorm --shapes 4096x32768 --dtypes bf16 --workers 512 --pack 8 --unroll 4 --residency registers --pack-resident"
+  for v in "om-oc:--one-pass-moments --ordered-columns" "oc:--ordered-columns" \
+           "om-oc-l1c:--one-pass-moments --ordered-columns --l1-columns" "om-ob2:--one-pass-moments --occupancy 2" \
+           "om:--one-pass-moments"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "layernorm bf16 packed $name"
+    timeout 40 "$bin" bench --backend cuda $a $flags $s --capture-sources --output "$r-pk-ln-$name-h200" \
+      > "$logs/ln-$name.log" 2>&1; echo "bench rc=$?"
+  done
+  for f in "$r"-pk-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-140
+  done
+  keep pk-ln "$r"-pk-ln-*-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-82)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -169,6 +169,11 @@ pub struct PolicyArgs {
     /// L1. Vector accesses only. Same results.
     #[arg(long)]
     pub l1_columns: bool,
+    /// Load each chunk's weight and bias only after the chunk before has
+    /// stored its outputs, so the compiler holds one chunk's columns in
+    /// registers instead of all of them. Vector packs only. Same results.
+    #[arg(long)]
+    pub ordered_columns: bool,
     /// Issue hinted loads without `.nc`, so the compiler keeps each below
     /// the stores before it (lanefold's loads before session 14; fewer
     /// registers, fewer loads in flight). Same results.
@@ -205,6 +210,7 @@ impl PolicyArgs {
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
+            ordered_columns: self.ordered_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,

@@ -458,6 +458,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("cluster-rows", cluster_rows_checks),
     ("prefetch-rows", prefetched_rows_checks),
     ("l1-columns", l1_column_checks),
+    ("ordered-columns", ordered_column_checks),
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
@@ -599,6 +600,47 @@ pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
             base,
             |request| request.l1_columns = true,
             |plan| plan.l1_columns,
+            |plan| plan.problem.program.column_inputs().count() > 0,
+        );
+    }
+}
+
+/// Columns loaded in order below the chunk before's stores
+/// (`ordered_columns`): every operator, f32 and bf16, in register plans
+/// (bf16 also with packed tiles, the combination it is for) and streamed
+/// plans, with and without kept columns' L2 policy. Same bits as without;
+/// marked exactly where the program has columns.
+pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    let bases: [(&str, RequestEdit); 4] = [
+        ("ordered columns", |request| {
+            request.residency = ResidencyRequest::Registers
+        }),
+        ("ordered columns, packed", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.pack_resident = true;
+            request.one_pass_moments = true;
+        }),
+        ("ordered columns, kept", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.keep_columns = true;
+        }),
+        ("ordered columns, streamed", |request| {
+            request.residency = ResidencyRequest::Stream;
+            request.reread_hints = true;
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+            37,
+            base,
+            |request| request.ordered_columns = true,
+            |plan| plan.ordered_columns,
             |plan| plan.problem.program.column_inputs().count() > 0,
         );
     }

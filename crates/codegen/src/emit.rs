@@ -40,6 +40,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.l1_columns {
         name += "_l1c";
     }
+    if plan.ordered_columns {
+        name += "_oc";
+    }
     if let Some(stage) = plan.column_stage {
         name += "_sc";
         if stage.columns < plan.problem.program.column_inputs().count() {
@@ -182,6 +185,31 @@ __device__ __forceinline__ unsigned lf_bits(float x) { return (unsigned)lf_narro
     }
 }
 
+/// `lf_rewiden<P>(word, high)`: one value of a packed 16-bit tile widened
+/// again in phase P. ptxas sees through the empty `asm` that hides the
+/// word and would otherwise reuse what an earlier phase widened, holding
+/// two f32 registers per word across each reduction. So bf16 widens by
+/// `prmt`, never the first load's shift and mask, with a zero selector
+/// that differs from phase to phase (layernorm bf16 W=512 with one-pass
+/// moments: 67 -> 62 registers; the long-row cluster kernels 80 -> 61).
+fn rewiden_helper(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Bf16 => {
+            "template <unsigned P> __device__ __forceinline__ float lf_rewiden(unsigned w, bool high) {
+    constexpr unsigned z = 0x44u + 0x11u * (P % 4u);
+    unsigned b;
+    if (high) asm(\"prmt.b32 %0, %1, 0, %2;\" : \"=r\"(b) : \"r\"(w), \"n\"(0x3200u | z));
+    else asm(\"prmt.b32 %0, %1, 0, %2;\" : \"=r\"(b) : \"r\"(w), \"n\"(0x1000u | z));
+    return __uint_as_float(b);
+}
+"
+        }
+        _ => {
+            "template <unsigned P> __device__ __forceinline__ float lf_rewiden(unsigned w, bool high) { return lf_widen_bits(high ? w >> 16 : w & 0xffffu); }\n"
+        }
+    }
+}
+
 /// exp(x) = 2^(x log2 e): a multiply and the SFU's `ex2.approx` (relative
 /// error about 2^-22) instead of `expf`'s ~10-instruction range reduction,
 /// which made bf16 softmax and cross-entropy instruction-bound on the H200.
@@ -201,6 +229,28 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
 /// load below the stores before it (session 14: a re-read phase issued one
 /// x and one weight load per store, rmsnorm f32 4096x32768 275 -> 263 µs).
 fn vector_load_helpers(name: &str, op: &str, policy: bool) -> String {
+    load_helpers(name, op, policy, "asm", "")
+}
+
+/// `LayoutRequest::ordered_columns`: column loads that stay below the
+/// stores before them. `asm volatile` with a memory clobber keeps NVVM
+/// from moving them, and an `op` without `.nc` keeps ptxas from it.
+fn ordered_column_helpers(plan: &Plan) -> String {
+    let ordered = |name: &str, op: &str, policy: bool| {
+        load_helpers(name, op, policy, "asm volatile", " : \"memory\"")
+    };
+    if keeps_columns(plan) {
+        ordered(
+            "lf_ld_ord_keep",
+            "ld.global.L1::evict_last.L2::cache_hint",
+            true,
+        )
+    } else {
+        ordered("lf_ld_ord", "ld.global", false)
+    }
+}
+
+fn load_helpers(name: &str, op: &str, policy: bool, asm: &str, clobber: &str) -> String {
     let mut out = String::new();
     for (ty, shape, outs) in [
         ("uint4", ".v4", &["v.x", "v.y", "v.z", "v.w"][..]),
@@ -227,7 +277,7 @@ fn vector_load_helpers(name: &str, op: &str, policy: bool) -> String {
         let _ = write!(
             out,
             "__device__ __forceinline__ {ty} {name}(const {ty}* p{param}) {{\n    {ty} v;\n    \
-             asm(\"{op}{shape}.u32 {regs}, [%{addr}]{operand};\" : {} : \"l\"(p){input});\n    \
+             {asm}(\"{op}{shape}.u32 {regs}, [%{addr}]{operand};\" : {} : \"l\"(p){input}{clobber});\n    \
              return v;\n}}\n",
             constraints.join(", ")
         );
@@ -908,7 +958,7 @@ impl Ctx<'_> {
                     let first = self.demanded[at].first() == Some(&p);
                     if self.packs(val) && !first {
                         let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
-                        format!("lf_widen_bits((e & 1) ? ({slot} >> 16) : ({slot} & 0xffffu))")
+                        format!("lf_rewiden<{p}>({slot}, e & 1)")
                     } else if self.is_resident(val) && !first {
                         format!("r{}[{chunk} * LF_V + e]", val.0)
                     } else {
@@ -1340,7 +1390,12 @@ impl Ctx<'_> {
         } else {
             None
         };
-        if streamed {
+        if self.plan.ordered_columns && kind == BufferKind::Column {
+            match policy {
+                Some((_, pol)) => format!("lf_ld_ord_keep(q + {k}, {pol})"),
+                None => format!("lf_ld_ord(q + {k})"),
+            }
+        } else if streamed {
             format!("lf_ld_cs(q + {k})")
         } else if let (Some((load, pol)), false) = (policy, prefetched) {
             let load = if bypass_l1 { "lf_ld_na_hint" } else { load };
@@ -1791,6 +1846,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         plan.groups,
     );
     head.push_str(storage_helpers(plan.dtype()));
+    if plan.packed_resident {
+        head.push_str(rewiden_helper(plan.dtype()));
+    }
     head.push_str(MATH_HELPERS);
     if plan.streaming_hints {
         head.push_str(&streaming_helpers(plan));
@@ -1800,6 +1858,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if plan.l1_columns {
         head.push_str(&l1_column_helpers(plan));
+    }
+    if plan.ordered_columns {
+        head.push_str(&ordered_column_helpers(plan));
     }
     if cluster > 1 {
         head.push_str(CLUSTER_HELPERS);

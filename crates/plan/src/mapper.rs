@@ -226,6 +226,15 @@ pub struct LayoutRequest {
     /// without columns.
     #[serde(default)]
     pub l1_columns: bool,
+    /// Load each chunk's columns (weight, bias) after the chunk before it
+    /// has stored its outputs, by loads the compiler may not move above
+    /// those stores. The compiler otherwise issues every column load of a
+    /// register plan's last phase at once, holding all of them in
+    /// registers (layernorm bf16 W=512: 128 registers, one group per
+    /// multiprocessor). A scheduling choice only: same bits; vector packs
+    /// only; no effect on programs without columns.
+    #[serde(default)]
+    pub ordered_columns: bool,
     /// Issue hinted loads (streaming, re-read, kept or L1-bypassing) without
     /// `.nc`, so ptxas keeps each below the stores before it, as lanefold's
     /// kernels did before session 14: fewer loads in flight in a re-read
@@ -400,6 +409,7 @@ impl LayoutRequest {
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
+            ordered_columns: self.ordered_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
@@ -508,6 +518,9 @@ pub struct Plan {
     pub keep_columns: bool,
     /// See [`LayoutRequest::l1_columns`]; false without column inputs.
     pub l1_columns: bool,
+    /// See [`LayoutRequest::ordered_columns`]; false without column
+    /// inputs or vector packs.
+    pub ordered_columns: bool,
     /// See [`LayoutRequest::ordered_hinted_loads`].
     pub ordered_hinted_loads: bool,
     /// See [`LayoutRequest::occupancy_cap`]; None where there is no cap or
@@ -634,6 +647,9 @@ impl Plan {
         if self.l1_columns {
             s += " l1-columns";
         }
+        if self.ordered_columns {
+            s += " ordered-columns";
+        }
         if let Some(stage) = self.column_stage {
             s += " staged-columns";
             if stage.columns < self.problem.program.column_inputs().count() {
@@ -708,6 +724,7 @@ impl Plan {
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
             l1_columns: self.l1_columns,
+            ordered_columns: self.ordered_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
             batch_loads: self.batched_loads,
@@ -1874,6 +1891,9 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
         keep_columns: request.keep_columns && columns > 0,
         l1_columns: request.l1_columns && columns > 0,
+        ordered_columns: request.ordered_columns
+            && columns > 0
+            && vector_access(problem.dtype, pack as usize, n).is_some(),
         ordered_hinted_loads: request.ordered_hinted_loads,
         occupancy_cap,
         batched_loads: request.batch_loads
