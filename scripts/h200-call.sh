@@ -152,6 +152,10 @@
 #   CALL 82: packed tiles kept packed and ordered columns: CUDA checks,
 #           bf16 defaults old binary against new, layernorm bf16 4096x32768
 #           packed register variants
+#   CALL 83: A/A replays with all peers of the new packed defaults
+#           (layernorm bf16 4096x32768 with ordered columns, the long bf16
+#           layernorm and rmsnorm rows, softmax bf16 4096x32768); two more
+#           layernorm bf16 4096x32768 variants, bench only
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1939,6 +1943,35 @@ LIST
   done
   keep pk-ln "$r"-pk-ln-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-82)"; exit 2 ;;
+83)
+  # Session 16, after call 82: the new default layernorm bf16 4096x32768
+  # (packed, ordered columns) and the re-widened packed defaults, A/A with
+  # torch eager, torch.compile and Liger (which refuses rows over 65536).
+  logs=$(mktemp -d)
+  step "references"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm,softmax --shapes 4096x32768 --dtypes bf16 $s \
+    --capture-sources --output "$r-pk-w32k-ref-h200" > "$logs/w32k.log" 2>&1; echo "bench rc=$?"
+  timeout 90 "$bin" bench --backend cuda --ops layernorm,rmsnorm --shapes 4096x131072,1024x262144 --dtypes bf16 $s \
+    --capture-sources --output "$r-pk-long-ref-h200" > "$logs/long.log" 2>&1; echo "bench rc=$?"
+  a="--ops layernorm --shapes 4096x32768 --dtypes bf16 --pack 8 --unroll 4 --residency registers --pack-resident --one-pass-moments --ordered-columns"
+  timeout 30 "$bin" bench --backend cuda $a --workers 1024 --occupancy 2 $s --capture-sources \
+    --output "$r-pk-ln-w1024-ob2-h200" > "$logs/w1024.log" 2>&1; echo "bench rc=$?"
+  timeout 30 "$bin" bench --backend cuda $a --workers 512 --keep-columns $s --capture-sources \
+    --output "$r-pk-ln-om-oc-kc-h200" > "$logs/kc.log" 2>&1; echo "bench rc=$?"
+  for f in "$r"-pk-*-ref-h200/results.md "$r"-pk-ln-w1024-ob2-h200/results.md "$r"-pk-ln-om-oc-kc-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-140
+  done
+  keep pk-refs "$r"-pk-*-ref-h200 "$r"-pk-ln-w1024-ob2-h200 "$r"-pk-ln-om-oc-kc-h200 "$logs"
+  for d in w32k long; do
+    [ "$(left)" -gt 60 ] || break
+    step "A/A replay $d"
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$r-pk-$d-ref-h200/results.json" --aa --rounds 2 $s \
+      --torch --torch-compile --liger --deadline-s "$(( $(left) - 10 ))" --output "$r-pk-$d-aa-h200" \
+      > "$logs/$d-replay.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-pk-$d-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+    keep "pk-$d-replay" "$r-pk-$d-aa-h200" "$logs"
+  done
+  ;;
+*) echo "unknown call $call (1-83)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1426,3 +1426,26 @@ fn golden_rmsnorm_f32_4096x32768_default_one_row_per_multiprocessor() {
     assert_eq!((k.shared_bytes, k.carveout_percent), (7 * 1024, Some(3)));
     insta::assert_snapshot!(golden(&p));
 }
+
+/// Today's default for layernorm bf16 4096x32768: the row in packed
+/// registers, re-widened by `prmt` in the output phase, and weight and
+/// bias loaded one chunk at a time below the stores before them (session
+/// 16, call 82: 62 registers instead of 128, 134.0 µs against 141.7).
+#[test]
+fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "4096x32768",
+        LayoutRequest::default(),
+    );
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_layernorm_bf16_w512_v8_u4_g1_oc_pk_om");
+    // Eight packs of weight and eight of bias, every one an ordered load;
+    // the row itself is read once, by plain read-only loads.
+    assert_eq!(k.source.matches("= lf_ld_ord(q + 0)").count(), 2);
+    assert!(k.source.contains("asm volatile(\"ld.global.v4.u32"));
+    assert!(k.source.contains("lf_rewiden<1>("));
+    assert!(!k.source.contains("lf_rewiden<0>("));
+    insta::assert_snapshot!(golden(&p));
+}

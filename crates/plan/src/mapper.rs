@@ -340,6 +340,13 @@ impl LayoutRequest {
         if problem.dtype.size_bytes() == 2 && n >= packs_from {
             request.pack_resident = true;
         }
+        if problem.dtype.size_bytes() == 2
+            && problem.operator_kind() == Some(Operator::Layernorm)
+            && PACKED_LAYERNORM_N.contains(&n)
+        {
+            request.pack_resident = true;
+            request.ordered_columns = true;
+        }
         match problem.operator_kind() {
             Some(Operator::CrossEntropy) if n > ONLINE_NORMALIZER_MIN_N => {
                 request.online_normalizer = true;
@@ -1273,6 +1280,10 @@ pub fn automatic_note(
                 "resident 16-bit tiles packed two values per register, campaign 9",
             ),
             (
+                measured.ordered_columns && !request.ordered_columns,
+                "weight and bias loaded a chunk at a time below the stores before them, campaign 16",
+            ),
+            (
                 measured.push_cluster_reduce && !request.push_cluster_reduce && spans_cluster(),
                 "the cluster's partials pushed by st.async (no release barrier), campaign 10",
             ),
@@ -1329,6 +1340,13 @@ const RESIDUAL_PUSH_MIN_N: usize = 32768;
 /// 16-bit rows at least this long keep resident tiles packed by default
 /// on the H200 ([`LayoutRequest::with_measured_variants`]).
 const PACK_RESIDENT_MIN_N: usize = 131072;
+/// 16-bit layernorm rows of these lengths, which one group holds, keep
+/// their tiles packed and load their columns in order: the W=512 register
+/// plan then takes 62 registers instead of 128, two groups per SM
+/// (session 16, call 82, 4096x32768: 134.0 µs against 141.7,
+/// `2026-12-01-pk-ln-om-oc-h200` beside `-pk-new-w32k-`). Longer rows
+/// span clusters, where ordered columns are unmeasured.
+const PACKED_LAYERNORM_N: std::ops::Range<usize> = 32768..65536;
 /// The same for softmax, whose 64-slot one-group plan packs to 64 registers.
 const PACKED_SOFTMAX_MIN_N: usize = 32768;
 
