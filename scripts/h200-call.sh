@@ -156,6 +156,10 @@
 #           (layernorm bf16 4096x32768 with ordered columns, the long bf16
 #           layernorm and rmsnorm rows, softmax bf16 4096x32768); two more
 #           layernorm bf16 4096x32768 variants, bench only
+#   CALL 84: target-4 search of layernorm bf16 4096x32768 (today's packed,
+#           ordered pick among register candidates), then the CUDA
+#           selftest without the long-row shapes (--quick)
+#   CALL 85: the CUDA selftest's long-row shapes (--long-shapes-only)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -1972,6 +1976,30 @@ LIST
     keep "pk-$d-replay" "$r-pk-$d-aa-h200" "$logs"
   done
   ;;
-*) echo "unknown call $call (1-83)"; exit 2 ;;
+84)
+  # Session 16: target 4 for the new layernorm bf16 4096x32768 default,
+  # then the first half of a full CUDA selftest (call 85 runs the rest).
+  logs=$(mktemp -d)
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --max-candidates 6"
+  step "search layernorm bf16 4096x32768"
+  timeout 100 "$bin" search --backend cuda --ops layernorm --shapes 4096x32768 --dtypes bf16 \
+    --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency registers \
+    --pack-resident --ordered-columns --one-pass-moments $q \
+    --output "$r-t4s-pk-layernorm-bf16-4096x32768-h200" > "$logs/search.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "$logs/search.log" | cut -c1-200
+  keep t4s "$r"-t4s-pk-*-h200 "$logs"
+  step "selftest --quick on CUDA"
+  timeout "$(left)" "$bin" selftest --backend cuda --quick > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL|done:" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
+  keep selftest "$logs"
+  ;;
+85)
+  logs=$(mktemp -d)
+  step "selftest --long-shapes-only on CUDA"
+  timeout "$(left)" "$bin" selftest --backend cuda --long-shapes-only > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL|INVALID" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
+  keep selftest "$logs"
+  ;;
+*) echo "unknown call $call (1-85)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

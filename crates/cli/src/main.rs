@@ -43,8 +43,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
         backend: BackendArg,
         /// CUDA only: skip the long-row shapes.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "long_shapes_only")]
         quick: bool,
+        /// CUDA only: only the long-row shapes, the part `--quick` skips,
+        /// so the full selftest fits two device calls of 10 minutes.
+        #[arg(long, conflicts_with_all = ["variants_only", "variant"])]
+        long_shapes_only: bool,
         /// Only the checks of the opt-in variants (online normalizer,
         /// one-pass moments, staged columns, packed tiles, relaxed exit,
         /// pushed reduction, ...), of batch invariance and, on CUDA, of the
@@ -407,9 +411,19 @@ fn main() {
         Command::Selftest {
             backend,
             quick,
+            long_shapes_only,
             variants_only,
             variant,
-        } => selftest_cmd(backend, quick, variants_only, &variant),
+        } => {
+            let part = if long_shapes_only {
+                SelftestPart::LongShapes
+            } else if quick {
+                SelftestPart::Quick
+            } else {
+                SelftestPart::Full
+            };
+            selftest_cmd(backend, part, variants_only, &variant)
+        }
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),
@@ -829,9 +843,17 @@ fn run_cmd(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Which shapes of the full selftest run (`--quick`, `--long-shapes-only`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SelftestPart {
+    Full,
+    Quick,
+    LongShapes,
+}
+
 fn selftest_cmd(
     backend: BackendArg,
-    quick: bool,
+    part: SelftestPart,
     variants_only: bool,
     variants: &[String],
 ) -> Result<()> {
@@ -846,6 +868,9 @@ fn selftest_cmd(
         BackendArg::Auto => open_backend(BackendArg::Auto)?,
         other => open_backend(other)?,
     };
+    if part == SelftestPart::LongShapes && !matches!(backend, Backend::Cuda(_)) {
+        bail!("--long-shapes-only runs on CUDA only (the CPU selftest has no long-row part)");
+    }
     println!("selftest on {}", backend.name());
     let started = Instant::now();
     let mut report = Report::default();
@@ -859,8 +884,10 @@ fn selftest_cmd(
         selftest::variant_checks(&backend, &mut report);
         selftest::call_path_checks(&backend, &mut report);
         selftest::latency_flag_checks(&backend, &mut report);
+    } else if part == SelftestPart::LongShapes {
+        long_shape_checks(&backend, &mut report);
     } else {
-        full_selftest(&backend, quick, started, &mut report);
+        full_selftest(&backend, part == SelftestPart::Quick, started, &mut report);
     }
     println!("elapsed {:.1} s", started.elapsed().as_secs_f64());
     println!("{}", report.summary());
@@ -897,13 +924,18 @@ fn full_selftest(backend: &Backend, quick: bool, started: Instant, report: &mut 
             started.elapsed().as_secs_f64()
         );
         if !quick {
-            selftest::run_cases(
-                backend,
-                &selftest::shape_matrix(&selftest::LONG_SHAPES, &[0]),
-                report,
-            );
+            long_shape_checks(backend, report);
         }
     }
+}
+
+/// The long-row shapes, each with the automatic layout (CUDA).
+fn long_shape_checks(backend: &Backend, report: &mut Report) {
+    selftest::run_cases(
+        backend,
+        &selftest::shape_matrix(&selftest::LONG_SHAPES, &[0]),
+        report,
+    );
 }
 
 fn bench_cmd(args: BenchArgs) -> Result<()> {

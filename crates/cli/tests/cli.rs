@@ -317,6 +317,42 @@ fn selftest_runs_one_named_variant_and_refuses_unknown_names() {
     assert!(stderr(&o).contains("prefetch-rows"));
 }
 
+/// The long-row half of the selftest is CUDA only: on the CPU it is a
+/// clear error, and it cannot be combined with `--quick`, its complement.
+#[test]
+fn selftest_long_shapes_only_refuses_the_cpu_and_quick() {
+    let o = lanefold(&["selftest", "--long-shapes-only"]);
+    assert_clean_failure(&o, 1, "--long-shapes-only runs on CUDA only");
+    let o = lanefold(&["selftest", "--long-shapes-only", "--quick"]);
+    assert_clean_failure(&o, 2, "cannot be used with");
+}
+
+/// Ordered columns are a scheduling choice: the plan names them, and the
+/// selftest's check group passes on the CPU (the marking; CUDA checks bits).
+#[test]
+fn ordered_columns_show_in_the_plan_and_their_checks_pass() {
+    let o = lanefold(&[
+        "plan",
+        "--op",
+        "layernorm",
+        "--shape",
+        "64x4096",
+        "--dtype",
+        "bf16",
+        "--ordered-columns",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    assert!(stdout(&o).contains("ordered-columns"), "{}", stdout(&o));
+    let o = lanefold(&["selftest", "--variant", "ordered-columns"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    // 6 operators x 2 dtypes x 3 layouts x 4 bases.
+    assert!(
+        stdout(&o).contains("144 passed, 0 failed"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// The occupancy cap and batched loads are asked for by flag and shown in
 /// the plan; a promise above the cap is a clear error, not a panic.
 #[test]
