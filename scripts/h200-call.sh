@@ -160,6 +160,9 @@
 #           ordered pick among register candidates), then the CUDA
 #           selftest without the long-row shapes (--quick)
 #   CALL 85: the CUDA selftest's long-row shapes (--long-shapes-only)
+#   CALL 86: long-row layernorm variants (bench only), then A/A replays
+#           with all peers of today's kernels for the cases whose standing
+#           cites large-v6-aa (kernels from before address folding)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2000,6 +2003,34 @@ LIST
   echo "selftest rc=$?"; grep -E "FAIL|INVALID" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
   keep selftest "$logs"
   ;;
-*) echo "unknown call $call (1-85)"; exit 2 ;;
+86)
+  logs=$(mktemp -d)
+  for v in "bf16-1024-sc:--dtypes bf16 --shapes 1024x262144 --stage-columns" \
+           "bf16-1024-oc:--dtypes bf16 --shapes 1024x262144 --ordered-columns" \
+           "f32-long-oc-ob3:--dtypes f32 --shapes 4096x131072,1024x262144 --ordered-columns --occupancy 3"; do
+    name=${v%%:*}; flags=${v#*:}
+    step "layernorm $name"
+    timeout 45 "$bin" bench --backend cuda --ops layernorm $flags $s --capture-sources \
+      --output "$r-lnlong-$name-h200" > "$logs/$name.log" 2>&1; echo "bench rc=$?"
+    grep -hE "\| lanefold (yes|no)" "$r-lnlong-$name-h200/results.md" | cut -c1-160
+  done
+  keep lnlong "$r"-lnlong-*-h200 "$logs"
+  step "references"
+  timeout 60 "$bin" bench --backend cuda --ops cross_entropy --shapes 32768x4096,16384x8192,4096x32768 --dtypes f32 $s \
+    --capture-sources --output "$r-v16-ce-ref-h200" > "$logs/ce.log" 2>&1; echo "bench rc=$?"
+  timeout 60 "$bin" bench --backend cuda --ops residual_layernorm --shapes 32768x4096,16384x8192 --dtypes f32,bf16 $s \
+    --capture-sources --output "$r-v16-rln-ref-h200" > "$logs/rln.log" 2>&1; echo "bench rc=$?"
+  keep v16-refs "$r"-v16-*-ref-h200 "$logs"
+  for d in ce rln; do
+    [ "$(left)" -gt 60 ] || break
+    step "A/A replay $d"
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$r-v16-$d-ref-h200/results.json" --aa --rounds 2 $s \
+      --torch --torch-compile --liger --deadline-s "$(( $(left) - 10 ))" --output "$r-v16-$d-aa-h200" \
+      > "$logs/$d-replay.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-v16-$d-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+    keep "v16-$d-replay" "$r-v16-$d-aa-h200" "$logs"
+  done
+  ;;
+*) echo "unknown call $call (1-86)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
