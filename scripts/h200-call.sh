@@ -163,6 +163,9 @@
 #   CALL 86: long-row layernorm variants (bench only), then A/A replays
 #           with all peers of today's kernels for the cases whose standing
 #           cites large-v6-aa (kernels from before address folding)
+#   CALL 87: layernorm bf16 long rows in clusters of 512-thread groups
+#           (61 registers since session 16) against the default, then an
+#           A/A replay of the 1024x262144 one with both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2031,6 +2034,27 @@ LIST
     keep "v16-$d-replay" "$r-v16-$d-aa-h200" "$logs"
   done
   ;;
-*) echo "unknown call $call (1-86)"; exit 2 ;;
+87)
+  logs=$(mktemp -d)
+  step "defaults and 512-thread groups"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072,1024x262144 --dtypes bf16 $s \
+    --capture-sources --output "$r-g512-default-h200" > "$logs/default.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16 --cluster-group-threads 512 $s \
+    --capture-sources --output "$r-g512-ln-1024-h200" > "$logs/g512.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 4096x131072 --dtypes bf16 --workers 2048 --pack 8 \
+    --unroll 4 --residency registers --cluster-group-threads 512 $s --capture-sources \
+    --output "$r-g512-ln-4096-h200" > "$logs/g512-4096.log" 2>&1; echo "bench rc=$?"
+  for f in "$r"-g512-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
+  done
+  keep g512 "$r"-g512-*-h200 "$logs"
+  step "A/A replay of 1024x262144 in 512-thread groups"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-g512-ln-1024-h200/results.json" --aa --rounds 2 $s \
+    --torch --torch-compile --deadline-s "$(( $(left) - 10 ))" --output "$r-g512-ln-1024-aa-h200" \
+    > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; "$bin" scorecard "$r-g512-ln-1024-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+  keep g512-replay "$r-g512-ln-1024-aa-h200" "$logs"
+  ;;
+*) echo "unknown call $call (1-87)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
