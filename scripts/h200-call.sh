@@ -166,6 +166,9 @@
 #   CALL 87: layernorm bf16 long rows in clusters of 512-thread groups
 #           (61 registers since session 16) against the default, then an
 #           A/A replay of the 1024x262144 one with both torch peers
+#   CALL 88: the f32 norms' long rows (and rmsnorm bf16 1024x262144) in
+#           clusters of 512-thread groups against the default, then an
+#           A/A replay of the 512-thread forms with both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2055,6 +2058,27 @@ LIST
   echo "replay rc=$?"; "$bin" scorecard "$r-g512-ln-1024-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
   keep g512-replay "$r-g512-ln-1024-aa-h200" "$logs"
   ;;
-*) echo "unknown call $call (1-87)"; exit 2 ;;
+88)
+  logs=$(mktemp -d)
+  for side in default g512; do
+    step "$side"
+    extra=""; [ $side = g512 ] && extra="--cluster-group-threads 512"
+    timeout 60 "$bin" bench --backend cuda --ops layernorm,rmsnorm --shapes 4096x131072,1024x262144 --dtypes f32 \
+      $extra $s --capture-sources --output "$r-g512f-$side-f32-h200" > "$logs/$side-f32.log" 2>&1; echo "bench rc=$?"
+    timeout 30 "$bin" bench --backend cuda --ops rmsnorm --shapes 1024x262144 --dtypes bf16 \
+      $extra $s --capture-sources --output "$r-g512f-$side-bf16-h200" > "$logs/$side-bf16.log" 2>&1; echo "bench rc=$?"
+  done
+  for f in "$r"-g512f-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
+  done
+  keep g512f "$r"-g512f-*-h200 "$logs"
+  step "A/A replay of the f32 512-thread forms"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-g512f-g512-f32-h200/results.json" --aa --rounds 2 $s \
+    --torch --torch-compile --deadline-s "$(( $(left) - 10 ))" --output "$r-g512f-f32-aa-h200" \
+    > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; "$bin" scorecard "$r-g512f-f32-aa-h200" | grep -E "^\| [a-z]" | cut -c1-220
+  keep g512f-replay "$r-g512f-f32-aa-h200" "$logs"
+  ;;
+*) echo "unknown call $call (1-88)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

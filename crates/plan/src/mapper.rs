@@ -1137,7 +1137,7 @@ struct SearchedWinner {
     evidence: &'static str,
 }
 
-const SEARCHED_WINNERS: [SearchedWinner; 6] = [
+const SEARCHED_WINNERS: [SearchedWinner; 7] = [
     SearchedWinner {
         op: Operator::Layernorm,
         dtype: DType::F32,
@@ -1163,6 +1163,19 @@ const SEARCHED_WINNERS: [SearchedWinner; 6] = [
         cluster_group_threads: 0,
         reread_hints: true,
         evidence: "2026-11-30-nc-w32k-bf16-h200 (the whole row per pass, re-read hints, read-only hinted loads), 284.8 against U=2 without hints 310.2 µs (2026-11-30-l1-default-h200); first found by 2026-11-30-residual-search-h200, 312 against 362",
+    },
+    SearchedWinner {
+        op: Operator::Layernorm,
+        dtype: DType::Bf16,
+        shape: (1024, 262144),
+        workers: 4096,
+        pack: 8,
+        unroll: 4,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 512,
+        reread_hints: false,
+        evidence: "2026-12-01-g512-ln-1024-aa-h200 (clusters of eight 512-thread groups, 61 registers since packed words stay packed), 293.9 against sixteen 256-thread groups' 302.6 µs (2026-12-01-pk-long-aa-h200)",
     },
     SearchedWinner {
         op: Operator::Rmsnorm,
