@@ -1137,7 +1137,7 @@ struct SearchedWinner {
     evidence: &'static str,
 }
 
-const SEARCHED_WINNERS: [SearchedWinner; 7] = [
+const SEARCHED_WINNERS: [SearchedWinner; 8] = [
     SearchedWinner {
         op: Operator::Layernorm,
         dtype: DType::F32,
@@ -1176,6 +1176,19 @@ const SEARCHED_WINNERS: [SearchedWinner; 7] = [
         cluster_group_threads: 512,
         reread_hints: false,
         evidence: "2026-12-01-g512-ln-1024-aa-h200 (clusters of eight 512-thread groups, 61 registers since packed words stay packed), 293.9 against sixteen 256-thread groups' 302.6 µs (2026-12-01-pk-long-aa-h200)",
+    },
+    SearchedWinner {
+        op: Operator::Layernorm,
+        dtype: DType::F32,
+        shape: (1024, 262144),
+        workers: 4096,
+        pack: 4,
+        unroll: 4,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 512,
+        reread_hints: false,
+        evidence: "2026-12-01-g512f-g512-f32-h200 beside -g512f-default-f32- (the same call), 612.8 against sixteen 256-thread groups' 629.4 µs; A/A 612.3 (-g512f-f32-aa-, one round)",
     },
     SearchedWinner {
         op: Operator::Rmsnorm,
@@ -3580,5 +3593,53 @@ mod tests {
             automatic_note(&problem(Operator::Rmsnorm, DType::Bf16), &t, &explicit),
             None
         );
+    }
+
+    /// Session 16's defaults: 16-bit layernorm rows that one group holds
+    /// keep packed tiles and load their columns in order; rows spanning a
+    /// cluster never order their columns (slower there, call 86), and
+    /// layernorm 1024x262144 runs in clusters of eight 512-thread groups
+    /// in both dtypes (call 87-88).
+    #[test]
+    fn layernorm_defaults_of_session_16_pack_order_columns_and_pick_512_thread_groups() {
+        let t = Target::h200();
+        let auto = automatic();
+        let default = |dtype, shape: &str| {
+            plan(&typed(Operator::Layernorm, dtype, shape), &t, &auto).unwrap()
+        };
+        let wide = default(DType::Bf16, "4096x32768");
+        assert!(
+            wide.packed_resident && wide.ordered_columns,
+            "{}",
+            wide.describe()
+        );
+        assert_eq!(wide.groups_per_row, 1);
+        let f32_wide = default(DType::F32, "4096x32768");
+        assert!(!f32_wide.ordered_columns, "{}", f32_wide.describe());
+        for shape in ["4096x65536", "4096x131072"] {
+            let long = default(DType::Bf16, shape);
+            assert!(
+                long.groups_per_row > 1 && !long.ordered_columns,
+                "{}",
+                long.describe()
+            );
+        }
+        for dtype in [DType::F32, DType::Bf16] {
+            let p = default(dtype, "1024x262144");
+            assert_eq!(
+                (p.groups_per_row, p.row_threads_per_group()),
+                (8, 512),
+                "{}",
+                p.describe()
+            );
+        }
+        // Other operators keep sixteen 256-thread groups there.
+        let rms = plan(
+            &typed(Operator::Rmsnorm, DType::Bf16, "1024x262144"),
+            &t,
+            &auto,
+        )
+        .unwrap();
+        assert_eq!(rms.row_threads_per_group(), 256, "{}", rms.describe());
     }
 }
