@@ -493,20 +493,15 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
             request.streaming_hints = true;
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            &[(32, 4, 512), (256, 4, 4096)],
-            37,
-            base,
-            |request| request.ordered_hinted_loads = true,
-            |plan| plan.ordered_hinted_loads,
-            |_| true,
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(32, 4, 512), (256, 4, 4096)],
+        |request| request.ordered_hinted_loads = true,
+        |plan| plan.ordered_hinted_loads,
+        |_| true,
+    );
 }
 
 /// Batched loads (`batch_loads`): every operator, f32 and bf16, streamed
@@ -527,20 +522,15 @@ pub fn batched_load_checks(backend: &Backend, report: &mut Report) {
             request.occupancy = 1;
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            &[(256, 4, 1024), (1024, 4, 8192), (1024, 8, 16384)],
-            37,
-            base,
-            |request| request.batch_loads = true,
-            |plan| plan.batched_loads,
-            |plan| plan.residency == lanefold_plan::Residency::Stream,
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(256, 4, 1024), (1024, 4, 8192), (1024, 8, 16384)],
+        |request| request.batch_loads = true,
+        |plan| plan.batched_loads,
+        |plan| plan.residency == lanefold_plan::Residency::Stream,
+    );
 }
 
 /// An occupancy cap (`occupancy_cap`): every operator, f32 and bf16,
@@ -558,20 +548,15 @@ pub fn occupancy_cap_checks(backend: &Backend, report: &mut Report) {
             request.residency = ResidencyRequest::Registers
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            &[(32, 4, 512), (256, 4, 4096), (1024, 4, 8192)],
-            37,
-            base,
-            |request| request.occupancy_cap = 1,
-            |plan| plan.occupancy_cap.is_some(),
-            |_| true,
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(32, 4, 512), (256, 4, 4096), (1024, 4, 8192)],
+        |request| request.occupancy_cap = 1,
+        |plan| plan.occupancy_cap.is_some(),
+        |_| true,
+    );
 }
 
 /// Columns kept in L1 (`l1_columns`): every operator, f32 and bf16, in
@@ -589,20 +574,15 @@ pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
             request.reread_hints = true;
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
-            37,
-            base,
-            |request| request.l1_columns = true,
-            |plan| plan.l1_columns,
-            |plan| plan.problem.program.column_inputs().count() > 0,
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+        |request| request.l1_columns = true,
+        |plan| plan.l1_columns,
+        |plan| plan.problem.program.column_inputs().count() > 0,
+    );
 }
 
 /// Columns loaded in order below the chunk before's stores
@@ -630,20 +610,15 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
             request.reread_hints = true;
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
-            37,
-            base,
-            |request| request.ordered_columns = true,
-            |plan| plan.ordered_columns,
-            |plan| plan.problem.program.column_inputs().count() > 0,
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+        |request| request.ordered_columns = true,
+        |plan| plan.ordered_columns,
+        |plan| plan.problem.program.column_inputs().count() > 0,
+    );
 }
 
 /// Prefetched rows (`prefetch_rows`): every operator, f32, bf16 and f16,
@@ -795,6 +770,33 @@ pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
         |plan| plan.pushed_cluster_reduce,
         spans,
     );
+}
+
+/// [`same_bits_policy_checks`] in f32 and bf16 on 37 rows for each named
+/// base layout: the shape most policies' checks share.
+fn same_bits_over_bases(
+    backend: &Backend,
+    report: &mut Report,
+    bases: &[(&str, RequestEdit)],
+    layouts: &[(u32, u32, usize)],
+    enable: RequestEdit,
+    marked: fn(&Plan) -> bool,
+    applies: fn(&Plan) -> bool,
+) {
+    for &(name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            layouts,
+            37,
+            base,
+            enable,
+            marked,
+            applies,
+        );
+    }
 }
 
 /// A load or register policy that must not change a bit: each operator
