@@ -3,7 +3,9 @@
 # README promises: device, driver, the binary's SHA-256, the full log.
 # Usage: scripts/gpu-selftest.sh [OUTPUT_DIR]   (LANEFOLD_BIN overrides the binary;
 # QUICK=1 skips the long rows, which took more than 4 minutes on the H200 device;
-# VARIANTS_ONLY=1 runs only the arithmetic-variant checks)
+# LONG_ONLY=1 runs only them, so QUICK=1 and LONG_ONLY=1 make the full
+# selftest in two device calls; VARIANTS_ONLY=1 runs only the
+# arithmetic-variant checks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${LANEFOLD_BIN:-target/release/lanefold}
@@ -19,9 +21,10 @@ mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem --format=csv
 } > "$out/environment.txt"
 set +e
-"$bin" selftest --backend cuda ${QUICK:+--quick} ${VARIANTS_ONLY:+--variants-only} 2>&1 | tee "$out/selftest.log"
+"$bin" selftest --backend cuda ${QUICK:+--quick} ${LONG_ONLY:+--long-shapes-only} ${VARIANTS_ONLY:+--variants-only} \
+  2>&1 | tee "$out/selftest.log"
 status=${PIPESTATUS[0]}
-if [ -z "${QUICK:-}${VARIANTS_ONLY:-}" ]; then
+if [ -z "${QUICK:-}${LONG_ONLY:-}${VARIANTS_ONLY:-}" ]; then
   "$bin" speed --output "$out/speed" 2>&1 | tee "$out/speed.log"
 fi
 exit "$status"

@@ -1998,16 +1998,16 @@ LIST
   echo "search rc=$?"; grep -E "winner" "$logs/search.log" | cut -c1-200
   keep t4s "$r"-t4s-pk-*-h200 "$logs"
   step "selftest --quick on CUDA"
-  timeout "$(left)" "$bin" selftest --backend cuda --quick > "$logs/selftest.log" 2>&1
+  QUICK=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-quick-h200" > "$logs/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "FAIL|done:" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
-  keep selftest "$logs"
+  keep selftest "$r-selftest-quick-h200" "$logs"
   ;;
 85)
   logs=$(mktemp -d)
   step "selftest --long-shapes-only on CUDA"
-  timeout "$(left)" "$bin" selftest --backend cuda --long-shapes-only > "$logs/selftest.log" 2>&1
+  LONG_ONLY=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-long-h200" > "$logs/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "FAIL|INVALID" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
-  keep selftest "$logs"
+  keep selftest "$r-selftest-long-h200" "$logs"
   ;;
 86)
   logs=$(mktemp -d)
