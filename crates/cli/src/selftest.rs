@@ -484,10 +484,7 @@ pub fn variant_checks(backend: &Backend, report: &mut Report) {
 pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
     let bases: [(&str, RequestEdit); 2] = [
-        ("ordered hinted loads, streamed", |request| {
-            request.residency = ResidencyRequest::Stream;
-            request.reread_hints = true;
-        }),
+        ("ordered hinted loads, streamed", streamed_with_reread_hints),
         ("ordered hinted loads, registers", |request| {
             request.residency = ResidencyRequest::Registers;
             request.streaming_hints = true;
@@ -511,10 +508,7 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
 pub fn batched_load_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
     let bases: [(&str, RequestEdit); 2] = [
-        ("batched loads", |request| {
-            request.residency = ResidencyRequest::Stream;
-            request.reread_hints = true;
-        }),
+        ("batched loads", streamed_with_reread_hints),
         ("batched loads, one group per SM", |request| {
             request.residency = ResidencyRequest::Stream;
             request.reread_hints = true;
@@ -538,15 +532,9 @@ pub fn batched_load_checks(backend: &Backend, report: &mut Report) {
 /// registers, at one group per multiprocessor. Same bits as without;
 /// marked wherever the threads alone would allow a second group.
 pub fn occupancy_cap_checks(backend: &Backend, report: &mut Report) {
-    use lanefold_plan::ResidencyRequest;
     let bases: [(&str, RequestEdit); 2] = [
-        ("occupancy cap, streamed", |request| {
-            request.residency = ResidencyRequest::Stream;
-            request.reread_hints = true;
-        }),
-        ("occupancy cap, registers", |request| {
-            request.residency = ResidencyRequest::Registers
-        }),
+        ("occupancy cap, streamed", streamed_with_reread_hints),
+        ("occupancy cap, registers", in_registers),
     ];
     same_bits_over_bases(
         backend,
@@ -564,15 +552,9 @@ pub fn occupancy_cap_checks(backend: &Backend, report: &mut Report) {
 /// bypass L1 with an L2 policy) and one warp. Same bits as without; marked
 /// exactly where the program has columns.
 pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
-    use lanefold_plan::ResidencyRequest;
     let bases: [(&str, RequestEdit); 2] = [
-        ("columns in L1", |request| {
-            request.residency = ResidencyRequest::Registers
-        }),
-        ("columns in L1, streamed", |request| {
-            request.residency = ResidencyRequest::Stream;
-            request.reread_hints = true;
-        }),
+        ("columns in L1", in_registers),
+        ("columns in L1, streamed", streamed_with_reread_hints),
     ];
     same_bits_over_bases(
         backend,
@@ -593,9 +575,7 @@ pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
 pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
     let bases: [(&str, RequestEdit); 4] = [
-        ("ordered columns", |request| {
-            request.residency = ResidencyRequest::Registers
-        }),
+        ("ordered columns", in_registers),
         ("ordered columns, packed", |request| {
             request.residency = ResidencyRequest::Registers;
             request.pack_resident = true;
@@ -605,10 +585,7 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
             request.residency = ResidencyRequest::Registers;
             request.keep_columns = true;
         }),
-        ("ordered columns, streamed", |request| {
-            request.residency = ResidencyRequest::Stream;
-            request.reread_hints = true;
-        }),
+        ("ordered columns, streamed", streamed_with_reread_hints),
     ];
     same_bits_over_bases(
         backend,
@@ -770,6 +747,17 @@ pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
         |plan| plan.pushed_cluster_reduce,
         spans,
     );
+}
+
+/// The base layouts most policy checks run on: a register plan, and a
+/// streamed plan with re-read hints.
+fn in_registers(request: &mut LayoutRequest) {
+    request.residency = lanefold_plan::ResidencyRequest::Registers;
+}
+
+fn streamed_with_reread_hints(request: &mut LayoutRequest) {
+    request.residency = lanefold_plan::ResidencyRequest::Stream;
+    request.reread_hints = true;
 }
 
 /// [`same_bits_policy_checks`] in f32 and bf16 on 37 rows for each named
