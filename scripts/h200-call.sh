@@ -169,6 +169,14 @@
 #   CALL 88: the f32 norms' long rows (and rmsnorm bf16 1024x262144) in
 #           clusters of 512-thread groups against the default, then an
 #           A/A replay of the 512-thread forms with both torch peers
+#   CALL 89: session 17: CUDA checks of h kept resident; residual_layernorm
+#           bf16 4096x32768 register plans with h resident against the
+#           default; layernorm 1024x262144 with two rows per cluster; then
+#           an A/A replay of the fastest residual_layernorm form, all peers
+#   CALL 90: session 17: target 4 for the new residual_layernorm bf16
+#           4096x32768 default; layernorm 1024x262144 without bias and
+#           without columns (what the columns cost); the quick CUDA selftest
+#   CALL 91: session 17: the long-row half of the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2079,6 +2087,90 @@ LIST
   echo "replay rc=$?"; "$bin" scorecard "$r-g512f-f32-aa-h200" | grep -E "^\| [a-z]" | cut -c1-220
   keep g512f-replay "$r-g512f-f32-aa-h200" "$logs"
   ;;
-*) echo "unknown call $call (1-88)"; exit 2 ;;
+89)
+  logs=$(mktemp -d)
+  step "CUDA checks of h kept resident"
+  timeout 150 "$bin" selftest --backend cuda --variant rounded-resident > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; tail -3 "$logs/selftest.log"
+  keep rt-selftest "$logs"
+  step "residual_layernorm bf16 4096x32768: default and h resident"
+  one="--ops residual_layernorm --shapes 4096x32768 --dtypes bf16"
+  a="$one --pack 8 --unroll 4 --residency registers --pack-resident --rounded-resident"
+  timeout 45 "$bin" bench --backend cuda $one $s --capture-sources --output "$r-rt-ref-h200" \
+    > "$logs/ref.log" 2>&1; echo "bench rc=$?"
+  for form in "w512-om-ob2:--workers 512 --one-pass-moments --ordered-columns --occupancy 2" \
+    "w512-2p:--workers 512 --ordered-columns" "w1024-om:--workers 1024 --one-pass-moments" \
+    "w1024-om-oc:--workers 1024 --one-pass-moments --ordered-columns"; do
+    timeout 40 "$bin" bench --backend cuda $a ${form#*:} $s --capture-sources \
+      --output "$r-rt-${form%%:*}-h200" > "$logs/${form%%:*}.log" 2>&1; echo "bench ${form%%:*} rc=$?"
+  done
+  for f in "$r"-rt-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
+  done
+  keep rt-benches "$r"-rt-*-h200 "$logs"
+  step "layernorm 1024x262144, two rows per cluster"
+  ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --one-pass-moments --push-cluster-reduce --rows-per-group 2 --cluster-group-threads 256"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 $s \
+    --capture-sources --output "$r-g2-ref-h200" > "$logs/g2-ref.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda $ln --dtypes bf16 --pack 8 --pack-resident $s --capture-sources \
+    --output "$r-g2-bf16-h200" > "$logs/g2-bf16.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda $ln --dtypes f32 --pack 4 $s --capture-sources \
+    --output "$r-g2-f32-h200" > "$logs/g2-f32.log" 2>&1; echo "bench rc=$?"
+  for f in "$r"-g2-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
+  done
+  keep g2-benches "$r"-g2-*-h200 "$logs"
+  # The fastest h-resident form by its gpu-phase p50, if it beat the default.
+  best=$(python3 - "$r" <<'PY'
+import glob, json, sys
+rate = lambda d: json.load(open(d + "/results.json"))["cases"][0]["sides"][0]["gpu_gbps_p50"]
+forms = [d[:-len("/results.json")] for d in glob.glob(sys.argv[1] + "-rt-w*-h200/results.json")]
+ok = [d for d in forms if rate(d) > 0]
+if ok and rate(max(ok, key=rate)) > rate(sys.argv[1] + "-rt-ref-h200"):
+    print(max(ok, key=rate))
+PY
+)
+  echo "best h-resident form: ${best:-none faster than the default}"
+  if [ -n "$best" ] && [ "$(left)" -gt 90 ]; then
+    step "A/A replay of $best"
+    timeout "$(left)" "$bin" replay --backend cuda --reference "$best/results.json" --aa --rounds 2 $s \
+      --torch --torch-compile --liger --deadline-s "$(( $(left) - 10 ))" --output "$r-rt-aa-h200" \
+      > "$logs/replay.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-rt-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
+    keep rt-replay "$r-rt-aa-h200" "$logs"
+  fi
+  ;;
+90)
+  logs=$(mktemp -d)
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources --max-candidates 6"
+  step "search residual_layernorm bf16 4096x32768"
+  timeout 120 "$bin" search --backend cuda --ops residual_layernorm --shapes 4096x32768 --dtypes bf16 \
+    --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency registers \
+    --pack-resident --ordered-columns --one-pass-moments --rounded-resident --occupancy 2 $q \
+    --output "$r-t4s-rt-residual_layernorm-bf16-4096x32768-h200" > "$logs/search.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "$logs/search.log" | cut -c1-200
+  keep t4s "$r"-t4s-rt-*-h200 "$logs"
+  step "layernorm 1024x262144 without bias, without columns"
+  for cols in "nobias:--no-bias" "nocols:--no-weight --no-bias"; do
+    timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 ${cols#*:} $s \
+      --capture-sources --output "$r-cols-${cols%%:*}-h200" > "$logs/${cols%%:*}.log" 2>&1; echo "bench rc=$?"
+  done
+  for f in "$r"-cols-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
+  done
+  keep cols "$r"-cols-*-h200 "$logs"
+  step "selftest --quick on CUDA"
+  QUICK=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-quick-s17-h200" > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
+  keep selftest-quick "$r-selftest-quick-s17-h200"
+  ;;
+91)
+  logs=$(mktemp -d)
+  step "selftest --long-shapes-only on CUDA"
+  LONG_ONLY=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-long-s17-h200" > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
+  keep selftest-long "$r-selftest-long-s17-h200"
+  ;;
+*) echo "unknown call $call (1-91)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -138,6 +138,11 @@ pub struct PolicyArgs {
     /// registers). Vector packs without a partial pack only. Same results.
     #[arg(long)]
     pub pack_resident: bool,
+    /// residual_layernorm register plans: keep h = round(x + residual)
+    /// resident (one tile) instead of x and the residual (two); later
+    /// phases read h instead of adding again. Same results.
+    #[arg(long)]
+    pub rounded_resident: bool,
     /// Rows spanning a cluster: arrive at the barrier before exit without
     /// a release, so a group need not wait for its stores to be
     /// acknowledged before it leaves. Same results.
@@ -204,6 +209,7 @@ impl PolicyArgs {
             keep_columns: self.keep_columns,
             stage_columns: self.stage_columns,
             pack_resident: self.pack_resident,
+            rounded_resident: self.rounded_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
             push_cluster_reduce: self.push_cluster_reduce,
             online_normalizer: self.online_normalizer,

@@ -459,6 +459,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("prefetch-rows", prefetched_rows_checks),
     ("l1-columns", l1_column_checks),
     ("ordered-columns", ordered_column_checks),
+    ("rounded-resident", rounded_resident_checks),
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
@@ -596,6 +597,45 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
         |plan| plan.ordered_columns,
         |plan| plan.problem.program.column_inputs().count() > 0,
     );
+}
+
+/// The rounded tile kept resident instead of its operands
+/// (`rounded_resident`, residual_layernorm's h): every operator, f32, bf16
+/// and f16, in register plans of one group and of a cluster, plain and
+/// packed (with one-pass moments), and streamed plans, which keep x and
+/// the residual. Same bits as without; marked exactly on register plans of
+/// programs with such a tile.
+pub fn rounded_resident_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::{Residency, ResidencyRequest};
+    let bases: [(&str, RequestEdit); 3] = [
+        ("rounded resident", in_registers),
+        ("rounded resident, packed", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.pack_resident = true;
+            request.one_pass_moments = true;
+        }),
+        ("rounded resident, streamed", streamed_with_reread_hints),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16, DType::F16],
+            &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+            37,
+            base,
+            |request| request.rounded_resident = true,
+            |plan| plan.rounded_resident,
+            |plan| {
+                let program = &plan.problem.program;
+                plan.residency == Residency::Registers
+                    && program
+                        .verify()
+                        .is_ok_and(|a| a.keeping_rounded_tiles(program).is_some())
+            },
+        );
+    }
 }
 
 /// Prefetched rows (`prefetch_rows`): every operator, f32, bf16 and f16,

@@ -52,6 +52,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.packed_resident {
         name += "_pk";
     }
+    if plan.rounded_resident {
+        name += "_rt";
+    }
     if plan.relaxed_cluster_exit {
         name += "_rx";
     }
@@ -953,18 +956,15 @@ impl Ctx<'_> {
             let val = Value(at as u32);
             let t = self.name(val);
             let n = |x: &Value| self.name(*x);
+            // A resident tile after its first phase: read from its slots.
+            let kept = self.is_resident(val) && self.demanded[at].first() != Some(&p);
             let expr = match instr {
-                Instr::Load { .. } => {
-                    let first = self.demanded[at].first() == Some(&p);
-                    if self.packs(val) && !first {
-                        let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
-                        format!("lf_rewiden<{p}>({slot}, e & 1)")
-                    } else if self.is_resident(val) && !first {
-                        format!("r{}[{chunk} * LF_V + e]", val.0)
-                    } else {
-                        format!("l{}[e]", val.0)
-                    }
+                _ if kept && self.packs(val) => {
+                    let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
+                    format!("lf_rewiden<{p}>({slot}, e & 1)")
                 }
+                _ if kept => format!("r{}[{chunk} * LF_V + e]", val.0),
+                Instr::Load { .. } => format!("l{}[e]", val.0),
                 Instr::Unary { op, arg } => unary(*op, &n(arg)),
                 Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
                 Instr::Broadcast(s) => n(s),
@@ -975,12 +975,19 @@ impl Ctx<'_> {
                 other => unreachable!("not a tile instruction: {other:?}"),
             };
             self.line(&format!("const float {t} = {expr};"));
-            if matches!(instr, Instr::Load { .. })
-                && self.is_resident(val)
-                && !self.packs(val)
-                && self.demanded[at].first() == Some(&p)
-            {
-                self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0));
+            // A resident tile's first phase fills its slots; a packed
+            // load's slots are its loaded words (`emit_pack`), a packed
+            // rounded tile's are its storage bits, two to a word.
+            let loaded = matches!(instr, Instr::Load { .. });
+            if self.is_resident(val) && !kept {
+                let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
+                match (self.packs(val), loaded) {
+                    (true, true) => {}
+                    (true, false) => self.line(&format!(
+                        "if ((e & 1) == 0) {slot} = lf_bits({t}); else {slot} |= lf_bits({t}) << 16;"
+                    )),
+                    (false, _) => self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0)),
+                }
             }
         }
         for (k, _, op, arg) in self.plain_reductions_in(p) {
@@ -1755,6 +1762,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         && (!registers || partial > 0 || vector.is_none() || plan.dtype().size_bytes() != 2)
     {
         return inconsistent(format!("packed resident tiles in {}", plan.describe()));
+    }
+    if plan.rounded_resident && !registers {
+        return inconsistent(format!("a resident rounded tile in {}", plan.describe()));
     }
     // The prefetched row: the one row input, read from memory in one phase
     // (the phase whose loads read the buffer).

@@ -1449,3 +1449,103 @@ fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
     assert!(!k.source.contains("lf_rewiden<0>("));
     insta::assert_snapshot!(golden(&p));
 }
+
+/// residual_layernorm bf16 4096x32768 with h kept resident: phase 0 adds
+/// x and the residual once, stores h and packs its storage bits two to a
+/// slot word; phase 1 reads only h's slots, weight and bias (session 17:
+/// one packed tile instead of two, 64 registers under the promise of two
+/// groups where x and the residual took 99).
+#[test]
+fn golden_residual_layernorm_bf16_4096x32768_rounded_resident() {
+    let p = make_with(
+        Operator::ResidualLayernorm,
+        DType::Bf16,
+        "4096x32768",
+        LayoutRequest {
+            workers: 512,
+            pack: 8,
+            unroll: 4,
+            residency: ResidencyRequest::Registers,
+            pack_resident: true,
+            one_pass_moments: true,
+            ordered_columns: true,
+            rounded_resident: true,
+            occupancy: 2,
+            ..Default::default()
+        },
+    );
+    assert!(p.rounded_resident && p.packed_resident, "{}", p.describe());
+    let k = kernel(&p);
+    assert_eq!(
+        k.name,
+        "lf_residual_layernorm_bf16_w512_v8_u4_g1_oc_pk_rt_ob2_om"
+    );
+    // One tile of slots (h's), filled from its storage bits.
+    assert_eq!(
+        k.source.matches("private slots of a resident tile").count(),
+        1
+    );
+    assert!(k.source.contains("= lf_bits("));
+    // x and the residual are loaded in phase 0 only; phase 1 re-widens h.
+    let phase1 = &k.source[k.source.find("// ---- phase 1 ----").unwrap()..];
+    assert!(!phase1.contains("p_x") && !phase1.contains("p_residual"));
+    assert!(phase1.contains("lf_rewiden<1>("));
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Without `rounded_resident` the same request keeps x and the residual
+/// (two tiles) and recomputes h in phase 1; with it on a streamed plan,
+/// nothing changes (a streamed plan re-reads loads, not computed tiles).
+#[test]
+fn rounded_resident_applies_to_register_plans_only() {
+    let request = |residency, rounded_resident| LayoutRequest {
+        workers: 256,
+        pack: 4,
+        residency,
+        rounded_resident,
+        ..Default::default()
+    };
+    let plain = make_with(
+        Operator::ResidualLayernorm,
+        DType::Bf16,
+        "37x4096",
+        request(ResidencyRequest::Registers, false),
+    );
+    let kept = make_with(
+        Operator::ResidualLayernorm,
+        DType::Bf16,
+        "37x4096",
+        request(ResidencyRequest::Registers, true),
+    );
+    assert_eq!(
+        (plain.analysis.resident.len(), kept.analysis.resident.len()),
+        (2, 1)
+    );
+    assert!(kept.rounded_resident && !plain.rounded_resident);
+    assert_eq!(kept.resident_slots * 2, plain.resident_slots);
+    let streamed = make_with(
+        Operator::ResidualLayernorm,
+        DType::Bf16,
+        "37x4096",
+        request(ResidencyRequest::Stream, true),
+    );
+    assert!(!streamed.rounded_resident);
+    assert_eq!(streamed.analysis.resident.len(), 2);
+    assert_eq!(
+        kernel(&streamed).source,
+        kernel(&make_with(
+            Operator::ResidualLayernorm,
+            DType::Bf16,
+            "37x4096",
+            request(ResidencyRequest::Stream, false),
+        ))
+        .source
+    );
+    let layernorm = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "37x4096",
+        request(ResidencyRequest::Registers, true),
+    );
+    assert!(!layernorm.rounded_resident);
+}

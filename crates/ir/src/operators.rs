@@ -418,6 +418,51 @@ mod tests {
     }
 
     #[test]
+    fn residual_layernorm_can_keep_h_resident_instead_of_x_and_the_residual() {
+        let opts = OperatorOptions::default();
+        let programs = [
+            Operator::ResidualLayernorm.program(opts),
+            Operator::ResidualLayernorm
+                .program_one_pass_moments(opts)
+                .unwrap(),
+        ];
+        for p in programs {
+            let a = p.verify().unwrap();
+            let load = |name: &str| {
+                p.body
+                    .iter()
+                    .position(|i| matches!(i, Instr::Load { buffer } if buffer == name))
+                    .unwrap()
+            };
+            let (x, r) = (load("x"), load("residual"));
+            assert_eq!(a.resident.len(), 2, "x and the residual: {}", p.to_text());
+            let kept = a
+                .keeping_rounded_tiles(&p)
+                .expect("h is read in two phases");
+            let [h] = kept.resident[..] else {
+                panic!("one resident tile, h: {:?}", kept.resident);
+            };
+            assert!(matches!(p.body[h.index()], Instr::RoundToStorage(_)));
+            assert!(kept.demanded[h.index()].len() > 1);
+            // x and the residual are read in h's first phase only.
+            let first = *kept.demanded[h.index()].first().unwrap();
+            assert_eq!(kept.demanded[x], [first].into());
+            assert_eq!(kept.demanded[r], [first].into());
+            assert_eq!(
+                (kept.phase.clone(), kept.num_phases),
+                (a.phase.clone(), a.num_phases)
+            );
+        }
+        for op in [Operator::Layernorm, Operator::Softmax, Operator::Rmsnorm] {
+            let p = op.program(opts);
+            assert!(
+                p.verify().unwrap().keeping_rounded_tiles(&p).is_none(),
+                "{op}"
+            );
+        }
+    }
+
+    #[test]
     fn layernorm_weight_is_read_in_one_phase_only() {
         let p = Operator::Layernorm.program(OperatorOptions::default());
         let a = p.verify().unwrap();

@@ -74,6 +74,77 @@ impl Analysis {
     }
 }
 
+impl Analysis {
+    /// This analysis with every rounded tile (`RoundToStorage` of a tile,
+    /// exactly a storage value: residual_layernorm's `h`) that a later
+    /// phase reads again kept resident itself, so its operands (x and the
+    /// residual) are read in its first phase only: one tile of private
+    /// slots instead of two. None where no rounded tile is read in two
+    /// phases. For register plans: a streamed plan re-reads loads from
+    /// memory and cannot re-read a computed tile.
+    pub fn keeping_rounded_tiles(&self, program: &Program) -> Option<Analysis> {
+        let kept: BTreeSet<usize> = (0..program.body.len())
+            .filter(|&at| {
+                matches!(program.body[at], Instr::RoundToStorage(_))
+                    && self.kinds[at] == Kind::Tile
+                    && self.demanded[at].len() > 1
+            })
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        let demanded = demand(program, &self.kinds, &self.phase, &kept);
+        let mut resident = resident_loads(program, &demanded);
+        resident.extend(kept.iter().map(|&at| Value(at as u32)));
+        resident.sort_by_key(|v| v.index());
+        Some(Analysis {
+            demanded,
+            resident,
+            ..self.clone()
+        })
+    }
+}
+
+/// Demand: a tile is needed wherever a consumer evaluates. Stores and
+/// reductions consume at their operand's own phase; element-wise consumers
+/// pass their demand on, except a `kept` tile, which is computed once (in
+/// the first phase that needs it) and read from its slots after, so its
+/// operands are needed in that phase only. Walks users before definitions.
+fn demand(
+    program: &Program,
+    kinds: &[Kind],
+    phase: &[usize],
+    kept: &BTreeSet<usize>,
+) -> Vec<BTreeSet<usize>> {
+    let n = program.body.len();
+    let mut demanded: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    for at in (0..n).rev() {
+        let instr = &program.body[at];
+        let own: BTreeSet<usize> = match instr {
+            Instr::Store { value, .. } => [phase[value.index()]].into(),
+            Instr::Reduce { arg, .. } | Instr::ReduceSumExp { arg, .. } => {
+                [phase[arg.index()]].into()
+            }
+            _ if kept.contains(&at) => demanded[at].first().copied().into_iter().collect(),
+            _ => demanded[at].clone(),
+        };
+        for op in instr.operands() {
+            if kinds[op.index()] == Kind::Tile {
+                demanded[op.index()].extend(own.iter().copied());
+            }
+        }
+    }
+    demanded
+}
+
+/// Loads needed in more than one phase.
+fn resident_loads(program: &Program, demanded: &[BTreeSet<usize>]) -> Vec<Value> {
+    (0..program.body.len())
+        .filter(|&i| matches!(program.body[i], Instr::Load { .. }) && demanded[i].len() > 1)
+        .map(|i| Value(i as u32))
+        .collect()
+}
+
 impl Program {
     /// Check types, purity, aliasing and non-escape; compute phases.
     pub fn verify(&self) -> Result<Analysis, VerifyError> {
@@ -259,29 +330,8 @@ impl Program {
             }
         }
 
-        // Demand: a tile is needed wherever a consumer evaluates. Stores and
-        // reductions consume at their operand's own phase; element-wise
-        // consumers pass their demand on. Walk users before definitions.
-        let mut demanded: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
-        for at in (0..n).rev() {
-            let instr = &self.body[at];
-            let own: BTreeSet<usize> = match instr {
-                Instr::Store { value, .. } => [phase[value.index()]].into(),
-                Instr::Reduce { arg, .. } | Instr::ReduceSumExp { arg, .. } => {
-                    [phase[arg.index()]].into()
-                }
-                _ => demanded[at].clone(),
-            };
-            for op in instr.operands() {
-                if kinds[op.index()] == Kind::Tile {
-                    demanded[op.index()].extend(own.iter().copied());
-                }
-            }
-        }
-        let resident = (0..n)
-            .filter(|&i| matches!(self.body[i], Instr::Load { .. }) && demanded[i].len() > 1)
-            .map(|i| Value(i as u32))
-            .collect();
+        let demanded = demand(self, &kinds, &phase, &BTreeSet::new());
+        let resident = resident_loads(self, &demanded);
         let num_phases = phase.iter().copied().max().unwrap_or(0) + 1;
         Ok(Analysis {
             kinds,

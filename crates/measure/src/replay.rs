@@ -2839,7 +2839,7 @@ mod freeze_tests {
             "2026-11-30-nc4096-bf16-ref-h200",
             "2026-12-01-cpb-rms-ref-h200",
             "2026-12-01-cpb-ln-ref-h200",
-            "2026-12-01-cpb-rln-ref-h200",
+            "2026-12-01-rt-w512-om-ob2-h200",
         ] {
             let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("../../bench/results")

@@ -617,11 +617,11 @@ mod tests {
         mark_todays_default(&mut verdicts, &file, &lanefold_plan::Target::h200());
         let get = |id: &str| verdicts.iter().find(|v| v.id == id).unwrap();
         let res = get("residual_layernorm/bf16/4096x32768");
-        // Today's default there streams the whole row per pass with hints.
+        // Today's default there keeps h resident (session 17).
         assert!(
-            res.todays_default
-                .as_deref()
-                .is_some_and(|t| t.contains("W=1024 V=8 U=4 G=1 stream reread-hints")),
+            res.todays_default.as_deref().is_some_and(|t| t.contains(
+                "W=512 V=8 U=4 G=1 registers ordered-columns packed-resident rounded-resident"
+            )),
             "{:?}",
             res.todays_default
         );
