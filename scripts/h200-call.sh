@@ -176,7 +176,9 @@
 #   CALL 90: session 17: target 4 for the new residual_layernorm bf16
 #           4096x32768 default; layernorm 1024x262144 without bias and
 #           without columns (what the columns cost); the quick CUDA selftest
-#   CALL 91: session 17: the long-row half of the CUDA selftest
+#   CALL 91: session 17: layernorm bf16 1024x262144 with its weight staged
+#           in shared memory (two groups per SM), then the long-row half of
+#           the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2166,6 +2168,15 @@ PY
   ;;
 91)
   logs=$(mktemp -d)
+  step "layernorm bf16 1024x262144: default and the weight staged"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16 $s \
+    --capture-sources --output "$r-sw-ref-h200" > "$logs/sw-ref.log" 2>&1; echo "bench rc=$?"
+  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16 --stage-columns \
+    --occupancy 2 $s --capture-sources --output "$r-sw-weight-h200" > "$logs/sw.log" 2>&1; echo "bench rc=$?"
+  for f in "$r"-sw-*-h200/results.md; do
+    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
+  done
+  keep sw "$r"-sw-*-h200 "$logs"
   step "selftest --long-shapes-only on CUDA"
   LONG_ONLY=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-long-s17-h200" > "$logs/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
