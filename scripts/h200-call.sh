@@ -176,6 +176,9 @@
 #   CALL 90: session 17: target 4 for the new residual_layernorm bf16
 #           4096x32768 default; layernorm 1024x262144 without bias and
 #           without columns (what the columns cost); the quick CUDA selftest
+#   CALL 92: session 17: CUDA checks of persistent clusters, then
+#           layernorm 1024x262144 with columns staged once per group by a
+#           persistent cluster grid, against the default
 #   CALL 91: session 17: layernorm bf16 1024x262144 with its weight staged
 #           in shared memory (two groups per SM), then the long-row half of
 #           the CUDA selftest
@@ -2182,6 +2185,32 @@ PY
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
   keep selftest-long "$r-selftest-long-s17-h200"
   ;;
-*) echo "unknown call $call (1-91)"; exit 2 ;;
+92)
+  logs=$(mktemp -d)
+  step "CUDA checks of persistent clusters"
+  timeout 200 "$bin" selftest --backend cuda --variant persistent-clusters > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
+  keep pc-selftest "$logs"
+  step "layernorm 1024x262144: default and persistent clusters"
+  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 $s \
+    --capture-sources --output "$r-pc-ref-h200" > "$logs/ref.log" 2>&1; echo "bench rc=$?"
+  ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --push-cluster-reduce --one-pass-moments --persistent-clusters"
+  bf="--dtypes bf16 --pack 8 --pack-resident"
+  f="--dtypes f32 --pack 4"
+  for form in "bf16-c16-sc:$bf --cluster-group-threads 256 --stage-columns" \
+    "bf16-c8-sw:$bf --cluster-group-threads 512 --stage-columns --occupancy 2" \
+    "bf16-c8:$bf --cluster-group-threads 512 --occupancy 2" \
+    "f32-c8-sw:$f --cluster-group-threads 512 --stage-columns" \
+    "f32-c16-sw:$f --cluster-group-threads 256 --stage-columns --occupancy 2"; do
+    [ "$(left)" -gt 40 ] || break
+    timeout 40 "$bin" bench --backend cuda $ln ${form#*:} $s --capture-sources \
+      --output "$r-pc-${form%%:*}-h200" > "$logs/${form%%:*}.log" 2>&1; echo "bench ${form%%:*} rc=$?"
+  done
+  for d in "$r"-pc-*-h200; do
+    echo "-- $d"; grep -hE "\| lanefold (yes|no)" "$d/results.md" | cut -c1-200
+  done
+  keep pc-benches "$r"-pc-*-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-92)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

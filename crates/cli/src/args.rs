@@ -153,6 +153,12 @@ pub struct PolicyArgs {
     /// instead of a cluster barrier per reduction. Same results.
     #[arg(long)]
     pub push_cluster_reduce: bool,
+    /// Rows spanning a cluster, pushed: a persistent grid of the clusters
+    /// that fit at once, each looping over rows, so staged columns
+    /// (`--stage-columns`) are copied once per group, not once per row.
+    /// Same results.
+    #[arg(long)]
+    pub persistent_clusters: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
@@ -212,6 +218,7 @@ impl PolicyArgs {
             rounded_resident: self.rounded_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
             push_cluster_reduce: self.push_cluster_reduce,
+            persistent_clusters: self.persistent_clusters,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,

@@ -460,6 +460,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("l1-columns", l1_column_checks),
     ("ordered-columns", ordered_column_checks),
     ("rounded-resident", rounded_resident_checks),
+    ("persistent-clusters", persistent_cluster_checks),
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
@@ -633,6 +634,56 @@ pub fn rounded_resident_checks(backend: &Backend, report: &mut Report) {
                     && program
                         .verify()
                         .is_ok_and(|a| a.keeping_rounded_tiles(program).is_some())
+            },
+        );
+    }
+}
+
+/// Persistent clusters (`persistent_clusters`): every operator, f32 and
+/// bf16, on clusters of 8 and 16 groups, pushed, plain, with staged
+/// columns and packed with one-pass moments, on CUDA on 3001 rows, so that
+/// every cluster loops over many rows and both sets of slots and barriers
+/// turn over (the CPU executor, which runs no grid, checks the marking on
+/// 37). Same bits as one cluster a row; marked exactly on pushed cluster
+/// register plans.
+pub fn persistent_cluster_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::{Residency, ResidencyRequest};
+    let rows = match backend {
+        Backend::Cuda(_) => 3001,
+        _ => 37,
+    };
+    let bases: [(&str, RequestEdit); 3] = [
+        ("persistent clusters", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.push_cluster_reduce = true;
+        }),
+        ("persistent clusters, staged", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.push_cluster_reduce = true;
+            request.stage_columns = true;
+        }),
+        ("persistent clusters, packed", |request| {
+            request.residency = ResidencyRequest::Registers;
+            request.push_cluster_reduce = true;
+            request.pack_resident = true;
+            request.one_pass_moments = true;
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            &[(2048, 4, 8192), (2048, 8, 16384), (4096, 4, 16384)],
+            rows,
+            base,
+            |request| request.persistent_clusters = true,
+            |plan| plan.persistent_clusters,
+            |plan| {
+                plan.groups_per_row > 1
+                    && plan.pushed_cluster_reduce
+                    && plan.residency == Residency::Registers
             },
         );
     }

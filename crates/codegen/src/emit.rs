@@ -61,6 +61,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.pushed_cluster_reduce {
         name += "_pr";
     }
+    if plan.persistent_clusters {
+        name += "_pc";
+    }
     if plan.row_prefetch.is_some() {
         name += "_pf";
     }
@@ -485,12 +488,28 @@ impl Vector {
 
 /// Float offsets in `lf_smem` of a pushed cluster reduction: reduction k's
 /// slot for the group of rank r at `slots + k * cluster + r`, its
-/// `mbarrier` at `barriers + 2 * k`.
+/// `mbarrier` at `barriers + 2 * k`. A persistent cluster has two sets,
+/// alternating row by row (`lf_set`): set s's slots `per_set` floats on,
+/// its `mbarrier`s `2 * reductions` floats on.
 #[derive(Clone, Copy)]
 struct Push {
     slots: usize,
     barriers: usize,
+    sets: usize,
+    per_set: usize,
+    reductions: usize,
 }
+
+/// The persistent cluster's pushed reduction: the wait for the phase of
+/// this row's set (`lf_parity`), and the arm of a local `mbarrier` for
+/// the row after next, which pushes into the same set.
+const PERSISTENT_PUSH_HELPERS: &str = "__device__ __forceinline__ void lf_push_wait_parity(unsigned long long* bar, unsigned parity) {
+    asm volatile(\"{\\n.reg .pred lf_done;\\nLF_WAIT:\\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 lf_done, [%0], %1;\\n@!lf_done bra LF_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)), \"r\"(parity) : \"memory\");
+}
+__device__ __forceinline__ void lf_push_arm(unsigned long long* bar, unsigned bytes) {
+    asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(lf_shared_addr(bar)), \"r\"(bytes) : \"memory\");
+}
+";
 
 #[derive(Clone)]
 struct Gather {
@@ -1105,14 +1124,29 @@ impl Ctx<'_> {
             self.line("asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); // every group's mbarriers are ready");
             self.cluster_waited = true;
         }
+        // A persistent cluster's row uses set `lf_set` of slots and barriers.
+        let persistent = push.sets > 1;
         let barrier = |k: usize| {
-            format!(
-                "reinterpret_cast<unsigned long long*>(lf_smem + {})",
-                push.barriers + 2 * k
-            )
+            if persistent {
+                format!(
+                    "reinterpret_cast<unsigned long long*>(lf_smem + {} + 2 * (lf_set * {} + {k}))",
+                    push.barriers, push.reductions
+                )
+            } else {
+                format!(
+                    "reinterpret_cast<unsigned long long*>(lf_smem + {})",
+                    push.barriers + 2 * k
+                )
+            }
         };
         let g = self.g;
-        let slot = |k: usize| push.slots + k * c * g;
+        let slot = |k: usize| {
+            if persistent {
+                format!("{} + lf_set * {}", push.slots + k * c * g, push.per_set)
+            } else {
+                (push.slots + k * c * g).to_string()
+            }
+        };
         // With G rows, row r's partials go to slots [r * c, r * c + c).
         // Thread t < c of each row pushes that row's partials to group t.
         let t = self.row_thread();
@@ -1131,11 +1165,25 @@ impl Ctx<'_> {
         }
         self.close();
         for &k in all {
-            self.line(&format!("lf_push_wait({});", barrier(k)));
+            if persistent {
+                self.line(&format!("lf_push_wait_parity({}, lf_parity);", barrier(k)));
+            } else {
+                self.line(&format!("lf_push_wait({});", barrier(k)));
+            }
         }
         self.emit_group_combine(plain, pairs, |k| {
             format!("lf_smem[{}{row_slot} + lane]", slot(k))
         });
+        if persistent {
+            // The row after next pushes into this set: arm its barriers.
+            // Its pushes cannot come before this group's next row's push,
+            // which follows this group's reads of the set.
+            self.open("if (tid == 0) {");
+            for &k in all {
+                self.line(&format!("lf_push_arm({}, {});", barrier(k), 4 * c * g));
+            }
+            self.close();
+        }
     }
 
     /// Lane r of every warp reads group r's partial of each reduction
@@ -1475,6 +1523,35 @@ impl Ctx<'_> {
             .collect()
     }
 
+    /// A pushed reduction's `mbarrier`s, each armed for its first phase
+    /// (both sets of a persistent cluster), then the relaxed arrive that
+    /// publishes them, waited for before the first push.
+    fn emit_push_init(&mut self, reductions: usize) {
+        let Some(push) = self.push else {
+            return;
+        };
+        let (cluster, g) = (self.cluster, self.g);
+        self.line(&format!(
+            "// pushed reduction: mbarrier k awaits {} partials of reduction k, 4 bytes each",
+            cluster * g
+        ));
+        self.open(&format!("if (tid < {}) {{", reductions * push.sets));
+        self.line(&format!(
+            "const unsigned bar = lf_shared_addr(lf_smem + {} + 2 * tid);",
+            push.barriers
+        ));
+        self.line(
+            "asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(bar) : \"memory\");",
+        );
+        self.line(&format!(
+            "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {};\" :: \"r\"(bar) : \"memory\");",
+            4 * cluster * g
+        ));
+        self.close();
+        self.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
+        self.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
+    }
+
     /// The private slots of each resident tile.
     fn emit_resident_declarations(&mut self) {
         if !self.registers {
@@ -1702,12 +1779,21 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     };
     // Pushed: a slot per group of the cluster per reduction, then one
     // 8-byte mbarrier per reduction from an 8-byte boundary.
+    let sets = if plan.persistent_clusters { 2 } else { 1 };
     let push = (cluster > 1 && plan.pushed_cluster_reduce).then(|| Push {
         slots: warp_floats,
-        barriers: (warp_floats + reductions * cluster * g).next_multiple_of(2),
+        barriers: (warp_floats + sets * reductions * cluster * g).next_multiple_of(2),
+        sets,
+        per_set: reductions * cluster * g,
+        reductions,
     });
+    if plan.persistent_clusters
+        && (push.is_none() || g != 1 || plan.residency != Residency::Registers)
+    {
+        return inconsistent(format!("persistent clusters in {}", plan.describe()));
+    }
     let cluster_floats = match push {
-        Some(push) => push.barriers - warp_floats + 2 * reductions,
+        Some(push) => push.barriers - warp_floats + 2 * reductions * sets,
         None if cluster > 1 => reductions * g,
         None => 0,
     };
@@ -1892,6 +1978,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if pushed {
         head.push_str(PUSH_HELPERS);
     }
+    if plan.persistent_clusters {
+        head.push_str(PERSISTENT_PUSH_HELPERS);
+    }
     let _ = write!(
         head,
         "#define LF_N {n}\n#define LF_W {w}\n#define LF_V {v}\n#define LF_FULL {full}\n"
@@ -1922,7 +2011,13 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line(&format!(
             "const int rank = blockIdx.x % {cluster}; // this group's rank in the row's cluster"
         ));
-        if g == 1 {
+        if plan.persistent_clusters {
+            // `row` is the loop's: this cluster's rows, every `lf_clusters`-th.
+            cx.line(&format!("const int lf_cluster = blockIdx.x / {cluster};"));
+            cx.line(&format!("const int lf_clusters = gridDim.x / {cluster};"));
+            cx.line(&format!("const int w = rank * {threads} + tid;"));
+            cx.line("const int row_in_group = 0;");
+        } else if g == 1 {
             cx.line(&format!("const int row = blockIdx.x / {cluster};"));
             cx.line(&format!("const int w = rank * {threads} + tid;"));
             cx.line("const int row_in_group = 0;");
@@ -1977,7 +2072,23 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
     }
     cx.line("(void)row_in_group;");
-    if prefetch.is_some() {
+    let persistent = plan.persistent_clusters;
+    if persistent {
+        // Slots, barriers and resident tiles are set up once, outside the
+        // loop over rows; the first push waits for no barrier in the loop.
+        cx.emit_resident_declarations();
+        cx.emit_push_init(reductions);
+        cx.line("asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); // every group's mbarriers are ready");
+        cx.cluster_waited = true;
+        cx.line("unsigned lf_it = 0; // rows this group has done");
+        cx.open(
+            "for (int row = lf_cluster; row < rows; row += lf_clusters) { // a persistent cluster",
+        );
+        cx.line("const bool row_ok = true;");
+        cx.line("const int row_c = row;");
+        cx.line("const unsigned lf_set = lf_it & 1u; // this row's slots and barriers");
+        cx.line("const unsigned lf_parity = (lf_it >> 1) & 1u; // their phase");
+    } else if prefetch.is_some() {
         // Resident tiles are declared once, outside the loop over rows.
         cx.emit_resident_declarations();
         cx.open("for (int row = blockIdx.x; row < rows; row += gridDim.x) { // a persistent group");
@@ -2010,35 +2121,18 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             ));
         }
     }
-    if prefetch.is_none() {
+    if prefetch.is_none() && !persistent {
         cx.emit_resident_declarations();
-    }
-    if let Some(push) = cx.push {
-        cx.line(&format!(
-            "// pushed reduction: mbarrier k awaits {} partials of reduction k, 4 bytes each",
-            cluster * g
-        ));
-        cx.open(&format!("if (tid < {reductions}) {{"));
-        cx.line(&format!(
-            "const unsigned bar = lf_shared_addr(lf_smem + {} + 2 * tid);",
-            push.barriers
-        ));
-        cx.line(
-            "asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(bar) : \"memory\");",
-        );
-        cx.line(&format!(
-            "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {};\" :: \"r\"(bar) : \"memory\");",
-            4 * cluster * g
-        ));
-        cx.close();
-        cx.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
-        cx.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
+        cx.emit_push_init(reductions);
     }
     for p in 0..a.num_phases {
         cx.emit_phase(p);
     }
-    if prefetch.is_some() {
+    if prefetch.is_some() || persistent {
         cx.line("__syncthreads(); // the reduction slots are reused by the next row");
+        if persistent {
+            cx.line("++lf_it;");
+        }
         cx.close();
     }
     if cluster > 1 {
@@ -2063,7 +2157,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cluster: (cluster > 1).then_some(cluster as u32),
         shared_bytes,
         params,
-        persistent_rows: prefetch.map(|_| rows as u32),
+        persistent_rows: (prefetch.is_some() || plan.persistent_clusters).then_some(rows as u32),
         carveout_percent: match plan.occupancy_cap {
             Some(cap) => Some(cap.carveout_percent),
             None => plan.l1_columns.then_some(0),

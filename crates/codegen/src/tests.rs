@@ -436,8 +436,13 @@ fn two_rows_per_cluster_pull_their_own_rows_slots() {
 fn pushed_reductions_fit_the_shared_memory_their_plans_reserve() {
     for op in Operator::SIX {
         for (dtype, pack) in [(DType::F32, 4), (DType::Bf16, 8)] {
-            for (stage_columns, online_normalizer) in [(false, false), (true, false), (false, true)]
-            {
+            for (stage_columns, online_normalizer, persistent_clusters) in [
+                (false, false, false),
+                (true, false, false),
+                (false, true, false),
+                (true, false, true),
+                (false, true, true),
+            ] {
                 let p = make_with(
                     op,
                     dtype,
@@ -449,10 +454,12 @@ fn pushed_reductions_fit_the_shared_memory_their_plans_reserve() {
                         stage_columns,
                         online_normalizer,
                         push_cluster_reduce: true,
+                        persistent_clusters,
                         ..Default::default()
                     },
                 );
                 assert!(p.pushed_cluster_reduce, "{}", p.describe());
+                assert_eq!(p.persistent_clusters, persistent_clusters);
                 let k = kernel(&p);
                 assert!(
                     k.shared_bytes <= p.shared_bytes,
@@ -1548,4 +1555,106 @@ fn rounded_resident_applies_to_register_plans_only() {
         request(ResidencyRequest::Registers, true),
     );
     assert!(!layernorm.rounded_resident);
+}
+
+/// A persistent cluster grid (session 17): the cluster loops over rows
+/// `lf_cluster, lf_cluster + lf_clusters, ...`; the staged columns are
+/// copied once, before the loop; the pushed partials alternate between two
+/// sets of slots and barriers (`lf_set`), each waited for at its phase
+/// (`lf_parity`) and armed again for the row after next.
+#[test]
+fn golden_layernorm_bf16_w2048_v4_persistent_clusters_staged() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "37x16384",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 1,
+            residency: ResidencyRequest::Registers,
+            cluster_group_threads: 256,
+            stage_columns: true,
+            push_cluster_reduce: true,
+            persistent_clusters: true,
+            one_pass_moments: true,
+            ..Default::default()
+        },
+    );
+    assert!(
+        p.persistent_clusters && p.staged_columns(),
+        "{}",
+        p.describe()
+    );
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_pr_pc_om"), "{}", k.name);
+    assert_eq!(k.persistent_rows, Some(37));
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    let looped = body.find("for (int row = lf_cluster;").unwrap();
+    // Staged once and the barriers armed once, both before the loop.
+    assert!(body.find("lf_cp_async_").unwrap() < looped);
+    assert!(body.find("mbarrier.init").unwrap() < looped);
+    assert_eq!(body.matches("barrier.cluster.wait.aligned").count(), 1);
+    // One reduction pair (one-pass moments): two pushes, two waits at the
+    // row's phase, one arm each for the row after next.
+    assert_eq!(body.matches("lf_push_wait_parity(").count(), 2);
+    assert_eq!(body.matches("lf_push_arm(").count(), 2);
+    assert!(!body.contains("lf_push_wait("));
+    assert!(k.shared_bytes <= p.shared_bytes);
+    insta::assert_snapshot!(golden(&p));
+}
+
+#[test]
+fn persistent_clusters_apply_to_pushed_cluster_register_plans_only() {
+    let request = |push_cluster_reduce, residency| LayoutRequest {
+        workers: 2048,
+        pack: 4,
+        cluster_group_threads: 256,
+        push_cluster_reduce,
+        residency,
+        persistent_clusters: true,
+        ..Default::default()
+    };
+    let pushed = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "5x8192",
+        request(true, ResidencyRequest::Registers),
+    );
+    assert!(pushed.persistent_clusters);
+    for (p, why) in [
+        (
+            make_with(
+                Operator::Rmsnorm,
+                DType::F32,
+                "5x8192",
+                request(false, ResidencyRequest::Registers),
+            ),
+            "not pushed",
+        ),
+        (
+            make_with(
+                Operator::Rmsnorm,
+                DType::F32,
+                "5x8192",
+                request(true, ResidencyRequest::Stream),
+            ),
+            "streamed",
+        ),
+        (
+            make_with(
+                Operator::Rmsnorm,
+                DType::F32,
+                "5x512",
+                LayoutRequest {
+                    workers: 128,
+                    ..request(true, ResidencyRequest::Registers)
+                },
+            ),
+            "one group a row",
+        ),
+    ] {
+        assert!(!p.persistent_clusters, "{why}: {}", p.describe());
+        assert_eq!(kernel(&p).persistent_rows, None, "{why}");
+    }
 }

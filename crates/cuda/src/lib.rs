@@ -390,7 +390,12 @@ impl CudaBackend {
                 .map_err(driver("setting the shared-memory carve-out"))?;
         }
         let mut kernel = kernel.clone();
-        if let Some(rows) = kernel.persistent_rows {
+        if let (Some(rows), Some(cluster)) = (kernel.persistent_rows, kernel.cluster) {
+            // A persistent cluster grid: as many clusters as the driver
+            // keeps resident at once, at most one a row.
+            let clusters = self.max_active_clusters(&function, &kernel)?;
+            kernel.grid.0 = clusters.clamp(1, rows.max(1)) * cluster;
+        } else if let Some(rows) = kernel.persistent_rows {
             // As many persistent groups as the compiled kernel keeps
             // resident at once (the plan only estimated its registers).
             let resident = function
@@ -408,6 +413,58 @@ impl CudaBackend {
             function,
             _module: module,
         })
+    }
+
+    /// `cuOccupancyMaxActiveClusters` for a cluster kernel at its block
+    /// size, cluster size and dynamic shared memory.
+    fn max_active_clusters(
+        &self,
+        function: &cudarc::driver::CudaFunction,
+        kernel: &Kernel,
+    ) -> Result<u32, CudaError> {
+        let cluster = kernel.cluster.unwrap_or(1);
+        // SAFETY: a plain-data union, zero is a valid bit pattern.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+            x: cluster,
+            y: 1,
+            z: 1,
+        };
+        let mut attrs = [sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value,
+        }];
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: kernel.block.0,
+            blockDimY: kernel.block.1,
+            blockDimZ: kernel.block.2,
+            sharedMemBytes: kernel.shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: 1,
+        };
+        let mut clusters: std::ffi::c_int = 0;
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver("binding the context"))?;
+        // SAFETY: `config` and its one attribute outlive the call, and the
+        // function belongs to this context.
+        unsafe {
+            sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config)
+        }
+        .result()
+        .map_err(driver("reading the kernel's cluster occupancy"))?;
+        if clusters < 1 {
+            return Err(CudaError::Data(format!(
+                "no cluster of {cluster} groups of {} threads with {} bytes of shared memory fits the device",
+                kernel.block.0, kernel.shared_bytes
+            )));
+        }
+        Ok(clusters as u32)
     }
 
     /// Upload inputs and allocate (or upload) outputs in parameter order.

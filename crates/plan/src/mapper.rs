@@ -206,6 +206,14 @@ pub struct LayoutRequest {
     /// combines the partials in rank order, as before: same bits.
     #[serde(default)]
     pub push_cluster_reduce: bool,
+    /// Rows spanning a cluster, pushed: a persistent grid of as many
+    /// clusters as fit at once, each looping over rows `c, c + clusters,
+    /// ...`, so staged columns (`stage_columns`) are copied into shared
+    /// memory once per group instead of once per row. The pushed partials
+    /// alternate between two sets of slots and `mbarrier`s, row by row.
+    /// Same bits.
+    #[serde(default)]
+    pub persistent_clusters: bool,
     /// Accumulate `sum(exp(x - max))` with its maximum in one pass (an
     /// online normalizer: softmax and cross-entropy need one reduction tree
     /// fewer, and streamed plans one re-read fewer). Changes rounding, not
@@ -426,6 +434,7 @@ impl LayoutRequest {
             rounded_resident: self.rounded_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
             push_cluster_reduce: self.push_cluster_reduce,
+            persistent_clusters: self.persistent_clusters,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
@@ -563,6 +572,9 @@ pub struct Plan {
     pub relaxed_cluster_exit: bool,
     /// See [`LayoutRequest::push_cluster_reduce`]; false without a cluster.
     pub pushed_cluster_reduce: bool,
+    /// See [`LayoutRequest::persistent_clusters`]; false where it does not
+    /// apply (one row per cluster, registers, pushed).
+    pub persistent_clusters: bool,
     /// Rows prefetched into shared memory by a persistent grid (see
     /// [`LayoutRequest::prefetch_rows`]); None where that does not apply.
     pub row_prefetch: Option<RowPrefetch>,
@@ -693,6 +705,9 @@ impl Plan {
         if self.pushed_cluster_reduce {
             s += " push-reduce";
         }
+        if self.persistent_clusters {
+            s += " persistent-clusters";
+        }
         if self.row_prefetch.is_some() {
             s += " prefetch-rows";
         }
@@ -761,6 +776,7 @@ impl Plan {
             rounded_resident: self.rounded_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
             push_cluster_reduce: self.pushed_cluster_reduce,
+            persistent_clusters: self.persistent_clusters,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             prefetch_rows: self.row_prefetch.is_some(),
@@ -1905,12 +1921,17 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
     let tree = layout.tree(target);
     let pushed = request.push_cluster_reduce && groups_per_row > 1;
+    let persistent_clusters = request.persistent_clusters
+        && pushed
+        && rows_per_group == 1
+        && residency == Residency::Registers;
     let shared_bytes = reduction_slot_bytes(
         analysis.reductions.len(),
         rows_per_group,
         tree.warps,
         groups_per_row,
         pushed,
+        if persistent_clusters { 2 } else { 1 },
     );
     let columns = problem.program.column_inputs().count();
     // An occupancy promise bounds each group's shared memory too: stage
@@ -2037,6 +2058,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         rounded_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
         pushed_cluster_reduce: pushed,
+        persistent_clusters,
         row_prefetch,
     })
 }
@@ -2050,15 +2072,20 @@ fn reduction_slot_bytes(
     warps: u32,
     groups_per_row: u32,
     pushed: bool,
+    pushed_sets: u32,
 ) -> u32 {
     let cluster = if groups_per_row > 1 {
-        groups_per_row
+        groups_per_row * pushed_sets
     } else {
         0
     };
-    // A pushed reduction adds one 8-byte `mbarrier` per reduction, from
-    // an 8-byte boundary.
-    let barriers = if pushed { 8 * reductions as u32 + 4 } else { 0 };
+    // A pushed reduction adds one 8-byte `mbarrier` per reduction and set
+    // of slots, from an 8-byte boundary.
+    let barriers = if pushed {
+        8 * reductions as u32 * pushed_sets + 4
+    } else {
+        0
+    };
     4 * reductions as u32 * rows_per_group * (warps + cluster) + barriers
 }
 
