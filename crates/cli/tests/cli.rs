@@ -353,6 +353,47 @@ fn ordered_columns_show_in_the_plan_and_their_checks_pass() {
     );
 }
 
+/// h kept resident and persistent clusters are asked for by flag, shown
+/// in the plan where they apply, and their CPU checks (the marking) pass.
+#[test]
+fn rounded_resident_and_persistent_clusters_show_in_the_plan_and_their_checks_pass() {
+    let o = lanefold(&[
+        "plan",
+        "--op",
+        "residual_layernorm",
+        "--shape",
+        "64x4096",
+        "--dtype",
+        "bf16",
+        "--residency",
+        "registers",
+        "--rounded-resident",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    assert!(stdout(&o).contains("rounded-resident"), "{}", stdout(&o));
+    let o = lanefold(&[
+        "plan",
+        "--op",
+        "layernorm",
+        "--shape",
+        "64x131072",
+        "--dtype",
+        "bf16",
+        "--push-cluster-reduce",
+        "--persistent-clusters",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    assert!(stdout(&o).contains("persistent-clusters"), "{}", stdout(&o));
+    let o = lanefold(&["selftest", "--variant", "rounded-resident"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    // 6 operators x 3 dtypes x 3 layouts x 3 bases.
+    assert!(
+        stdout(&o).contains("162 passed, 0 failed"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// The occupancy cap and batched loads are asked for by flag and shown in
 /// the plan; a promise above the cap is a clear error, not a panic.
 #[test]
