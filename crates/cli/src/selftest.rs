@@ -578,11 +578,7 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
     let bases: [(&str, RequestEdit); 4] = [
         ("ordered columns", in_registers),
-        ("ordered columns, packed", |request| {
-            request.residency = ResidencyRequest::Registers;
-            request.pack_resident = true;
-            request.one_pass_moments = true;
-        }),
+        ("ordered columns, packed", packed_in_registers),
         ("ordered columns, kept", |request| {
             request.residency = ResidencyRequest::Registers;
             request.keep_columns = true;
@@ -607,14 +603,10 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
 /// the residual. Same bits as without; marked exactly on register plans of
 /// programs with such a tile.
 pub fn rounded_resident_checks(backend: &Backend, report: &mut Report) {
-    use lanefold_plan::{Residency, ResidencyRequest};
+    use lanefold_plan::Residency;
     let bases: [(&str, RequestEdit); 3] = [
         ("rounded resident", in_registers),
-        ("rounded resident, packed", |request| {
-            request.residency = ResidencyRequest::Registers;
-            request.pack_resident = true;
-            request.one_pass_moments = true;
-        }),
+        ("rounded resident, packed", packed_in_registers),
         ("rounded resident, streamed", streamed_with_reread_hints),
     ];
     for (name, base) in bases {
@@ -647,26 +639,24 @@ pub fn rounded_resident_checks(backend: &Backend, report: &mut Report) {
 /// 37). Same bits as one cluster a row; marked exactly on pushed cluster
 /// register plans.
 pub fn persistent_cluster_checks(backend: &Backend, report: &mut Report) {
-    use lanefold_plan::{Residency, ResidencyRequest};
+    use lanefold_plan::Residency;
     let rows = match backend {
         Backend::Cuda(_) => 3001,
         _ => 37,
     };
     let bases: [(&str, RequestEdit); 3] = [
         ("persistent clusters", |request| {
-            request.residency = ResidencyRequest::Registers;
+            in_registers(request);
             request.push_cluster_reduce = true;
         }),
         ("persistent clusters, staged", |request| {
-            request.residency = ResidencyRequest::Registers;
+            in_registers(request);
             request.push_cluster_reduce = true;
             request.stage_columns = true;
         }),
         ("persistent clusters, packed", |request| {
-            request.residency = ResidencyRequest::Registers;
+            packed_in_registers(request);
             request.push_cluster_reduce = true;
-            request.pack_resident = true;
-            request.one_pass_moments = true;
         }),
     ];
     for (name, base) in bases {
@@ -844,6 +834,14 @@ pub fn pushed_reduce_checks(backend: &Backend, report: &mut Report) {
 /// streamed plan with re-read hints.
 fn in_registers(request: &mut LayoutRequest) {
     request.residency = lanefold_plan::ResidencyRequest::Registers;
+}
+
+/// A register plan with packed 16-bit tiles and one-pass moments: the
+/// combination the packed layernorm defaults take.
+fn packed_in_registers(request: &mut LayoutRequest) {
+    in_registers(request);
+    request.pack_resident = true;
+    request.one_pass_moments = true;
 }
 
 fn streamed_with_reread_hints(request: &mut LayoutRequest) {
