@@ -212,6 +212,45 @@ keep() { # tar the named results directories into $OUT
   tar cf "$OUT/$name.tar" "$@" 2>/dev/null || true
 }
 step() { echo "== $* (at ${SECONDS}s, $(left)s left)"; }
+# A bench of lanefold alone into $r-NAME-h200, bounded by SECONDS, its log
+# in $logs. Usage: bench_as NAME SECONDS BENCH_OPTIONS...
+bench_as() {
+  local name=$1 seconds=$2; shift 2
+  # shellcheck disable=SC2086
+  timeout "$seconds" "$bin" bench --backend cuda "$@" $s --capture-sources --output "$r-$name-h200" \
+    > "$logs/$name.log" 2>&1
+  echo "bench $name rc=$?"
+}
+# lanefold's row of each bench directory's results.md.
+show_benches() {
+  local d
+  for d in "$@"; do
+    echo "-- $d"; grep -hE "\| lanefold (yes|no)" "$d/results.md" | cut -c1-200
+  done
+}
+# Half of the CUDA selftest through scripts/gpu-selftest.sh (environment
+# captured, so the audit checks it), tarred as NAME.
+# Usage: selftest_half QUICK|LONG_ONLY OUTPUT_DIR NAME
+selftest_half() {
+  local half=$1 out=$2 name=$3
+  step "selftest ($half) on CUDA"
+  env "$half=1" LANEFOLD_BIN="$bin" timeout "$(left)" bash scripts/gpu-selftest.sh "$out" > "$logs/$name.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/$name.log" | head -8; tail -2 "$logs/$name.log"
+  keep "$name" "$out"
+}
+# A/A replay of a bench directory's cases, 2 rounds, with the given peer
+# flags (all three by default), until the call's deadline; the result and
+# the logs are tarred as NAME. Usage: aa_replay NAME BENCH_DIR OUTPUT_DIR [PEERS...]
+aa_replay() {
+  local name=$1 ref=$2 out=$3; shift 3
+  local peers=${*:---torch --torch-compile --liger}
+  step "A/A replay of $ref"
+  # shellcheck disable=SC2086
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$ref/results.json" --aa --rounds 2 $s \
+    $peers --deadline-s "$(( $(left) - 10 ))" --output "$out" > "$logs/$name.log" 2>&1
+  echo "replay rc=$?"; "$bin" scorecard "$out" | grep -E "^\| [a-z]" | cut -c1-200
+  keep "$name" "$out" "$logs"
+}
 # Searches read from stdin, one per line: OP DTYPE SHAPE [search options],
 # each writing $r-t1s-OP-DTYPE-SHAPE-h200 and its log into $logs.
 # Usage: t1s_searches SECONDS_EACH COMMON_OPTIONS < LIST
@@ -2101,29 +2140,20 @@ LIST
   step "residual_layernorm bf16 4096x32768: default and h resident"
   one="--ops residual_layernorm --shapes 4096x32768 --dtypes bf16"
   a="$one --pack 8 --unroll 4 --residency registers --pack-resident --rounded-resident"
-  timeout 45 "$bin" bench --backend cuda $one $s --capture-sources --output "$r-rt-ref-h200" \
-    > "$logs/ref.log" 2>&1; echo "bench rc=$?"
+  bench_as rt-ref 45 $one
   for form in "w512-om-ob2:--workers 512 --one-pass-moments --ordered-columns --occupancy 2" \
     "w512-2p:--workers 512 --ordered-columns" "w1024-om:--workers 1024 --one-pass-moments" \
     "w1024-om-oc:--workers 1024 --one-pass-moments --ordered-columns"; do
-    timeout 40 "$bin" bench --backend cuda $a ${form#*:} $s --capture-sources \
-      --output "$r-rt-${form%%:*}-h200" > "$logs/${form%%:*}.log" 2>&1; echo "bench ${form%%:*} rc=$?"
+    bench_as "rt-${form%%:*}" 40 $a ${form#*:}
   done
-  for f in "$r"-rt-*-h200/results.md; do
-    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
-  done
+  show_benches "$r"-rt-*-h200
   keep rt-benches "$r"-rt-*-h200 "$logs"
   step "layernorm 1024x262144, two rows per cluster"
   ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --one-pass-moments --push-cluster-reduce --rows-per-group 2 --cluster-group-threads 256"
-  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 $s \
-    --capture-sources --output "$r-g2-ref-h200" > "$logs/g2-ref.log" 2>&1; echo "bench rc=$?"
-  timeout 40 "$bin" bench --backend cuda $ln --dtypes bf16 --pack 8 --pack-resident $s --capture-sources \
-    --output "$r-g2-bf16-h200" > "$logs/g2-bf16.log" 2>&1; echo "bench rc=$?"
-  timeout 40 "$bin" bench --backend cuda $ln --dtypes f32 --pack 4 $s --capture-sources \
-    --output "$r-g2-f32-h200" > "$logs/g2-f32.log" 2>&1; echo "bench rc=$?"
-  for f in "$r"-g2-*-h200/results.md; do
-    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
-  done
+  bench_as g2-ref 60 --ops layernorm --shapes 1024x262144 --dtypes bf16,f32
+  bench_as g2-bf16 40 $ln --dtypes bf16 --pack 8 --pack-resident
+  bench_as g2-f32 40 $ln --dtypes f32 --pack 4
+  show_benches "$r"-g2-*-h200
   keep g2-benches "$r"-g2-*-h200 "$logs"
   # The fastest h-resident form by its gpu-phase p50, if it beat the default.
   best=$(python3 - "$r" <<'PY'
@@ -2137,12 +2167,7 @@ PY
 )
   echo "best h-resident form: ${best:-none faster than the default}"
   if [ -n "$best" ] && [ "$(left)" -gt 90 ]; then
-    step "A/A replay of $best"
-    timeout "$(left)" "$bin" replay --backend cuda --reference "$best/results.json" --aa --rounds 2 $s \
-      --torch --torch-compile --liger --deadline-s "$(( $(left) - 10 ))" --output "$r-rt-aa-h200" \
-      > "$logs/replay.log" 2>&1
-    echo "replay rc=$?"; "$bin" scorecard "$r-rt-aa-h200" | grep -E "^\| [a-z]" | cut -c1-200
-    keep rt-replay "$r-rt-aa-h200" "$logs"
+    aa_replay rt-replay "$best" "$r-rt-aa-h200"
   fi
   ;;
 90)
@@ -2157,33 +2182,20 @@ PY
   keep t4s "$r"-t4s-rt-*-h200 "$logs"
   step "layernorm 1024x262144 without bias, without columns"
   for cols in "nobias:--no-bias" "nocols:--no-weight --no-bias"; do
-    timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 ${cols#*:} $s \
-      --capture-sources --output "$r-cols-${cols%%:*}-h200" > "$logs/${cols%%:*}.log" 2>&1; echo "bench rc=$?"
+    bench_as "cols-${cols%%:*}" 60 --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 ${cols#*:}
   done
-  for f in "$r"-cols-*-h200/results.md; do
-    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
-  done
+  show_benches "$r"-cols-*-h200
   keep cols "$r"-cols-*-h200 "$logs"
-  step "selftest --quick on CUDA"
-  QUICK=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-quick-s17-h200" > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
-  keep selftest-quick "$r-selftest-quick-s17-h200"
+  selftest_half QUICK "$r-selftest-quick-s17-h200" selftest-quick
   ;;
 91)
   logs=$(mktemp -d)
   step "layernorm bf16 1024x262144: default and the weight staged"
-  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16 $s \
-    --capture-sources --output "$r-sw-ref-h200" > "$logs/sw-ref.log" 2>&1; echo "bench rc=$?"
-  timeout 40 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16 --stage-columns \
-    --occupancy 2 $s --capture-sources --output "$r-sw-weight-h200" > "$logs/sw.log" 2>&1; echo "bench rc=$?"
-  for f in "$r"-sw-*-h200/results.md; do
-    echo "-- $f"; grep -hE "\| lanefold (yes|no)" "$f" | cut -c1-170
-  done
+  bench_as sw-ref 40 --ops layernorm --shapes 1024x262144 --dtypes bf16
+  bench_as sw-weight 40 --ops layernorm --shapes 1024x262144 --dtypes bf16 --stage-columns --occupancy 2
+  show_benches "$r"-sw-*-h200
   keep sw "$r"-sw-*-h200 "$logs"
-  step "selftest --long-shapes-only on CUDA"
-  LONG_ONLY=1 LANEFOLD_BIN=$bin timeout "$(left)" bash scripts/gpu-selftest.sh "$r-selftest-long-s17-h200" > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -8; tail -2 "$logs/selftest.log"
-  keep selftest-long "$r-selftest-long-s17-h200"
+  selftest_half LONG_ONLY "$r-selftest-long-s17-h200" selftest-long
   ;;
 92)
   logs=$(mktemp -d)
@@ -2192,8 +2204,7 @@ PY
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
   keep pc-selftest "$logs"
   step "layernorm 1024x262144: default and persistent clusters"
-  timeout 60 "$bin" bench --backend cuda --ops layernorm --shapes 1024x262144 --dtypes bf16,f32 $s \
-    --capture-sources --output "$r-pc-ref-h200" > "$logs/ref.log" 2>&1; echo "bench rc=$?"
+  bench_as pc-ref 60 --ops layernorm --shapes 1024x262144 --dtypes bf16,f32
   ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --push-cluster-reduce --one-pass-moments --persistent-clusters"
   bf="--dtypes bf16 --pack 8 --pack-resident"
   f="--dtypes f32 --pack 4"
@@ -2203,12 +2214,9 @@ PY
     "f32-c8-sw:$f --cluster-group-threads 512 --stage-columns" \
     "f32-c16-sw:$f --cluster-group-threads 256 --stage-columns --occupancy 2"; do
     [ "$(left)" -gt 40 ] || break
-    timeout 40 "$bin" bench --backend cuda $ln ${form#*:} $s --capture-sources \
-      --output "$r-pc-${form%%:*}-h200" > "$logs/${form%%:*}.log" 2>&1; echo "bench ${form%%:*} rc=$?"
+    bench_as "pc-${form%%:*}" 40 $ln ${form#*:}
   done
-  for d in "$r"-pc-*-h200; do
-    echo "-- $d"; grep -hE "\| lanefold (yes|no)" "$d/results.md" | cut -c1-200
-  done
+  show_benches "$r"-pc-*-h200
   keep pc-benches "$r"-pc-*-h200 "$logs"
   ;;
 *) echo "unknown call $call (1-92)"; exit 2 ;;
