@@ -176,6 +176,8 @@
 #   CALL 90: session 17: target 4 for the new residual_layernorm bf16
 #           4096x32768 default; layernorm 1024x262144 without bias and
 #           without columns (what the columns cost); the quick CUDA selftest
+#   CALL 93: session 17: A/A replay, 2 rounds, of today's layernorm
+#           1024x262144 defaults (both dtypes) with both torch peers
 #   CALL 92: session 17: CUDA checks of persistent clusters, then
 #           layernorm 1024x262144 with columns staged once per group by a
 #           persistent cluster grid, against the default
@@ -2219,6 +2221,13 @@ PY
   show_benches "$r"-pc-*-h200
   keep pc-benches "$r"-pc-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-92)"; exit 2 ;;
+93)
+  logs=$(mktemp -d)
+  bench_as ln1024-ref 60 --ops layernorm --shapes 1024x262144 --dtypes f32,bf16
+  show_benches "$r-ln1024-ref-h200"
+  keep ln1024-ref "$r-ln1024-ref-h200"
+  aa_replay ln1024-replay "$r-ln1024-ref-h200" "$r-ln1024-aa-h200" --torch --torch-compile
+  ;;
+*) echo "unknown call $call (1-93)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
