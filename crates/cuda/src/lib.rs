@@ -56,6 +56,22 @@ pub enum CudaError {
     Data(String),
 }
 
+/// The launch attribute of a cluster of `blocks` blocks along x.
+fn cluster_dimension(blocks: u32) -> sys::CUlaunchAttribute {
+    // SAFETY: a plain-data union, zero is a valid bit pattern.
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+        x: blocks,
+        y: 1,
+        z: 1,
+    };
+    sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value,
+    }
+}
+
 fn driver(context: &str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError + '_ {
     move |e| CudaError::Driver {
         context: context.to_string(),
@@ -423,18 +439,7 @@ impl CudaBackend {
         kernel: &Kernel,
     ) -> Result<u32, CudaError> {
         let cluster = kernel.cluster.unwrap_or(1);
-        // SAFETY: a plain-data union, zero is a valid bit pattern.
-        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-        value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-            x: cluster,
-            y: 1,
-            z: 1,
-        };
-        let mut attrs = [sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-            pad: [0; 4],
-            value,
-        }];
+        let mut attrs = [cluster_dimension(cluster)];
         let config = sys::CUlaunchConfig {
             gridDimX: cluster,
             gridDimY: 1,
@@ -576,17 +581,8 @@ impl CudaBackend {
             .result()
             .map_err(driver("launching the kernel"));
         }
-        let mut attrs: Vec<sys::CUlaunchAttribute> = vec![];
-        if let Some(c) = k.cluster {
-            // SAFETY: a plain-data union, zero is a valid bit pattern.
-            let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-            value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: c, y: 1, z: 1 };
-            attrs.push(sys::CUlaunchAttribute {
-                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-                pad: [0; 4],
-                value,
-            });
-        }
+        let mut attrs: Vec<sys::CUlaunchAttribute> =
+            k.cluster.map(cluster_dimension).into_iter().collect();
         let config = sys::CUlaunchConfig {
             gridDimX: k.grid.0,
             gridDimY: k.grid.1,

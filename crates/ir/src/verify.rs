@@ -72,9 +72,7 @@ impl Analysis {
             .copied()
             .filter(move |r| self.phase[r.index()] == phase + 1)
     }
-}
 
-impl Analysis {
     /// This analysis with every rounded tile (`RoundToStorage` of a tile,
     /// exactly a storage value: residual_layernorm's `h`) that a later
     /// phase reads again kept resident itself, so its operands (x and the
