@@ -176,6 +176,8 @@
 #   CALL 90: session 17: target 4 for the new residual_layernorm bf16
 #           4096x32768 default; layernorm 1024x262144 without bias and
 #           without columns (what the columns cost); the quick CUDA selftest
+#   CALL 94: session 17: the quick half of the CUDA selftest of the
+#           session's last binary (every variant check included)
 #   CALL 93: session 17: A/A replay, 2 rounds, of today's layernorm
 #           1024x262144 defaults (both dtypes) with both torch peers
 #   CALL 92: session 17: CUDA checks of persistent clusters, then
@@ -2228,6 +2230,10 @@ PY
   keep ln1024-ref "$r-ln1024-ref-h200"
   aa_replay ln1024-replay "$r-ln1024-ref-h200" "$r-ln1024-aa-h200" --torch --torch-compile
   ;;
-*) echo "unknown call $call (1-93)"; exit 2 ;;
+94)
+  logs=$(mktemp -d)
+  selftest_half QUICK "$r-selftest-quick-s17b-h200" selftest-quick
+  ;;
+*) echo "unknown call $call (1-94)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
