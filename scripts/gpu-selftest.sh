@@ -18,6 +18,9 @@ mkdir -p "$out"
   echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "binary_sha256: $(sha256sum "$bin" | cut -d' ' -f1)"
   echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  # The commit the binary was built from: a device's copy of the checkout
+  # may show an older HEAD above.
+  echo "binary_version: $("$bin" --version)"
   nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem --format=csv
 } > "$out/environment.txt"
 set +e

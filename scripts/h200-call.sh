@@ -176,16 +176,16 @@
 #   CALL 90: session 17: target 4 for the new residual_layernorm bf16
 #           4096x32768 default; layernorm 1024x262144 without bias and
 #           without columns (what the columns cost); the quick CUDA selftest
-#   CALL 94: session 17: the quick half of the CUDA selftest of the
-#           session's last binary (every variant check included)
-#   CALL 93: session 17: A/A replay, 2 rounds, of today's layernorm
-#           1024x262144 defaults (both dtypes) with both torch peers
-#   CALL 92: session 17: CUDA checks of persistent clusters, then
-#           layernorm 1024x262144 with columns staged once per group by a
-#           persistent cluster grid, against the default
 #   CALL 91: session 17: layernorm bf16 1024x262144 with its weight staged
 #           in shared memory (two groups per SM), then the long-row half of
 #           the CUDA selftest
+#   CALL 92: session 17: CUDA checks of persistent clusters, then
+#           layernorm 1024x262144 with columns staged once per group by a
+#           persistent cluster grid, against the default
+#   CALL 93: session 17: A/A replay, 2 rounds, of today's layernorm
+#           1024x262144 defaults (both dtypes) with both torch peers
+#   CALL 94: session 17: the quick half of the CUDA selftest of the
+#           session's last binary (every variant check included)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S

@@ -18,7 +18,7 @@ use std::time::Instant;
 #[derive(Parser)]
 #[command(
     name = "lanefold",
-    version,
+    version = lanefold_measure::env::BUILD_VERSION,
     about = "Compiler, autotuner and checker for fused GPU row reductions"
 )]
 struct Cli {

@@ -423,3 +423,26 @@ fn plan_shows_an_occupancy_cap_and_batched_loads_and_refuses_a_promise_above_the
     let o = lanefold(&[&args[..], &["--occupancy-cap", "1", "--occupancy", "2"]].concat());
     assert_clean_failure(&o, 2, "promised above the cap");
 }
+
+/// `--version` names the commit the binary was built from, so a binary run
+/// on another machine (whose checkout may be another commit) still says
+/// which source it is: `gpu-selftest.sh` records it.
+#[test]
+fn version_names_the_commit_the_binary_was_built_from() {
+    let o = lanefold(&["--version"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let sha = out
+        .split("(git ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no commit in {out}"));
+    assert!(
+        sha == "unknown" || (sha.len() == 40 && sha.chars().all(|c| c.is_ascii_hexdigit())),
+        "{out}"
+    );
+    assert!(
+        out.contains("dirty: true") || out.contains("dirty: false"),
+        "{out}"
+    );
+}

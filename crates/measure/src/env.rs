@@ -62,6 +62,18 @@ pub fn host() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// `lanefold --version`: the package version and the commit the binary was
+/// built from (with the dirty flag), so a copy run elsewhere, where the
+/// checkout may be another commit, still names its source.
+pub const BUILD_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("LANEFOLD_GIT_SHA"),
+    ", dirty: ",
+    env!("LANEFOLD_GIT_DIRTY"),
+    ")"
+);
+
 /// What is known before any case runs; GPU and peer fields are filled in
 /// by the caller.
 pub fn base_environment(backend: &str, command_line: Vec<String>) -> Environment {
