@@ -489,15 +489,13 @@ impl Vector {
 /// Float offsets in `lf_smem` of a pushed cluster reduction: reduction k's
 /// slot for the group of rank r at `slots + k * cluster + r`, its
 /// `mbarrier` at `barriers + 2 * k`. A persistent cluster has two sets,
-/// alternating row by row (`lf_set`): set s's slots `per_set` floats on,
-/// its `mbarrier`s `2 * reductions` floats on.
+/// alternating row by row (`lf_set`): set s's slots `reductions * cluster
+/// * G` floats on, its `mbarrier`s `2 * reductions` floats on.
 #[derive(Clone, Copy)]
 struct Push {
     slots: usize,
     barriers: usize,
     sets: usize,
-    per_set: usize,
-    reductions: usize,
 }
 
 /// The persistent cluster's pushed reduction: the wait for the phase of
@@ -1126,11 +1124,12 @@ impl Ctx<'_> {
         }
         // A persistent cluster's row uses set `lf_set` of slots and barriers.
         let persistent = push.sets > 1;
+        let reductions = self.reductions;
         let barrier = |k: usize| {
             if persistent {
                 format!(
                     "reinterpret_cast<unsigned long long*>(lf_smem + {} + 2 * (lf_set * {} + {k}))",
-                    push.barriers, push.reductions
+                    push.barriers, reductions
                 )
             } else {
                 format!(
@@ -1140,9 +1139,10 @@ impl Ctx<'_> {
             }
         };
         let g = self.g;
+        let per_set = reductions * c * g;
         let slot = |k: usize| {
             if persistent {
-                format!("{} + lf_set * {}", push.slots + k * c * g, push.per_set)
+                format!("{} + lf_set * {per_set}", push.slots + k * c * g)
             } else {
                 (push.slots + k * c * g).to_string()
             }
@@ -1526,7 +1526,7 @@ impl Ctx<'_> {
     /// A pushed reduction's `mbarrier`s, each armed for its first phase
     /// (both sets of a persistent cluster), then the relaxed arrive that
     /// publishes them, waited for before the first push.
-    fn emit_push_init(&mut self, reductions: usize) {
+    fn emit_push_init(&mut self) {
         let Some(push) = self.push else {
             return;
         };
@@ -1535,7 +1535,7 @@ impl Ctx<'_> {
             "// pushed reduction: mbarrier k awaits {} partials of reduction k, 4 bytes each",
             cluster * g
         ));
-        self.open(&format!("if (tid < {}) {{", reductions * push.sets));
+        self.open(&format!("if (tid < {}) {{", self.reductions * push.sets));
         self.line(&format!(
             "const unsigned bar = lf_shared_addr(lf_smem + {} + 2 * tid);",
             push.barriers
@@ -1784,8 +1784,6 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         slots: warp_floats,
         barriers: (warp_floats + sets * reductions * cluster * g).next_multiple_of(2),
         sets,
-        per_set: reductions * cluster * g,
-        reductions,
     });
     if plan.persistent_clusters
         && (push.is_none() || g != 1 || plan.residency != Residency::Registers)
@@ -2077,7 +2075,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         // Slots, barriers and resident tiles are set up once, outside the
         // loop over rows; the first push waits for no barrier in the loop.
         cx.emit_resident_declarations();
-        cx.emit_push_init(reductions);
+        cx.emit_push_init();
         cx.line("asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); // every group's mbarriers are ready");
         cx.cluster_waited = true;
         cx.line("unsigned lf_it = 0; // rows this group has done");
@@ -2123,7 +2121,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if prefetch.is_none() && !persistent {
         cx.emit_resident_declarations();
-        cx.emit_push_init(reductions);
+        cx.emit_push_init();
     }
     for p in 0..a.num_phases {
         cx.emit_phase(p);
