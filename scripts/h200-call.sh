@@ -186,6 +186,9 @@
 #           1024x262144 defaults (both dtypes) with both torch peers
 #   CALL 94: session 17: the quick half of the CUDA selftest of the
 #           session's last binary (every variant check included)
+#   CALL 95: session 18: CUDA checks of prefetched persistent clusters,
+#           then layernorm 1024x262144 (and rmsnorm f32) with the next
+#           row's share copied into shared memory, against the default
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2234,6 +2237,31 @@ PY
   logs=$(mktemp -d)
   selftest_half QUICK "$r-selftest-quick-s17b-h200" selftest-quick
   ;;
-*) echo "unknown call $call (1-94)"; exit 2 ;;
+95)
+  logs=$(mktemp -d)
+  step "CUDA checks of prefetched persistent clusters"
+  timeout 220 "$bin" selftest --backend cuda --variant prefetched-clusters > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
+  keep pf-selftest "$logs"
+  step "layernorm 1024x262144: default and prefetched persistent clusters"
+  bench_as pfc-ref 60 --ops layernorm --shapes 1024x262144 --dtypes bf16,f32
+  ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --push-cluster-reduce --one-pass-moments --persistent-clusters --prefetch-rows"
+  bf="--dtypes bf16 --pack 8 --pack-resident"
+  f="--dtypes f32 --pack 4"
+  for form in "f32-c8:$f --cluster-group-threads 512" \
+    "bf16-c8:$bf --cluster-group-threads 512 --occupancy 2" \
+    "f32-c16:$f --cluster-group-threads 256 --occupancy 2" \
+    "bf16-c16:$bf --cluster-group-threads 256 --occupancy 2"; do
+    [ "$(left)" -gt 40 ] || break
+    bench_as "pfc-${form%%:*}" 40 $ln ${form#*:}
+  done
+  if [ "$(left)" -gt 80 ]; then
+    bench_as pfc-rms-ref 40 --ops rmsnorm --shapes 1024x262144 --dtypes f32
+    bench_as pfc-rms-f32-c8 40 --ops rmsnorm --shapes 1024x262144 --dtypes f32 --persistent-clusters --prefetch-rows
+  fi
+  show_benches "$r"-pfc-*-h200
+  keep pfc-benches "$r"-pfc-*-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-95)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

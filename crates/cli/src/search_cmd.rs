@@ -18,6 +18,8 @@ pub enum TuningMetric {
     Gpu,
     /// p50 of the e2e phase (host wall clock around a batch).
     HostWall,
+    /// p50 of synchronized single calls (host clock, one call alone).
+    Single,
 }
 
 /// What `search` and `tune` share: the problems, the search space, the
@@ -49,8 +51,9 @@ pub struct SearchOptions {
     /// them (with --reread-hints they keep re-reads in L2).
     #[arg(long, value_delimiter = ',', value_parser = parse_residency, default_value = "auto")]
     pub tune_residency: Vec<ResidencyRequest>,
-    /// The objective: host-wall (e2e p50, the default) or gpu (gpu-phase
-    /// p50). A candidate without its objective's phase is rejected.
+    /// The objective: host-wall (e2e p50, the default), gpu (gpu-phase
+    /// p50) or single (synchronized single calls' host p50). A candidate
+    /// without its objective's phase is rejected.
     #[arg(long, value_enum, default_value_t = TuningMetric::HostWall)]
     pub tuning_metric: TuningMetric,
     /// Distinct realizations measured per problem, ranked by the cost
@@ -122,6 +125,7 @@ impl SearchOptions {
             objective: match self.tuning_metric {
                 TuningMetric::Gpu => Objective::Gpu,
                 TuningMetric::HostWall => Objective::HostWall,
+                TuningMetric::Single => Objective::Single,
             },
             max_candidates: self.max_candidates,
             device: self.backend.into(),

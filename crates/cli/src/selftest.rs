@@ -461,6 +461,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("ordered-columns", ordered_column_checks),
     ("rounded-resident", rounded_resident_checks),
     ("persistent-clusters", persistent_cluster_checks),
+    ("prefetched-clusters", prefetched_cluster_checks),
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
@@ -675,6 +676,47 @@ pub fn persistent_cluster_checks(backend: &Backend, report: &mut Report) {
                     && plan.pushed_cluster_reduce
                     && plan.residency == Residency::Registers
             },
+        );
+    }
+}
+
+/// Prefetched rows in persistent clusters (`prefetch_rows` with
+/// `persistent_clusters`): every operator, f32 and bf16, on clusters of 8
+/// and 16 groups, plain and packed with one-pass moments, on CUDA on 3001
+/// rows, so every group copies its strided share of many rows and the
+/// buffer's `mbarrier` turns over (the CPU executor checks the marking on
+/// 37). Same bits as the persistent cluster without the copy; marked
+/// exactly where the program has one row input.
+pub fn prefetched_cluster_checks(backend: &Backend, report: &mut Report) {
+    let rows = match backend {
+        Backend::Cuda(_) => 3001,
+        _ => 37,
+    };
+    let bases: [(&str, RequestEdit); 2] = [
+        ("prefetched clusters", |request| {
+            in_registers(request);
+            request.push_cluster_reduce = true;
+            request.persistent_clusters = true;
+        }),
+        ("prefetched clusters, packed", |request| {
+            packed_in_registers(request);
+            request.push_cluster_reduce = true;
+            request.persistent_clusters = true;
+        }),
+    ];
+    for (name, base) in bases {
+        same_bits_policy_checks(
+            backend,
+            report,
+            name,
+            &[DType::F32, DType::Bf16],
+            // One copy a group, then 4 (clusters of 8) and 2 (of 16).
+            &[(2048, 4, 8192), (2048, 4, 32768), (4096, 8, 65536)],
+            rows,
+            base,
+            |request| request.prefetch_rows = true,
+            |plan| plan.row_prefetch.is_some(),
+            |plan| plan.persistent_clusters && plan.problem.program.row_inputs().count() == 1,
         );
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::{CodegenError, CodegenOptions, Kernel, Param, ParamKind};
 use lanefold_ir::{BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, UnaryOp, Value};
-use lanefold_plan::{vector_access, ColumnStage, Plan, Residency};
+use lanefold_plan::{vector_access, ColumnStage, Plan, Residency, RowPrefetch};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -429,7 +429,7 @@ __device__ __forceinline__ void lf_push_wait(unsigned long long* bar) {
 }
 ";
 
-const PREFETCH_HELPERS: &str = "// Row prefetch (sm_90): one bulk copy of the next row into shared memory per group.
+const PREFETCH_HELPERS: &str = "// Row prefetch (sm_90): bulk copies of the group's share of the next row into shared memory.
 __device__ __forceinline__ void lf_prefetch_init(const unsigned long long* bar) {
     asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(lf_shared_addr(bar)) : \"memory\");
     asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
@@ -438,8 +438,11 @@ __device__ __forceinline__ void lf_prefetch(lf_store_t* buf, const lf_store_t* s
     // The group's reads of the buffer (generic proxy) come before the copy's writes (async proxy).
     asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");
     asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(lf_shared_addr(bar)), \"r\"(LF_ROW_BYTES) : \"memory\");
-    asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\"
-                 :: \"r\"(lf_shared_addr(buf)), \"l\"(src), \"r\"(LF_ROW_BYTES), \"r\"(lf_shared_addr(bar)) : \"memory\");
+    // One copy per chunk: a cluster group's share of a row is strided.
+#pragma unroll
+    for (int c = 0; c < LF_COPIES; ++c)
+        asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\"
+                     :: \"r\"(lf_shared_addr(buf + c * LF_COPY_ELEMS)), \"l\"(src + (size_t)c * LF_COPY_STRIDE), \"r\"(LF_ROW_BYTES / LF_COPIES), \"r\"(lf_shared_addr(bar)) : \"memory\");
 }
 __device__ __forceinline__ void lf_prefetch_wait(const unsigned long long* bar, unsigned parity) {
     asm volatile(\"{\\n.reg .pred lf_done;\\nLF_ROW_WAIT:\\nmbarrier.try_wait.parity.shared::cta.b64 lf_done, [%0], %1;\\n@!lf_done bra LF_ROW_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)), \"r\"(parity) : \"memory\");
@@ -844,6 +847,42 @@ impl Ctx<'_> {
         }
     }
 
+    /// The prefetched row's buffer and `mbarrier`, and the copy of the
+    /// group's first row (`first`).
+    fn emit_prefetch_setup(&mut self, prefetch: RowPrefetch, input: &str, first: &str) {
+        self.line(&format!(
+            "lf_store_t* lf_rowbuf = reinterpret_cast<lf_store_t*>(reinterpret_cast<unsigned char*>(lf_smem) + {});",
+            prefetch.buffer_offset
+        ));
+        self.line(&format!(
+            "const unsigned long long* lf_rowbar = reinterpret_cast<const unsigned long long*>(reinterpret_cast<unsigned char*>(lf_smem) + {});",
+            prefetch.barrier_offset()
+        ));
+        self.line("if (tid == 0) lf_prefetch_init(lf_rowbar);");
+        self.line("__syncthreads();");
+        let (_, share) = self.prefetch_source();
+        self.line(&format!(
+            "if (tid == 0 && {first} < rows) lf_prefetch(lf_rowbuf, p_{} + (size_t)({first}) * LF_N{share}, lf_rowbar);",
+            ident(input)
+        ));
+    }
+
+    /// The row a persistent group prefetches after `row`, and the offset of
+    /// its share within a row (a cluster group's first chunk).
+    fn prefetch_source(&self) -> (&'static str, String) {
+        if self.cluster > 1 {
+            (
+                "row + lf_clusters",
+                format!(
+                    " + rank * {}",
+                    self.plan.threads_per_group as usize * self.v
+                ),
+            )
+        } else {
+            ("row + (int)gridDim.x", String::new())
+        }
+    }
+
     /// One pack of V elements (or the first `count` of a guarded partial
     /// pack) at chunk `chunk` (a loop variable or a constant).
     fn emit_pack(&mut self, p: usize, chunk: &str, guarded: Option<usize>, batched: bool) {
@@ -868,8 +907,14 @@ impl Ctx<'_> {
                     let staged = self.is_staged(buffer);
                     let prefetched = self.prefetched.as_deref() == Some(buffer.as_str());
                     if prefetched {
+                        // A cluster group's buffer holds its share, chunk by chunk.
+                        let at = if self.cluster > 1 {
+                            format!("(({chunk}) * {} + tid) * LF_V", self.plan.threads_per_group)
+                        } else {
+                            "i0".to_string()
+                        };
                         self.line(&format!(
-                            "const {ty}* q = reinterpret_cast<const {ty}*>(lf_rowbuf + i0); // prefetched row"
+                            "const {ty}* q = reinterpret_cast<const {ty}*>(lf_rowbuf + {at}); // prefetched row"
                         ));
                     } else if !staged {
                         self.line(&format!(
@@ -1635,9 +1680,10 @@ impl Ctx<'_> {
         }
         if let (Some(input), true) = (&self.prefetched, self.prefetch_phase == Some(p)) {
             let input = ident(input);
+            let (next, share) = self.prefetch_source();
             self.line("__syncthreads(); // every thread has its slots: the buffer is free");
             self.line(&format!(
-                "if (tid == 0 && row + (int)gridDim.x < rows) lf_prefetch(lf_rowbuf, p_{input} + (size_t)(row + gridDim.x) * LF_N, lf_rowbar);"
+                "if (tid == 0 && {next} < rows) lf_prefetch(lf_rowbuf, p_{input} + (size_t)({next}) * LF_N{share}, lf_rowbar);"
             ));
         }
         self.emit_tree(p);
@@ -1872,17 +1918,20 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             let read_once = loads
                 .iter()
                 .all(|&at| a.demanded[at].len() == 1 || a.resident.contains(&Value(at as u32)));
+            // A cluster group's share: whole chunks, one copy each.
+            let whole_chunks = n.is_multiple_of(layout.chunk_span());
             if !registers
-                || cluster > 1
+                || (cluster > 1 && !(plan.persistent_clusters && whole_chunks))
                 || g > 1
                 || partial > 0
                 || vector.is_none()
                 || !read_once
                 || prefetch.buffer_offset < slot_bytes
                 || !prefetch.buffer_offset.is_multiple_of(16)
-                || prefetch.row_bytes as usize != n * plan.dtype().size_bytes()
+                || prefetch.row_bytes as usize != n / cluster * plan.dtype().size_bytes()
                 || !prefetch.row_bytes.is_multiple_of(16)
                 || prefetch.launched_groups == 0
+                || !prefetch.launched_groups.is_multiple_of(cluster as u32)
             {
                 return inconsistent(format!("prefetched rows in {}", plan.describe()));
             }
@@ -1967,7 +2016,17 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         head.push_str(SHARED_ADDR_HELPER);
     }
     if let Some(prefetch) = prefetch {
-        let _ = writeln!(head, "#define LF_ROW_BYTES {}", prefetch.row_bytes);
+        // A cluster group copies `threads x V` elements of each chunk.
+        let (copies, copy_elems, copy_stride) = if cluster > 1 {
+            (n / layout.chunk_span(), threads * v, layout.chunk_span())
+        } else {
+            (1, n, n)
+        };
+        let _ = writeln!(
+            head,
+            "#define LF_ROW_BYTES {}\n#define LF_COPIES {copies}\n#define LF_COPY_ELEMS {copy_elems}\n#define LF_COPY_STRIDE {copy_stride}",
+            prefetch.row_bytes
+        );
         head.push_str(PREFETCH_HELPERS);
     }
     if stage.is_some() {
@@ -2044,20 +2103,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     } else if let (Some(prefetch), Some(input)) = (prefetch, &prefetched) {
         cx.line("const int w = tid;");
         cx.line("const int row_in_group = 0;");
-        cx.line(&format!(
-            "lf_store_t* lf_rowbuf = reinterpret_cast<lf_store_t*>(reinterpret_cast<unsigned char*>(lf_smem) + {});",
-            prefetch.buffer_offset
-        ));
-        cx.line(&format!(
-            "const unsigned long long* lf_rowbar = reinterpret_cast<const unsigned long long*>(reinterpret_cast<unsigned char*>(lf_smem) + {});",
-            prefetch.barrier_offset()
-        ));
-        cx.line("if (tid == 0) lf_prefetch_init(lf_rowbar);");
-        cx.line("__syncthreads();");
-        cx.line(&format!(
-            "if (tid == 0 && (int)blockIdx.x < rows) lf_prefetch(lf_rowbuf, p_{} + (size_t)blockIdx.x * LF_N, lf_rowbar);",
-            ident(input)
-        ));
+        cx.emit_prefetch_setup(prefetch, input, "(int)blockIdx.x");
         cx.line("unsigned lf_parity = 0;");
     } else {
         if folds_pack_addresses(plan) {
@@ -2075,6 +2121,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         // Slots, barriers and resident tiles are set up once, outside the
         // loop over rows; the first push waits for no barrier in the loop.
         cx.emit_resident_declarations();
+        if let (Some(prefetch), Some(input)) = (prefetch, &prefetched) {
+            cx.emit_prefetch_setup(prefetch, input, "lf_cluster");
+        }
         cx.emit_push_init();
         cx.line("asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); // every group's mbarriers are ready");
         cx.cluster_waited = true;
@@ -2086,6 +2135,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line("const int row_c = row;");
         cx.line("const unsigned lf_set = lf_it & 1u; // this row's slots and barriers");
         cx.line("const unsigned lf_parity = (lf_it >> 1) & 1u; // their phase");
+        if prefetch.is_some() {
+            cx.line("lf_prefetch_wait(lf_rowbar, lf_it & 1u); // this row's share is in lf_rowbuf");
+        }
     } else if prefetch.is_some() {
         // Resident tiles are declared once, outside the loop over rows.
         cx.emit_resident_declarations();

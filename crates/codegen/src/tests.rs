@@ -1658,3 +1658,76 @@ fn persistent_clusters_apply_to_pushed_cluster_register_plans_only() {
         assert_eq!(kernel(&p).persistent_rows, None, "{why}");
     }
 }
+
+/// A persistent cluster that prefetches (session 18): each group copies
+/// its own share of the cluster's next row, one bulk copy per chunk of
+/// W x V elements (`LF_COPIES`), into shared memory, waits for it at the
+/// top of the loop (phase `lf_it & 1`) and issues the next copy once every
+/// thread holds its slots; its loads read the share chunk by chunk.
+#[test]
+fn golden_layernorm_f32_w2048_v4_persistent_clusters_prefetched() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "37x16384",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 2,
+            residency: ResidencyRequest::Registers,
+            cluster_group_threads: 256,
+            push_cluster_reduce: true,
+            persistent_clusters: true,
+            prefetch_rows: true,
+            one_pass_moments: true,
+            ..Default::default()
+        },
+    );
+    let prefetch = p.row_prefetch.expect("a persistent cluster prefetches");
+    assert_eq!(p.groups_per_row, 8);
+    // A group's share: 16384 / 8 elements of 4 bytes.
+    assert_eq!(prefetch.row_bytes, 16384 / 8 * 4);
+    assert_eq!(prefetch.launched_groups % 8, 0);
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_pr_pc_pf_om"), "{}", k.name);
+    assert_eq!(k.persistent_rows, Some(37));
+    assert_eq!(k.grid.0, prefetch.launched_groups);
+    assert_eq!(k.shared_bytes, prefetch.total_bytes());
+    // 16384 / (2048 x 4) chunks, each 256 threads x 4 elements.
+    assert!(k.source.contains("#define LF_COPIES 2\n"));
+    assert!(k.source.contains("#define LF_COPY_ELEMS 1024\n"));
+    assert!(k.source.contains("#define LF_COPY_STRIDE 8192\n"));
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    let looped = body.find("for (int row = lf_cluster;").unwrap();
+    let first = body.find("lf_prefetch(lf_rowbuf").unwrap();
+    assert!(first < looped, "the first row's copy comes before the loop");
+    assert!(body[..first].contains("lf_prefetch_init("));
+    assert!(body[looped..].contains("lf_prefetch_wait(lf_rowbar, lf_it & 1u)"));
+    assert!(body[looped..].contains("row + lf_clusters < rows) lf_prefetch("));
+    assert_eq!(body.matches(" + rank * 1024, lf_rowbar)").count(), 2);
+    assert!(body.contains("lf_rowbuf + ((c) * 256 + tid) * LF_V"));
+    insta::assert_snapshot!(golden(&p));
+}
+
+#[test]
+fn prefetched_rows_in_clusters_need_persistent_clusters() {
+    let request = |persistent_clusters| LayoutRequest {
+        workers: 2048,
+        pack: 4,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 256,
+        push_cluster_reduce: true,
+        persistent_clusters,
+        prefetch_rows: true,
+        ..Default::default()
+    };
+    let plain = make_with(Operator::Rmsnorm, DType::F32, "5x16384", request(false));
+    assert!(plain.groups_per_row > 1);
+    assert_eq!(plain.row_prefetch, None, "{}", plain.describe());
+    let persistent = make_with(Operator::Rmsnorm, DType::F32, "5x16384", request(true));
+    assert!(
+        persistent.row_prefetch.is_some(),
+        "{}",
+        persistent.describe()
+    );
+}

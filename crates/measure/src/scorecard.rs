@@ -189,11 +189,16 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
 /// candidate's measured objective p50 (through its duplicate when it was
 /// measured once under another request) against the winner's fresh p50.
 pub fn score_search(file: &SearchFile) -> Vec<Verdict> {
+    judged_problems(file).map(automatic_verdict).collect()
+}
+
+/// The problems of `file` that target 4 judges: those on a target shape,
+/// in searches for throughput (a single-call search ranks latency).
+fn judged_problems(file: &SearchFile) -> impl Iterator<Item = &SearchProblem> {
+    let throughput = file.objective != crate::search::Objective::Single;
     file.problems
         .iter()
-        .filter(|p| family_of(&p.shape).is_some())
-        .map(automatic_verdict)
-        .collect()
+        .filter(move |p| throughput && family_of(&p.shape).is_some())
 }
 
 /// Target 4 for today's mapper: each problem of `file` on a target shape
@@ -202,9 +207,7 @@ pub fn score_search(file: &SearchFile) -> Vec<Verdict> {
 /// that of the measured candidate with the same layout description, if
 /// the search measured one.
 pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> Vec<Verdict> {
-    file.problems
-        .iter()
-        .filter(|p| family_of(&p.shape).is_some())
+    judged_problems(file)
         .map(|problem| {
             let pick = todays_pick(problem, target);
             let measured = pick.as_ref().ok().and_then(|describe| {
@@ -572,6 +575,12 @@ mod tests {
             "{:?}",
             bf16.misses
         );
+        // A single-call search ranks latency, not throughput: target 4
+        // does not judge it.
+        let mut latency = search("2026-11-30-rmsnorm-1024-search-h200");
+        latency.objective = crate::search::Objective::Single;
+        assert!(score_search(&latency).is_empty());
+        assert!(score_search_today(&latency, &lanefold_plan::Target::h200()).is_empty());
         let v = score_search(&search("2026-11-30-residual-search-h200"));
         let res = get(&v, "residual_layernorm/bf16/4096x32768");
         assert!(res.misses[0].contains("W=1024 V=8 U=2"), "{:?}", res.misses);

@@ -49,6 +49,10 @@ pub enum Objective {
     /// p50 of the e2e phase (host wall clock around a batch): the default.
     #[default]
     HostWall,
+    /// p50 of synchronized single calls' host time (launch to completion
+    /// seen by the host, one call alone): what a decode step waits for,
+    /// which ramp and drain set rather than throughput.
+    Single,
 }
 
 impl Objective {
@@ -56,6 +60,7 @@ impl Objective {
         match self {
             Objective::Gpu => "gpu",
             Objective::HostWall => "host-wall",
+            Objective::Single => "single",
         }
     }
 
@@ -64,6 +69,7 @@ impl Objective {
         match self {
             Objective::Gpu => "gpu",
             Objective::HostWall => "e2e",
+            Objective::Single => "single",
         }
     }
 
@@ -73,6 +79,7 @@ impl Objective {
         match self {
             Objective::Gpu => s.gpu.map(|x| x.p50),
             Objective::HostWall => s.e2e.map(|x| x.p50),
+            Objective::Single => s.single_host.map(|x| x.p50),
         }
     }
 }
@@ -83,7 +90,8 @@ impl std::str::FromStr for Objective {
         match s {
             "gpu" => Ok(Objective::Gpu),
             "host-wall" | "host_wall" | "e2e" => Ok(Objective::HostWall),
-            _ => Err(format!("'{s}': expected gpu or host-wall")),
+            "single" => Ok(Objective::Single),
+            _ => Err(format!("'{s}': expected gpu, host-wall or single")),
         }
     }
 }
@@ -1337,6 +1345,7 @@ mod tests {
         let good = Side::new("lanefold", ok.clone(), phases.clone(), 8);
         assert_eq!(judge(&good, Objective::HostWall), Ok(2.0));
         assert_eq!(judge(&good, Objective::Gpu), Err(REASON_PHASE_ABSENT));
+        assert_eq!(judge(&good, Objective::Single), Err(REASON_PHASE_ABSENT));
         let invalid = Side::new("lanefold", Validation { pass: false, ..ok }, phases, 8);
         assert_eq!(judge(&invalid, Objective::HostWall), Err(REASON_INVALID));
     }

@@ -231,8 +231,9 @@ pub struct LayoutRequest {
     /// completing an `mbarrier`) while it reduces and writes the current
     /// one, so a row's loads are in flight during the previous row's
     /// reduction and stores. Applied where the program reads one row input
-    /// and the whole row fits in shared memory; the same arithmetic, so
-    /// the same bits.
+    /// and the whole row fits in shared memory; with `persistent_clusters`
+    /// each group of the cluster copies its own share of the next row (one
+    /// copy per chunk). The same arithmetic, so the same bits.
     #[serde(default)]
     pub prefetch_rows: bool,
     /// Load row tiles with `L1::no_allocate` and ask the driver for the
@@ -586,11 +587,14 @@ pub struct Plan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowPrefetch {
     /// Groups launched; group `b` takes rows `b`, `b + launched`, ...
+    /// (persistent clusters: whole clusters, an estimate the runtime
+    /// replaces by the driver's count of resident clusters).
     pub launched_groups: u32,
     /// Byte offset of the row buffer in shared memory (16-byte aligned,
     /// after the reduction slots).
     pub buffer_offset: u32,
-    /// Bytes of one row in storage format (a multiple of 16).
+    /// Bytes of the group's share of one row in storage format (a multiple
+    /// of 16): the whole row, or a cluster group's chunks of `threads x V`.
     pub row_bytes: u32,
 }
 
@@ -1962,15 +1966,17 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
             && whole_vector_packs
     });
     let shared_bytes = column_stage.map_or(shared_bytes, |stage| stage.total_bytes() as u32);
+    // A persistent cluster prefetches too: each group its own share of the
+    // row, one copy per chunk of W x V elements (so whole chunks only).
     let row_prefetch = if request.prefetch_rows
         && residency == Residency::Registers
-        && groups_per_row == 1
+        && (groups_per_row == 1 || (persistent_clusters && n % layout.chunk_span() == 0))
         && rows_per_group == 1
         && column_stage.is_none()
         && whole_vector_packs
         && problem.program.row_inputs().count() == 1
     {
-        let row_bytes = n as u64 * problem.dtype.size_bytes() as u64;
+        let row_bytes = (n / groups_per_row as usize) as u64 * problem.dtype.size_bytes() as u64;
         let prefetch = RowPrefetch {
             launched_groups: 0,
             buffer_offset: shared_bytes.next_multiple_of(16),
@@ -1983,8 +1989,10 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
             .then(|| {
                 let per_multiprocessor =
                     groups_per_multiprocessor(target, threads, registers, prefetch.total_bytes());
-                let launched =
-                    (target.multiprocessors as u64 * per_multiprocessor as u64).min(rows as u64);
+                // Whole clusters; the runtime asks the driver for the count.
+                let clusters = target.multiprocessors as u64 / groups_per_row as u64
+                    * per_multiprocessor as u64;
+                let launched = clusters.clamp(1, rows as u64) * groups_per_row as u64;
                 RowPrefetch {
                     launched_groups: launched as u32,
                     ..prefetch
