@@ -1970,7 +1970,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     // row, one copy per chunk of W x V elements (so whole chunks only).
     let row_prefetch = if request.prefetch_rows
         && residency == Residency::Registers
-        && (groups_per_row == 1 || (persistent_clusters && n % layout.chunk_span() == 0))
+        && (groups_per_row == 1 || (persistent_clusters && n.is_multiple_of(layout.chunk_span())))
         && rows_per_group == 1
         && column_stage.is_none()
         && whole_vector_packs
