@@ -189,6 +189,9 @@
 #   CALL 95: session 18: CUDA checks of prefetched persistent clusters,
 #           then layernorm 1024x262144 (and rmsnorm f32) with the next
 #           row's share copied into shared memory, against the default
+#   CALL 96: session 18: searches ranked by synchronized single calls at
+#           1024x4096 for target 3's misses, then the CUDA checks of
+#           prefetched persistent clusters again (on shorter rows)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2262,6 +2265,28 @@ PY
   show_benches "$r"-pfc-*-h200
   keep pfc-benches "$r"-pfc-*-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-95)"; exit 2 ;;
+96)
+  logs=$(mktemp -d)
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric single --capture-sources --max-candidates 15 --tune-workers 64,128,256,512,1024 --tune-unroll 1,2,4 --tune-residency registers"
+  i=0
+  for problem in rmsnorm:f32:4 softmax:f32:4 layernorm:f32:4 cross_entropy:f32:4 layernorm:bf16:8 residual_layernorm:bf16:8; do
+    IFS=: read -r op dtype pack <<< "$problem"
+    i=$((i + 1))
+    [ "$(left)" -gt 60 ] || break
+    step "single-call search $op $dtype 1024x4096"
+    # shellcheck disable=SC2086
+    timeout 80 "$bin" search --backend cuda --ops "$op" --shapes 1024x4096 --dtypes "$dtype" --tune-pack "$pack" $q \
+      --output "$r-lat-$op-$dtype-1024x4096-h200" > "$logs/search-$i.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "$logs/search-$i.log" | cut -c1-220
+  done
+  keep lat-searches "$r"-lat-*-h200 "$logs"
+  if [ "$(left)" -gt 150 ]; then
+    step "CUDA checks of prefetched persistent clusters"
+    timeout "$(left)" "$bin" selftest --backend cuda --variant prefetched-clusters > "$logs/selftest.log" 2>&1
+    echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
+    keep pf-selftest "$logs"
+  fi
+  ;;
+*) echo "unknown call $call (1-96)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

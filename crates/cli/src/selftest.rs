@@ -710,8 +710,8 @@ pub fn prefetched_cluster_checks(backend: &Backend, report: &mut Report) {
             report,
             name,
             &[DType::F32, DType::Bf16],
-            // One copy a group, then 4 (clusters of 8) and 2 (of 16).
-            &[(2048, 4, 8192), (2048, 4, 32768), (4096, 8, 65536)],
+            // One copy a group, then 2 (clusters of 8, then of 16).
+            &[(2048, 4, 8192), (2048, 4, 16384), (4096, 4, 32768)],
             rows,
             base,
             |request| request.prefetch_rows = true,
