@@ -192,6 +192,9 @@
 #   CALL 96: session 18: searches ranked by synchronized single calls at
 #           1024x4096 for target 3's misses, then the CUDA checks of
 #           prefetched persistent clusters again (on shorter rows)
+#   CALL 97: session 18: target 3's 84 short-row cases with today's
+#           binary: bench, then an A/A replay, 3 rounds, torch eager and
+#           torch.compile (RESUME=1 continues a replay its deadline cut)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2287,6 +2290,25 @@ PY
     keep pf-selftest "$logs"
   fi
   ;;
-*) echo "unknown call $call (1-96)"; exit 2 ;;
+97)
+  logs=$(mktemp -d)
+  ref="$r-short-all-s18-h200"
+  if [ -z "${RESUME:-}" ]; then
+    step "short rows, six operators, today's defaults, bench"
+    timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+      --shapes 1024x4096,1x127,17x257,64x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s \
+      --capture-sources --output "$ref" > "$logs/bench.log" 2>&1
+    echo "bench rc=$?"
+  fi
+  keep bench "$ref" "$logs"
+  step "short rows, A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$ref/results.json" \
+    --rounds 3 $s --torch --torch-compile ${RESUME:+--resume} --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-short-all-s18-aa-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; tail -3 "$logs/replay.log"
+  keep replay "$r-short-all-s18-aa-h200" "$logs"
+  "$bin" scorecard "$r-short-all-s18-aa-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-97)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1167,6 +1167,11 @@ fn layout_rule_beside_model(
 /// - rmsnorm f32 1024x4096: W=512 V=4 (two packs per worker, two waves of
 ///   512-thread groups) against the model's W=256 (one wave): 5.95 µs
 ///   against 7.02, in L2; the model ranks W=512 19th of 30.
+/// - layernorm f32 and bf16, residual_layernorm bf16 at 1024x4096 (session
+///   18, searches ranked by synchronized single calls, which also record
+///   the gpu phase): the model's groups of two or four rows compile to
+///   77-132 registers; wider groups of one row ran 1.05-1.24x faster in the
+///   gpu phase and 0.8-2.8 µs faster per single call.
 struct SearchedWinner {
     op: Operator,
     dtype: DType,
@@ -1189,7 +1194,7 @@ struct SearchedWinner {
     evidence: &'static str,
 }
 
-const SEARCHED_WINNERS: [SearchedWinner; 8] = [
+const SEARCHED_WINNERS: [SearchedWinner; 11] = [
     SearchedWinner {
         op: Operator::Layernorm,
         dtype: DType::F32,
@@ -1314,6 +1319,51 @@ const SEARCHED_WINNERS: [SearchedWinner; 8] = [
         occupancy: 0,
         variants: |_| {},
         evidence: "2026-11-30-rms-f32-1024-search-h200 and -grid-1024x4096-, 5.95 against 7.02 µs",
+    },
+    SearchedWinner {
+        op: Operator::Layernorm,
+        dtype: DType::Bf16,
+        shape: (1024, 4096),
+        workers: 256,
+        pack: 8,
+        unroll: 2,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 0,
+        reread_hints: false,
+        occupancy: 0,
+        variants: |_| {},
+        evidence: "2026-12-01-lat-layernorm-bf16-1024x4096-h200 (ranked by single calls): 4.57 against the model's W=64 V=8 U=4 G=4 at 5.65 µs in the gpu phase (132 registers), single call 9.38 against 10.41",
+    },
+    SearchedWinner {
+        op: Operator::Layernorm,
+        dtype: DType::F32,
+        shape: (1024, 4096),
+        workers: 512,
+        pack: 4,
+        unroll: 1,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 0,
+        reread_hints: false,
+        occupancy: 0,
+        variants: |_| {},
+        evidence: "2026-12-01-lat-layernorm-f32-1024x4096-h200 (ranked by single calls): 6.61 against the model's W=256 at 7.11 µs in the gpu phase, single call 11.71 against 12.49",
+    },
+    SearchedWinner {
+        op: Operator::ResidualLayernorm,
+        dtype: DType::Bf16,
+        shape: (1024, 4096),
+        workers: 128,
+        pack: 8,
+        unroll: 4,
+        rows_per_group: 2,
+        residency: ResidencyRequest::Registers,
+        cluster_group_threads: 0,
+        reread_hints: false,
+        occupancy: 0,
+        variants: |_| {},
+        evidence: "2026-12-01-lat-residual_layernorm-bf16-1024x4096-h200 (ranked by single calls): 6.27 against the model's W=256 V=8 U=2 at 6.57 µs in the gpu phase, single call 11.01 against 13.77",
     },
 ];
 
