@@ -886,6 +886,14 @@ fn raw_objective(side: &Side, objective: &str) -> Option<f64> {
             .gpu
             .as_deref()
             .and_then(|g| median_of(&per_op_us(g))),
+        "single" => median_of(
+            &side
+                .phases
+                .single
+                .iter()
+                .map(|s| s.host_us)
+                .collect::<Vec<_>>(),
+        ),
         _ => median_of(&per_op_us(&side.phases.e2e)),
     }
 }
@@ -1301,6 +1309,44 @@ mod tests {
             Some(w.fresh.summary.e2e.unwrap().p50),
             "the fresh figure is the fresh e2e p50"
         );
+    }
+
+    #[test]
+    fn single_objective_picks_by_single_call_host_p50_and_audits() {
+        let mut s = spec("singleobj", "3x257", &[32, 128], &[1, 2], 12);
+        s.objective = Objective::Single;
+        let p = one(&s);
+        let accepted: Vec<&SearchCandidate> = p
+            .candidates
+            .iter()
+            .filter(|c| c.status == Status::Accepted)
+            .collect();
+        assert!(accepted.len() >= 4);
+        for c in &accepted {
+            let single = c.side.as_ref().unwrap().summary.single_host.unwrap().p50;
+            assert_eq!(c.objective_p50, Some(single), "never the e2e p50");
+        }
+        let w = p.winner.as_ref().expect("a winner");
+        assert_eq!(w.fresh_p50, Some(w.fresh.summary.single_host.unwrap().p50));
+        let clean = load(&s.output);
+        assert!(audit_search(&s.output, &clean).is_empty());
+        // The audit recomputes the single calls' p50 from their samples.
+        let other = accepted
+            .iter()
+            .find(|c| c.index != w.candidate)
+            .unwrap()
+            .index;
+        let mut v = clean.clone();
+        let calls = v["problems"][0]["candidates"][other]["side"]["phases"]["single"]
+            .as_array_mut()
+            .unwrap();
+        assert!(!calls.is_empty());
+        for call in calls {
+            let h = call["host_us"].as_f64().unwrap();
+            call["host_us"] = serde_json::json!(h * 2.0 + 1000.0);
+        }
+        let f = audit_search(&s.output, &v);
+        assert!(f.iter().any(|m| m.contains(&format!("#{other}"))), "{f:?}");
     }
 
     #[test]
