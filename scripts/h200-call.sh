@@ -195,6 +195,9 @@
 #   CALL 97: session 18: target 3's 84 short-row cases with today's
 #           binary: bench, then an A/A replay, 3 rounds, torch eager and
 #           torch.compile (RESUME=1 continues a replay its deadline cut)
+#   CALL 98: session 18: the 84 short-row cases with pack addresses left
+#           to the compiler (--unfold-pack-addresses), bench, then a paired
+#           replay against call 97's folded kernels, 3 rounds, both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2309,6 +2312,24 @@ PY
   keep replay "$r-short-all-s18-aa-h200" "$logs"
   "$bin" scorecard "$r-short-all-s18-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-97)"; exit 2 ;;
+98)
+  logs=$(mktemp -d)
+  ref="$r-short-all-s18-h200"
+  cand="$r-short-all-uf-h200"
+  step "short rows, pack addresses unfolded, bench"
+  timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+    --shapes 1024x4096,1x127,17x257,64x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s --unfold-pack-addresses \
+    --capture-sources --output "$cand" > "$logs/bench.log" 2>&1
+  echo "bench rc=$?"
+  keep bench "$cand" "$logs"
+  step "paired replay: folded (reference) against unfolded (candidate), both torch peers"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$ref/results.json" --candidate "$cand/results.json" \
+    --rounds 3 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-short-uf-replay-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; tail -2 "$logs/replay.log"
+  keep replay "$r-short-uf-replay-h200" "$logs"
+  "$bin" scorecard "$r-short-uf-replay-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-98)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

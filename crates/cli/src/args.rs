@@ -180,6 +180,10 @@ pub struct PolicyArgs {
     /// L1. Vector accesses only. Same results.
     #[arg(long)]
     pub l1_columns: bool,
+    /// Leave each pack's address to the compiler (no opaque worker index,
+    /// which register plans use by default). Same results.
+    #[arg(long)]
+    pub unfold_pack_addresses: bool,
     /// Load each chunk's weight and bias only after the chunk before has
     /// stored its outputs, so the compiler holds one chunk's columns in
     /// registers instead of all of them. Vector packs only. Same results.
@@ -223,6 +227,7 @@ impl PolicyArgs {
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
+            unfold_pack_addresses: self.unfold_pack_addresses,
             ordered_columns: self.ordered_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,

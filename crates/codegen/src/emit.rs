@@ -40,6 +40,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.l1_columns {
         name += "_l1c";
     }
+    if plan.unfolded_pack_addresses() {
+        name += "_uf";
+    }
     if plan.ordered_columns {
         name += "_oc";
     }
@@ -1690,21 +1693,10 @@ impl Ctx<'_> {
     }
 }
 
-/// Does the kernel hide the worker index from the compiler, so that each
-/// pack's address is one per-thread base plus an immediate? Known to be
-/// below the group size, `w` has bits disjoint from every pack's offset,
-/// and the compiler merges the two by OR and builds a 64-bit address per
-/// pack (session 15: the SASS of rmsnorm f32 4096x32768 issued five of
-/// its eight first loads, consumed three, then issued the rest). Register
-/// plans fold (call 74: layernorm 4096x32768 f32 280.1 -> 269.9 µs, bf16
-/// 144.6 -> 142.1, cross_entropy bf16 32768x4096 66.6 -> 64.1, nothing
-/// slower by more than 0.5%). Streamed plans fold only under an occupancy
-/// cap: their fewer registers let more groups share a multiprocessor, and
-/// their re-reads then miss L1 (rmsnorm f32 4096x32768 265.1 -> 298.8 µs
-/// at two 1024-thread groups instead of one; layernorm bf16 16384x8192
-/// 127.7 -> 131.3).
+/// Does the kernel hide the worker index from the compiler (see
+/// [`Plan::folded_pack_addresses`])?
 fn folds_pack_addresses(plan: &Plan) -> bool {
-    plan.residency == Residency::Registers || plan.occupancy_cap.is_some()
+    plan.folded_pack_addresses
 }
 
 /// Makes `w` opaque to the compiler (see [`folds_pack_addresses`]).

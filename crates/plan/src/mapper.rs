@@ -243,6 +243,10 @@ pub struct LayoutRequest {
     /// without columns.
     #[serde(default)]
     pub l1_columns: bool,
+    /// Leave each pack's address to the compiler: no opaque worker index
+    /// (see [`Plan::folded_pack_addresses`]). Same arithmetic, same bits.
+    #[serde(default)]
+    pub unfold_pack_addresses: bool,
     /// Load each chunk's columns (weight, bias) after the chunk before it
     /// has stored its outputs, by loads the compiler may not move above
     /// those stores. The compiler otherwise issues every column load of a
@@ -440,6 +444,7 @@ impl LayoutRequest {
             one_pass_moments: self.one_pass_moments,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
+            unfold_pack_addresses: self.unfold_pack_addresses,
             ordered_columns: self.ordered_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
@@ -549,6 +554,15 @@ pub struct Plan {
     pub keep_columns: bool,
     /// See [`LayoutRequest::l1_columns`]; false without column inputs.
     pub l1_columns: bool,
+    /// The worker index is opaque to the compiler, so that each pack's
+    /// address is one per-thread base plus an immediate (session 15). Known
+    /// to be below the group size, `w` has bits disjoint from every pack's
+    /// offset, and the compiler otherwise merges the two by OR and builds
+    /// a 64-bit address per pack. Register plans fold (call 74: layernorm
+    /// 4096x32768 f32 280.1 -> 269.9 µs); streamed plans only under an
+    /// occupancy cap (their re-reads miss L1 when more groups share an SM,
+    /// rmsnorm f32 4096x32768 265.1 -> 298.8 µs).
+    pub folded_pack_addresses: bool,
     /// See [`LayoutRequest::ordered_columns`]; false without column
     /// inputs or vector packs.
     pub ordered_columns: bool,
@@ -611,6 +625,13 @@ impl RowPrefetch {
 }
 
 impl Plan {
+    /// Does this plan leave its pack addresses to the compiler where the
+    /// default would fold them ([`LayoutRequest::unfold_pack_addresses`])?
+    pub fn unfolded_pack_addresses(&self) -> bool {
+        !self.folded_pack_addresses
+            && (self.residency == Residency::Registers || self.occupancy_cap.is_some())
+    }
+
     /// Are layernorm's moments summed in one pass (see
     /// [`LayoutRequest::one_pass_moments`])?
     pub fn one_pass_moments(&self) -> bool {
@@ -687,6 +708,9 @@ impl Plan {
         }
         if self.l1_columns {
             s += " l1-columns";
+        }
+        if self.unfolded_pack_addresses() {
+            s += " unfolded-addresses";
         }
         if self.ordered_columns {
             s += " ordered-columns";
@@ -771,6 +795,7 @@ impl Plan {
             reread_hints: self.reread_hints,
             keep_columns: self.keep_columns,
             l1_columns: self.l1_columns,
+            unfold_pack_addresses: self.unfolded_pack_addresses(),
             ordered_columns: self.ordered_columns,
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
@@ -2101,6 +2126,8 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
         keep_columns: request.keep_columns && columns > 0,
         l1_columns: request.l1_columns && columns > 0,
+        folded_pack_addresses: (residency == Residency::Registers || occupancy_cap.is_some())
+            && !request.unfold_pack_addresses,
         ordered_columns: request.ordered_columns
             && columns > 0
             && vector_access(problem.dtype, pack as usize, n).is_some(),
