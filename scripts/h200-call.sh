@@ -198,6 +198,9 @@
 #   CALL 98: session 18: the 84 short-row cases with pack addresses left
 #           to the compiler (--unfold-pack-addresses), bench, then a paired
 #           replay against call 97's folded kernels, 3 rounds, both torch peers
+#   CALL 99: session 18: target-4 searches (gpu phase) with today's
+#           codegen: 1x127 (whose defaults now leave addresses unfolded),
+#           and layernorm f32/bf16 and residual_layernorm bf16 1024x4096
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2330,6 +2333,31 @@ PY
   keep replay "$r-short-uf-replay-h200" "$logs"
   "$bin" scorecard "$r-short-uf-replay-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-98)"; exit 2 ;;
+99)
+  logs=$(mktemp -d)
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  step "1x127, four operators, W x V"
+  timeout 100 "$bin" search --backend cuda --ops sum,softmax,rmsnorm,cross_entropy --shapes 1x127 --dtypes f32,bf16 \
+    --tune-workers 16,32,64,128 --tune-pack 1,2,4,8 --tune-unroll 1 --max-candidates 17 $q \
+    --output "$r-t4-tiny-s18-search-h200" > "$logs/search-tiny.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "$logs/search-tiny.log" | cut -c1-200
+  step "1x127, the norms, one-pass"
+  timeout 100 "$bin" search --backend cuda --ops layernorm,residual_layernorm --shapes 1x127 --dtypes f32,bf16 \
+    --tune-workers 32,64,128 --tune-pack 1,2,4 --tune-unroll 1,2 --max-candidates 19 $q --one-pass-moments \
+    --output "$r-t4-tiny-om-s18-search-h200" > "$logs/search-tiny-om.log" 2>&1
+  echo "search rc=$?"; grep -E "winner" "$logs/search-tiny-om.log" | cut -c1-200
+  keep t4-tiny "$r"-t4-tiny-*s18-search-h200 "$logs"
+  for problem in layernorm:f32:4 layernorm:bf16:8 residual_layernorm:bf16:4,8; do
+    IFS=: read -r op dtype pack <<< "$problem"
+    [ "$(left)" -gt 40 ] || break
+    step "$op $dtype 1024x4096, gpu phase"
+    timeout 90 "$bin" search --backend cuda --ops "$op" --shapes 1024x4096 --dtypes "$dtype" --tune-pack "$pack" \
+      --tune-workers 64,128,256,512,1024 --tune-unroll 1,2,4 --tune-residency registers --max-candidates 30 $q \
+      --output "$r-t4-$op-$dtype-1024x4096-s18-h200" > "$logs/search-$op-$dtype.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "$logs/search-$op-$dtype.log" | cut -c1-200
+  done
+  keep t4-1024 "$r"-t4-*-1024x4096-s18-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-99)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -561,7 +561,11 @@ pub struct Plan {
     /// a 64-bit address per pack. Register plans fold (call 74: layernorm
     /// 4096x32768 f32 280.1 -> 269.9 µs); streamed plans only under an
     /// occupancy cap (their re-reads miss L1 when more groups share an SM,
-    /// rmsnorm f32 4096x32768 265.1 -> 298.8 µs).
+    /// rmsnorm f32 4096x32768 265.1 -> 298.8 µs). Not on a row of one
+    /// scalar pack per worker, where there is nothing to fold and the
+    /// opaque index only costs (call 98: the twelve 1x127 defaults ran
+    /// 1.015-1.095x faster unfolded; one vector pack per worker, bf16 rows
+    /// of 4096 at W=512, ran alike, 0.996-1.002x, and stays folded).
     pub folded_pack_addresses: bool,
     /// See [`LayoutRequest::ordered_columns`]; false without column
     /// inputs or vector packs.
@@ -2127,7 +2131,8 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         keep_columns: request.keep_columns && columns > 0,
         l1_columns: request.l1_columns && columns > 0,
         folded_pack_addresses: (residency == Residency::Registers || occupancy_cap.is_some())
-            && !request.unfold_pack_addresses,
+            && !request.unfold_pack_addresses
+            && (n > layout.chunk_span() || whole_vector_packs),
         ordered_columns: request.ordered_columns
             && columns > 0
             && vector_access(problem.dtype, pack as usize, n).is_some(),
@@ -3226,6 +3231,45 @@ mod tests {
             got.describe()
         );
         assert_eq!(got.layout.workers, 4096, "{}", got.describe());
+    }
+
+    #[test]
+    fn regression_rows_of_one_scalar_pack_per_worker_leave_addresses_unfolded() {
+        // Session 15's opaque worker index cost 0.1 µs on 1x127 (call 97:
+        // residual_layernorm bf16 1.34 -> 1.46 µs, behind torch.compile's
+        // 1.35), where each worker has one scalar pack and nothing folds.
+        let h200 = Target::h200();
+        for op in Operator::SIX {
+            for dtype in [DType::F32, DType::Bf16] {
+                let tiny = plan(&typed(op, dtype, "1x127"), &h200, &automatic()).unwrap();
+                assert!(!tiny.folded_pack_addresses, "{}", tiny.describe());
+                assert!(tiny.describe().contains("unfolded-addresses"));
+                // Several packs per worker, or one vector pack: folded.
+                for shape in ["17x257", "1x4096", "32768x4096"] {
+                    let p = plan(&typed(op, dtype, shape), &h200, &automatic()).unwrap();
+                    assert_eq!(
+                        p.folded_pack_addresses,
+                        p.residency == Residency::Registers || p.occupancy_cap.is_some(),
+                        "{shape}: {}",
+                        p.describe()
+                    );
+                    assert!(!p.describe().contains("unfolded-addresses"));
+                }
+            }
+        }
+        // Asked for explicitly, a register plan leaves them unfolded too.
+        let asked = LayoutRequest {
+            unfold_pack_addresses: true,
+            ..automatic()
+        };
+        let p = plan(
+            &typed(Operator::Rmsnorm, DType::F32, "64x4096"),
+            &h200,
+            &asked,
+        )
+        .unwrap();
+        assert!(p.unfolded_pack_addresses(), "{}", p.describe());
+        assert!(p.pinned_request(&automatic(), 0).unfold_pack_addresses);
     }
 
     #[test]
