@@ -201,6 +201,8 @@
 #   CALL 99: session 18: target-4 searches (gpu phase) with today's
 #           codegen: 1x127 (whose defaults now leave addresses unfolded),
 #           and layernorm f32/bf16 and residual_layernorm bf16 1024x4096
+#   CALL 100: session 18: the quick half of the CUDA selftest of the
+#           session's last binary (every variant check included)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2358,6 +2360,10 @@ PY
   done
   keep t4-1024 "$r"-t4-*-1024x4096-s18-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-99)"; exit 2 ;;
+100)
+  logs=$(mktemp -d)
+  selftest_half QUICK "$r-selftest-quick-s18-h200" selftest-quick
+  ;;
+*) echo "unknown call $call (1-100)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
