@@ -875,9 +875,9 @@ fn selftest_cmd(
     let started = Instant::now();
     let mut report = Report::default();
     if !variants.is_empty() {
-        for (name, checks) in selftest::VARIANT_CHECKS {
+        for &(name, checks) in selftest::VARIANT_CHECKS {
             if variants.iter().any(|v| v == name) {
-                checks(&backend, &mut report);
+                selftest::run_variant_group(name, checks, &backend, &mut report);
             }
         }
     } else if variants_only {
