@@ -513,6 +513,7 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
         report,
         &bases,
         &[(32, 4, 512), (256, 4, 4096)],
+        37,
         |request| request.ordered_hinted_loads = true,
         |plan| plan.ordered_hinted_loads,
         |_| true,
@@ -539,6 +540,7 @@ pub fn batched_load_checks(backend: &Backend, report: &mut Report) {
         report,
         &bases,
         &[(256, 4, 1024), (1024, 4, 8192), (1024, 8, 16384)],
+        37,
         |request| request.batch_loads = true,
         |plan| plan.batched_loads,
         |plan| plan.residency == lanefold_plan::Residency::Stream,
@@ -559,6 +561,7 @@ pub fn occupancy_cap_checks(backend: &Backend, report: &mut Report) {
         report,
         &bases,
         &[(32, 4, 512), (256, 4, 4096), (1024, 4, 8192)],
+        37,
         |request| request.occupancy_cap = 1,
         |plan| plan.occupancy_cap.is_some(),
         |_| true,
@@ -579,6 +582,7 @@ pub fn l1_column_checks(backend: &Backend, report: &mut Report) {
         report,
         &bases,
         &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+        37,
         |request| request.l1_columns = true,
         |plan| plan.l1_columns,
         |plan| plan.problem.program.column_inputs().count() > 0,
@@ -606,6 +610,7 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
         report,
         &bases,
         &[(32, 4, 512), (256, 4, 4096), (512, 8, 16384)],
+        37,
         |request| request.ordered_columns = true,
         |plan| plan.ordered_columns,
         |plan| plan.problem.program.column_inputs().count() > 0,
@@ -675,24 +680,20 @@ pub fn persistent_cluster_checks(backend: &Backend, report: &mut Report) {
             request.push_cluster_reduce = true;
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            &[(2048, 4, 8192), (2048, 8, 16384), (4096, 4, 16384)],
-            rows,
-            base,
-            |request| request.persistent_clusters = true,
-            |plan| plan.persistent_clusters,
-            |plan| {
-                plan.groups_per_row > 1
-                    && plan.pushed_cluster_reduce
-                    && plan.residency == Residency::Registers
-            },
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(2048, 4, 8192), (2048, 8, 16384), (4096, 4, 16384)],
+        rows,
+        |request| request.persistent_clusters = true,
+        |plan| plan.persistent_clusters,
+        |plan| {
+            plan.groups_per_row > 1
+                && plan.pushed_cluster_reduce
+                && plan.residency == Residency::Registers
+        },
+    );
 }
 
 /// Prefetched rows in persistent clusters (`prefetch_rows` with
@@ -720,21 +721,17 @@ pub fn prefetched_cluster_checks(backend: &Backend, report: &mut Report) {
             request.persistent_clusters = true;
         }),
     ];
-    for (name, base) in bases {
-        same_bits_policy_checks(
-            backend,
-            report,
-            name,
-            &[DType::F32, DType::Bf16],
-            // One copy a group, then 2 (clusters of 8, then of 16).
-            &[(2048, 4, 8192), (2048, 4, 16384), (4096, 4, 32768)],
-            rows,
-            base,
-            |request| request.prefetch_rows = true,
-            |plan| plan.row_prefetch.is_some(),
-            |plan| plan.persistent_clusters && plan.problem.program.row_inputs().count() == 1,
-        );
-    }
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        // One copy a group, then 2 (clusters of 8, then of 16).
+        &[(2048, 4, 8192), (2048, 4, 16384), (4096, 4, 32768)],
+        rows,
+        |request| request.prefetch_rows = true,
+        |plan| plan.row_prefetch.is_some(),
+        |plan| plan.persistent_clusters && plan.problem.program.row_inputs().count() == 1,
+    );
 }
 
 /// Prefetched rows (`prefetch_rows`): every operator, f32, bf16 and f16,
@@ -909,11 +906,13 @@ fn streamed_with_reread_hints(request: &mut LayoutRequest) {
 
 /// [`same_bits_policy_checks`] in f32 and bf16 on 37 rows for each named
 /// base layout: the shape most policies' checks share.
+#[allow(clippy::too_many_arguments)]
 fn same_bits_over_bases(
     backend: &Backend,
     report: &mut Report,
     bases: &[(&str, RequestEdit)],
     layouts: &[(u32, u32, usize)],
+    rows: usize,
     enable: RequestEdit,
     marked: fn(&Plan) -> bool,
     applies: fn(&Plan) -> bool,
@@ -925,7 +924,7 @@ fn same_bits_over_bases(
             name,
             &[DType::F32, DType::Bf16],
             layouts,
-            37,
+            rows,
             base,
             enable,
             marked,
