@@ -5,7 +5,8 @@
 # QUICK=1 skips the long rows, which took more than 4 minutes on the H200 device;
 # LONG_ONLY=1 runs only them, so QUICK=1 and LONG_ONLY=1 make the full
 # selftest in two device calls; VARIANTS_ONLY=1 runs only the
-# arithmetic-variant checks)
+# variant checks; SKIP_VARIANTS=1 leaves them out, for a quick half that
+# fits one call beside a VARIANTS_ONLY=1 call)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${LANEFOLD_BIN:-target/release/lanefold}
@@ -25,6 +26,7 @@ mkdir -p "$out"
 } > "$out/environment.txt"
 set +e
 "$bin" selftest --backend cuda ${QUICK:+--quick} ${LONG_ONLY:+--long-shapes-only} ${VARIANTS_ONLY:+--variants-only} \
+  ${SKIP_VARIANTS:+--skip-variants} \
   2>&1 | tee "$out/selftest.log"
 status=${PIPESTATUS[0]}
 if [ -z "${QUICK:-}${LONG_ONLY:-}${VARIANTS_ONLY:-}" ]; then

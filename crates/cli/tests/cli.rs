@@ -317,6 +317,21 @@ fn selftest_runs_one_named_variant_and_refuses_unknown_names() {
     assert!(stderr(&o).contains("prefetch-rows"));
 }
 
+/// `--skip-variants` leaves the variant groups out (each prints a progress
+/// line when it runs) and cannot be combined with `--variants-only`.
+#[test]
+fn selftest_skip_variants_runs_no_variant_group() {
+    let o = lanefold(&["selftest", "--variant", "arithmetic"]);
+    assert!(stdout(&o).contains("variant arithmetic: 40 passed, 0 failed"));
+    let o = lanefold(&["selftest", "--skip-variants"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.lines().any(|l| l.starts_with("variant ")), "{out}");
+    assert!(out.trim_end().ends_with("passed, 0 failed"), "{out}");
+    let o = lanefold(&["selftest", "--skip-variants", "--variants-only"]);
+    assert_clean_failure(&o, 2, "cannot be used with");
+}
+
 /// The long-row half of the selftest is CUDA only: on the CPU it is a
 /// clear error, and it cannot be combined with `--quick`, its complement.
 #[test]
