@@ -90,6 +90,10 @@ pub struct Verdict {
     /// Set where this binary's default mapping differs from the layout
     /// the verdict is about (the verdict then says nothing about today's).
     pub todays_default: Option<String>,
+    /// The layout is today's default, but this binary generates another
+    /// kernel source for it than the one measured (codegen changed since;
+    /// session 18 found such drift only by replaying).
+    pub kernel_changed: bool,
 }
 
 impl Verdict {
@@ -182,6 +186,7 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
         tbps,
         misses,
         todays_default: None,
+        kernel_changed: false,
     }
 }
 
@@ -209,7 +214,11 @@ fn judged_problems(file: &SearchFile) -> impl Iterator<Item = &SearchProblem> {
 pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> Vec<Verdict> {
     judged_problems(file)
         .map(|problem| {
-            let pick = todays_pick(problem, target);
+            let today = todays_pick(problem, target);
+            let pick = today
+                .as_ref()
+                .map(|plan| plan.describe())
+                .map_err(Clone::clone);
             let measured = pick.as_ref().ok().and_then(|describe| {
                 problem.candidates.iter().position(|c| {
                     c.plan.as_ref().is_some_and(|p| &p.describe == describe)
@@ -217,6 +226,12 @@ pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> 
                 })
             });
             let mut v = automatic_verdict_at(problem, measured, &AUTOMATIC_TODAY);
+            if let (Ok(plan), Some(at)) = (&today, measured) {
+                // Through a duplicate to the candidate that was measured.
+                let c = &problem.candidates[at];
+                let c = c.duplicate_of.map_or(c, |d| &problem.candidates[d]);
+                v.kernel_changed = kernel_differs(plan, c.source_sha256.as_deref());
+            }
             match (&pick, measured) {
                 (Err(e), _) => v.misses = vec![format!("today's mapper refuses it: {e}")],
                 (Ok(describe), None) => {
@@ -255,19 +270,27 @@ pub fn mark_todays_default(
         let Some(case) = file.cases.iter().find(|c| c.id == v.id) else {
             continue;
         };
-        match default_pick(&case.op, &case.dtype, &case.shape, &request, target) {
-            Ok(today) if today != case.candidate.describe => v.todays_default = Some(today),
-            Ok(_) => {}
+        match default_plan(&case.op, &case.dtype, &case.shape, &request, target) {
+            Ok(today) if today.describe() != case.candidate.describe => {
+                v.todays_default = Some(today.describe())
+            }
+            Ok(today) => {
+                v.kernel_changed =
+                    kernel_differs(&today, case.candidate.recorded_source_sha256.as_deref())
+            }
             Err(e) => v.todays_default = Some(format!("refused today: {e}")),
         }
     }
 }
 
-fn todays_pick(problem: &SearchProblem, target: &lanefold_plan::Target) -> Result<String, String> {
+fn todays_pick(
+    problem: &SearchProblem,
+    target: &lanefold_plan::Target,
+) -> Result<lanefold_plan::Plan, String> {
     // Old searches recorded the seed mapper or fixed cluster group sizes
     // in their base: only its policies carry over.
     let request = problem.base.automatic_with_policies();
-    default_pick(
+    default_plan(
         &problem.op,
         &problem.dtype,
         &problem.shape,
@@ -284,10 +307,32 @@ fn default_pick(
     request: &lanefold_plan::LayoutRequest,
     target: &lanefold_plan::Target,
 ) -> Result<String, String> {
+    default_plan(op, dtype, shape, request, target).map(|plan| plan.describe())
+}
+
+/// The default mapping's plan for one problem.
+fn default_plan(
+    op: &str,
+    dtype: &str,
+    shape: &str,
+    request: &lanefold_plan::LayoutRequest,
+    target: &lanefold_plan::Target,
+) -> Result<lanefold_plan::Plan, String> {
     let p = crate::replay::problem_named(op, dtype, shape).map_err(|e| e.to_string())?;
-    lanefold_plan::plan(&p, target, request)
-        .map(|plan| plan.describe())
-        .map_err(|e| e.to_string())
+    lanefold_plan::plan(&p, target, request).map_err(|e| e.to_string())
+}
+
+/// Does this binary generate another kernel source for `plan` than the
+/// measured one (`recorded`, where the file has it)?
+fn kernel_differs(plan: &lanefold_plan::Plan, recorded: Option<&str>) -> bool {
+    let options = lanefold_codegen::CodegenOptions::default();
+    match (
+        recorded,
+        lanefold_cuda::kernel_source_sha256(plan, &options),
+    ) {
+        (Some(recorded), Ok(today)) => recorded != today,
+        _ => false,
+    }
 }
 
 fn automatic_verdict(problem: &SearchProblem) -> Verdict {
@@ -334,6 +379,7 @@ fn automatic_verdict_at(
         tbps: automatic_us.map(|us| problem.bytes_moved as f64 / us / 1e6),
         misses,
         todays_default: None,
+        kernel_changed: false,
     }
 }
 
@@ -446,6 +492,8 @@ fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
             };
             if let Some(today) = &v.todays_default {
                 let _ = write!(verdict, " (not today's default: {today})");
+            } else if v.kernel_changed {
+                verdict.push_str(" (today's kernel for this layout differs from the one measured)");
             }
             let _ = write!(
                 md,
@@ -617,6 +665,36 @@ mod tests {
         assert!(ce.todays_default.is_none() && ce.met(), "{ce:?}");
     }
 
+    /// Session 12's replay measured sum f32 1024x4096's layout before pack
+    /// addresses were folded (session 15): same description, another
+    /// kernel, and the verdict says so; session 18's replay measured
+    /// today's kernel. The standing prefers neither by this mark.
+    #[test]
+    fn regression_a_verdict_on_an_older_kernel_of_todays_layout_is_marked() {
+        let h200 = lanefold_plan::Target::h200();
+        let mark = |dir: &str| {
+            let file = committed(dir);
+            let mut verdicts = score(&file);
+            mark_todays_default(&mut verdicts, &file, &h200);
+            verdicts
+                .into_iter()
+                .find(|v| v.id == "sum/f32/1024x4096")
+                .unwrap()
+        };
+        let old = mark("2026-11-30-short-all-v12-aa-h200");
+        assert!(
+            old.todays_default.is_none() && old.kernel_changed,
+            "{old:?}"
+        );
+        let new = mark("2026-12-01-short-all-s18-aa-h200");
+        assert!(
+            new.todays_default.is_none() && !new.kernel_changed,
+            "{new:?}"
+        );
+        let md = markdown(&[old]);
+        assert!(md.contains("differs from the one measured"), "{md}");
+    }
+
     /// A replay of session 4's layouts: where today's default maps a case
     /// otherwise, the verdict says so (and only there).
     #[test]
@@ -656,6 +734,7 @@ mod tests {
             tbps: Some(if met { 4.0 } else { 3.0 }),
             misses: if met { vec![] } else { vec!["slow".into()] },
             todays_default: todays_default.map(String::from),
+            kernel_changed: false,
         }
     }
 
