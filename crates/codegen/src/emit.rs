@@ -1693,13 +1693,7 @@ impl Ctx<'_> {
     }
 }
 
-/// Does the kernel hide the worker index from the compiler (see
-/// [`Plan::folded_pack_addresses`])?
-fn folds_pack_addresses(plan: &Plan) -> bool {
-    plan.folded_pack_addresses
-}
-
-/// Makes `w` opaque to the compiler (see [`folds_pack_addresses`]).
+/// Makes `w` opaque to the compiler (see [`Plan::folded_pack_addresses`]).
 const HIDE_WORKER_INDEX: &str =
     "asm(\"\" : \"+r\"(w)); // keeps each pack's address a constant offset";
 
@@ -2098,7 +2092,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.emit_prefetch_setup(prefetch, input, "(int)blockIdx.x");
         cx.line("unsigned lf_parity = 0;");
     } else {
-        if folds_pack_addresses(plan) {
+        if plan.folded_pack_addresses {
             cx.line("int w = tid % LF_W;");
             cx.line(HIDE_WORKER_INDEX);
         } else {

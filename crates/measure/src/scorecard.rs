@@ -245,7 +245,8 @@ pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> 
             let plain = lanefold_plan::LayoutRequest::default();
             if let (Ok(with_policies), Ok(default)) = (
                 &pick,
-                default_pick(&problem.op, &problem.dtype, &problem.shape, &plain, target),
+                default_plan(&problem.op, &problem.dtype, &problem.shape, &plain, target)
+                    .map(|plan| plan.describe()),
             ) {
                 if *with_policies != default {
                     v.todays_default = Some(default);
@@ -297,17 +298,6 @@ fn todays_pick(
         &request,
         target,
     )
-}
-
-/// The default mapping's layout description for one problem.
-fn default_pick(
-    op: &str,
-    dtype: &str,
-    shape: &str,
-    request: &lanefold_plan::LayoutRequest,
-    target: &lanefold_plan::Target,
-) -> Result<String, String> {
-    default_plan(op, dtype, shape, request, target).map(|plan| plan.describe())
 }
 
 /// The default mapping's plan for one problem.

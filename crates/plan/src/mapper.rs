@@ -632,8 +632,7 @@ impl Plan {
     /// Does this plan leave its pack addresses to the compiler where the
     /// default would fold them ([`LayoutRequest::unfold_pack_addresses`])?
     pub fn unfolded_pack_addresses(&self) -> bool {
-        !self.folded_pack_addresses
-            && (self.residency == Residency::Registers || self.occupancy_cap.is_some())
+        !self.folded_pack_addresses && folds_by_default(self.residency, self.occupancy_cap)
     }
 
     /// Are layernorm's moments summed in one pass (see
@@ -2130,7 +2129,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
         keep_columns: request.keep_columns && columns > 0,
         l1_columns: request.l1_columns && columns > 0,
-        folded_pack_addresses: (residency == Residency::Registers || occupancy_cap.is_some())
+        folded_pack_addresses: folds_by_default(residency, occupancy_cap)
             && !request.unfold_pack_addresses
             && (n > layout.chunk_span() || whole_vector_packs),
         ordered_columns: request.ordered_columns
@@ -2223,6 +2222,13 @@ impl Plan {
         self.occupancy_cap
             .map_or(groups, |cap| groups.min(cap.groups))
     }
+}
+
+/// Plans whose pack addresses fold unless a row rule or the request says
+/// otherwise ([`Plan::folded_pack_addresses`]): register plans, and
+/// streamed plans under an occupancy cap.
+fn folds_by_default(residency: Residency, occupancy_cap: Option<OccupancyCap>) -> bool {
+    residency == Residency::Registers || occupancy_cap.is_some()
 }
 
 /// Groups of `threads` threads at `registers` per thread, each with
