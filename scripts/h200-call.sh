@@ -203,6 +203,9 @@
 #           and layernorm f32/bf16 and residual_layernorm bf16 1024x4096
 #   CALL 100: session 18: the quick half of the CUDA selftest of the
 #           session's last binary (every variant check included)
+#   CALL 101: session 19: the CUDA selftest of the session's binary in
+#           three parts as time allows (quick without variants, variants,
+#           long rows), kernels compiled ahead on every core
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -251,11 +254,12 @@ show_benches() {
 }
 # Half of the CUDA selftest through scripts/gpu-selftest.sh (environment
 # captured, so the audit checks it), tarred as NAME.
-# Usage: selftest_half QUICK|LONG_ONLY OUTPUT_DIR NAME
+# Usage: selftest_half "QUICK|LONG_ONLY|VARIANTS_ONLY [SKIP_VARIANTS]" OUTPUT_DIR NAME
 selftest_half() {
-  local half=$1 out=$2 name=$3
+  local half=$1 out=$2 name=$3 flag flags=()
+  for flag in $half; do flags+=("$flag=1"); done
   step "selftest ($half) on CUDA"
-  env "$half=1" LANEFOLD_BIN="$bin" timeout "$(left)" bash scripts/gpu-selftest.sh "$out" > "$logs/$name.log" 2>&1
+  env "${flags[@]}" LANEFOLD_BIN="$bin" timeout "$(left)" bash scripts/gpu-selftest.sh "$out" > "$logs/$name.log" 2>&1
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/$name.log" | head -8; tail -2 "$logs/$name.log"
   keep "$name" "$out"
 }
@@ -2364,6 +2368,12 @@ PY
   logs=$(mktemp -d)
   selftest_half QUICK "$r-selftest-quick-s18-h200" selftest-quick
   ;;
-*) echo "unknown call $call (1-100)"; exit 2 ;;
+101)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s19-h200" selftest-quick
+  [ "$(left)" -gt 200 ] && selftest_half VARIANTS_ONLY "$r-selftest-variants-s19-h200" selftest-variants
+  [ "$(left)" -gt 200 ] && selftest_half LONG_ONLY "$r-selftest-long-s19-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-101)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

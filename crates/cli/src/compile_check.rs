@@ -43,67 +43,75 @@ pub fn compile_check(
         "stack B",
         "result",
     ]);
-    let (mut failures, mut compiled, mut refused) = (0, 0, 0);
+    // Plans first (in table order), then every kernel compiled at once.
+    let mut planned = vec![];
     for &shape in shapes {
         for &op in ops {
             for &dtype in dtypes {
                 let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
-                let cells = match plan(&problem, &target, request) {
-                    Err(refusal) => {
-                        refused += 1;
-                        no_kernel("—".into(), format!("refused: {refusal}"))
+                let p = match plan(&problem, &target, request) {
+                    Err(refusal) => Err(refusal),
+                    Ok(p) if occupancy_from_compiler && request.occupancy == 0 => {
+                        Ok(lanefold_measure::bench::compiler_promise(
+                            &problem, &target, request, p, arch,
+                        )?
+                        .0)
                     }
-                    Ok(p) => {
-                        let p = if occupancy_from_compiler && request.occupancy == 0 {
-                            let promised = lanefold_measure::bench::compiler_promise(
-                                &problem, &target, request, p, arch,
-                            )?;
-                            promised.0
-                        } else {
-                            p
-                        };
-                        match lanefold_cuda::compile_offline(&p, &CodegenOptions::default(), arch) {
-                            Ok(c) => {
-                                compiled += 1;
-                                if let Some(dir) = cubin_dir {
-                                    let path = dir.join(format!("{}.cubin", c.kernel));
-                                    lanefold_cpu::npy::write_atomically(&path, &c.cubin)
-                                        .with_context(|| format!("writing {}", path.display()))?;
-                                }
-                                let n = |x: Option<u32>| x.map_or("?".into(), |x| x.to_string());
-                                vec![
-                                    p.describe(),
-                                    c.kernel,
-                                    format!("{} ({})", n(c.ptxas.registers), p.registers),
-                                    {
-                                        // What the register counts (and shared
-                                        // memory) allow, as the cost model
-                                        // computes it from its estimate.
-                                        let groups = |r| p.groups_per_multiprocessor(&target, r);
-                                        let by_compiler = c.ptxas.registers.map(groups);
-                                        format!("{} ({})", n(by_compiler), groups(p.registers))
-                                    },
-                                    format!(
-                                        "{}/{}",
-                                        n(c.ptxas.spill_store_bytes),
-                                        n(c.ptxas.spill_load_bytes)
-                                    ),
-                                    n(c.ptxas.stack_bytes),
-                                    "ok".into(),
-                                ]
-                            }
-                            Err(e) => {
-                                failures += 1;
-                                no_kernel(p.describe(), format!("FAILED: {e}"))
-                            }
-                        }
-                    }
+                    Ok(p) => Ok(p),
                 };
-                let mut row = vec![op.to_string(), dtype.to_string(), shape.to_string()];
-                row.extend(cells);
-                table.add_row(row);
+                planned.push((op, dtype, shape, p));
             }
         }
+    }
+    let plans: Vec<_> = planned
+        .iter()
+        .filter_map(|(_, _, _, p)| p.as_ref().ok().cloned())
+        .collect();
+    let mut results =
+        lanefold_cuda::compile_offline_all(&plans, &CodegenOptions::default(), arch).into_iter();
+    let (mut failures, mut compiled, mut refused) = (0, 0, 0);
+    for (op, dtype, shape, p) in planned {
+        let cells = match p {
+            Err(refusal) => {
+                refused += 1;
+                no_kernel("—".into(), format!("refused: {refusal}"))
+            }
+            Ok(p) => match results.next().expect("one result a plan") {
+                Ok(c) => {
+                    compiled += 1;
+                    if let Some(dir) = cubin_dir {
+                        let path = dir.join(format!("{}.cubin", c.kernel));
+                        lanefold_cpu::npy::write_atomically(&path, &c.cubin)
+                            .with_context(|| format!("writing {}", path.display()))?;
+                    }
+                    let n = |x: Option<u32>| x.map_or("?".into(), |x| x.to_string());
+                    // What the register counts (and shared memory) allow,
+                    // as the cost model computes it from its estimate.
+                    let groups = |r| p.groups_per_multiprocessor(&target, r);
+                    let by_compiler = c.ptxas.registers.map(groups);
+                    vec![
+                        p.describe(),
+                        c.kernel,
+                        format!("{} ({})", n(c.ptxas.registers), p.registers),
+                        format!("{} ({})", n(by_compiler), groups(p.registers)),
+                        format!(
+                            "{}/{}",
+                            n(c.ptxas.spill_store_bytes),
+                            n(c.ptxas.spill_load_bytes)
+                        ),
+                        n(c.ptxas.stack_bytes),
+                        "ok".into(),
+                    ]
+                }
+                Err(e) => {
+                    failures += 1;
+                    no_kernel(p.describe(), format!("FAILED: {e}"))
+                }
+            },
+        };
+        let mut row = vec![op.to_string(), dtype.to_string(), shape.to_string()];
+        row.extend(cells);
+        table.add_row(row);
     }
     println!("NVRTC {version}, {arch}, target {}", target.name);
     println!("{table}");

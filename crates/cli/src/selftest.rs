@@ -93,7 +93,34 @@ pub const SEED_SHAPES: [(usize, usize); 4] = [(1, 127), (17, 257), (64, 4096), (
 pub const LONG_SHAPES: [(usize, usize); 4] =
     [(32768, 4096), (4096, 32768), (4096, 131072), (1024, 262144)];
 
+/// On CUDA, every case's kernel compiled ahead on all cores
+/// ([`lanefold_cuda::CudaBackend::precompile`]): the checks then load
+/// instead of compiling one kernel at a time. Nothing on the CPU.
+fn precompile(backend: &Backend, cases: &[Case], options: &CodegenOptions) {
+    let Backend::Cuda(cuda) = backend else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let target = backend.target();
+    let jobs: Vec<_> = cases
+        .iter()
+        .filter_map(|c| plan(&c.problem(), &target, &c.request).ok())
+        .map(|p| (p, *options))
+        .collect();
+    let done = cuda.precompile(&jobs);
+    if done.compiled >= 50 {
+        println!(
+            "precompiled {} kernels ({} skipped, {} failed) in {:.1} s",
+            done.compiled,
+            done.skipped,
+            done.failed,
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 pub fn run_cases(backend: &Backend, cases: &[Case], report: &mut Report) {
+    precompile(backend, cases, &CodegenOptions::default());
     for case in cases {
         let label = format!(
             "{} {} {} W={} V={}",
@@ -951,30 +978,41 @@ fn same_bits_policy_checks(
     marked: fn(&Plan) -> bool,
     applies: fn(&Plan) -> bool,
 ) {
+    let case = |op, dtype, (workers, pack, n): (u32, u32, usize), on: bool| {
+        let mut request = LayoutRequest {
+            workers,
+            pack,
+            cluster_group_threads: 256,
+            ..Default::default()
+        };
+        base(&mut request);
+        if on {
+            enable(&mut request);
+        }
+        Case {
+            op,
+            dtype,
+            shape: shape(rows, n),
+            request,
+            seed: 29 + pack as u64,
+        }
+    };
+    let options = CodegenOptions::default();
+    let mut all = vec![];
     for op in Operator::SIX {
         for &dtype in dtypes {
-            for &(workers, pack, n) in layouts {
-                let case = |on: bool| {
-                    let mut request = LayoutRequest {
-                        workers,
-                        pack,
-                        cluster_group_threads: 256,
-                        ..Default::default()
-                    };
-                    base(&mut request);
-                    if on {
-                        enable(&mut request);
-                    }
-                    Case {
-                        op,
-                        dtype,
-                        shape: shape(rows, n),
-                        request,
-                        seed: 29 + pack as u64,
-                    }
-                };
+            for &layout in layouts {
+                all.extend([false, true].map(|on| case(op, dtype, layout, on)));
+            }
+        }
+    }
+    precompile(backend, &all, &options);
+    for op in Operator::SIX {
+        for &dtype in dtypes {
+            for &layout in layouts {
+                let (workers, pack, n) = layout;
+                let case = |on: bool| case(op, dtype, layout, on);
                 let label = format!("{name} {op} {dtype} {rows}x{n} W={workers} V={pack}");
-                let options = CodegenOptions::default();
                 match (
                     run_case(backend, &case(false), &options),
                     run_case(backend, &case(true), &options),

@@ -29,7 +29,8 @@ use lanefold_codegen::{
 use lanefold_cpu::data::{expected_len, Buffers, Tensor};
 use lanefold_ir::BufferKind;
 use lanefold_plan::Plan;
-use std::collections::HashMap;
+use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -215,7 +216,22 @@ pub struct CudaBackend {
     arch: String,
     cc: (u32, u32),
     memory: Mutex<HashMap<String, Arc<Loaded>>>,
+    /// Binaries [`CudaBackend::precompile`] built ahead, by compile key,
+    /// each taken (and loaded) by the first [`CudaBackend::load`] asking.
+    staged: Mutex<HashMap<String, Vec<u8>>>,
     disk: Option<DiskCache>,
+}
+
+/// What one [`CudaBackend::precompile`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Precompiled {
+    /// Kernels compiled and staged.
+    pub compiled: usize,
+    /// Kernels already loaded, staged or on disk, and repeats.
+    pub skipped: usize,
+    /// Kernels NVRTC refused (or plans codegen refused): left for the
+    /// load that needs them to report.
+    pub failed: usize,
 }
 
 impl CudaBackend {
@@ -243,6 +259,7 @@ impl CudaBackend {
             stream,
             cc,
             memory: Mutex::new(HashMap::new()),
+            staged: Mutex::new(HashMap::new()),
             disk: cache::default_dir().map(DiskCache::new),
         })
     }
@@ -342,7 +359,11 @@ impl CudaBackend {
         let loaded = match binary {
             Some(l) => l,
             None => {
-                let (bytes, _log) = compile_kernel(&kernel, &opts)?;
+                let staged = self.staged.lock().expect("staging lock").remove(&key);
+                let bytes = match staged {
+                    Some(bytes) => bytes,
+                    None => compile_kernel(&kernel, &opts)?.0,
+                };
                 if let Some(disk) = &self.disk {
                     if let Err(e) = disk.store(&key, &bytes) {
                         eprintln!(
@@ -360,6 +381,60 @@ impl CudaBackend {
             .expect("cache lock")
             .insert(key, loaded.clone());
         Ok(loaded)
+    }
+
+    /// Compile the kernels of many plans ahead, on every core, and stage
+    /// the binaries for [`CudaBackend::load`]: a check suite of a thousand
+    /// small kernels spends most of its time in NVRTC, one kernel at a
+    /// time otherwise. Nothing is loaded onto the device here; a plan or
+    /// kernel that fails is skipped, and its own load reports the error.
+    pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)]) -> Precompiled {
+        let mut report = Precompiled::default();
+        let mut todo: Vec<(String, Kernel, Vec<String>)> = vec![];
+        let mut seen = HashSet::new();
+        {
+            let memory = self.memory.lock().expect("cache lock");
+            let staged = self.staged.lock().expect("staging lock");
+            for (plan, options) in jobs {
+                let Ok(kernel) = generate(plan, options) else {
+                    report.failed += 1;
+                    continue;
+                };
+                let opts = nvrtc_options(options, &self.arch);
+                let key = compile_key(&kernel.source, &opts, &self.arch);
+                let on_disk = self
+                    .disk
+                    .as_ref()
+                    .is_some_and(|d| d.binary_path(&key).exists());
+                if memory.contains_key(&key)
+                    || staged.contains_key(&key)
+                    || on_disk
+                    || !seen.insert(key.clone())
+                {
+                    report.skipped += 1;
+                    continue;
+                }
+                todo.push((key, kernel, opts));
+            }
+        }
+        let built: Vec<(String, Option<Vec<u8>>)> = todo
+            .into_par_iter()
+            .map(|(key, kernel, opts)| {
+                let bytes = compile_kernel(&kernel, &opts).ok().map(|(b, _)| b);
+                (key, bytes)
+            })
+            .collect();
+        let mut staged = self.staged.lock().expect("staging lock");
+        for (key, bytes) in built {
+            match bytes {
+                Some(b) => {
+                    report.compiled += 1;
+                    staged.insert(key, b);
+                }
+                None => report.failed += 1,
+            }
+        }
+        report
     }
 
     /// Compile and load a hand-written helper kernel (no plan, no cache):
@@ -732,6 +807,19 @@ fn compile_kernel(kernel: &Kernel, opts: &[String]) -> Result<(Vec<u8>, String),
     Ok((bin, log))
 }
 
+/// [`compile_offline`] over many plans at once, on every core (NVRTC
+/// allows concurrent calls on separate programs); results in plan order.
+pub fn compile_offline_all(
+    plans: &[Plan],
+    options: &CodegenOptions,
+    arch: &str,
+) -> Vec<Result<OfflineCompile, CudaError>> {
+    plans
+        .par_iter()
+        .map(|p| compile_offline(p, options, arch))
+        .collect()
+}
+
 /// What ptxas reported for one kernel (`--ptxas-options=-v`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PtxasReport {
@@ -965,5 +1053,39 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         let (groups, _, local) = layernorm.tried.expect("a few registers over 6 groups' 40");
         assert_eq!((groups, layernorm.keep), (6, None), "{layernorm:?}");
         assert!(local > 0, "{layernorm:?}");
+    }
+
+    /// Needs NVRTC. Compiling on every core at once must give each plan
+    /// the binary a lone compile gives it, in plan order.
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_parallel_compiles_equal_serial_ones_in_plan_order() {
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+        let mut plans = vec![];
+        for op in Operator::SIX {
+            for (shape, workers) in [("5x127", 32), ("3x4103", 256), ("2x131072", 0)] {
+                let problem = Problem::operator(
+                    op,
+                    OperatorOptions::default(),
+                    DType::Bf16,
+                    shape.parse().unwrap(),
+                );
+                let request = LayoutRequest {
+                    workers,
+                    ..Default::default()
+                };
+                plans.push(plan(&problem, &Target::h200(), &request).unwrap());
+            }
+        }
+        let options = CodegenOptions::default();
+        let parallel = super::compile_offline_all(&plans, &options, "sm_90");
+        assert_eq!(parallel.len(), plans.len());
+        for (p, got) in plans.iter().zip(parallel) {
+            let got = got.unwrap();
+            let alone = super::compile_offline(p, &options, "sm_90").unwrap();
+            assert_eq!(got.kernel, alone.kernel);
+            assert_eq!(got.cubin, alone.cubin, "{}", got.kernel);
+        }
     }
 }
