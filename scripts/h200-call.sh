@@ -206,6 +206,9 @@
 #   CALL 101: session 19: the CUDA selftest of the session's binary in
 #           three parts as time allows (quick without variants, variants,
 #           long rows), kernels compiled ahead on every core
+#   CALL 102: session 19: the target-1/2 cases whose verdicts were
+#           measured on older kernels, benched with today's defaults and
+#           replayed A/A with all three peers (RESUME=1 continues)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -265,14 +268,15 @@ selftest_half() {
 }
 # A/A replay of a bench directory's cases, 2 rounds, with the given peer
 # flags (all three by default), until the call's deadline; the result and
-# the logs are tarred as NAME. Usage: aa_replay NAME BENCH_DIR OUTPUT_DIR [PEERS...]
+# the logs are tarred as NAME (RESUME=1 continues a replay a deadline cut).
+# Usage: aa_replay NAME BENCH_DIR OUTPUT_DIR [PEERS...]
 aa_replay() {
   local name=$1 ref=$2 out=$3; shift 3
   local peers=${*:---torch --torch-compile --liger}
   step "A/A replay of $ref"
   # shellcheck disable=SC2086
   timeout "$(left)" "$bin" replay --backend cuda --reference "$ref/results.json" --aa --rounds 2 $s \
-    $peers --deadline-s "$(( $(left) - 10 ))" --output "$out" > "$logs/$name.log" 2>&1
+    $peers ${RESUME:+--resume} --deadline-s "$(( $(left) - 10 ))" --output "$out" > "$logs/$name.log" 2>&1
   echo "replay rc=$?"; "$bin" scorecard "$out" | grep -E "^\| [a-z]" | cut -c1-200
   keep "$name" "$out" "$logs"
 }
@@ -2374,6 +2378,21 @@ PY
   [ "$(left)" -gt 200 ] && selftest_half VARIANTS_ONLY "$r-selftest-variants-s19-h200" selftest-variants
   [ "$(left)" -gt 200 ] && selftest_half LONG_ONLY "$r-selftest-long-s19-h200" selftest-long
   ;;
-*) echo "unknown call $call (1-101)"; exit 2 ;;
+102)
+  logs=$(mktemp -d)
+  if [ -z "${RESUME:-}" ]; then
+    step "benches with today's defaults"
+    bench_as drift-sum 60 --ops sum --shapes 32768x4096,16384x8192 --dtypes f32,bf16
+    bench_as drift-w32k 50 --ops softmax,cross_entropy --shapes 4096x32768 --dtypes f32,bf16
+    bench_as drift-long 90 --ops softmax,cross_entropy --shapes 4096x131072,1024x262144 --dtypes f32,bf16
+    show_benches "$r"-drift-*-h200
+    keep drift-benches "$r"-drift-*-h200 "$logs"
+  fi
+  for part in w32k long sum; do
+    [ "$(left)" -gt 60 ] || break
+    aa_replay "drift-$part-aa" "$r-drift-$part-h200" "$r-drift-$part-aa-h200"
+  done
+  ;;
+*) echo "unknown call $call (1-102)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
