@@ -209,6 +209,8 @@
 #   CALL 102: session 19: the target-1/2 cases whose verdicts were
 #           measured on older kernels, benched with today's defaults and
 #           replayed A/A with all three peers (RESUME=1 continues)
+#   CALL 103: session 19: the long-row half of the CUDA selftest, then
+#           searches of sum bf16 at 16384x8192 and 32768x4096 (W x U, V=8)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2393,6 +2395,20 @@ PY
     aa_replay "drift-$part-aa" "$r-drift-$part-h200" "$r-drift-$part-aa-h200"
   done
   ;;
-*) echo "unknown call $call (1-102)"; exit 2 ;;
+103)
+  logs=$(mktemp -d)
+  selftest_half LONG_ONLY "$r-selftest-long-s19-h200" selftest-long
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  for shape in 16384x8192 32768x4096; do
+    [ "$(left)" -gt 90 ] || break
+    step "sum bf16 $shape, W x U at V=8"
+    timeout 120 "$bin" search --backend cuda --ops sum --shapes "$shape" --dtypes bf16 --tune-pack 8 \
+      --tune-workers 64,128,256,512,1024 --tune-unroll 1,2,4,8 --max-candidates 20 $q \
+      --output "$r-t4-sum-bf16-$shape-s19-h200" > "$logs/search-$shape.log" 2>&1
+    echo "search rc=$?"; grep -E "winner" "$logs/search-$shape.log" | cut -c1-200
+  done
+  keep sum-searches "$r"-t4-sum-bf16-*-s19-h200 "$logs"
+  ;;
+*) echo "unknown call $call (1-103)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
