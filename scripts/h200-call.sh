@@ -211,6 +211,8 @@
 #           replayed A/A with all three peers (RESUME=1 continues)
 #   CALL 103: session 19: the long-row half of the CUDA selftest, then
 #           searches of sum bf16 at 16384x8192 and 32768x4096 (W x U, V=8)
+#   CALL 104: session 19: the variant half of the CUDA selftest again,
+#           after the pairs share their inputs and reference
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2409,6 +2411,10 @@ PY
   done
   keep sum-searches "$r"-t4-sum-bf16-*-s19-h200 "$logs"
   ;;
-*) echo "unknown call $call (1-103)"; exit 2 ;;
+104)
+  logs=$(mktemp -d)
+  selftest_half VARIANTS_ONLY "$r-selftest-variants-s19b-h200" selftest-variants
+  ;;
+*) echo "unknown call $call (1-104)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{poisoned_outputs, random_inputs};
-use lanefold_cpu::reference::reference;
+use lanefold_cpu::reference::{reference, Reference};
 use lanefold_cpu::{Buffers, Validation};
 use lanefold_cuda::CudaBackend;
 use lanefold_ir::{DType, Operator, OperatorOptions};
@@ -152,18 +152,59 @@ pub fn run_plan(
     inputs: Buffers,
     options: &CodegenOptions,
 ) -> Result<Outcome> {
+    lanefold_cpu::data::check_inputs(&plan.problem, &inputs)?;
+    let want = float64_reference(&plan.problem, &inputs)?;
+    run_plan_against(backend, plan, inputs, &want, options)
+}
+
+fn float64_reference(problem: &Problem, inputs: &Buffers) -> Result<Reference> {
+    reference(problem, inputs).context("no float64 reference for this program")
+}
+
+/// [`run_plan`] against a float64 reference already computed for these
+/// inputs.
+fn run_plan_against(
+    backend: &Backend,
+    plan: Plan,
+    inputs: Buffers,
+    want: &Reference,
+    options: &CodegenOptions,
+) -> Result<Outcome> {
     let problem = &plan.problem;
     lanefold_cpu::data::check_inputs(problem, &inputs)?;
     let mut outputs = poisoned_outputs(problem);
     backend.execute(&plan, options, &inputs, &mut outputs)?;
-    let want = reference(problem, &inputs).context("no float64 reference for this program")?;
-    let validation = lanefold_cpu::validate(problem.dtype, &outputs, &want);
+    let validation = lanefold_cpu::validate(problem.dtype, &outputs, want);
     Ok(Outcome {
         plan,
         validation,
         outputs,
         inputs,
     })
+}
+
+/// Several layouts of one case (`case.request` ignored), each run on the
+/// same seeded inputs and validated against one float64 reference: on
+/// rows of thousands of elements the inputs and the reference cost the
+/// host more than the kernels do, so a comparison of layouts makes them
+/// once.
+pub fn run_layouts(
+    backend: &Backend,
+    case: &Case,
+    requests: &[LayoutRequest],
+    options: &CodegenOptions,
+) -> Result<Vec<Outcome>> {
+    let problem = case.problem();
+    let plans = requests
+        .iter()
+        .map(|request| plan(&problem, &backend.target(), request))
+        .collect::<Result<Vec<_>, _>>()?;
+    let inputs = random_inputs(&problem, case.seed);
+    let want = float64_reference(&problem, &inputs)?;
+    plans
+        .into_iter()
+        .map(|p| run_plan_against(backend, p, inputs.clone(), &want, options))
+        .collect()
 }
 
 /// Exit code for an error: 2 for a refused plan, 1 otherwise.

@@ -2,9 +2,9 @@
 //! same cases (plus long rows) on the device and compares sums with the
 //! CPU executor bit for bit.
 
-use crate::{run_case, Backend, Case};
+use crate::{run_case, run_layouts, Backend, Case};
 use lanefold_codegen::CodegenOptions;
-use lanefold_cpu::data::{poisoned_outputs, random_inputs};
+use lanefold_cpu::data::{poisoned_outputs, random_inputs, same_bits};
 use lanefold_cpu::{Buffers, Tensor};
 use lanefold_ir::BufferKind;
 use lanefold_ir::{DType, Operator, OperatorOptions};
@@ -421,7 +421,7 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
                             let ok = changed.validation.pass
                                 && changed.plan.streaming_hints == hints
                                 && changed.plan.min_groups_per_multiprocessor.is_some() == bounds
-                                && bits(&plain.outputs) == bits(&changed.outputs);
+                                && same_bits(&plain.outputs, &changed.outputs);
                             report.record(ok, &label, "invalid, or not the same bits as without");
                         }
                         (Err(e), _) => report.record(false, &label, &format!("{e:#}")),
@@ -1011,19 +1011,22 @@ fn same_bits_policy_checks(
         for &dtype in dtypes {
             for &layout in layouts {
                 let (workers, pack, n) = layout;
-                let case = |on: bool| case(op, dtype, layout, on);
+                let (plain, variant) = (
+                    case(op, dtype, layout, false),
+                    case(op, dtype, layout, true),
+                );
                 let label = format!("{name} {op} {dtype} {rows}x{n} W={workers} V={pack}");
-                match (
-                    run_case(backend, &case(false), &options),
-                    run_case(backend, &case(true), &options),
-                ) {
-                    (Ok(plain), Ok(variant)) => {
+                match run_layouts(backend, &plain, &[plain.request, variant.request], &options)
+                    .as_deref()
+                {
+                    Ok([plain, variant]) => {
                         let ok = variant.validation.pass
                             && marked(&variant.plan) == applies(&variant.plan)
-                            && bits(&plain.outputs) == bits(&variant.outputs);
+                            && same_bits(&plain.outputs, &variant.outputs);
                         report.record(ok, &label, &variant.plan.describe());
                     }
-                    (Err(e), _) | (_, Err(e)) => report.record(false, &label, &format!("{e:#}")),
+                    Ok(_) => unreachable!("two layouts, two outcomes"),
+                    Err(e) => report.record(false, &label, &format!("{e:#}")),
                 }
             }
         }
@@ -1146,7 +1149,7 @@ pub fn call_path_checks(backend: &Backend, report: &mut Report) {
                 let mut direct = poisoned_outputs(&problem);
                 backend.execute(&plan, &options, inputs, &mut direct)?;
                 let called = prepared.outputs(k)?;
-                same &= bits(&direct) == bits(&called);
+                same &= same_bits(&direct, &called);
             }
             Ok(same)
         })();
@@ -1198,11 +1201,4 @@ pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
             Err(e) => report.record(false, &label, &format!("{e:#}")),
         }
     }
-}
-
-fn bits(outputs: &Buffers) -> Vec<u32> {
-    outputs
-        .values()
-        .flat_map(|t| (0..t.len()).map(|i| t.get(i).to_bits()))
-        .collect()
 }

@@ -76,3 +76,63 @@ fn model_mapping_plans_run_valid_on_the_cpu() {
         }
     }
 }
+
+/// `run_layouts` shares one set of inputs and one float64 reference
+/// between layouts: each outcome must be what `run_case` gives that
+/// layout alone, bit for bit, with the same verdict.
+#[test]
+fn layouts_on_shared_inputs_equal_each_layout_run_alone() {
+    use lanefold::run_layouts;
+    let case = Case {
+        op: Operator::Sum,
+        dtype: DType::F32,
+        shape: "7x1000".parse().unwrap(),
+        request: LayoutRequest::default(),
+        seed: 11,
+    };
+    let requests = [
+        LayoutRequest {
+            workers: 32,
+            pack: 1,
+            ..Default::default()
+        },
+        LayoutRequest {
+            workers: 128,
+            pack: 8,
+            ..Default::default()
+        },
+    ];
+    let options = CodegenOptions::default();
+    let together = run_layouts(&Backend::Cpu, &case, &requests, &options).unwrap();
+    assert_eq!(together.len(), 2);
+    for (request, shared) in requests.iter().zip(&together) {
+        let alone = run_case(
+            &Backend::Cpu,
+            &Case {
+                request: *request,
+                ..case
+            },
+            &options,
+        )
+        .unwrap();
+        assert_eq!(shared.plan.describe(), alone.plan.describe());
+        assert_eq!(shared.outputs, alone.outputs);
+        assert_eq!(shared.validation.pass, alone.validation.pass);
+        assert_eq!(
+            shared.validation.worst_rel_err(),
+            alone.validation.worst_rel_err()
+        );
+    }
+    // Two layouts that sum in different orders: the shared path really
+    // ran both (their bits differ somewhere).
+    assert!(
+        together[0].outputs != together[1].outputs,
+        "both layouts gave the same sums"
+    );
+    // A refused layout refuses the whole comparison, naming it.
+    let refused = LayoutRequest {
+        workers: 3,
+        ..Default::default()
+    };
+    assert!(run_layouts(&Backend::Cpu, &case, &[requests[0], refused], &options).is_err());
+}

@@ -45,6 +45,24 @@ pub enum DataError {
 }
 
 impl Tensor {
+    /// Same dtype, length and bits, element by element (in parallel:
+    /// selftests compare outputs of tens of millions of elements).
+    pub fn same_bits(&self, other: &Tensor) -> bool {
+        fn eq<T: Sync, B: PartialEq>(a: &[T], b: &[T], bits: impl Fn(&T) -> B + Sync) -> bool {
+            a.len() == b.len()
+                && a.par_chunks(1 << 16)
+                    .zip(b.par_chunks(1 << 16))
+                    .all(|(x, y)| x.iter().zip(y).all(|(p, q)| bits(p) == bits(q)))
+        }
+        match (self, other) {
+            (Tensor::F32(a), Tensor::F32(b)) => eq(a, b, |x| x.to_bits()),
+            (Tensor::Bf16(a), Tensor::Bf16(b)) => eq(a, b, |x| x.to_bits()),
+            (Tensor::F16(a), Tensor::F16(b)) => eq(a, b, |x| x.to_bits()),
+            (Tensor::I64(a), Tensor::I64(b)) => eq(a, b, |x| *x),
+            _ => false,
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Tensor::F32(v) => v.len(),
@@ -164,6 +182,15 @@ impl Tensor {
 
 /// Named tensors: the program's inputs or outputs.
 pub type Buffers = BTreeMap<String, Tensor>;
+
+/// The same names, each with the same dtype, length and bits (NaN
+/// payloads and signed zeros included, unlike `==` on floats).
+pub fn same_bits(a: &Buffers, b: &Buffers) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((na, ta), (nb, tb))| na == nb && ta.same_bits(tb))
+}
 
 /// Elements a buffer of `kind` holds for the problem.
 pub fn expected_len(kind: BufferKind, rows: usize, n: usize) -> usize {
@@ -288,4 +315,36 @@ pub fn check_inputs(problem: &Problem, inputs: &Buffers) -> Result<(), DataError
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod same_bits_tests {
+    use super::*;
+
+    #[test]
+    fn same_bits_tells_signed_zeros_and_dtypes_apart_and_matches_nan_with_itself() {
+        let t = |v: Vec<f32>| Tensor::F32(v);
+        let nan = f32::NAN;
+        assert!(t(vec![1.0, nan]).same_bits(&t(vec![1.0, nan])));
+        // `==` says equal, the bits do not.
+        assert_eq!(t(vec![0.0]), t(vec![-0.0]));
+        assert!(!t(vec![0.0]).same_bits(&t(vec![-0.0])));
+        assert!(!t(vec![1.0]).same_bits(&t(vec![1.0, 1.0])));
+        let one_bf16 = Tensor::Bf16(vec![bf16::from_f32(1.0)]);
+        assert!(!t(vec![1.0]).same_bits(&one_bf16));
+        // A difference deep in a long tensor (past the first parallel chunk).
+        let long: Vec<f32> = (0..200_000).map(|i| i as f32).collect();
+        let mut changed = long.clone();
+        changed[150_001] = f32::from_bits(changed[150_001].to_bits() ^ 1);
+        assert!(!t(long.clone()).same_bits(&t(changed)));
+        let named = |name: &str, v: Tensor| Buffers::from([(name.to_string(), v)]);
+        assert!(same_bits(
+            &named("y", t(long.clone())),
+            &named("y", t(long.clone()))
+        ));
+        assert!(!same_bits(
+            &named("y", t(long.clone())),
+            &named("h", t(long))
+        ));
+    }
 }
