@@ -639,6 +639,15 @@ fn search_problem(
         }
     }
 
+    if let Some(c) = cuda {
+        // Every selected candidate's kernel compiled at once, on every core.
+        let jobs: Vec<_> = selected
+            .iter()
+            .filter_map(|&i| plans[i].clone())
+            .map(|p| (p, CodegenOptions::default()))
+            .collect();
+        c.precompile(&jobs);
+    }
     let sets = input_sets(problem, spec.config.l2, cuda.map(|c| c.l2_bytes()), seed);
     let want = reference(problem, &sets[0]).context("no float64 reference")?;
     for &i in &selected {
