@@ -222,6 +222,44 @@ pub struct CudaBackend {
     disk: Option<DiskCache>,
 }
 
+/// One kernel [`CudaBackend::precompile`] will compile.
+struct CompileJob {
+    key: String,
+    kernel: Kernel,
+    options: Vec<String>,
+}
+
+/// The kernels of `jobs` that need compiling for `arch`: one per compile
+/// key, none that `known` already has; plans codegen refuses are counted
+/// as failed (their own load reports why). No NVRTC, no driver.
+fn kernels_to_compile(
+    jobs: &[(Plan, CodegenOptions)],
+    arch: &str,
+    known: impl Fn(&str) -> bool,
+) -> (Vec<CompileJob>, Precompiled) {
+    let mut report = Precompiled::default();
+    let mut todo = vec![];
+    let mut seen = HashSet::new();
+    for (plan, options) in jobs {
+        let Ok(kernel) = generate(plan, options) else {
+            report.failed += 1;
+            continue;
+        };
+        let options = nvrtc_options(options, arch);
+        let key = compile_key(&kernel.source, &options, arch);
+        if known(&key) || !seen.insert(key.clone()) {
+            report.skipped += 1;
+            continue;
+        }
+        todo.push(CompileJob {
+            key,
+            kernel,
+            options,
+        });
+    }
+    (todo, report)
+}
+
 /// What one [`CudaBackend::precompile`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Precompiled {
@@ -389,39 +427,23 @@ impl CudaBackend {
     /// time otherwise. Nothing is loaded onto the device here; a plan or
     /// kernel that fails is skipped, and its own load reports the error.
     pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)]) -> Precompiled {
-        let mut report = Precompiled::default();
-        let mut todo: Vec<(String, Kernel, Vec<String>)> = vec![];
-        let mut seen = HashSet::new();
-        {
+        let (todo, mut report) = {
             let memory = self.memory.lock().expect("cache lock");
             let staged = self.staged.lock().expect("staging lock");
-            for (plan, options) in jobs {
-                let Ok(kernel) = generate(plan, options) else {
-                    report.failed += 1;
-                    continue;
-                };
-                let opts = nvrtc_options(options, &self.arch);
-                let key = compile_key(&kernel.source, &opts, &self.arch);
-                let on_disk = self
-                    .disk
+            let on_disk = |key: &str| {
+                self.disk
                     .as_ref()
-                    .is_some_and(|d| d.binary_path(&key).exists());
-                if memory.contains_key(&key)
-                    || staged.contains_key(&key)
-                    || on_disk
-                    || !seen.insert(key.clone())
-                {
-                    report.skipped += 1;
-                    continue;
-                }
-                todo.push((key, kernel, opts));
-            }
-        }
+                    .is_some_and(|d| d.binary_path(key).exists())
+            };
+            kernels_to_compile(jobs, &self.arch, |key| {
+                memory.contains_key(key) || staged.contains_key(key) || on_disk(key)
+            })
+        };
         let built: Vec<(String, Option<Vec<u8>>)> = todo
             .into_par_iter()
-            .map(|(key, kernel, opts)| {
-                let bytes = compile_kernel(&kernel, &opts).ok().map(|(b, _)| b);
-                (key, bytes)
+            .map(|job| {
+                let bytes = compile_kernel(&job.kernel, &job.options).ok();
+                (job.key, bytes.map(|(b, _)| b))
             })
             .collect();
         let mut staged = self.staged.lock().expect("staging lock");
@@ -1087,5 +1109,55 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
             assert_eq!(got.kernel, alone.kernel);
             assert_eq!(got.cubin, alone.cubin, "{}", got.kernel);
         }
+    }
+
+    /// The compile list of a precompile: one job per compile key, known
+    /// keys skipped, FMA on and off kept apart (different options).
+    #[test]
+    fn precompile_lists_each_compile_key_once_and_skips_known_ones() {
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+        let planned = |shape: &str, workers| {
+            let problem = Problem::operator(
+                Operator::Rmsnorm,
+                OperatorOptions::default(),
+                DType::F32,
+                shape.parse().unwrap(),
+            );
+            let request = LayoutRequest {
+                workers,
+                pack: 4,
+                ..Default::default()
+            };
+            plan(&problem, &Target::h200(), &request).unwrap()
+        };
+        let fma = CodegenOptions::default();
+        let no_fma = CodegenOptions { fma: false };
+        let a = planned("5x4096", 256);
+        let b = planned("5x4096", 128);
+        let jobs = vec![
+            (a.clone(), fma),
+            (b.clone(), fma),
+            (a.clone(), fma),
+            (a.clone(), no_fma),
+        ];
+        let (todo, report) = super::kernels_to_compile(&jobs, "sm_90", |_| false);
+        assert_eq!(todo.len(), 3);
+        assert_eq!((report.skipped, report.failed), (1, 0));
+        let keys: HashSet<_> = todo.iter().map(|j| j.key.clone()).collect();
+        assert_eq!(keys.len(), 3);
+        // Each key is the one `load` computes for that kernel.
+        for job in &todo {
+            assert_eq!(
+                job.key,
+                compile_key(&job.kernel.source, &job.options, "sm_90")
+            );
+        }
+        // Known keys (loaded, staged or on disk) are not compiled again.
+        let known = todo[0].key.clone();
+        let (again, report) = super::kernels_to_compile(&jobs, "sm_90", |k| k == known);
+        assert_eq!(again.len(), 2);
+        assert_eq!(report.skipped, 2);
+        assert!(again.iter().all(|j| j.key != known));
     }
 }
