@@ -161,8 +161,8 @@ fn float64_reference(problem: &Problem, inputs: &Buffers) -> Result<Reference> {
     reference(problem, inputs).context("no float64 reference for this program")
 }
 
-/// [`run_plan`] against a float64 reference already computed for these
-/// inputs.
+/// [`run_plan`] on checked inputs, against a float64 reference already
+/// computed for them.
 fn run_plan_against(
     backend: &Backend,
     plan: Plan,
@@ -171,7 +171,6 @@ fn run_plan_against(
     options: &CodegenOptions,
 ) -> Result<Outcome> {
     let problem = &plan.problem;
-    lanefold_cpu::data::check_inputs(problem, &inputs)?;
     let mut outputs = poisoned_outputs(problem);
     backend.execute(&plan, options, &inputs, &mut outputs)?;
     let validation = lanefold_cpu::validate(problem.dtype, &outputs, want);

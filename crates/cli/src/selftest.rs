@@ -1007,28 +1007,21 @@ fn same_bits_policy_checks(
         }
     }
     precompile(backend, &all, &options);
-    for op in Operator::SIX {
-        for &dtype in dtypes {
-            for &layout in layouts {
-                let (workers, pack, n) = layout;
-                let (plain, variant) = (
-                    case(op, dtype, layout, false),
-                    case(op, dtype, layout, true),
-                );
-                let label = format!("{name} {op} {dtype} {rows}x{n} W={workers} V={pack}");
-                match run_layouts(backend, &plain, &[plain.request, variant.request], &options)
-                    .as_deref()
-                {
-                    Ok([plain, variant]) => {
-                        let ok = variant.validation.pass
-                            && marked(&variant.plan) == applies(&variant.plan)
-                            && same_bits(&plain.outputs, &variant.outputs);
-                        report.record(ok, &label, &variant.plan.describe());
-                    }
-                    Ok(_) => unreachable!("two layouts, two outcomes"),
-                    Err(e) => report.record(false, &label, &format!("{e:#}")),
-                }
+    for pair in all.chunks_exact(2) {
+        let (plain, variant) = (&pair[0], &pair[1]);
+        let label = format!(
+            "{name} {} {} {} W={} V={}",
+            plain.op, plain.dtype, plain.shape, plain.request.workers, plain.request.pack
+        );
+        match run_layouts(backend, plain, &[plain.request, variant.request], &options).as_deref() {
+            Ok([plain, variant]) => {
+                let ok = variant.validation.pass
+                    && marked(&variant.plan) == applies(&variant.plan)
+                    && same_bits(&plain.outputs, &variant.outputs);
+                report.record(ok, &label, &variant.plan.describe());
             }
+            Ok(_) => unreachable!("two layouts, two outcomes"),
+            Err(e) => report.record(false, &label, &format!("{e:#}")),
         }
     }
 }
