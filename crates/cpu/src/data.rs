@@ -109,10 +109,19 @@ impl Tensor {
     /// A tensor of `len` elements of `dtype`, every one NaN: any element a
     /// kernel fails to write is caught by validation.
     pub fn poisoned(dtype: DType, len: usize) -> Tensor {
+        // Filled in parallel: outputs of long rows run to gigabytes.
+        fn nans<T: Copy + Send + Sync>(nan: T, len: usize) -> Vec<T> {
+            let mut v = Vec::with_capacity(len);
+            (0..len)
+                .into_par_iter()
+                .map(|_| nan)
+                .collect_into_vec(&mut v);
+            v
+        }
         match dtype {
-            DType::F32 => Tensor::F32(vec![f32::NAN; len]),
-            DType::Bf16 => Tensor::Bf16(vec![bf16::NAN; len]),
-            DType::F16 => Tensor::F16(vec![f16::NAN; len]),
+            DType::F32 => Tensor::F32(nans(f32::NAN, len)),
+            DType::Bf16 => Tensor::Bf16(nans(bf16::NAN, len)),
+            DType::F16 => Tensor::F16(nans(f16::NAN, len)),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The float64 reference: each operator written plainly, independent of
 //! the IR, the layout and the executor.
 
-use crate::data::Buffers;
+use crate::data::{expected_len, Buffers};
 use lanefold_ir::{Operator, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
 use lanefold_plan::Problem;
 use rayon::prelude::*;
@@ -33,79 +33,219 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     let column = |name: &str| -> Option<Vec<f64>> { inputs.get(name).map(|t| t.to_f64()) };
     let weight = column("weight");
     let bias = column("bias");
-    let layer_norm = |h: &[f64]| -> Vec<f64> {
+    let layer_norm = |h: &[f64], y: &mut [f64]| {
         let mean = h.iter().sum::<f64>() / n as f64;
         let var = h.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
         let rstd = 1.0 / (var + LAYERNORM_EPS as f64).sqrt();
-        (0..n)
-            .map(|i| {
-                let mut y = (h[i] - mean) * rstd;
-                if let Some(w) = &weight {
-                    y *= w[i];
-                }
-                if let Some(b) = &bias {
-                    y += b[i];
-                }
-                y
-            })
-            .collect()
+        for (i, y) in y.iter_mut().enumerate() {
+            *y = (h[i] - mean) * rstd;
+            if let Some(w) = &weight {
+                *y *= w[i];
+            }
+            if let Some(b) = &bias {
+                *y += b[i];
+            }
+        }
     };
-    // Per row: the values of each output, in output declaration order.
-    let per_row: Vec<Vec<Vec<f64>>> = (0..rows)
-        .into_par_iter()
-        .map(|r| match op {
-            Operator::Sum => {
-                let x = row("x", r);
-                vec![vec![x.iter().sum()], vec![x.iter().map(|v| v.abs()).sum()]]
+    // Row r's values of each output, in output declaration order (a sum's
+    // scale after its value), written into that row's slices.
+    let row_out = |r: usize, out: &mut [&mut [f64]]| match op {
+        Operator::Sum => {
+            let x = row("x", r);
+            out[0][0] = x.iter().sum();
+            out[1][0] = x.iter().map(|v| v.abs()).sum();
+        }
+        Operator::Softmax => {
+            let x = row("x", r);
+            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            for (e, v) in out[0].iter_mut().zip(&x) {
+                *e = (v - m).exp();
             }
-            Operator::Softmax => {
-                let x = row("x", r);
+            let s: f64 = out[0].iter().sum();
+            out[0].iter_mut().for_each(|e| *e /= s);
+        }
+        Operator::Rmsnorm => {
+            let x = row("x", r);
+            let ms = x.iter().map(|v| v * v).sum::<f64>() / n as f64;
+            let inv = 1.0 / (ms + RMSNORM_EPS as f64).sqrt();
+            for (i, y) in out[0].iter_mut().enumerate() {
+                *y = x[i] * inv * weight.as_ref().map_or(1.0, |w| w[i]);
+            }
+        }
+        Operator::Layernorm => layer_norm(&row("x", r), out[0]),
+        Operator::ResidualLayernorm => {
+            let (x, res) = (row("x", r), row("residual", r));
+            let (h, y) = out.split_at_mut(1);
+            // h is materialized in the storage dtype, as PyTorch does.
+            for (i, h) in h[0].iter_mut().enumerate() {
+                *h = dtype.round((x[i] + res[i]) as f32) as f64;
+            }
+            layer_norm(h[0], y[0]);
+        }
+        Operator::CrossEntropy => {
+            let x = row("x", r);
+            let t = inputs["target"].index(r);
+            out[0][0] = if t == IGNORE_INDEX {
+                0.0
+            } else {
                 let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
-                let s: f64 = e.iter().sum();
-                vec![e.iter().map(|v| v / s).collect()]
+                let lse = x.iter().map(|v| (v - m).exp()).sum::<f64>().ln() + m;
+                lse - x[t as usize]
+            };
+        }
+        Operator::Add => {
+            let (x, res) = (row("x", r), row("residual", r));
+            for (i, y) in out[0].iter_mut().enumerate() {
+                *y = x[i] + res[i];
             }
-            Operator::Rmsnorm => {
-                let x = row("x", r);
-                let ms = x.iter().map(|v| v * v).sum::<f64>() / n as f64;
-                let inv = 1.0 / (ms + RMSNORM_EPS as f64).sqrt();
-                vec![(0..n)
-                    .map(|i| x[i] * inv * weight.as_ref().map_or(1.0, |w| w[i]))
-                    .collect()]
-            }
-            Operator::Layernorm => vec![layer_norm(&row("x", r))],
-            Operator::ResidualLayernorm => {
-                let (x, res) = (row("x", r), row("residual", r));
-                // h is materialized in the storage dtype, as PyTorch does.
-                let h: Vec<f64> = (0..n)
-                    .map(|i| dtype.round((x[i] + res[i]) as f32) as f64)
-                    .collect();
-                let y = layer_norm(&h);
-                vec![h, y]
-            }
-            Operator::CrossEntropy => {
-                let x = row("x", r);
-                let t = inputs["target"].index(r);
-                let loss = if t == IGNORE_INDEX {
-                    0.0
-                } else {
-                    let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let lse = x.iter().map(|v| (v - m).exp()).sum::<f64>().ln() + m;
-                    lse - x[t as usize]
-                };
-                vec![vec![loss]]
-            }
-            Operator::Add => {
-                let (x, res) = (row("x", r), row("residual", r));
-                vec![(0..n).map(|i| x[i] + res[i]).collect()]
-            }
-        })
+        }
+    };
+    // Each output's flat float64 values, rows filled in parallel straight
+    // into place: long rows make outputs of 10^8-10^9 values, which per-row
+    // vectors copied together afterwards would hold twice.
+    let mut widths: Vec<usize> = problem
+        .program
+        .outputs
+        .iter()
+        .map(|d| expected_len(d.kind, 1, n))
         .collect();
+    if op == Operator::Sum {
+        widths.push(1);
+    }
+    let mut flat: Vec<Vec<f64>> = widths.iter().map(|w| vec![0.0; rows * w]).collect();
+    match flat.as_mut_slice() {
+        [a] => a
+            .par_chunks_mut(widths[0])
+            .enumerate()
+            .for_each(|(r, a)| row_out(r, &mut [a])),
+        [a, b] => a
+            .par_chunks_mut(widths[0])
+            .zip(b.par_chunks_mut(widths[1]))
+            .enumerate()
+            .for_each(|(r, (a, b))| row_out(r, &mut [a, b])),
+        _ => return None,
+    }
+    let scale = (op == Operator::Sum).then(|| flat.pop().expect("the sum's scale"));
     let mut out = Reference::new();
-    for (k, decl) in problem.program.outputs.iter().enumerate() {
-        let values: Vec<f64> = per_row.iter().flat_map(|r| r[k].iter().copied()).collect();
-        let scale = (op == Operator::Sum).then(|| per_row.iter().map(|r| r[1][0]).collect());
-        out.insert(decl.name.clone(), Expected { values, scale });
+    for (decl, values) in problem.program.outputs.iter().zip(flat) {
+        out.insert(
+            decl.name.clone(),
+            Expected {
+                values,
+                scale: scale.clone(),
+            },
+        );
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Tensor;
+    use lanefold_ir::{DType, OperatorOptions};
+
+    fn run(op: Operator, dtype: DType, shape: &str, inputs: &[(&str, Tensor)]) -> Reference {
+        let problem = Problem::operator(
+            op,
+            OperatorOptions::default(),
+            dtype,
+            shape.parse().unwrap(),
+        );
+        let inputs: Buffers = inputs
+            .iter()
+            .map(|(k, t)| (k.to_string(), t.clone()))
+            .collect();
+        reference(&problem, &inputs).unwrap()
+    }
+
+    fn close(got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "{got:?} against {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 1e-12 * w.abs().max(1.0),
+                "{got:?} against {want:?}"
+            );
+        }
+    }
+
+    /// Each operator's float64 values on rows worked by hand, every row
+    /// landing in its own place of the flat outputs.
+    #[test]
+    fn each_operator_gives_the_hand_worked_values_row_by_row() {
+        let f32s = |v: &[f32]| Tensor::F32(v.to_vec());
+        let sum = run(
+            Operator::Sum,
+            DType::F32,
+            "2x3",
+            &[("x", f32s(&[1.0, -2.0, 3.0, 0.5, 0.5, -4.0]))],
+        );
+        let (name, y) = sum.iter().next().unwrap();
+        close(&y.values, &[2.0, -3.0]);
+        close(y.scale.as_deref().expect("a sum's scale"), &[6.0, 5.0]);
+        assert!(!name.is_empty());
+
+        let (l2, l3) = (2f32.ln(), 3f32.ln());
+        let x = f32s(&[0.0, l2, l3, l3, l2, 0.0]);
+        let e = |v: f32| (v as f64).exp();
+        let total = e(0.0) + e(l2) + e(l3);
+        let softmax = run(Operator::Softmax, DType::F32, "2x3", &[("x", x.clone())]);
+        let want: Vec<f64> = [0.0, l2, l3, l3, l2, 0.0]
+            .iter()
+            .map(|&v| e(v) / total)
+            .collect();
+        close(&softmax["y"].values, &want);
+
+        let ce = run(
+            Operator::CrossEntropy,
+            DType::F32,
+            "2x3",
+            &[("x", x), ("target", Tensor::I64(vec![2, IGNORE_INDEX]))],
+        );
+        close(&ce["loss"].values, &[total.ln() - l3 as f64, 0.0]);
+
+        let w = f32s(&[2.0, 0.5]);
+        let rms = run(
+            Operator::Rmsnorm,
+            DType::F32,
+            "1x2",
+            &[("x", f32s(&[3.0, 4.0])), ("weight", w.clone())],
+        );
+        let inv = 1.0 / (12.5 + RMSNORM_EPS as f64).sqrt();
+        close(&rms["y"].values, &[3.0 * inv * 2.0, 4.0 * inv * 0.5]);
+
+        let b = f32s(&[1.0, -1.0]);
+        let ln = run(
+            Operator::Layernorm,
+            DType::F32,
+            "2x2",
+            &[
+                ("x", f32s(&[1.0, 3.0, 5.0, 5.0])),
+                ("weight", w.clone()),
+                ("bias", b.clone()),
+            ],
+        );
+        let rstd = 1.0 / (1.0 + LAYERNORM_EPS as f64).sqrt();
+        close(
+            &ln["y"].values,
+            &[-rstd * 2.0 + 1.0, rstd * 0.5 - 1.0, 1.0, -1.0],
+        );
+
+        // h rounds to the storage dtype first: 1 + 2^-9 is 1 in bf16.
+        let bf = |v: &[f32]| Tensor::Bf16(v.iter().map(|&x| half::bf16::from_f32(x)).collect());
+        let tiny = 1.0 / 512.0;
+        let rln = run(
+            Operator::ResidualLayernorm,
+            DType::Bf16,
+            "1x2",
+            &[
+                ("x", bf(&[1.0, 3.0])),
+                ("residual", bf(&[tiny, 0.0])),
+                ("weight", bf(&[2.0, 0.5])),
+                ("bias", bf(&[1.0, -1.0])),
+            ],
+        );
+        close(&rln["h"].values, &[1.0, 3.0]);
+        close(&rln["y"].values, &[-rstd * 2.0 + 1.0, rstd * 0.5 - 1.0]);
+    }
 }
