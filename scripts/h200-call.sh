@@ -270,6 +270,14 @@ selftest_half() {
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/$name.log" | head -8; tail -2 "$logs/$name.log"
   keep "$name" "$out"
 }
+# Named variant groups of the CUDA selftest (`--variant`), bounded by
+# SECONDS, the log tarred as NAME. Usage: variant_selftest SECONDS VARIANTS NAME
+variant_selftest() {
+  local seconds=$1 variants=$2 name=$3
+  timeout "$seconds" "$bin" selftest --backend cuda --variant "$variants" > "$logs/selftest.log" 2>&1
+  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
+  keep "$name" "$logs"
+}
 # A/A replay of a bench directory's cases, 2 rounds, with the given peer
 # flags (all three by default), until the call's deadline; the result and
 # the logs are tarred as NAME (RESUME=1 continues a replay a deadline cut).
@@ -2000,10 +2008,7 @@ LIST
   # occupancy cap, and batch invariance (call 74 found its mapper bug).
   logs=$(mktemp -d)
   step "selftest variants on CUDA"
-  timeout 120 "$bin" selftest --backend cuda --variant batched-loads,occupancy-cap,batch-invariance \
-    > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
-  keep selftest "$logs"
+  variant_selftest 120 batched-loads,occupancy-cap,batch-invariance selftest
   ;;
 82)
   # Session 16: later phases re-widen packed bf16 words by prmt, and
@@ -2013,10 +2018,7 @@ LIST
   logs=$(mktemp -d)
   base=${BASE:-.gpu/lanefold-s15}
   step "selftest variants on CUDA"
-  timeout 150 "$bin" selftest --backend cuda --variant ordered-columns,packed-resident \
-    > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
-  keep selftest "$logs"
+  variant_selftest 150 ordered-columns,packed-resident selftest
   d="--ops layernorm,rmsnorm,softmax,residual_layernorm --shapes 4096x131072,1024x262144 --dtypes bf16"
   for side in base new; do
     b=$bin; [ $side = base ] && b=$base
@@ -2167,9 +2169,7 @@ LIST
 89)
   logs=$(mktemp -d)
   step "CUDA checks of h kept resident"
-  timeout 150 "$bin" selftest --backend cuda --variant rounded-resident > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; tail -3 "$logs/selftest.log"
-  keep rt-selftest "$logs"
+  variant_selftest 150 rounded-resident rt-selftest
   step "residual_layernorm bf16 4096x32768: default and h resident"
   one="--ops residual_layernorm --shapes 4096x32768 --dtypes bf16"
   a="$one --pack 8 --unroll 4 --residency registers --pack-resident --rounded-resident"
@@ -2233,9 +2233,7 @@ PY
 92)
   logs=$(mktemp -d)
   step "CUDA checks of persistent clusters"
-  timeout 200 "$bin" selftest --backend cuda --variant persistent-clusters > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
-  keep pc-selftest "$logs"
+  variant_selftest 200 persistent-clusters pc-selftest
   step "layernorm 1024x262144: default and persistent clusters"
   bench_as pc-ref 60 --ops layernorm --shapes 1024x262144 --dtypes bf16,f32
   ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --push-cluster-reduce --one-pass-moments --persistent-clusters"
@@ -2266,9 +2264,7 @@ PY
 95)
   logs=$(mktemp -d)
   step "CUDA checks of prefetched persistent clusters"
-  timeout 220 "$bin" selftest --backend cuda --variant prefetched-clusters > "$logs/selftest.log" 2>&1
-  echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
-  keep pf-selftest "$logs"
+  variant_selftest 220 prefetched-clusters pf-selftest
   step "layernorm 1024x262144: default and prefetched persistent clusters"
   bench_as pfc-ref 60 --ops layernorm --shapes 1024x262144 --dtypes bf16,f32
   ln="--ops layernorm --shapes 1024x262144 --workers 4096 --unroll 4 --residency registers --push-cluster-reduce --one-pass-moments --persistent-clusters --prefetch-rows"
@@ -2305,9 +2301,7 @@ PY
   keep lat-searches "$r"-lat-*-h200 "$logs"
   if [ "$(left)" -gt 150 ]; then
     step "CUDA checks of prefetched persistent clusters"
-    timeout "$(left)" "$bin" selftest --backend cuda --variant prefetched-clusters > "$logs/selftest.log" 2>&1
-    echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
-    keep pf-selftest "$logs"
+    variant_selftest "$(left)" prefetched-clusters pf-selftest
   fi
   ;;
 97)
