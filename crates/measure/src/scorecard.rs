@@ -94,6 +94,9 @@ pub struct Verdict {
     /// kernel source for it than the one measured (codegen changed since;
     /// session 18 found such drift only by replaying).
     pub kernel_changed: bool,
+    /// Target 4 only: the searched winner's p50 over this layout's, so a
+    /// met verdict shows its margin over the line.
+    pub of_winner: Option<f64>,
 }
 
 impl Verdict {
@@ -187,6 +190,7 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
         misses,
         todays_default: None,
         kernel_changed: false,
+        of_winner: None,
     }
 }
 
@@ -370,6 +374,7 @@ fn automatic_verdict_at(
         misses,
         todays_default: None,
         kernel_changed: false,
+        of_winner: automatic_us.zip(winner_us).map(|(auto, best)| best / auto),
     }
 }
 
@@ -476,7 +481,10 @@ fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
         for (v, source) in mine {
             let num = |x: Option<f64>, d: usize| x.map_or("—".into(), |x| format!("{x:.d$}"));
             let mut verdict = if v.met() {
-                "met".to_string()
+                match v.of_winner {
+                    Some(f) => format!("met at {:.0}% of the searched winner", 100.0 * f),
+                    None => "met".to_string(),
+                }
             } else {
                 v.misses.join("; ")
             };
@@ -604,6 +612,12 @@ mod tests {
         let f32 = get(&v, "rmsnorm/f32/1024x4096");
         assert!(f32.met(), "{:?}", f32.misses);
         assert!((f32.candidate_us.unwrap() - 7.081).abs() < 0.01);
+        // Its margin: the winner's fresh p50 over the automatic's, shown
+        // beside "met" so a verdict near the 90% line is visible.
+        let margin = f32.of_winner.unwrap();
+        assert!((0.9..=1.05).contains(&margin), "{margin}");
+        let shown = format!("met at {:.0}% of the searched winner", 100.0 * margin);
+        assert!(markdown(&[f32.clone()]).contains(&shown), "{shown}");
         // bf16: the automatic W=64 V=8 (4.68 µs, measured as a duplicate
         // of an explicit request) reaches under 90% of the winner.
         let bf16 = get(&v, "rmsnorm/bf16/1024x4096");
@@ -725,6 +739,7 @@ mod tests {
             misses: if met { vec![] } else { vec!["slow".into()] },
             todays_default: todays_default.map(String::from),
             kernel_changed: false,
+            of_winner: None,
         }
     }
 
