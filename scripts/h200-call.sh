@@ -213,6 +213,12 @@
 #           searches of sum bf16 at 16384x8192 and 32768x4096 (W x U, V=8)
 #   CALL 104: session 19: the variant half of the CUDA selftest again,
 #           after the pairs share their inputs and reference
+#   CALL 105: session 20: the CUDA selftest of the session's binary
+#           (quick without variants, then variants), then target 4's
+#           1024x4096 and 64x4096 grids searched on today's kernels
+#   CALL 106: session 20: the long-row selftest half, target 4's tiny and
+#           decode grids on today's kernels, and a 17x257 bench and A/A
+#           replay (kernels compiled ahead in a replay on CUDA)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -291,6 +297,21 @@ aa_replay() {
     $peers ${RESUME:+--resume} --deadline-s "$(( $(left) - 10 ))" --output "$out" > "$logs/$name.log" 2>&1
   echo "replay rc=$?"; "$bin" scorecard "$out" | grep -E "^\| [a-z]" | cut -c1-200
   keep "$name" "$out" "$logs"
+}
+# Target 4's grid over the six operators, f32 and bf16, at SHAPES (comma
+# separated), gpu phase, into $r-t4-grid-SHAPES-s20-h200, bounded by the
+# call's deadline. Usage: t4_grid SHAPES GRID_OPTIONS
+t4_grid() {
+  local shapes=$1 grid=$2 out
+  out="$r-t4-grid-${shapes//,/-}-s20-h200"
+  [ "$(left)" -gt 40 ] || { echo "skipped t4 grid $shapes"; return 0; }
+  step "t4 grid $shapes"
+  # shellcheck disable=SC2086
+  timeout "$(left)" "$bin" search --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+    --shapes "$shapes" --dtypes f32,bf16 $grid $s --tuning-metric gpu --capture-sources \
+    --output "$out" > "$logs/search-${shapes//,/-}.log" 2>&1
+  echo "search rc=$?"; grep -iE "compil" "$logs/search-${shapes//,/-}.log" | head -3
+  "$bin" scorecard "$out" | grep -E "^## |automatic reaches" | cut -c1-200
 }
 # Searches read from stdin, one per line: OP DTYPE SHAPE [search options],
 # each writing $r-t1s-OP-DTYPE-SHAPE-h200 and its log into $logs.
@@ -2409,6 +2430,26 @@ PY
   logs=$(mktemp -d)
   selftest_half VARIANTS_ONLY "$r-selftest-variants-s19b-h200" selftest-variants
   ;;
-*) echo "unknown call $call (1-104)"; exit 2 ;;
+105)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s20-h200" selftest-quick
+  [ "$(left)" -gt 300 ] && selftest_half VARIANTS_ONLY "$r-selftest-variants-s20-h200" selftest-variants
+  t4_grid 1024x4096 "--tune-workers 64,128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2,4 --max-candidates 31"
+  t4_grid 64x4096 "--tune-workers 64,128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2,4 --max-candidates 31"
+  keep t4-grids "$r"-t4-grid-*-s20-h200 "$logs"
+  ;;
+106)
+  logs=$(mktemp -d)
+  selftest_half LONG_ONLY "$r-selftest-long-s20-h200" selftest-long
+  t4_grid 1x127,17x257 "--tune-workers 16,32,64,128 --tune-pack 1,2,4,8 --tune-unroll 1,2 --max-candidates 25"
+  t4_grid 1x4096,8x4096,32x4096 "--tune-workers 128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2 --max-candidates 17"
+  keep t4-grids "$r"-t4-grid-*-s20-h200 "$logs"
+  if [ "$(left)" -gt 90 ]; then
+    bench_as short-257-s20 40 --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy --shapes 17x257 --dtypes f32,bf16
+    aa_replay short-257-s20-aa "$r-short-257-s20-h200" "$r-short-257-s20-aa-h200" --torch --torch-compile
+    grep -E "round|compil" "$logs"/*replay*.log 2>/dev/null | head -20
+  fi
+  ;;
+*) echo "unknown call $call (1-106)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -100,7 +100,6 @@ fn precompile(backend: &Backend, cases: &[Case], options: &CodegenOptions) {
     let Backend::Cuda(cuda) = backend else {
         return;
     };
-    let started = std::time::Instant::now();
     let target = backend.target();
     let jobs: Vec<_> = cases
         .iter()
@@ -109,13 +108,7 @@ fn precompile(backend: &Backend, cases: &[Case], options: &CodegenOptions) {
         .collect();
     let done = cuda.precompile(&jobs);
     if done.compiled >= 50 {
-        println!(
-            "precompiled {} kernels ({} skipped, {} failed) in {:.1} s",
-            done.compiled,
-            done.skipped,
-            done.failed,
-            started.elapsed().as_secs_f64()
-        );
+        println!("{done}");
     }
 }
 

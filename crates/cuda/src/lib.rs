@@ -270,6 +270,21 @@ pub struct Precompiled {
     /// Kernels NVRTC refused (or plans codegen refused): left for the
     /// load that needs them to report.
     pub failed: usize,
+    /// Wall time of the whole call, NVRTC on every core.
+    pub elapsed: std::time::Duration,
+}
+
+impl std::fmt::Display for Precompiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "compiled {} kernels ahead ({} skipped, {} failed) in {:.1} s",
+            self.compiled,
+            self.skipped,
+            self.failed,
+            self.elapsed.as_secs_f64()
+        )
+    }
 }
 
 impl CudaBackend {
@@ -427,6 +442,7 @@ impl CudaBackend {
     /// time otherwise. Nothing is loaded onto the device here; a plan or
     /// kernel that fails is skipped, and its own load reports the error.
     pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)]) -> Precompiled {
+        let started = std::time::Instant::now();
         let (todo, mut report) = {
             let memory = self.memory.lock().expect("cache lock");
             let staged = self.staged.lock().expect("staging lock");
@@ -456,6 +472,7 @@ impl CudaBackend {
                 None => report.failed += 1,
             }
         }
+        report.elapsed = started.elapsed();
         report
     }
 

@@ -212,7 +212,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 }
             }
         }
-        c.precompile(&jobs);
+        eprintln!("{}", c.precompile(&jobs));
     }
     'cases: for &shape in &spec.shapes {
         for &op in &spec.ops {

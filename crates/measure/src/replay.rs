@@ -961,7 +961,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             .flat_map(|case| [&case.reference, &case.candidate])
             .map(|p| (p.clone(), CodegenOptions::default()))
             .collect();
-        c.precompile(&jobs);
+        eprintln!("{}", c.precompile(&jobs));
     }
     for r in file.rounds_done..spec.rounds {
         if !deadline.allows_another() {

@@ -617,7 +617,10 @@ mod tests {
         let margin = f32.of_winner.unwrap();
         assert!((0.9..=1.05).contains(&margin), "{margin}");
         let shown = format!("met at {:.0}% of the searched winner", 100.0 * margin);
-        assert!(markdown(std::slice::from_ref(&f32)).contains(&shown), "{shown}");
+        assert!(
+            markdown(std::slice::from_ref(&f32)).contains(&shown),
+            "{shown}"
+        );
         // bf16: the automatic W=64 V=8 (4.68 µs, measured as a duplicate
         // of an explicit request) reaches under 90% of the winner.
         let bf16 = get(&v, "rmsnorm/bf16/1024x4096");
