@@ -219,6 +219,11 @@
 #   CALL 106: session 20: the long-row selftest half, target 4's tiny and
 #           decode grids on today's kernels, and a 17x257 bench and A/A
 #           replay (kernels compiled ahead in a replay on CUDA)
+#   CALL 107: session 20: bf16 1024x4096 softmax, layernorm and
+#           residual_layernorm on their new 8-byte-pack defaults against
+#           the old 16-byte-pack layouts (benches, paired replays, both
+#           torch peers, 3 rounds); the demo on CUDA; then target-4
+#           searches of verdicts measured on older kernels, as time allows
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2450,6 +2455,43 @@ PY
     grep -E "round|compil" "$logs"/*replay*.log 2>/dev/null | head -20
   fi
   ;;
-*) echo "unknown call $call (1-106)"; exit 2 ;;
+107)
+  logs=$(mktemp -d)
+  step "demo on CUDA"
+  timeout 60 "$bin" demo --backend cuda > "$logs/demo.log" 2>&1; echo "demo rc=$?"; tail -4 "$logs/demo.log"
+  while read -r op old; do
+    bench_as "s20-$op-new" 40 --ops "$op" --shapes 1024x4096 --dtypes bf16
+    # shellcheck disable=SC2086
+    bench_as "s20-$op-old" 40 --ops "$op" --shapes 1024x4096 --dtypes bf16 $old --residency registers
+    step "paired replay $op: old layout (reference) against today's default"
+    timeout 120 "$bin" replay --backend cuda --reference "$r-s20-$op-old-h200/results.json" \
+      --candidate "$r-s20-$op-new-h200/results.json" --rounds 3 $s --torch --torch-compile \
+      --output "$r-s20-$op-pack-replay-h200" > "$logs/replay-$op.log" 2>&1
+    echo "replay rc=$?"; "$bin" scorecard "$r-s20-$op-pack-replay-h200" | grep -E "^\| [a-z]" | cut -c1-200
+    grep -E "^\| $op .*\| (gpu|single)" "$r-s20-$op-pack-replay-h200/results.md" | cut -c1-160
+  done <<'LIST'
+softmax --workers 128 --pack 8 --unroll 1 --rows-per-group 2
+layernorm --workers 256 --pack 8 --unroll 2 --rows-per-group 1
+residual_layernorm --workers 128 --pack 8 --unroll 4 --rows-per-group 2
+LIST
+  keep pack-replays "$r"-s20-*-h200 "$logs"
+  q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  while read -r op dtype shape grid; do
+    [ "$(left)" -gt 70 ] || break
+    step "t4 $op $dtype $shape"
+    # shellcheck disable=SC2086
+    timeout "$(( $(left) - 10 ))" "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" \
+      $grid $q --output "$r-t4-$op-$dtype-$shape-s20-h200" > "$logs/search-$op-$dtype-$shape.log" 2>&1
+    echo "search rc=$?"; "$bin" scorecard "$r-t4-$op-$dtype-$shape-s20-h200" | grep -E "\| [a-z]" | tail -1 | cut -c1-200
+    keep "t4-$op-$dtype-$shape" "$r-t4-$op-$dtype-$shape-s20-h200"
+  done <<'LIST'
+sum f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
+rmsnorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+cross_entropy bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+residual_layernorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+layernorm bf16 1024x262144 --tune-workers 2048,4096 --tune-pack 8 --tune-unroll 2,4 --max-candidates 5
+LIST
+  ;;
+*) echo "unknown call $call (1-107)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1191,7 +1191,8 @@ fn layout_rule_beside_model(
 ///   model's W=64 V=8 in 256 (less than one wave): 3.21 µs against 3.59.
 /// - softmax bf16 1024x4096: W=128 V=8 in 512 groups of two rows at 62
 ///   registers against the model's W=64 V=8 U=4 in groups of four at 119
-///   (session 12): 4.21 µs against 4.84.
+///   (session 12): 4.21 µs against 4.84. On session 20's kernels 8-byte
+///   packs (W=256 V=4) ran 4.19 against its 4.30.
 /// - rmsnorm f32 1024x4096: W=512 V=4 (two packs per worker, two waves of
 ///   512-thread groups) against the model's W=256 (one wave): 5.95 µs
 ///   against 7.02, in L2; the model ranks W=512 19th of 30.
@@ -1199,7 +1200,10 @@ fn layout_rule_beside_model(
 ///   18, searches ranked by synchronized single calls, which also record
 ///   the gpu phase): the model's groups of two or four rows compile to
 ///   77-132 registers; wider groups of one row ran 1.05-1.24x faster in the
-///   gpu phase and 0.8-2.8 µs faster per single call.
+///   gpu phase and 0.8-2.8 µs faster per single call. Session 20's grid
+///   (V=4 and 8, today's kernels) put 8-byte packs ahead at 16-bit:
+///   layernorm bf16 W=128 V=4 G=2 at 4.11 against W=256 V=8's 4.51 µs,
+///   residual_layernorm bf16 W=256 V=4 at 6.07 against 6.37.
 struct SearchedWinner {
     op: Operator,
     dtype: DType,
@@ -1322,16 +1326,16 @@ const SEARCHED_WINNERS: [SearchedWinner; 11] = [
         op: Operator::Softmax,
         dtype: DType::Bf16,
         shape: (1024, 4096),
-        workers: 128,
-        pack: 8,
-        unroll: 1,
-        rows_per_group: 2,
+        workers: 256,
+        pack: 4,
+        unroll: 2,
+        rows_per_group: 1,
         residency: ResidencyRequest::Registers,
         cluster_group_threads: 0,
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-11-30-grid-1024x4096-search-h200, 4.21 against 4.84 µs",
+        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 4.19 against W=128 V=8 U=1 G=2's 4.30 µs, which had won on session 12's kernels (2026-11-30-grid-1024x4096-search-h200, 4.21 against 4.84)",
     },
     SearchedWinner {
         op: Operator::Rmsnorm,
@@ -1352,16 +1356,16 @@ const SEARCHED_WINNERS: [SearchedWinner; 11] = [
         op: Operator::Layernorm,
         dtype: DType::Bf16,
         shape: (1024, 4096),
-        workers: 256,
-        pack: 8,
+        workers: 128,
+        pack: 4,
         unroll: 2,
-        rows_per_group: 1,
+        rows_per_group: 2,
         residency: ResidencyRequest::Registers,
         cluster_group_threads: 0,
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-12-01-lat-layernorm-bf16-1024x4096-h200 (ranked by single calls): 4.57 against the model's W=64 V=8 U=4 G=4 at 5.65 µs in the gpu phase (132 registers), single call 9.38 against 10.41",
+        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels; V=4 was not among session 18's candidates), 4.11 against W=256 V=8 U=2's 4.51 µs, which had beaten the model's W=64 V=8 U=4 G=4 (2026-12-01-lat-layernorm-bf16-1024x4096-h200: 4.57 against 5.65 µs, single call 9.38 against 10.41)",
     },
     SearchedWinner {
         op: Operator::Layernorm,
@@ -1382,16 +1386,16 @@ const SEARCHED_WINNERS: [SearchedWinner; 11] = [
         op: Operator::ResidualLayernorm,
         dtype: DType::Bf16,
         shape: (1024, 4096),
-        workers: 128,
-        pack: 8,
+        workers: 256,
+        pack: 4,
         unroll: 4,
-        rows_per_group: 2,
+        rows_per_group: 1,
         residency: ResidencyRequest::Registers,
         cluster_group_threads: 0,
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-12-01-lat-residual_layernorm-bf16-1024x4096-h200 (ranked by single calls): 6.27 against the model's W=256 V=8 U=2 at 6.57 µs in the gpu phase, single call 11.01 against 13.77",
+        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 6.07 against W=128 V=8 U=4 G=2's 6.37 µs, which had beaten the model's W=256 V=8 U=2 (2026-12-01-lat-residual_layernorm-bf16-1024x4096-h200: 6.27 against 6.57 µs, single call 11.01 against 13.77)",
     },
 ];
 
@@ -3051,6 +3055,28 @@ mod tests {
             "{}",
             chosen.describe()
         );
+    }
+
+    #[test]
+    fn regression_bf16_1024x4096_softmax_and_norms_take_8_byte_packs() {
+        // Session 20's grid on today's kernels (2026-12-01-t4-grid-1024x4096-s20-h200):
+        // the 16-byte-pack layouts adopted in sessions 12 and 18 had fallen to
+        // 91-97% of 8-byte-pack winners.
+        for (op, want) in [
+            (Operator::Softmax, (256, 4, 2, 1)),
+            (Operator::Layernorm, (128, 4, 2, 2)),
+            (Operator::ResidualLayernorm, (256, 4, 4, 1)),
+        ] {
+            let p = typed(op, DType::Bf16, "1024x4096");
+            let chosen = plan(&p, &Target::h200(), &automatic()).unwrap();
+            let l = chosen.layout;
+            assert_eq!(
+                (l.workers, l.pack, l.unroll, l.rows_per_group),
+                want,
+                "{op:?}: {}",
+                chosen.describe()
+            );
+        }
     }
 
     #[test]
