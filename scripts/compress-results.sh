@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Store results files and captured kernel sources gzipped:
-# DIR/results.json -> DIR/results.json.gz, DIR/sources/SHA.cu ->
-# DIR/sources/SHA.cu.gz (`gzip -9 -n`: no name or time in the header, so
-# the same text always gives the same bytes). The tools read either form,
+# Store results files gzipped and captured kernel sources bundled:
+# DIR/results.json -> DIR/results.json.gz (`gzip -9 -n`: no name or time in
+# the header, so the same text always gives the same bytes), and
+# DIR/sources/SHA.cu[.gz] -> one DIR/sources.json.gz (`lanefold
+# bundle-sources`; a tar header and padding per small file cost more than
+# the file, and the device tool's carry counts them). The tools read either form,
 # and recorded file_sha256s and source_sha256s are over the plain text, so
 # nothing that references a file changes. Each file is checked to
 # decompress to its exact bytes before the plain one is removed.
@@ -12,6 +14,12 @@
 #   (default: every bench/results/* directory)
 set -euo pipefail
 shopt -s nullglob
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${BIN:-$root/target/release/lanefold}
+if [ ! -x "$bin" ]; then
+  echo "compress-results.sh: $bin not found; run cargo build --release first (or set BIN)" >&2
+  exit 2
+fi
 if [ $# -eq 0 ]; then
   cd "$(dirname "$0")/.."
   set -- bench/results/*/
@@ -57,26 +65,15 @@ for dir in "$@"; do
       status=1
     fi
   fi
-  # Thousands of small files: one summary line per directory.
-  cus=("$dir"/sources/*.cu)
-  [ ${#cus[@]} -gt 0 ] || continue
-  declare -A size=()
-  while read -r s name; do size[$name]=$s; done < <(stat -c '%s %n' "${cus[@]}")
-  before=0 done_here=()
-  for cu in "${cus[@]}"; do
-    # A temp name beside the file (a dot file, never matched above).
-    if compress "$cu" "$dir/sources/.${cu##*/}.gz.tmp.$$"; then
-      before=$((before + ${size[$cu]}))
-      done_here+=("$cu.gz")
-    else
-      status=1
-    fi
-  done
-  unset size
-  [ ${#done_here[@]} -gt 0 ] || continue
-  after=$(stat -c %s "${done_here[@]}" | awk '{s += $1} END {print s}')
-  echo "$dir/sources: ${#done_here[@]} source(s), $before -> $after bytes"
-  count=$((count + ${#done_here[@]}))
+  # Captured sources: one bundle per directory (`lanefold bundle-sources`:
+  # each text read back before its file is removed).
+  [ -d "$dir/sources" ] || continue
+  if out=$("$bin" bundle-sources "$dir"); then
+    [ -z "$out" ] || echo "$out"
+    count=$((count + 1))
+  else
+    status=1
+  fi
 done
 echo "compressed $count file(s)"
 exit $status

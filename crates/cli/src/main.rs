@@ -89,6 +89,13 @@ enum Command {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// Bundle each results directory's captured kernel sources
+    /// (`sources/*.cu[.gz]`) into one `sources.json.gz`, read back before
+    /// the files are removed; the tools read sources from either form.
+    BundleSources {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
     /// CUDA: where a synchronized single call's host time goes, by launch
     /// API, wait method and context scheduling mode (raw samples to JSON).
     Latency {
@@ -432,6 +439,7 @@ fn main() {
         }
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
+        Command::BundleSources { dirs } => bundle_sources_cmd(&dirs),
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
@@ -1015,6 +1023,16 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     );
     if invalid > 0 {
         bail!("{invalid} side(s) produced invalid outputs; their timings were voided");
+    }
+    Ok(())
+}
+
+fn bundle_sources_cmd(dirs: &[PathBuf]) -> Result<()> {
+    for dir in dirs {
+        let moved = lanefold_measure::results::bundle_sources(dir)?;
+        if moved > 0 {
+            println!("{}: {moved} sources bundled", dir.display());
+        }
     }
     Ok(())
 }

@@ -352,10 +352,14 @@ pub fn input_sets(problem: &Problem, l2: L2Mode, l2_bytes: Option<u64>, seed: u6
 
 /// Stores a kernel source as `dir/sources/SHA.cu` (atomically) and returns
 /// that relative path. Always plain; a gzipped copy beside it is removed,
-/// as both forms in one directory are ambiguous.
+/// as both forms in one directory are ambiguous; one the directory's
+/// sources bundle already holds is left there.
 pub(crate) fn capture_source(dir: &Path, sha: &str, source: &str) -> Result<String> {
     let rel = format!("sources/{sha}.cu");
     let path = dir.join(&rel);
+    if crate::results::bundle_holds(&path, source.as_bytes())? {
+        return Ok(rel);
+    }
     npy::write_atomically(&path, source.as_bytes())?;
     crate::results::remove_superseded_gz(&path)?;
     Ok(rel)

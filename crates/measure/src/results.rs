@@ -377,19 +377,167 @@ pub fn locate(path: &Path) -> Option<PathBuf> {
         return Some(path.to_path_buf());
     }
     let gz = gz_path(path);
-    (!is_gz(path) && gz.is_file()).then_some(gz)
+    if !is_gz(path) && gz.is_file() {
+        return Some(gz);
+    }
+    let (bundle, name) = bundle_of(path)?;
+    let held = read_bundle_cached(&bundle).ok()?.contains_key(&name);
+    held.then_some(bundle)
 }
 
-/// Both `path` and `path.gz` exist: readers take the plain one, so which
-/// is the evidence is unclear.
+/// A stored file in two forms (`path` and `path.gz`, or either and an
+/// entry of its directory's sources bundle): readers take the first they
+/// find, so which is the evidence is unclear.
 pub fn ambiguous(path: &Path) -> bool {
-    path.is_file() && gz_path(path).is_file()
+    let forms = [path.is_file(), gz_path(path).is_file()];
+    let bundled = bundle_of(path)
+        .and_then(|(bundle, name)| Some(read_bundle_cached(&bundle).ok()?.contains_key(&name)))
+        .unwrap_or(false);
+    forms.into_iter().chain([bundled]).filter(|&f| f).count() > 1
+}
+
+/// A results directory's captured kernel sources in one file,
+/// `DIR/sources.json.gz`: a JSON object from file name (`SHA.cu`) to the
+/// source text. A tar header and padding per file cost more than most
+/// gzipped sources, and the device tool's carry counts them: one file per
+/// directory instead of hundreds keeps the tree under its 64 MiB.
+pub const SOURCES_BUNDLE: &str = "sources.json.gz";
+
+/// For `DIR/sources/SHA.cu` (or `.cu.gz`): `DIR/sources.json.gz` and the
+/// entry name `SHA.cu`. None for any other path.
+fn bundle_of(path: &Path) -> Option<(PathBuf, String)> {
+    let parent = path.parent()?;
+    if parent.file_name()? != "sources" {
+        return None;
+    }
+    let file = path.file_name()?.to_str()?;
+    let name = file.strip_suffix(".gz").unwrap_or(file);
+    Some((parent.parent()?.join(SOURCES_BUNDLE), name.to_string()))
+}
+
+/// The entries of a sources bundle (read and parsed afresh).
+pub fn read_bundle(bundle: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = read_text(bundle)?;
+    serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: corrupt sources bundle: {e}", bundle.display()))
+}
+
+type Bundle = std::sync::Arc<BTreeMap<String, String>>;
+
+/// [`read_bundle`] through a small cache keyed by path, length and
+/// modification time: an audit reads hundreds of entries of one bundle.
+fn read_bundle_cached(bundle: &Path) -> anyhow::Result<Bundle> {
+    use std::sync::Mutex;
+    type Key = (PathBuf, u64, Option<std::time::SystemTime>);
+    static CACHE: Mutex<Vec<(Key, Bundle)>> = Mutex::new(Vec::new());
+    let meta =
+        std::fs::metadata(bundle).map_err(|e| anyhow::anyhow!("{}: {e}", bundle.display()))?;
+    let key: Key = (bundle.to_path_buf(), meta.len(), meta.modified().ok());
+    if let Some((_, b)) = CACHE
+        .lock()
+        .expect("bundle cache")
+        .iter()
+        .find(|(k, _)| *k == key)
+    {
+        return Ok(b.clone());
+    }
+    let b: Bundle = std::sync::Arc::new(read_bundle(bundle)?);
+    let mut cache = CACHE.lock().expect("bundle cache");
+    cache.retain(|(k, _)| k.0 != key.0);
+    if cache.len() >= 4 {
+        cache.remove(0);
+    }
+    cache.push((key, b.clone()));
+    Ok(b)
+}
+
+/// The text of `DIR/sources/SHA.cu` from its directory's bundle: None
+/// where the path is no captured source, there is no bundle, or the
+/// bundle has no such entry.
+fn bundled(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some((bundle, name)) = bundle_of(path) else {
+        return Ok(None);
+    };
+    if !bundle.is_file() {
+        return Ok(None);
+    }
+    Ok(read_bundle_cached(&bundle)?
+        .get(&name)
+        .map(|t| t.clone().into_bytes()))
+}
+
+/// Whether `DIR/sources/SHA.cu`'s bundle already holds exactly `text`
+/// (a writer capturing it again then leaves it there).
+pub fn bundle_holds(path: &Path, text: &[u8]) -> anyhow::Result<bool> {
+    Ok(bundled(path)?.is_some_and(|b| b == text))
+}
+
+/// Move every captured source of results directory `dir` (`sources/*.cu`,
+/// plain or gzipped) into its bundle, merged with the entries already
+/// there, written atomically and read back before any file is removed;
+/// the emptied `sources/` goes too. Deterministic: sorted names, compact
+/// JSON, a gzip header without name or time. Returns how many sources
+/// moved (0: nothing to do). A name held twice with different texts is an
+/// error, and nothing is changed.
+pub fn bundle_sources(dir: &Path) -> anyhow::Result<usize> {
+    let sources = dir.join("sources");
+    let bundle = dir.join(SOURCES_BUNDLE);
+    let mut map = if bundle.is_file() {
+        read_bundle(&bundle)?
+    } else {
+        BTreeMap::new()
+    };
+    let Ok(listing) = std::fs::read_dir(&sources) else {
+        return Ok(0);
+    };
+    let mut files = vec![];
+    for entry in listing {
+        let path = entry?.path();
+        let Some(file) = path.file_name().and_then(|f| f.to_str()) else {
+            continue;
+        };
+        let name = file.strip_suffix(".gz").unwrap_or(file);
+        if !name.ends_with(".cu") || name.starts_with('.') {
+            continue;
+        }
+        let text = String::from_utf8(read_bytes(&path)?)
+            .map_err(|e| anyhow::anyhow!("{}: not UTF-8: {e}", path.display()))?;
+        match map.get(name) {
+            Some(held) if *held != text => anyhow::bail!(
+                "{}: differs from the entry {name} of {} (keep one)",
+                path.display(),
+                bundle.display()
+            ),
+            _ => {
+                map.insert(name.to_string(), text);
+            }
+        }
+        files.push(path);
+    }
+    if files.is_empty() {
+        return Ok(0);
+    }
+    let json = serde_json::to_string(&map)?;
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(vec![], flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, json.as_bytes())?;
+    lanefold_cpu::npy::write_atomically(&bundle, &gz.finish()?)?;
+    if read_bundle(&bundle)? != map {
+        anyhow::bail!("{}: did not read back as written", bundle.display());
+    }
+    for f in &files {
+        std::fs::remove_file(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+    }
+    let _ = std::fs::remove_dir(&sources);
+    Ok(files.len())
 }
 
 /// The bytes of a results, replay or search file or a captured kernel
 /// source, named by its plain path (`…/results.json`, `…/sources/SHA.cu`):
 /// that file if it exists, else `path.gz` decompressed (a path ending in
-/// `.gz` is decompressed too). Every reader of these files goes through
+/// `.gz` is decompressed too), else a source's entry in its directory's
+/// bundle ([`SOURCES_BUNDLE`]). Every reader of these files goes through
 /// here, and recorded `file_sha256`s and `source_sha256`s are over the
 /// bytes it returns, so compressing a file changes no hash.
 pub fn read_bytes(path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -400,6 +548,9 @@ pub fn read_bytes(path: &Path) -> anyhow::Result<Vec<u8>> {
             match std::fs::read(&gz) {
                 Ok(raw) => (gz, raw),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if let Some(bytes) = bundled(path)? {
+                        return Ok(bytes);
+                    }
                     anyhow::bail!("{}: no such file (nor {})", path.display(), gz.display())
                 }
                 Err(e) => anyhow::bail!("{}: {e}", gz.display()),
@@ -529,6 +680,74 @@ mod tests {
         write_json(&path, &serde_json::json!({"new": 2})).unwrap();
         assert!(!gz_path(&path).exists());
         assert_eq!(read_text(&path).unwrap(), "{\"new\":2}\n");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn bundled_sources_read_back_exactly_and_bundling_is_idempotent() {
+        let d = fresh_dir("bundle");
+        let src = d.join("sources");
+        std::fs::create_dir_all(&src).unwrap();
+        let (a, b) = ("__global__ void a() {}\n", "__global__ void b() {}\n");
+        std::fs::write(src.join("aa.cu"), a).unwrap();
+        std::fs::write(src.join("bb.cu.gz"), gzip(b.as_bytes())).unwrap();
+        assert_eq!(bundle_sources(&d).unwrap(), 2);
+        // The files are gone, the texts read back by their plain names.
+        assert!(!src.exists());
+        assert_eq!(read_text(&src.join("aa.cu")).unwrap(), a);
+        assert_eq!(read_text(&src.join("bb.cu")).unwrap(), b);
+        assert_eq!(locate(&src.join("aa.cu")), Some(d.join(SOURCES_BUNDLE)));
+        assert!(locate(&src.join("cc.cu")).is_none());
+        let e = read_bytes(&src.join("cc.cu")).unwrap_err().to_string();
+        assert!(e.contains("cc.cu: no such file"), "{e}");
+        // Nothing left to move: unchanged bytes.
+        let first = std::fs::read(d.join(SOURCES_BUNDLE)).unwrap();
+        assert_eq!(bundle_sources(&d).unwrap(), 0);
+        assert_eq!(std::fs::read(d.join(SOURCES_BUNDLE)).unwrap(), first);
+        // A later capture merges in; the same texts give the same bytes.
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("cc.cu"), "c").unwrap();
+        assert!(!ambiguous(&src.join("aa.cu")));
+        std::fs::write(src.join("aa.cu"), a).unwrap();
+        // A source both loose and bundled is two forms of one file.
+        assert!(ambiguous(&src.join("aa.cu")));
+        assert!(bundle_holds(&src.join("aa.cu"), a.as_bytes()).unwrap());
+        assert!(!bundle_holds(&src.join("aa.cu"), b"other").unwrap());
+        assert_eq!(bundle_sources(&d).unwrap(), 2);
+        assert_eq!(read_text(&src.join("cc.cu")).unwrap(), "c");
+        let e2 = fresh_dir("bundle-same");
+        std::fs::create_dir_all(e2.join("sources")).unwrap();
+        for (name, text) in [("aa.cu", a), ("bb.cu", b), ("cc.cu", "c")] {
+            std::fs::write(e2.join("sources").join(name), text).unwrap();
+        }
+        bundle_sources(&e2).unwrap();
+        assert_eq!(
+            std::fs::read(e2.join(SOURCES_BUNDLE)).unwrap(),
+            std::fs::read(d.join(SOURCES_BUNDLE)).unwrap()
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+        std::fs::remove_dir_all(&e2).unwrap();
+    }
+
+    #[test]
+    fn a_bundle_conflict_or_corruption_is_an_error_and_changes_nothing() {
+        let d = fresh_dir("bundle-conflict");
+        let src = d.join("sources");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("aa.cu"), "one").unwrap();
+        bundle_sources(&d).unwrap();
+        let before = std::fs::read(d.join(SOURCES_BUNDLE)).unwrap();
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("aa.cu"), "two").unwrap();
+        let e = bundle_sources(&d).unwrap_err().to_string();
+        assert!(e.contains("differs from the entry aa.cu"), "{e}");
+        assert_eq!(std::fs::read(d.join(SOURCES_BUNDLE)).unwrap(), before);
+        assert!(src.join("aa.cu").exists());
+        std::fs::remove_file(src.join("aa.cu")).unwrap();
+        // A bundle that is no JSON object of texts says so.
+        std::fs::write(d.join(SOURCES_BUNDLE), gzip(b"[1, 2]")).unwrap();
+        let e = read_bytes(&src.join("aa.cu")).unwrap_err().to_string();
+        assert!(e.contains("corrupt sources bundle"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
