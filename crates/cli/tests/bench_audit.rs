@@ -172,13 +172,23 @@ fn committed_results_fail_the_audit_when_a_raw_sample_changes() {
         let o = lanefold(&["audit", copy.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1));
         assert!(text(&o).contains(&format!("case {id}")), "{}", text(&o));
-        // A changed captured source (plain or gzipped; written back plain)
-        // fails its hash check.
+        // A changed captured source (plain, gzipped or bundled; written
+        // back plain, a bundle unpacked into plain files) fails its hash
+        // check.
         if let Some(rel) = v["cases"][0]["kernel"]["source_file"].as_str() {
             save(&copy, &v);
             let path = copy.join(rel);
             let mut src = lanefold_measure::results::read_text(&path).unwrap();
             src.push_str("// edited\n");
+            let bundle = copy.join(lanefold_measure::results::SOURCES_BUNDLE);
+            if bundle.is_file() {
+                let entries = lanefold_measure::results::read_bundle(&bundle).unwrap();
+                std::fs::create_dir_all(copy.join("sources")).unwrap();
+                for (name, text) in entries {
+                    std::fs::write(copy.join("sources").join(name), text).unwrap();
+                }
+                std::fs::remove_file(&bundle).unwrap();
+            }
             let _ = std::fs::remove_file(lanefold_measure::results::gz_path(&path));
             std::fs::write(&path, src).unwrap();
             let o = lanefold(&["audit", copy.to_str().unwrap()]);

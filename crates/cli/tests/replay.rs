@@ -463,6 +463,7 @@ fn compress(dirs: &[&Path]) -> Output {
     std::process::Command::new("bash")
         .arg(script)
         .args(dirs)
+        .env("BIN", env!("CARGO_BIN_EXE_lanefold"))
         .output()
         .expect("run compress-results.sh")
 }
@@ -570,10 +571,13 @@ fn search_with_sources(dir: &Path) {
     assert!(o.status.success(), "{}", text(&o));
 }
 
-/// The files in DIR/sources whose names end in `suffix`.
+/// The files in DIR/sources whose names end in `suffix` (none where the
+/// folder is gone).
 fn sources_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir.join("sources"))
-        .unwrap()
+    let Ok(listing) = std::fs::read_dir(dir.join("sources")) else {
+        return vec![];
+    };
+    let mut v: Vec<_> = listing
         .map(|e| e.unwrap().path())
         .filter(|p| p.to_string_lossy().ends_with(suffix))
         .collect();
@@ -581,15 +585,17 @@ fn sources_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     v
 }
 
-/// Regression: captured kernel sources are stored gzipped like results
-/// (sources/SHA.cu.gz). Their recorded source_sha256 is over the plain
-/// text, so the audit stays clean; a replay of the search and a search
-/// written again into the directory still work, the latter removing the
-/// stale .gz copies; a corrupt .cu.gz, one whose text no longer matches
-/// its hash, and both forms side by side fail the audit.
+/// Regression: captured kernel sources are stored bundled, one
+/// `sources.json.gz` per directory (thousands of small files had put the
+/// tree over the device tool's carry limit). Their recorded source_sha256
+/// is over the plain text, so the audit stays clean; a replay of the
+/// search and a search written again into the directory still work, the
+/// latter leaving bundled sources where they are; a corrupt bundle, an
+/// entry whose text no longer matches its hash, and a source both loose
+/// and bundled fail the audit.
 #[test]
-fn gzipped_sources_keep_their_hashes_and_fail_the_audit_when_wrong() {
-    let s = tmp("gzsrc-search");
+fn bundled_sources_keep_their_hashes_and_fail_the_audit_when_wrong() {
+    let s = tmp("bundled-search");
     search_with_sources(&s);
     let v = load(&s);
     let rel = v["problems"][0]["winner"]["source_file"]
@@ -597,59 +603,65 @@ fn gzipped_sources_keep_their_hashes_and_fail_the_audit_when_wrong() {
         .unwrap()
         .to_string();
     let plain = s.join(&rel);
-    let gz = s.join(format!("{rel}.gz"));
+    let bundle = s.join(lanefold_measure::results::SOURCES_BUNDLE);
     let text_cu = std::fs::read(&plain).unwrap();
     let n = sources_ending(&s, ".cu").len();
     assert!(n >= 2, "{n} sources captured");
 
+    // results.json gzipped, the n sources bundled: two files written.
     let o = compress(&[&s]);
     assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("compressed 2 file(s)"), "{}", text(&o));
     assert!(
-        text(&o).contains(&format!("compressed {} file(s)", n + 1)),
+        text(&o).contains(&format!("{n} sources bundled")),
         "{}",
         text(&o)
     );
-    assert!(sources_ending(&s, ".cu").is_empty());
-    assert_eq!(sources_ending(&s, ".cu.gz").len(), n);
-    let gz_bytes = std::fs::read(&gz).unwrap();
+    assert!(!s.join("sources").exists() && bundle.is_file());
+    let bundle_bytes = std::fs::read(&bundle).unwrap();
     let o = audit(&s);
     assert!(o.status.success(), "{}", text(&o));
-    // Idempotent, and a directory with only a source left plain (its
-    // results.json already gzipped) has that source compressed.
+    // Idempotent.
     let o = compress(&[&s]);
     assert!(text(&o).contains("compressed 0 file(s)"), "{}", text(&o));
+    assert_eq!(std::fs::read(&bundle).unwrap(), bundle_bytes);
+    // A source loose beside its bundled copy is ambiguous; bundling it
+    // again (same text) leaves the bundle's bytes as they were.
+    std::fs::create_dir_all(plain.parent().unwrap()).unwrap();
     std::fs::write(&plain, &text_cu).unwrap();
-    std::fs::remove_file(&gz).unwrap();
+    let o = audit(&s);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("ambiguous"), "{}", text(&o));
     let o = compress(&[&s]);
     assert!(
         o.status.success() && text(&o).contains("compressed 1 file(s)"),
         "{}",
         text(&o)
     );
-    assert_eq!(std::fs::read(&gz).unwrap(), gz_bytes);
+    assert!(!plain.exists());
+    assert_eq!(std::fs::read(&bundle).unwrap(), bundle_bytes);
 
-    // A replay of the gzipped search audits clean.
-    let out = tmp("gzsrc-replay");
+    // A replay of the bundled search audits clean.
+    let out = tmp("bundled-replay");
     let o = replay(&s, None, &out);
     assert!(o.status.success(), "{}", text(&o));
     let o = audit(&out);
     assert!(o.status.success(), "{}", text(&o));
 
-    // The same search written again into the directory: plain sources
-    // (the budget picks the same candidates), no stale .gz beside.
+    // The same search written again into the directory: the sources the
+    // bundle holds are not written loose again.
     search_with_sources(&s);
-    assert_eq!(sources_ending(&s, ".cu").len(), n);
-    assert!(sources_ending(&s, ".cu.gz").is_empty());
+    assert!(sources_ending(&s, ".cu").is_empty());
     let o = audit(&s);
     assert!(o.status.success(), "{}", text(&o));
     assert!(compress(&[&s]).status.success());
-    assert_eq!(std::fs::read(&gz).unwrap(), gz_bytes);
+    assert_eq!(std::fs::read(&bundle).unwrap(), bundle_bytes);
 
-    // A corrupt .cu.gz.
-    let mut bad = gz_bytes.clone();
+    // A corrupt bundle.
+    let mut bad = bundle_bytes.clone();
     let mid = bad.len() / 2;
     bad[mid] ^= 0xff;
-    std::fs::write(&gz, &bad).unwrap();
+    std::fs::write(&bundle, &bad).unwrap();
     let o = audit(&s);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
@@ -657,13 +669,15 @@ fn gzipped_sources_keep_their_hashes_and_fail_the_audit_when_wrong() {
         "{}",
         text(&o)
     );
-    // A .cu.gz whose text no longer matches its recorded hash.
-    std::fs::remove_file(&gz).unwrap();
+    // A bundled text that no longer matches its recorded hash: every
+    // source loose again, one edited, bundled afresh.
+    std::fs::remove_file(&bundle).unwrap();
+    search_with_sources(&s);
     let mut edited = text_cu.clone();
     edited.extend_from_slice(b"// edited\n");
     std::fs::write(&plain, &edited).unwrap();
     assert!(compress(&[&s]).status.success());
-    assert!(gz.is_file() && !plain.exists());
+    assert!(bundle.is_file() && !plain.exists());
     let o = audit(&s);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
@@ -671,15 +685,14 @@ fn gzipped_sources_keep_their_hashes_and_fail_the_audit_when_wrong() {
         "{}",
         text(&o)
     );
-    // Both forms: the audit calls it ambiguous (though both hold the same
-    // text) and the script leaves it.
-    std::fs::write(&gz, &gz_bytes).unwrap();
+    // A loose text that differs from the bundled one: the script refuses
+    // to bundle it and leaves both.
+    std::fs::create_dir_all(plain.parent().unwrap()).unwrap();
     std::fs::write(&plain, &text_cu).unwrap();
-    let o = audit(&s);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("ambiguous"), "{}", text(&o));
-    assert!(!compress(&[&s]).status.success());
-    assert!(plain.is_file() && gz.is_file());
+    let o = compress(&[&s]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("differs from the entry"), "{}", text(&o));
+    assert!(plain.is_file() && bundle.is_file());
     for d in [s, out] {
         let _ = std::fs::remove_dir_all(d);
     }
