@@ -226,6 +226,8 @@
 #           searches of verdicts measured on older kernels, as time allows
 #   CALL 108: session 20: target-4 searches of the 18 remaining verdicts
 #           measured on older kernels of today's layouts
+#   CALL 109: session 20: call 108's ten searches whose tars did not come
+#           back (over the tool's 8 files), again, into one tar
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -321,10 +323,13 @@ t4_grid() {
   "$bin" scorecard "$out" | grep -E "^## |automatic reaches" | cut -c1-200
 }
 # Target-4 searches read from stdin, one per line: OP DTYPE SHAPE [grid
-# options], gpu phase, each into $r-t4-OP-DTYPE-SHAPE-s20-h200 (tarred
-# alone), while more than 70 s are left. Usage: t4_searches < LIST
+# options], gpu phase, each into $r-t4-OP-DTYPE-SHAPE-s20-h200, while more
+# than 70 s are left. All go into one tar, NAME, written again after each
+# search (the device tool returns at most 8 files: call 108's 18 tars lost
+# 10). Usage: t4_searches NAME < LIST
 t4_searches() {
-  local op dtype shape grid q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  local name=$1 op dtype shape grid q="--samples 3 --sample-ms 5 --warmup-ms 20 --tuning-metric gpu --capture-sources"
+  local done_dirs=()
   while read -r op dtype shape grid; do
     [ "$(left)" -gt 70 ] || break
     step "t4 $op $dtype $shape"
@@ -332,7 +337,8 @@ t4_searches() {
     timeout "$(( $(left) - 10 ))" "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" \
       $grid $q --output "$r-t4-$op-$dtype-$shape-s20-h200" > "$logs/search-$op-$dtype-$shape.log" 2>&1
     echo "search rc=$?"; "$bin" scorecard "$r-t4-$op-$dtype-$shape-s20-h200" | grep -E "\| [a-z]" | tail -1 | cut -c1-200
-    keep "t4-$op-$dtype-$shape" "$r-t4-$op-$dtype-$shape-s20-h200"
+    done_dirs+=("$r-t4-$op-$dtype-$shape-s20-h200")
+    keep "$name" "${done_dirs[@]}" "$logs"
   done
 }
 # Searches read from stdin, one per line: OP DTYPE SHAPE [search options],
@@ -2492,7 +2498,7 @@ layernorm --workers 256 --pack 8 --unroll 2 --rows-per-group 1
 residual_layernorm --workers 128 --pack 8 --unroll 4 --rows-per-group 2
 LIST
   keep pack-replays "$r"-s20-*-h200 "$logs"
-  t4_searches <<'LIST'
+  t4_searches t4-searches <<'LIST'
 sum f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
 rmsnorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
 cross_entropy bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
@@ -2502,7 +2508,7 @@ LIST
   ;;
 108)
   logs=$(mktemp -d)
-  t4_searches <<'LIST'
+  t4_searches t4-searches <<'LIST'
 cross_entropy f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
 softmax f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
 softmax bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
@@ -2523,6 +2529,21 @@ rmsnorm bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unro
 layernorm bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
 LIST
   ;;
-*) echo "unknown call $call (1-108)"; exit 2 ;;
+109)
+  logs=$(mktemp -d)
+  t4_searches t4-searches <<'LIST'
+softmax f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
+softmax bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+sum f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
+sum f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
+sum bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+softmax f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
+softmax bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+softmax bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+softmax f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
+softmax bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
+LIST
+  ;;
+*) echo "unknown call $call (1-109)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
