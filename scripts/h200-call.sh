@@ -228,6 +228,8 @@
 #           measured on older kernels of today's layouts
 #   CALL 109: session 20: call 108's ten searches whose tars did not come
 #           back (over the tool's 8 files), again, into one tar
+#   CALL 110: session 20: the last target-4 verdict measured on an older
+#           kernel (layernorm bf16 16384x8192)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2544,6 +2546,12 @@ softmax f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2
 softmax bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
 LIST
   ;;
-*) echo "unknown call $call (1-109)"; exit 2 ;;
+110)
+  logs=$(mktemp -d)
+  t4_searches t4-searches <<'LIST'
+layernorm bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+LIST
+  ;;
+*) echo "unknown call $call (1-110)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
