@@ -325,7 +325,7 @@ t4_grid() {
   "$bin" scorecard "$out" | grep -E "^## |automatic reaches" | cut -c1-200
 }
 # Target-4 searches read from stdin, one per line: OP DTYPE SHAPE [grid
-# options], gpu phase, each into $r-t4-OP-DTYPE-SHAPE-s20-h200, while more
+# options; default by dtype and row length], gpu phase, each into $r-t4-OP-DTYPE-SHAPE-s20-h200, while more
 # than 70 s are left. All go into one tar, NAME, written again after each
 # search (the device tool returns at most 8 files: call 108's 18 tars lost
 # 10). Usage: t4_searches NAME < LIST
@@ -334,6 +334,16 @@ t4_searches() {
   local done_dirs=()
   while read -r op dtype shape grid; do
     [ "$(left)" -gt 70 ] || break
+    if [ -z "$grid" ]; then
+      # Session 20's grids: rows of 131072 and more in clusters of wide
+      # groups; otherwise 16-byte packs, W 256-1024.
+      case "$dtype:${shape#*x}" in
+        f32:131072 | f32:262144) grid="--tune-workers 1024,2048,4096 --tune-pack 4 --tune-unroll 1,2 --max-candidates 6" ;;
+        *:131072 | *:262144) grid="--tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6" ;;
+        f32:*) grid="--tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8" ;;
+        *) grid="--tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8" ;;
+      esac
+    fi
     step "t4 $op $dtype $shape"
     # shellcheck disable=SC2086
     timeout "$(( $(left) - 10 ))" "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" \
@@ -2501,55 +2511,55 @@ residual_layernorm --workers 128 --pack 8 --unroll 4 --rows-per-group 2
 LIST
   keep pack-replays "$r"-s20-*-h200 "$logs"
   t4_searches t4-searches <<'LIST'
-sum f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-rmsnorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-cross_entropy bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-residual_layernorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+sum f32 32768x4096
+rmsnorm bf16 32768x4096
+cross_entropy bf16 32768x4096
+residual_layernorm bf16 32768x4096
 layernorm bf16 1024x262144 --tune-workers 2048,4096 --tune-pack 8 --tune-unroll 2,4 --max-candidates 5
 LIST
   ;;
 108)
   logs=$(mktemp -d)
   t4_searches t4-searches <<'LIST'
-cross_entropy f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-sum f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-sum f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-sum bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-rmsnorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-softmax f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-softmax bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-rmsnorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-residual_layernorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-rmsnorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-layernorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
-rmsnorm bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
-layernorm bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
+cross_entropy f32 32768x4096
+softmax f32 32768x4096
+softmax bf16 32768x4096
+sum f32 16384x8192
+sum f32 4096x32768
+sum bf16 4096x32768
+rmsnorm bf16 4096x32768
+softmax f32 4096x32768
+softmax bf16 4096x32768
+softmax bf16 16384x8192
+rmsnorm f32 32768x4096
+residual_layernorm f32 32768x4096
+rmsnorm f32 16384x8192
+layernorm f32 16384x8192
+softmax f32 16384x8192
+softmax bf16 4096x131072
+rmsnorm bf16 4096x131072
+layernorm bf16 4096x131072
 LIST
   ;;
 109)
   logs=$(mktemp -d)
   t4_searches t4-searches <<'LIST'
-softmax f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-sum f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-sum f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-sum bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-softmax f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-softmax bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-softmax f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-softmax bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
+softmax f32 32768x4096
+softmax bf16 32768x4096
+sum f32 16384x8192
+sum f32 4096x32768
+sum bf16 4096x32768
+softmax f32 4096x32768
+softmax bf16 4096x32768
+softmax bf16 16384x8192
+softmax f32 16384x8192
+softmax bf16 4096x131072
 LIST
   ;;
 110)
   logs=$(mktemp -d)
   t4_searches t4-searches <<'LIST'
-layernorm bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
+layernorm bf16 16384x8192
 LIST
   ;;
 *) echo "unknown call $call (1-110)"; exit 2 ;;
