@@ -230,6 +230,8 @@
 #           back (over the tool's 8 files), again, into one tar
 #   CALL 110: session 20: the last target-4 verdict measured on an older
 #           kernel (layernorm bf16 16384x8192)
+#   CALL 111: session 20: the quick half of the CUDA selftest (without
+#           variants) of the session's last binary
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2562,6 +2564,10 @@ LIST
 layernorm bf16 16384x8192
 LIST
   ;;
-*) echo "unknown call $call (1-110)"; exit 2 ;;
+111)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s20b-h200" selftest-quick
+  ;;
+*) echo "unknown call $call (1-111)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
