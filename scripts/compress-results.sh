@@ -21,7 +21,7 @@ if [ ! -x "$bin" ]; then
   exit 2
 fi
 if [ $# -eq 0 ]; then
-  cd "$(dirname "$0")/.."
+  cd "$root"
   set -- bench/results/*/
 fi
 status=0 count=0 tmp=
@@ -69,8 +69,8 @@ for dir in "$@"; do
   # each text read back before its file is removed).
   [ -d "$dir/sources" ] || continue
   if out=$("$bin" bundle-sources "$dir"); then
-    [ -z "$out" ] || echo "$out"
-    count=$((count + 1))
+    # Empty: nothing was left to bundle, no file written.
+    [ -z "$out" ] || { echo "$out"; count=$((count + 1)); }
   else
     status=1
   fi

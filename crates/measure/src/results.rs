@@ -370,8 +370,10 @@ pub fn remove_superseded_gz(path: &Path) -> anyhow::Result<()> {
 }
 
 /// The file that holds a stored file's text: `path` if it exists, else
-/// `path.gz` (None: neither). Plain wins where both exist; the audit
-/// reports that case as ambiguous ([`ambiguous`]).
+/// `path.gz`, else, for a captured source, its directory's bundle, which
+/// holds other sources too: read the text through [`read_bytes`] with the
+/// plain path (None: none of these). Plain wins where several exist; the
+/// audit reports that case as ambiguous ([`ambiguous`]).
 pub fn locate(path: &Path) -> Option<PathBuf> {
     if path.is_file() {
         return Some(path.to_path_buf());

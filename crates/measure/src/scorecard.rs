@@ -349,18 +349,19 @@ fn automatic_verdict_at(
     let automatic_us = at.and_then(|i| problem.candidates.get(i)?.objective_p50);
     let winner = problem.winner.as_ref();
     let winner_us = winner.and_then(|w| w.fresh_p50);
-    match (automatic_us, winner_us) {
-        (None, _) => misses.push("automatic mapping not measured".into()),
-        (_, None) => misses.push(format!(
+    let of_winner = automatic_us.zip(winner_us).map(|(auto, best)| best / auto);
+    match (automatic_us, winner_us, of_winner) {
+        (None, ..) => misses.push("automatic mapping not measured".into()),
+        (_, None, _) => misses.push(format!(
             "no winner ({})",
             problem
                 .no_winner
                 .as_deref()
                 .unwrap_or("no fresh measurement")
         )),
-        (Some(auto), Some(best)) if best / auto < min_fraction => misses.push(format!(
+        (_, Some(best), Some(f)) if f < min_fraction => misses.push(format!(
             "automatic reaches {:.0}% of the searched winner ({best:.2} µs, {})",
-            100.0 * best / auto,
+            100.0 * f,
             winner.map_or("", |w| w.describe.as_str())
         )),
         _ => {}
@@ -374,7 +375,7 @@ fn automatic_verdict_at(
         misses,
         todays_default: None,
         kernel_changed: false,
-        of_winner: automatic_us.zip(winner_us).map(|(auto, best)| best / auto),
+        of_winner,
     }
 }
 
