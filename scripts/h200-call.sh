@@ -232,6 +232,10 @@
 #           kernel (layernorm bf16 16384x8192)
 #   CALL 111: session 20: the quick half of the CUDA selftest (without
 #           variants) of the session's last binary
+#   CALL 112: session 21: the self-signalling call path: quick CUDA
+#           selftest, the latency probe of the seven 1024x4096 single-call
+#           misses (and a near-empty control), then the 84 short-row cases
+#           benched and replayed A/A with both torch peers, 3 rounds
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2568,6 +2572,35 @@ LIST
   logs=$(mktemp -d)
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s20b-h200" selftest-quick
   ;;
-*) echo "unknown call $call (1-111)"; exit 2 ;;
+112)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21-h200" selftest-quick
+  step "latency probe: the self-signalling call path at 1024x4096"
+  p="bench/probes/$date-latency-ss-h200"
+  mkdir -p "$p"
+  for c in "rmsnorm f32 1x127" "softmax f32 1024x4096" "rmsnorm f32 1024x4096" "rmsnorm bf16 1024x4096" \
+    "layernorm f32 1024x4096" "layernorm bf16 1024x4096" "residual_layernorm bf16 1024x4096" \
+    "residual_layernorm f32 1024x4096"; do
+    set -- $c
+    timeout 60 "$bin" latency --op "$1" --shape "$3" --dtype "$2" --iters 2000 \
+      --output "$p/$1-$3-$2.json" > "$p/$1-$3-$2.txt" 2>&1
+    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"; grep -E "as opened.*(graph \+ poll|lanefold)" "$p/$1-$3-$2.txt"
+  done
+  keep latency "$p"
+  ref="$r-short-all-s21-h200"
+  step "short rows, six operators, today's defaults, bench"
+  timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
+    --shapes 1024x4096,1x127,17x257,64x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s \
+    --capture-sources --output "$ref" > "$logs/bench.log" 2>&1
+  echo "bench rc=$?"
+  step "short rows, A/A replay with torch eager and torch.compile"
+  timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$ref/results.json" \
+    --rounds 3 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
+    --output "$r-short-all-s21-aa-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; tail -3 "$logs/replay.log"
+  keep short "$ref" "$r-short-all-s21-aa-h200" "$logs"
+  "$bin" scorecard "$r-short-all-s21-aa-h200" | grep -E "^# |^## " || true
+  ;;
+*) echo "unknown call $call (1-112)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

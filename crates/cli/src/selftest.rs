@@ -106,7 +106,7 @@ fn precompile(backend: &Backend, cases: &[Case], options: &CodegenOptions) {
         .filter_map(|c| plan(&c.problem(), &target, &c.request).ok())
         .map(|p| (p, *options))
         .collect();
-    let done = cuda.precompile(&jobs);
+    let done = cuda.precompile(&jobs, lanefold_cuda::KernelForms::Plain);
     if done.compiled >= 50 {
         println!("{done}");
     }
@@ -1105,10 +1105,12 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
-/// CUDA only: lanefold's one-call path (a cached one-node graph whose
-/// parameters are rewritten per call; a direct launch for clusters) writes
-/// exactly what a direct launch writes, into the buffers of the call's own
-/// input set: two sets, each called once, each compared bit for bit.
+/// CUDA only: lanefold's one-call path (the kernel's self-signalling form
+/// in a cached one-node graph whose parameters follow the call's input
+/// set; a direct launch for clusters) writes exactly what a direct launch
+/// writes, into the buffers of the call's own input set: two sets, each
+/// called twice, each compared bit for bit; and it ran the self-signalling
+/// form throughout.
 pub fn call_path_checks(backend: &Backend, report: &mut Report) {
     let Backend::Cuda(cuda) = backend else {
         return;
@@ -1123,7 +1125,7 @@ pub fn call_path_checks(backend: &Backend, report: &mut Report) {
     ] {
         let label = format!("call path {op} {dtype} {rows}x{n}");
         let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape(rows, n));
-        let result = (|| -> anyhow::Result<bool> {
+        let result = (|| -> anyhow::Result<(bool, bool)> {
             let plan = plan(&problem, &backend.target(), &LayoutRequest::default())?;
             let sets = [random_inputs(&problem, 21), random_inputs(&problem, 22)];
             let mut prepared = cuda.prepare(&plan, &options, &sets)?;
@@ -1137,10 +1139,19 @@ pub fn call_path_checks(backend: &Backend, report: &mut Report) {
                 let called = prepared.outputs(k)?;
                 same &= same_bits(&direct, &called);
             }
-            Ok(same)
+            Ok((same, prepared.call_is_self_signalled() == Some(true)))
         })();
         match result {
-            Ok(same) => report.record(same, &label, "outputs differ from a direct launch's"),
+            Ok((same, signalled)) => {
+                report.record(same, &label, "outputs differ from a direct launch's");
+                // Four calls, each seen through the flag its own last group
+                // wrote: the counter was back at zero for every call.
+                report.record(
+                    signalled,
+                    &format!("{label}: the kernel signals its own completion"),
+                    "the call fell back from the self-signalling form",
+                );
+            }
             Err(e) => report.record(false, &label, &format!("{e:#}")),
         }
     }

@@ -12,11 +12,13 @@
 //! 4. distributed shared memory joins the groups of a cluster (`tree.groups`).
 
 mod emit;
+mod signal;
 
 use lanefold_plan::Plan;
 use serde::{Deserialize, Serialize};
 
 pub use emit::kernel_name;
+pub use signal::{self_signalling, SIGNAL_PARAMS};
 
 /// Code generation switches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

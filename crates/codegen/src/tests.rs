@@ -1731,3 +1731,93 @@ fn prefetched_rows_in_clusters_need_persistent_clusters() {
         persistent.describe()
     );
 }
+
+/// The self-signalling form of every default kernel of the six operators
+/// (clusters, persistent and streamed plans among them): the original
+/// kernel text is kept whole, the three parameters close the signature,
+/// and the epilogue is the last thing in the body.
+#[test]
+fn self_signalling_keeps_every_default_kernel_and_ends_it_with_the_signal() {
+    let shapes = [
+        "1x127",
+        "17x257",
+        "1024x4096",
+        "64x32768",
+        "4x131072",
+        "2x262144",
+    ];
+    let mut clusters = 0;
+    for op in Operator::SIX {
+        for dtype in [DType::F32, DType::Bf16] {
+            for shape in shapes {
+                let k = kernel(&make_with(op, dtype, shape, LayoutRequest::default()));
+                clusters += usize::from(k.cluster.is_some());
+                let s = self_signalling(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                let (head, tail) = k.source.split_at(k.source.find(")\n{").unwrap());
+                assert!(
+                    s.source.starts_with(head),
+                    "{}: the text before the signature's end",
+                    k.name
+                );
+                assert!(
+                    s.source.contains("unsigned lf_done_word)\n{"),
+                    "{}: the parameters close the signature",
+                    k.name
+                );
+                let body = tail.trim_end().strip_suffix('}').unwrap();
+                assert!(
+                    s.source.contains(body),
+                    "{}: the body is kept whole",
+                    k.name
+                );
+                assert!(
+                    s.source
+                        .trim_end()
+                        .ends_with("= lf_done_word;\n        }\n    }\n}"),
+                    "{}: the signal ends the kernel",
+                    k.name
+                );
+                assert_eq!((s.grid, s.block, s.cluster), (k.grid, k.block, k.cluster));
+                assert_eq!(
+                    s.params, k.params,
+                    "the appended parameters are the runtime's"
+                );
+            }
+        }
+    }
+    assert!(clusters > 0, "the sweep includes cluster kernels");
+}
+
+#[test]
+fn self_signalling_refuses_text_it_cannot_place_the_signal_in() {
+    let k = kernel(&make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1));
+    let twice = self_signalling(&self_signalling(&k).unwrap()).unwrap_err();
+    assert!(
+        twice.to_string().contains("already self-signalling"),
+        "{twice}"
+    );
+    let trailing = Kernel {
+        source: format!("{}\n__device__ int after;\n", k.source),
+        ..k.clone()
+    };
+    let e = self_signalling(&trailing).unwrap_err();
+    assert!(e.to_string().contains("last definition"), "{e}");
+    let renamed = Kernel {
+        name: "lf_other".into(),
+        ..k.clone()
+    };
+    let e = self_signalling(&renamed).unwrap_err();
+    assert!(e.to_string().contains("not named"), "{e}");
+    let cut = Kernel {
+        source: k.source[..k.source.len() - 3].to_string(),
+        ..k
+    };
+    let e = self_signalling(&cut).unwrap_err();
+    assert!(e.to_string().contains("unbalanced body"), "{e}");
+}
+
+#[test]
+fn golden_softmax_f32_w256_v4_self_signalling() {
+    let k = kernel(&make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1));
+    insta::assert_snapshot!(self_signalling(&k).unwrap().source);
+}

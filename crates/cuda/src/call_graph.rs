@@ -1,21 +1,66 @@
 //! lanefold's call path for one synchronized call: a one-node CUDA graph
 //! built once per prepared kernel, whose kernel parameters are rewritten
-//! for each call (`cuGraphExecKernelNodeSetParams`) before it is replayed.
-//! On the H200 a one-node graph replay reached the GPU about 2.4 µs sooner
-//! than `cuLaunchKernel(Ex)` of the same kernel (bench/NOTES.md, campaign
-//! 5). Cluster kernels keep the direct launch: the cluster dimension is a
-//! launch attribute this path does not carry. [`CallPath`] adds the
-//! completion flag's node behind the kernel, so the host's wait is a spin
-//! on pinned memory.
+//! (`cuGraphExecKernelNodeSetParams`) only when a call's arguments differ
+//! from the last call's, then replayed. On the H200 a one-node graph
+//! replay reached the GPU about 2.4 µs sooner than `cuLaunchKernel(Ex)` of
+//! the same kernel (bench/NOTES.md, campaign 5). Cluster kernels keep the
+//! direct launch: the cluster dimension is a launch attribute this path
+//! does not carry.
+//!
+//! The host learns of completion by spinning on a host-mapped flag
+//! ([`crate::completion`]). [`CallPath`] prefers the kernel's
+//! self-signalling form ([`lanefold_codegen::self_signalling`]), whose
+//! last group writes the flag itself; where that form cannot be built or
+//! its write never arrives, a one-thread flag writer follows the kernel as
+//! a second graph node; where no flag works, a stream synchronize.
 
 use crate::completion::{signal_kernel, HostFlag};
-use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
-use cudarc::driver::sys;
+use crate::{driver, CudaBackend, CudaError, DeviceArgs, LaunchApi, Loaded};
+use cudarc::driver::{sys, CudaSlice, DevicePtr};
+use lanefold_codegen::CodegenOptions;
+use std::ffi::c_void;
+use std::sync::Arc;
 
 pub(crate) struct CallGraph {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
     node: sys::CUgraphNode,
+    /// The argument values the exec's kernel node holds: a call with the
+    /// same ones replays it without rewriting its parameters.
+    current: Vec<u64>,
+}
+
+/// The values behind raw argument pointers, as the launch reads them:
+/// every pointer, 32-bit integer and word is at most 8 bytes and is read
+/// from its own storage, so the first `sizes[i]` bytes of each are compared.
+fn argument_values(raw: &[*mut std::ffi::c_void], sizes: &[usize]) -> Vec<u64> {
+    raw.iter()
+        .zip(sizes)
+        .map(|(&p, &size)| {
+            let mut v = 0u64;
+            // SAFETY: each pointer addresses at least `size` (<= 8) live
+            // bytes of argument storage, as for the launch itself.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.cast::<u8>(), (&mut v as *mut u64).cast(), size)
+            };
+            v
+        })
+        .collect()
+}
+
+/// Byte sizes of a kernel's arguments: its parameters (pointers 8, the two
+/// ints 4), then `extra` 8-byte and 4-byte trailing ones as given.
+fn argument_sizes(loaded: &Loaded, extra: &[usize]) -> Vec<usize> {
+    loaded
+        .kernel
+        .params
+        .iter()
+        .map(|p| match p.kind {
+            lanefold_codegen::ParamKind::Input | lanefold_codegen::ParamKind::Output => 8,
+            lanefold_codegen::ParamKind::Rows | lanefold_codegen::ParamKind::N => 4,
+        })
+        .chain(extra.iter().copied())
+        .collect()
 }
 
 fn node_params(loaded: &Loaded, raw: &mut [*mut std::ffi::c_void]) -> sys::CUDA_KERNEL_NODE_PARAMS {
@@ -46,22 +91,14 @@ pub(crate) fn pointer_and_word(pointer: &mut u64, word: &mut u32) -> [*mut std::
 }
 
 impl CallGraph {
-    /// Build and instantiate the graph for `loaded` with `args`; None for
-    /// a cluster kernel.
-    pub(crate) fn new(
+    /// Build and instantiate the graph for `loaded` with the raw arguments
+    /// `raw` (of byte sizes `sizes`), and `trailing` as a second node that
+    /// depends on the kernel's; None for a cluster kernel.
+    pub(crate) fn build(
         backend: &CudaBackend,
         loaded: &Loaded,
-        args: &mut DeviceArgs,
-    ) -> Result<Option<CallGraph>, CudaError> {
-        CallGraph::with_trailing(backend, loaded, args, None)
-    }
-
-    /// The same graph with `trailing` as a second node that depends on the
-    /// call's kernel node.
-    pub(crate) fn with_trailing(
-        backend: &CudaBackend,
-        loaded: &Loaded,
-        args: &mut DeviceArgs,
+        raw: &mut [*mut c_void],
+        sizes: &[usize],
         trailing: Option<TrailingNode>,
     ) -> Result<Option<CallGraph>, CudaError> {
         if loaded.kernel.cluster.is_some() {
@@ -71,12 +108,12 @@ impl CallGraph {
             .ctx
             .bind_to_thread()
             .map_err(driver("binding the context"))?;
-        let mut raw = args.raw(&loaded.kernel);
-        let params = node_params(loaded, &mut raw);
+        let params = node_params(loaded, raw);
         let mut out = CallGraph {
             graph: std::ptr::null_mut(),
             exec: std::ptr::null_mut(),
             node: std::ptr::null_mut(),
+            current: argument_values(raw, sizes),
         };
         // SAFETY: out-pointers to locals; `params` points at live argument
         // storage for the duration of the call (the driver copies it).
@@ -106,35 +143,39 @@ impl CallGraph {
         Ok(Some(out))
     }
 
-    /// One call: this call's arguments into the node, then one replay.
+    /// One call: this call's arguments into the node where they changed,
+    /// then one replay.
     pub(crate) fn launch(
-        &self,
+        &mut self,
         backend: &CudaBackend,
         loaded: &Loaded,
-        args: &mut DeviceArgs,
+        raw: &mut [*mut c_void],
+        sizes: &[usize],
     ) -> Result<(), CudaError> {
         backend
             .ctx
             .bind_to_thread()
             .map_err(driver("binding the context"))?;
-        let mut raw = args.raw(&loaded.kernel);
-        let params = node_params(loaded, &mut raw);
-        // SAFETY: the exec and node are live (owned by self); `params`
-        // points at live argument storage, copied by the driver.
-        unsafe {
-            sys::cuGraphExecKernelNodeSetParams_v2(self.exec, self.node, &params)
+        let values = argument_values(raw, sizes);
+        if values != self.current {
+            let params = node_params(loaded, raw);
+            // SAFETY: the exec and node are live (owned by self); `params`
+            // points at live argument storage, copied by the driver.
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, self.node, &params) }
                 .result()
                 .map_err(driver("setting the call's parameters"))?;
-            sys::cuGraphLaunch(self.exec, backend.stream.cu_stream())
-                .result()
-                .map_err(driver("launching the call graph"))
+            self.current = values;
         }
+        // SAFETY: a live exec and stream of the current context.
+        unsafe { sys::cuGraphLaunch(self.exec, backend.stream.cu_stream()) }
+            .result()
+            .map_err(driver("launching the call graph"))
     }
 }
 
 impl Drop for CallGraph {
     fn drop(&mut self) {
-        // SAFETY: handles created in `new`, destroyed once; null is skipped.
+        // SAFETY: handles created in `build`, destroyed once; null is skipped.
         unsafe {
             if !self.exec.is_null() {
                 let _ = sys::cuGraphExecDestroy(self.exec);
@@ -146,35 +187,64 @@ impl Drop for CallGraph {
     }
 }
 
-/// lanefold's call path for one prepared kernel: the call graph and, where
-/// the driver allows, the completion flag its trailing node writes, so the
-/// caller waits by spinning on host memory instead of `cuStreamSynchronize`
-/// ([`crate::completion`]). Cluster kernels launch directly and synchronize.
+/// How a call tells the host it has finished.
+enum Completion {
+    /// The kernel's self-signalling form: its last group writes the flag.
+    SelfSignalled {
+        flag: HostFlag,
+        /// The self-signalling kernel, launched instead of the prepared one.
+        kernel: Arc<Loaded>,
+        /// Its group counter: zero between calls (the last group resets it).
+        _counter: CudaSlice<u32>,
+        counter_ptr: u64,
+    },
+    /// A one-thread writer as the call graph's second node (kept loaded
+    /// as long as the graph refers to it).
+    TrailingNode { flag: HostFlag, _writer: Loaded },
+    /// No flag: a stream synchronize.
+    Synchronize,
+}
+
+/// lanefold's call path for one prepared kernel: the call graph (a direct
+/// launch for cluster kernels) and how its completion reaches the host.
 pub(crate) struct CallPath {
     graph: Option<CallGraph>,
-    /// The flag and the writer kernel its graph node runs (kept loaded as
-    /// long as the graph refers to it).
-    completion: Option<(HostFlag, Loaded)>,
+    completion: Completion,
     /// A call was launched and its flag not yet seen: the next launch
     /// waits for it before clearing the flag, so a late write from this
     /// call cannot be taken for the next one's.
     unwaited: bool,
 }
 
+/// The word every flagged call writes (the flag is cleared before each).
+const DONE_WORD: u32 = 1;
+
 impl CallPath {
     /// Build the path with `args` and make one call through it (waited for
-    /// where it ends with the flag); the flag is used only if that call's
-    /// write arrives.
+    /// where it ends with a flag): the self-signalling form first, then the
+    /// trailing flag node, then a plain graph and a synchronize. A flag is
+    /// used only if that first call's write arrives.
     pub(crate) fn build(
         backend: &CudaBackend,
         loaded: &Loaded,
+        options: &CodegenOptions,
         args: &mut DeviceArgs,
     ) -> Result<CallPath, CudaError> {
-        // Without a flag: `graph` (None: a direct launch), and synchronize.
+        match CallPath::self_signalled(backend, loaded, options, args) {
+            Ok(path) => return Ok(path),
+            Err(e) => {
+                eprintln!("lanefold: {}: no self-signalling call ({e}); a flag node follows the kernel instead", loaded.kernel.name);
+                // Whatever that attempt left running ends before the next.
+                backend
+                    .stream
+                    .synchronize()
+                    .map_err(driver("after the self-signalling attempt"))?;
+            }
+        }
         let unflagged = |graph: Option<CallGraph>, args: &mut DeviceArgs| {
             let mut path = CallPath {
                 graph,
-                completion: None,
+                completion: Completion::Synchronize,
                 unwaited: false,
             };
             path.launch(backend, loaded, args)?;
@@ -183,41 +253,109 @@ impl CallPath {
         if loaded.kernel.cluster.is_some() {
             return unflagged(None, args);
         }
-        let flagged = (|| -> Result<Option<CallPath>, CudaError> {
-            let signal = backend.load_helper(&signal_kernel())?;
+        let sizes = argument_sizes(loaded, &[]);
+        let flagged = (|| -> Result<CallPath, CudaError> {
+            let writer = backend.load_helper(&signal_kernel())?;
             let mut flag = HostFlag::new()?;
             let trailing = TrailingNode {
-                loaded: &signal,
+                loaded: &writer,
                 pointer: flag.device,
-                word: 1,
+                word: DONE_WORD,
             };
-            let Some(graph) = CallGraph::with_trailing(backend, loaded, args, Some(trailing))?
-            else {
-                return Ok(None);
-            };
+            let mut raw = args.raw(&loaded.kernel);
+            let mut graph = CallGraph::build(backend, loaded, &mut raw, &sizes, Some(trailing))?
+                .ok_or_else(|| CudaError::Data("no call graph".into()))?;
             flag.reset();
-            graph.launch(backend, loaded, args)?;
-            flag.wait_for(1)?;
-            Ok(Some(CallPath {
+            graph.launch(backend, loaded, &mut raw, &sizes)?;
+            flag.wait_for(DONE_WORD)?;
+            Ok(CallPath {
                 graph: Some(graph),
-                completion: Some((flag, signal)),
+                completion: Completion::TrailingNode {
+                    flag,
+                    _writer: writer,
+                },
                 unwaited: false,
-            }))
+            })
         })();
         match flagged {
-            Ok(Some(path)) => Ok(path),
+            Ok(path) => Ok(path),
             // No flag here (no mapped memory, the writer did not compile,
             // or its write never arrived): the graph alone.
-            Ok(None) | Err(_) => {
-                let graph = CallGraph::new(backend, loaded, args)?;
+            Err(_) => {
+                backend
+                    .stream
+                    .synchronize()
+                    .map_err(driver("after the flag node's attempt"))?;
+                let mut raw = args.raw(&loaded.kernel);
+                let graph = CallGraph::build(backend, loaded, &mut raw, &sizes, None)?;
                 unflagged(graph, args)
             }
         }
     }
 
+    /// The self-signalling path, proven by one call whose flag arrives.
+    fn self_signalled(
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        options: &CodegenOptions,
+        args: &mut DeviceArgs,
+    ) -> Result<CallPath, CudaError> {
+        let kernel = lanefold_codegen::self_signalling(&loaded.kernel)?;
+        let kernel = backend.load_kernel(kernel, options)?;
+        let counter = backend
+            .stream
+            .alloc_zeros::<u32>(1)
+            .map_err(driver("allocating the call's group counter"))?;
+        let (counter_ptr, guard) = counter.device_ptr(&backend.stream);
+        drop(guard);
+        let flag = HostFlag::new()?;
+        let mut path = CallPath {
+            graph: None,
+            completion: Completion::SelfSignalled {
+                flag,
+                kernel,
+                _counter: counter,
+                counter_ptr,
+            },
+            unwaited: false,
+        };
+        if loaded.kernel.cluster.is_none() {
+            let Completion::SelfSignalled {
+                flag,
+                kernel,
+                counter_ptr,
+                ..
+            } = &path.completion
+            else {
+                unreachable!("built above")
+            };
+            let (mut count, mut device, mut word) = (*counter_ptr, flag.device, DONE_WORD);
+            let mut raw = signalled_args(args, kernel, &mut count, &mut device, &mut word);
+            let sizes = argument_sizes(kernel, &SIGNAL_SIZES);
+            path.graph = CallGraph::build(backend, kernel, &mut raw, &sizes, None)?;
+        }
+        path.launch(backend, loaded, args)?;
+        path.wait(backend)?;
+        Ok(path)
+    }
+
     /// Does a call end with the flag (rather than a stream synchronize)?
     pub(crate) fn waits_on_flag(&self) -> bool {
-        self.completion.is_some()
+        !matches!(self.completion, Completion::Synchronize)
+    }
+
+    /// Does the kernel write the flag itself (its self-signalling form)?
+    pub(crate) fn self_signalled_kernel(&self) -> bool {
+        matches!(self.completion, Completion::SelfSignalled { .. })
+    }
+
+    fn flag_mut(&mut self) -> Option<&mut HostFlag> {
+        match &mut self.completion {
+            Completion::SelfSignalled { flag, .. } | Completion::TrailingNode { flag, .. } => {
+                Some(flag)
+            }
+            Completion::Synchronize => None,
+        }
     }
 
     /// Launch one call with `args`.
@@ -227,24 +365,47 @@ impl CallPath {
         loaded: &Loaded,
         args: &mut DeviceArgs,
     ) -> Result<(), CudaError> {
-        if let Some((flag, _)) = self.completion.as_mut() {
-            if self.unwaited {
-                flag.wait_for(1)?;
+        let unwaited = self.unwaited;
+        if let Some(flag) = self.flag_mut() {
+            if unwaited {
+                flag.wait_for(DONE_WORD)?;
             }
             flag.reset();
             self.unwaited = true;
         }
-        match &self.graph {
-            Some(g) => g.launch(backend, loaded, args),
-            None => backend.launch(loaded, args),
+        match &self.completion {
+            Completion::SelfSignalled {
+                flag,
+                kernel,
+                counter_ptr,
+                ..
+            } => {
+                let (mut count, mut device, mut word) = (*counter_ptr, flag.device, DONE_WORD);
+                let mut raw = signalled_args(args, kernel, &mut count, &mut device, &mut word);
+                match self.graph.as_mut() {
+                    Some(g) => {
+                        let sizes = argument_sizes(kernel, &SIGNAL_SIZES);
+                        g.launch(backend, kernel, &mut raw, &sizes)
+                    }
+                    None => backend.launch_raw(kernel, &mut raw, LaunchApi::Ex),
+                }
+            }
+            _ => match self.graph.as_mut() {
+                Some(g) => {
+                    let mut raw = args.raw(&loaded.kernel);
+                    let sizes = argument_sizes(loaded, &[]);
+                    g.launch(backend, loaded, &mut raw, &sizes)
+                }
+                None => backend.launch(loaded, args),
+            },
         }
     }
 
     /// Wait until the last call has finished on the GPU.
     pub(crate) fn wait(&mut self, backend: &CudaBackend) -> Result<(), CudaError> {
-        match self.completion.as_ref() {
-            Some((flag, _)) => {
-                flag.wait_for(1)?;
+        match self.flag_mut() {
+            Some(flag) => {
+                flag.wait_for(DONE_WORD)?;
                 self.unwaited = false;
                 Ok(())
             }
@@ -254,4 +415,25 @@ impl CallPath {
                 .map_err(driver("waiting for the call")),
         }
     }
+}
+
+/// Byte sizes of the self-signalling form's trailing arguments: the
+/// counter's and the flag's device pointers, the word.
+const SIGNAL_SIZES: [usize; 3] = [8, 8, 4];
+
+/// Raw arguments of the self-signalling kernel: the call's own, then the
+/// counter, the flag and the word (each borrowed; they must outlive the
+/// launch).
+fn signalled_args(
+    args: &mut DeviceArgs,
+    kernel: &Loaded,
+    count: &mut u64,
+    flag: &mut u64,
+    word: &mut u32,
+) -> Vec<*mut c_void> {
+    let mut raw = args.raw(&kernel.kernel);
+    raw.push((count as *mut u64).cast());
+    raw.push((flag as *mut u64).cast());
+    raw.push((word as *mut u32).cast());
+    raw
 }

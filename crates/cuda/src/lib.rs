@@ -231,10 +231,13 @@ struct CompileJob {
 
 /// The kernels of `jobs` that need compiling for `arch`: one per compile
 /// key, none that `known` already has; plans codegen refuses are counted
-/// as failed (their own load reports why). No NVRTC, no driver.
+/// as failed (their own load reports why). With `forms` at
+/// [`KernelForms::WithCallPath`], each plan's self-signalling form (what
+/// its single calls run) too. No NVRTC, no driver.
 fn kernels_to_compile(
     jobs: &[(Plan, CodegenOptions)],
     arch: &str,
+    forms: KernelForms,
     known: impl Fn(&str) -> bool,
 ) -> (Vec<CompileJob>, Precompiled) {
     let mut report = Precompiled::default();
@@ -245,19 +248,39 @@ fn kernels_to_compile(
             report.failed += 1;
             continue;
         };
-        let options = nvrtc_options(options, arch);
-        let key = compile_key(&kernel.source, &options, arch);
-        if known(&key) || !seen.insert(key.clone()) {
-            report.skipped += 1;
-            continue;
+        let mut kernels = vec![];
+        if forms == KernelForms::WithCallPath {
+            match lanefold_codegen::self_signalling(&kernel) {
+                Ok(k) => kernels.push(k),
+                Err(_) => report.failed += 1,
+            }
         }
-        todo.push(CompileJob {
-            key,
-            kernel,
-            options,
-        });
+        kernels.push(kernel);
+        let options = nvrtc_options(options, arch);
+        for kernel in kernels {
+            let key = compile_key(&kernel.source, &options, arch);
+            if known(&key) || !seen.insert(key.clone()) {
+                report.skipped += 1;
+                continue;
+            }
+            todo.push(CompileJob {
+                key,
+                kernel,
+                options: options.clone(),
+            });
+        }
     }
     (todo, report)
+}
+
+/// Which forms of each plan's kernel [`CudaBackend::precompile`] builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelForms {
+    /// The kernel as generated: what launches and graph batches run.
+    Plain,
+    /// That and its self-signalling form, which lanefold's single calls
+    /// run (benches, replays and searches time single calls).
+    WithCallPath,
 }
 
 /// What one [`CudaBackend::precompile`] did.
@@ -394,7 +417,15 @@ impl CudaBackend {
 
     /// Generate, compile (cached) and load the kernel for `plan`.
     fn load(&self, plan: &Plan, options: &CodegenOptions) -> Result<Arc<Loaded>, CudaError> {
-        let kernel = generate(plan, options)?;
+        self.load_kernel(generate(plan, options)?, options)
+    }
+
+    /// Compile (cached, in memory and on disk) and load a generated kernel.
+    pub(crate) fn load_kernel(
+        &self,
+        kernel: Kernel,
+        options: &CodegenOptions,
+    ) -> Result<Arc<Loaded>, CudaError> {
         let opts = nvrtc_options(options, &self.arch);
         let key = compile_key(&kernel.source, &opts, &self.arch);
         if let Some(hit) = self.memory.lock().expect("cache lock").get(&key) {
@@ -441,7 +472,7 @@ impl CudaBackend {
     /// small kernels spends most of its time in NVRTC, one kernel at a
     /// time otherwise. Nothing is loaded onto the device here; a plan or
     /// kernel that fails is skipped, and its own load reports the error.
-    pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)]) -> Precompiled {
+    pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)], forms: KernelForms) -> Precompiled {
         let started = std::time::Instant::now();
         let (todo, mut report) = {
             let memory = self.memory.lock().expect("cache lock");
@@ -451,7 +482,7 @@ impl CudaBackend {
                     .as_ref()
                     .is_some_and(|d| d.binary_path(key).exists())
             };
-            kernels_to_compile(jobs, &self.arch, |key| {
+            kernels_to_compile(jobs, &self.arch, forms, |key| {
                 memory.contains_key(key) || staged.contains_key(key) || on_disk(key)
             })
         };
@@ -670,8 +701,19 @@ impl CudaBackend {
         args: &mut DeviceArgs,
         api: LaunchApi,
     ) -> Result<(), CudaError> {
+        let mut raw = args.raw(&loaded.kernel);
+        self.launch_raw(loaded, &mut raw, api)
+    }
+
+    /// Launch `loaded` with raw argument pointers (its parameters, plus
+    /// any a derived form such as the self-signalling one appends).
+    pub(crate) fn launch_raw(
+        &self,
+        loaded: &Loaded,
+        raw: &mut [*mut c_void],
+        api: LaunchApi,
+    ) -> Result<(), CudaError> {
         let k = &loaded.kernel;
-        let mut raw = args.raw(k);
         if api == LaunchApi::Legacy && k.cluster.is_none() {
             self.ctx
                 .bind_to_thread()
@@ -1094,6 +1136,60 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         assert!(local > 0, "{layernorm:?}");
     }
 
+    /// Needs NVRTC. The self-signalling form of every operator's default
+    /// kernel compiles (clusters, persistent and streamed plans among
+    /// them) to a binary other than the kernel's, within 8 registers and
+    /// 16 bytes of spills of it.
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_compiles_the_self_signalling_form_of_every_default_kernel() {
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+        let options = CodegenOptions::default();
+        let mut kernels = vec![];
+        for op in Operator::SIX {
+            for dtype in [DType::F32, DType::Bf16] {
+                for shape in ["1x127", "1024x4096", "4x32768", "4x131072"] {
+                    let problem = Problem::operator(
+                        op,
+                        OperatorOptions::default(),
+                        dtype,
+                        shape.parse().unwrap(),
+                    );
+                    let p = plan(&problem, &Target::h200(), &LayoutRequest::default()).unwrap();
+                    kernels.push(generate(&p, &options).unwrap());
+                }
+            }
+        }
+        let mut opts = nvrtc_options(&options, "sm_90");
+        opts.push("--ptxas-options=-v".to_string());
+        let results: Vec<_> = kernels
+            .par_iter()
+            .map(|k| {
+                let signalled = lanefold_codegen::self_signalling(k).unwrap();
+                let (plain, plain_log) = compile_kernel(k, &opts).unwrap();
+                let (cubin, log) =
+                    compile_kernel(&signalled, &opts).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                (k.name.clone(), plain, plain_log, cubin, log)
+            })
+            .collect();
+        for (name, plain, plain_log, cubin, log) in results {
+            assert_ne!(plain, cubin, "{name}: the epilogue is in the binary");
+            let (a, b) = (PtxasReport::parse(&plain_log), PtxasReport::parse(&log));
+            assert!(b.registers.is_some(), "{name}: {log}");
+            assert!(
+                b.registers <= a.registers.map(|r| r + 8),
+                "{name}: {:?} registers against {:?}",
+                b.registers,
+                a.registers
+            );
+            // A few bytes where the kernel already sits at its register
+            // bound (rmsnorm f32 4x131072's prefetching clusters: 8).
+            let spill = |r: PtxasReport| r.spill_store_bytes.unwrap_or(0);
+            assert!(spill(b) <= spill(a) + 16, "{name}: {a:?} -> {b:?}");
+        }
+    }
+
     /// Needs NVRTC. Compiling on every core at once must give each plan
     /// the binary a lone compile gives it, in plan order.
     #[test]
@@ -1158,7 +1254,8 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
             (a.clone(), fma),
             (a.clone(), no_fma),
         ];
-        let (todo, report) = super::kernels_to_compile(&jobs, "sm_90", |_| false);
+        let (todo, report) =
+            super::kernels_to_compile(&jobs, "sm_90", KernelForms::Plain, |_| false);
         assert_eq!(todo.len(), 3);
         assert_eq!((report.skipped, report.failed), (1, 0));
         let keys: HashSet<_> = todo.iter().map(|j| j.key.clone()).collect();
@@ -1172,9 +1269,20 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         }
         // Known keys (loaded, staged or on disk) are not compiled again.
         let known = todo[0].key.clone();
-        let (again, report) = super::kernels_to_compile(&jobs, "sm_90", |k| k == known);
+        let (again, report) =
+            super::kernels_to_compile(&jobs, "sm_90", KernelForms::Plain, |k| k == known);
         assert_eq!(again.len(), 2);
         assert_eq!(report.skipped, 2);
         assert!(again.iter().all(|j| j.key != known));
+        // With the call path, each distinct kernel adds its self-signalling
+        // form, keyed like any other source.
+        let (both, report) =
+            super::kernels_to_compile(&jobs, "sm_90", KernelForms::WithCallPath, |_| false);
+        assert_eq!((both.len(), report.skipped, report.failed), (6, 2, 0));
+        let signalled = both
+            .iter()
+            .filter(|j| j.kernel.source.contains("lf_done_word"))
+            .count();
+        assert_eq!(signalled, 3);
     }
 }

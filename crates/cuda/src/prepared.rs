@@ -50,6 +50,9 @@ pub struct Prepared<'a> {
     next_single: usize,
     /// lanefold's one-call path, built on first use.
     call_path: Option<CallPath>,
+    /// The options the kernel was generated with (its call path's
+    /// self-signalling form is compiled with the same).
+    options: CodegenOptions,
     source_sha256: String,
 }
 
@@ -92,6 +95,7 @@ impl CudaBackend {
             end: event()?,
             next_single: 0,
             call_path: None,
+            options: *options,
         })
     }
 }
@@ -170,7 +174,12 @@ impl<'a> Prepared<'a> {
             Some(path) => path.launch(self.backend, &self.loaded, args),
             // Building makes the first call.
             None => {
-                self.call_path = Some(CallPath::build(self.backend, &self.loaded, args)?);
+                self.call_path = Some(CallPath::build(
+                    self.backend,
+                    &self.loaded,
+                    &self.options,
+                    args,
+                )?);
                 Ok(())
             }
         }
@@ -189,6 +198,12 @@ impl<'a> Prepared<'a> {
     /// the first call)?
     pub fn call_waits_on_flag(&self) -> Option<bool> {
         self.call_path.as_ref().map(CallPath::waits_on_flag)
+    }
+
+    /// Does lanefold's call run the kernel's self-signalling form, whose
+    /// last group writes the completion flag (None until the first call)?
+    pub fn call_is_self_signalled(&self) -> Option<bool> {
+        self.call_path.as_ref().map(CallPath::self_signalled_kernel)
     }
 
     pub(crate) fn synchronize(&self, context: &str) -> Result<(), CudaError> {

@@ -212,7 +212,10 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 }
             }
         }
-        eprintln!("{}", c.precompile(&jobs));
+        eprintln!(
+            "{}",
+            c.precompile(&jobs, lanefold_cuda::KernelForms::WithCallPath)
+        );
     }
     'cases: for &shape in &spec.shapes {
         for &op in &spec.ops {

@@ -1,0 +1,116 @@
+//! The self-signalling form of a generated kernel, for lanefold's one-call
+//! path: the same kernel, byte for byte, with three trailing parameters
+//! and an epilogue in which the last group to finish writes a word to a
+//! host-mapped flag. The host spins on that flag instead of waiting for a
+//! second graph node (the flag writer) to be dispatched behind the kernel.
+//!
+//! Pure text in, text out: the default kernel (and its hash, which results
+//! record) is untouched, and this form is derived from it alone, so an
+//! audit can re-derive what a single call ran from the recorded source.
+
+use crate::{CodegenError, Kernel};
+
+/// Parameters the self-signalling form appends, in launch order: the
+/// group counter (device memory, zero between calls), the host-mapped
+/// flag, and the word written to it.
+pub const SIGNAL_PARAMS: [&str; 3] = [
+    "unsigned* __restrict__ lf_done_count",
+    "unsigned* lf_done_flag",
+    "unsigned lf_done_word",
+];
+
+/// The epilogue: every group fences its writes and takes a ticket; the
+/// last one resets the counter (stream order hands zero to the next call)
+/// and publishes the word to host memory.
+const EPILOGUE: &str = "    // lanefold's call path: the last group to finish tells the host.
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        __threadfence(); // this group's writes before its ticket
+        const unsigned lf_groups = gridDim.x * gridDim.y * gridDim.z;
+        if (atomicAdd(lf_done_count, 1u) == lf_groups - 1) {
+            __threadfence(); // every group's ticket (and writes) before the flag
+            *lf_done_count = 0;
+            __threadfence_system();
+            *(volatile unsigned*)lf_done_flag = lf_done_word;
+        }
+    }
+";
+
+const ENTRY: &str = "extern \"C\" __global__ void";
+
+/// `kernel` with [`SIGNAL_PARAMS`] appended to its signature and the
+/// completion epilogue before its closing brace. The kernel must be the
+/// source's one entry point and its last definition (as `generate` emits
+/// it); anything else is refused rather than guessed at.
+pub fn self_signalling(kernel: &Kernel) -> Result<Kernel, CodegenError> {
+    let src = &kernel.source;
+    let refuse = |why: &str| {
+        CodegenError::Unsupported(format!(
+            "kernel {}: no self-signalling form: {why}",
+            kernel.name
+        ))
+    };
+    let entry = match src.match_indices(ENTRY).map(|(i, _)| i).collect::<Vec<_>>()[..] {
+        [one] => one,
+        [] => return Err(refuse("no entry point")),
+        _ => return Err(refuse("more than one entry point")),
+    };
+    let named = format!(" {}(", kernel.name);
+    let open_paren = src[entry..]
+        .find(&named)
+        .map(|i| entry + i + named.len() - 1)
+        .ok_or_else(|| refuse("the entry point is not named for the kernel"))?;
+    // The signature ends at its matching parenthesis, the body opens next.
+    let close_paren =
+        matching(src, open_paren, b'(', b')').ok_or_else(|| refuse("unbalanced parameter list"))?;
+    let body_open = close_paren
+        + 1
+        + src[close_paren + 1..]
+            .find(|c: char| !c.is_whitespace())
+            .filter(|&i| src[close_paren + 1 + i..].starts_with('{'))
+            .ok_or_else(|| refuse("no body after the signature"))?;
+    let body_close =
+        matching(src, body_open, b'{', b'}').ok_or_else(|| refuse("unbalanced body"))?;
+    if !src[body_close + 1..].trim().is_empty() {
+        return Err(refuse("the kernel is not the source's last definition"));
+    }
+    if src[open_paren..close_paren].contains("lf_done_") {
+        return Err(refuse("already self-signalling"));
+    }
+    let mut out = String::with_capacity(src.len() + EPILOGUE.len() + 128);
+    out.push_str(&src[..close_paren]);
+    for p in SIGNAL_PARAMS {
+        out.push_str(",\n    ");
+        out.push_str(p);
+    }
+    out.push_str(&src[close_paren..body_close]);
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(EPILOGUE);
+    out.push_str(&src[body_close..]);
+    Ok(Kernel {
+        source: out,
+        ..kernel.clone()
+    })
+}
+
+/// Index of the bracket closing the one at `open` (nesting counted).
+fn matching(src: &str, open: usize, left: u8, right: u8) -> Option<usize> {
+    let bytes = src.as_bytes();
+    if bytes.get(open) != Some(&left) {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (i, &b) in bytes.iter().enumerate().skip(open) {
+        if b == left {
+            depth += 1;
+        } else if b == right {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
