@@ -236,6 +236,8 @@
 #           selftest, the latency probe of the seven 1024x4096 single-call
 #           misses (and a near-empty control), then the 84 short-row cases
 #           benched and replayed A/A with both torch peers, 3 rounds
+#   CALL 113: session 21: call 112 again with the three completions in the
+#           probe and the watcher form as the call path's default
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2572,11 +2574,11 @@ LIST
   logs=$(mktemp -d)
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s20b-h200" selftest-quick
   ;;
-112)
+112|113)
   logs=$(mktemp -d)
-  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21-h200" selftest-quick
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21$([ "$call" = 113 ] && echo b)-h200" selftest-quick
   step "latency probe: the self-signalling call path at 1024x4096"
-  p="bench/probes/$date-latency-ss-h200"
+  p="bench/probes/$date-latency-ss$([ "$call" = 113 ] && echo 2)-h200"
   mkdir -p "$p"
   for c in "rmsnorm f32 1x127" "softmax f32 1024x4096" "rmsnorm f32 1024x4096" "rmsnorm bf16 1024x4096" \
     "layernorm f32 1024x4096" "layernorm bf16 1024x4096" "residual_layernorm bf16 1024x4096" \
@@ -2584,10 +2586,11 @@ LIST
     set -- $c
     timeout 60 "$bin" latency --op "$1" --shape "$3" --dtype "$2" --iters 2000 \
       --output "$p/$1-$3-$2.json" > "$p/$1-$3-$2.txt" 2>&1
-    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"; grep -E "as opened.*(graph \+ poll|lanefold)" "$p/$1-$3-$2.txt"
+    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"; grep -E "as opened.*(graph \+ poll|lanefold|path:)" "$p/$1-$3-$2.txt"
   done
   keep latency "$p"
-  ref="$r-short-all-s21-h200"
+  sfx=$([ "$call" = 113 ] && echo s21b || echo s21)
+  ref="$r-short-all-$sfx-h200"
   step "short rows, six operators, today's defaults, bench"
   timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
     --shapes 1024x4096,1x127,17x257,64x4096,1x4096,8x4096,32x4096 --dtypes f32,bf16 $s \
@@ -2596,11 +2599,11 @@ LIST
   step "short rows, A/A replay with torch eager and torch.compile"
   timeout "$(left)" "$bin" replay --backend cuda --aa --reference "$ref/results.json" \
     --rounds 3 $s --torch --torch-compile --deadline-s "$(( $(left) - 20 ))" \
-    --output "$r-short-all-s21-aa-h200" > "$logs/replay.log" 2>&1
+    --output "$r-short-all-$sfx-aa-h200" > "$logs/replay.log" 2>&1
   echo "replay rc=$?"; tail -3 "$logs/replay.log"
-  keep short "$ref" "$r-short-all-s21-aa-h200" "$logs"
-  "$bin" scorecard "$r-short-all-s21-aa-h200" | grep -E "^# |^## " || true
+  keep short "$ref" "$r-short-all-$sfx-aa-h200" "$logs"
+  "$bin" scorecard "$r-short-all-$sfx-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-112)"; exit 2 ;;
+*) echo "unknown call $call (1-113)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

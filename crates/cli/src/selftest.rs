@@ -1181,6 +1181,9 @@ pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
     for variant in [
         lanefold_cuda::LatencyVariant::CallKernelFlag,
         lanefold_cuda::LatencyVariant::CallPathWait,
+        lanefold_cuda::LatencyVariant::PathFlagNode,
+        lanefold_cuda::LatencyVariant::PathTicket,
+        lanefold_cuda::LatencyVariant::PathWatcher,
     ] {
         let label = format!("latency probe: {}", variant.label());
         match &result {

@@ -18,7 +18,7 @@ use lanefold_plan::Plan;
 use serde::{Deserialize, Serialize};
 
 pub use emit::kernel_name;
-pub use signal::{self_signalling, SIGNAL_PARAMS};
+pub use signal::{self_signalling, Signal, SIGNAL_PARAMS};
 
 /// Code generation switches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -19,10 +19,43 @@ pub const SIGNAL_PARAMS: [&str; 3] = [
     "unsigned lf_done_word",
 ];
 
-/// The epilogue: every group fences its writes and takes a ticket; the
-/// last one resets the counter (stream order hands zero to the next call)
-/// and publishes the word to host memory.
-const EPILOGUE: &str = "    // lanefold's call path: the last group to finish tells the host.
+/// Who in the kernel tells the host that every group is done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    /// Every group fences its writes and takes a ticket (a returning
+    /// atomic); the last one resets the counter (stream order hands zero
+    /// to the next call) and writes the flag. Each group waits for its
+    /// fence and ticket before it retires.
+    Ticket,
+    /// Every group but the first posts a relaxed increment and retires at
+    /// once; group 0, dispatched first, polls the counter after its own
+    /// work until all the others have counted, then resets it and writes
+    /// the flag. No fence orders the others' writes before the flag: the
+    /// flag says every group has finished, and anything that reads the
+    /// outputs is ordered behind the kernel on the call's stream.
+    Watcher,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 2] = [Signal::Ticket, Signal::Watcher];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Ticket => "ticket",
+            Signal::Watcher => "watcher",
+        }
+    }
+
+    fn epilogue(self) -> &'static str {
+        match self {
+            Signal::Ticket => TICKET_EPILOGUE,
+            Signal::Watcher => WATCHER_EPILOGUE,
+        }
+    }
+}
+
+const TICKET_EPILOGUE: &str =
+    "    // lanefold's call path: the last group to finish tells the host.
     __syncthreads();
     if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
         __threadfence(); // this group's writes before its ticket
@@ -36,13 +69,32 @@ const EPILOGUE: &str = "    // lanefold's call path: the last group to finish te
     }
 ";
 
+const WATCHER_EPILOGUE: &str = "    // lanefold's call path: group 0 tells the host once every other group
+    // has counted itself done; the others retire without waiting.
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        const unsigned lf_others = gridDim.x * gridDim.y * gridDim.z - 1;
+        if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+            unsigned lf_seen = 0;
+            while (lf_others != 0 && lf_seen != lf_others) {
+                asm volatile(\"ld.relaxed.gpu.global.u32 %0, [%1];\" : \"=r\"(lf_seen) : \"l\"(lf_done_count) : \"memory\");
+            }
+            *lf_done_count = 0;
+            __threadfence_system();
+            *(volatile unsigned*)lf_done_flag = lf_done_word;
+        } else {
+            asm volatile(\"red.relaxed.gpu.global.add.u32 [%0], 1;\" :: \"l\"(lf_done_count) : \"memory\");
+        }
+    }
+";
+
 const ENTRY: &str = "extern \"C\" __global__ void";
 
 /// `kernel` with [`SIGNAL_PARAMS`] appended to its signature and the
-/// completion epilogue before its closing brace. The kernel must be the
+/// completion epilogue of `signal` before its closing brace. The kernel must be the
 /// source's one entry point and its last definition (as `generate` emits
 /// it); anything else is refused rather than guessed at.
-pub fn self_signalling(kernel: &Kernel) -> Result<Kernel, CodegenError> {
+pub fn self_signalling(kernel: &Kernel, signal: Signal) -> Result<Kernel, CodegenError> {
     let src = &kernel.source;
     let refuse = |why: &str| {
         CodegenError::Unsupported(format!(
@@ -77,7 +129,8 @@ pub fn self_signalling(kernel: &Kernel) -> Result<Kernel, CodegenError> {
     if src[open_paren..close_paren].contains("lf_done_") {
         return Err(refuse("already self-signalling"));
     }
-    let mut out = String::with_capacity(src.len() + EPILOGUE.len() + 128);
+    let epilogue = signal.epilogue();
+    let mut out = String::with_capacity(src.len() + epilogue.len() + 128);
     out.push_str(&src[..close_paren]);
     for p in SIGNAL_PARAMS {
         out.push_str(",\n    ");
@@ -87,7 +140,7 @@ pub fn self_signalling(kernel: &Kernel) -> Result<Kernel, CodegenError> {
     if !out.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(EPILOGUE);
+    out.push_str(epilogue);
     out.push_str(&src[body_close..]);
     Ok(Kernel {
         source: out,

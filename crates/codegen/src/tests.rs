@@ -1752,36 +1752,37 @@ fn self_signalling_keeps_every_default_kernel_and_ends_it_with_the_signal() {
             for shape in shapes {
                 let k = kernel(&make_with(op, dtype, shape, LayoutRequest::default()));
                 clusters += usize::from(k.cluster.is_some());
-                let s = self_signalling(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
                 let (head, tail) = k.source.split_at(k.source.find(")\n{").unwrap());
-                assert!(
-                    s.source.starts_with(head),
-                    "{}: the text before the signature's end",
-                    k.name
-                );
-                assert!(
-                    s.source.contains("unsigned lf_done_word)\n{"),
-                    "{}: the parameters close the signature",
-                    k.name
-                );
                 let body = tail.trim_end().strip_suffix('}').unwrap();
-                assert!(
-                    s.source.contains(body),
-                    "{}: the body is kept whole",
-                    k.name
-                );
-                assert!(
-                    s.source
-                        .trim_end()
-                        .ends_with("= lf_done_word;\n        }\n    }\n}"),
-                    "{}: the signal ends the kernel",
-                    k.name
-                );
-                assert_eq!((s.grid, s.block, s.cluster), (k.grid, k.block, k.cluster));
-                assert_eq!(
-                    s.params, k.params,
-                    "the appended parameters are the runtime's"
-                );
+                for signal in Signal::ALL {
+                    let s = self_signalling(&k, signal)
+                        .unwrap_or_else(|e| panic!("{} {signal:?}: {e}", k.name));
+                    let what = format!("{} {signal:?}", k.name);
+                    assert!(
+                        s.source.starts_with(head),
+                        "{what}: the text before the signature's end"
+                    );
+                    assert!(
+                        s.source.contains("unsigned lf_done_word)\n{"),
+                        "{what}: the parameters close the signature"
+                    );
+                    let kept = s
+                        .source
+                        .find(body)
+                        .unwrap_or_else(|| panic!("{what}: the body is kept whole"));
+                    let epilogue = s.source.rfind("    // lanefold's call path:").unwrap();
+                    assert!(epilogue > kept, "{what}: the signal follows the body");
+                    assert!(s.source[epilogue..].contains("= lf_done_word;"), "{what}");
+                    assert!(
+                        s.source.trim_end().ends_with("        }\n    }\n}"),
+                        "{what}: the signal ends the kernel"
+                    );
+                    assert_eq!((s.grid, s.block, s.cluster), (k.grid, k.block, k.cluster));
+                    assert_eq!(
+                        s.params, k.params,
+                        "the appended parameters are the runtime's"
+                    );
+                }
             }
         }
     }
@@ -1791,7 +1792,8 @@ fn self_signalling_keeps_every_default_kernel_and_ends_it_with_the_signal() {
 #[test]
 fn self_signalling_refuses_text_it_cannot_place_the_signal_in() {
     let k = kernel(&make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1));
-    let twice = self_signalling(&self_signalling(&k).unwrap()).unwrap_err();
+    let once = self_signalling(&k, Signal::Ticket).unwrap();
+    let twice = self_signalling(&once, Signal::Watcher).unwrap_err();
     assert!(
         twice.to_string().contains("already self-signalling"),
         "{twice}"
@@ -1800,24 +1802,30 @@ fn self_signalling_refuses_text_it_cannot_place_the_signal_in() {
         source: format!("{}\n__device__ int after;\n", k.source),
         ..k.clone()
     };
-    let e = self_signalling(&trailing).unwrap_err();
+    let e = self_signalling(&trailing, Signal::Ticket).unwrap_err();
     assert!(e.to_string().contains("last definition"), "{e}");
     let renamed = Kernel {
         name: "lf_other".into(),
         ..k.clone()
     };
-    let e = self_signalling(&renamed).unwrap_err();
+    let e = self_signalling(&renamed, Signal::Ticket).unwrap_err();
     assert!(e.to_string().contains("not named"), "{e}");
     let cut = Kernel {
         source: k.source[..k.source.len() - 3].to_string(),
         ..k
     };
-    let e = self_signalling(&cut).unwrap_err();
+    let e = self_signalling(&cut, Signal::Watcher).unwrap_err();
     assert!(e.to_string().contains("unbalanced body"), "{e}");
 }
 
 #[test]
 fn golden_softmax_f32_w256_v4_self_signalling() {
     let k = kernel(&make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1));
-    insta::assert_snapshot!(self_signalling(&k).unwrap().source);
+    insta::assert_snapshot!(self_signalling(&k, Signal::Ticket).unwrap().source);
+}
+
+#[test]
+fn golden_softmax_f32_w256_v4_self_signalling_watcher() {
+    let k = kernel(&make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1));
+    insta::assert_snapshot!(self_signalling(&k, Signal::Watcher).unwrap().source);
 }

@@ -17,7 +17,7 @@
 use crate::completion::{signal_kernel, HostFlag};
 use crate::{driver, CudaBackend, CudaError, DeviceArgs, LaunchApi, Loaded};
 use cudarc::driver::{sys, CudaSlice, DevicePtr};
-use lanefold_codegen::CodegenOptions;
+use lanefold_codegen::{CodegenOptions, Signal};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -219,78 +219,111 @@ pub(crate) struct CallPath {
 /// The word every flagged call writes (the flag is cleared before each).
 const DONE_WORD: u32 = 1;
 
+/// How lanefold's call learns that its kernel has finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallCompletion {
+    /// The kernel's self-signalling form writes the flag.
+    Kernel(Signal),
+    /// A one-thread writer follows the kernel as a second graph node.
+    FlagNode,
+}
+
+/// The completion every call path tries first.
+pub const DEFAULT_COMPLETION: CallCompletion = CallCompletion::Kernel(Signal::Watcher);
+
 impl CallPath {
     /// Build the path with `args` and make one call through it (waited for
-    /// where it ends with a flag): the self-signalling form first, then the
-    /// trailing flag node, then a plain graph and a synchronize. A flag is
-    /// used only if that first call's write arrives.
+    /// where it ends with a flag): [`DEFAULT_COMPLETION`] first, then the
+    /// flag node, then a plain graph and a synchronize. A flag is used only
+    /// if that first call's write arrives.
     pub(crate) fn build(
         backend: &CudaBackend,
         loaded: &Loaded,
         options: &CodegenOptions,
         args: &mut DeviceArgs,
     ) -> Result<CallPath, CudaError> {
-        match CallPath::self_signalled(backend, loaded, options, args) {
-            Ok(path) => return Ok(path),
-            Err(e) => {
-                eprintln!("lanefold: {}: no self-signalling call ({e}); a flag node follows the kernel instead", loaded.kernel.name);
-                // Whatever that attempt left running ends before the next.
-                backend
-                    .stream
-                    .synchronize()
-                    .map_err(driver("after the self-signalling attempt"))?;
+        let mut tries = vec![DEFAULT_COMPLETION];
+        if DEFAULT_COMPLETION != CallCompletion::FlagNode {
+            tries.push(CallCompletion::FlagNode);
+        }
+        for completion in tries {
+            match CallPath::build_as(backend, loaded, options, args, completion) {
+                Ok(path) => return Ok(path),
+                Err(e) => {
+                    eprintln!(
+                        "lanefold: {}: no {completion:?} completion ({e})",
+                        loaded.kernel.name
+                    );
+                    // Whatever that attempt left running ends before the next.
+                    backend
+                        .stream
+                        .synchronize()
+                        .map_err(driver("after a failed call-path attempt"))?;
+                }
             }
         }
-        let unflagged = |graph: Option<CallGraph>, args: &mut DeviceArgs| {
-            let mut path = CallPath {
-                graph,
-                completion: Completion::Synchronize,
-                unwaited: false,
-            };
-            path.launch(backend, loaded, args)?;
-            Ok(path)
+        let mut raw = args.raw(&loaded.kernel);
+        let sizes = argument_sizes(loaded, &[]);
+        let graph = CallGraph::build(backend, loaded, &mut raw, &sizes, None)?;
+        let mut path = CallPath {
+            graph,
+            completion: Completion::Synchronize,
+            unwaited: false,
         };
+        path.launch(backend, loaded, args)?;
+        path.wait(backend)?;
+        Ok(path)
+    }
+
+    /// The path with `completion` and nothing else, proven by one call
+    /// whose flag arrives (the latency probe compares them).
+    pub(crate) fn build_as(
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        options: &CodegenOptions,
+        args: &mut DeviceArgs,
+        completion: CallCompletion,
+    ) -> Result<CallPath, CudaError> {
+        match completion {
+            CallCompletion::Kernel(signal) => {
+                CallPath::self_signalled(backend, loaded, options, args, signal)
+            }
+            CallCompletion::FlagNode => CallPath::flag_node(backend, loaded, args),
+        }
+    }
+
+    fn flag_node(
+        backend: &CudaBackend,
+        loaded: &Loaded,
+        args: &mut DeviceArgs,
+    ) -> Result<CallPath, CudaError> {
         if loaded.kernel.cluster.is_some() {
-            return unflagged(None, args);
+            return Err(CudaError::Data(
+                "a cluster kernel launches directly: no graph for a flag node".into(),
+            ));
         }
         let sizes = argument_sizes(loaded, &[]);
-        let flagged = (|| -> Result<CallPath, CudaError> {
-            let writer = backend.load_helper(&signal_kernel())?;
-            let mut flag = HostFlag::new()?;
-            let trailing = TrailingNode {
-                loaded: &writer,
-                pointer: flag.device,
-                word: DONE_WORD,
-            };
-            let mut raw = args.raw(&loaded.kernel);
-            let mut graph = CallGraph::build(backend, loaded, &mut raw, &sizes, Some(trailing))?
-                .ok_or_else(|| CudaError::Data("no call graph".into()))?;
-            flag.reset();
-            graph.launch(backend, loaded, &mut raw, &sizes)?;
-            flag.wait_for(DONE_WORD)?;
-            Ok(CallPath {
-                graph: Some(graph),
-                completion: Completion::TrailingNode {
-                    flag,
-                    _writer: writer,
-                },
-                unwaited: false,
-            })
-        })();
-        match flagged {
-            Ok(path) => Ok(path),
-            // No flag here (no mapped memory, the writer did not compile,
-            // or its write never arrived): the graph alone.
-            Err(_) => {
-                backend
-                    .stream
-                    .synchronize()
-                    .map_err(driver("after the flag node's attempt"))?;
-                let mut raw = args.raw(&loaded.kernel);
-                let graph = CallGraph::build(backend, loaded, &mut raw, &sizes, None)?;
-                unflagged(graph, args)
-            }
-        }
+        let writer = backend.load_helper(&signal_kernel())?;
+        let mut flag = HostFlag::new()?;
+        let trailing = TrailingNode {
+            loaded: &writer,
+            pointer: flag.device,
+            word: DONE_WORD,
+        };
+        let mut raw = args.raw(&loaded.kernel);
+        let mut graph = CallGraph::build(backend, loaded, &mut raw, &sizes, Some(trailing))?
+            .ok_or_else(|| CudaError::Data("no call graph".into()))?;
+        flag.reset();
+        graph.launch(backend, loaded, &mut raw, &sizes)?;
+        flag.wait_for(DONE_WORD)?;
+        Ok(CallPath {
+            graph: Some(graph),
+            completion: Completion::TrailingNode {
+                flag,
+                _writer: writer,
+            },
+            unwaited: false,
+        })
     }
 
     /// The self-signalling path, proven by one call whose flag arrives.
@@ -299,8 +332,9 @@ impl CallPath {
         loaded: &Loaded,
         options: &CodegenOptions,
         args: &mut DeviceArgs,
+        signal: Signal,
     ) -> Result<CallPath, CudaError> {
-        let kernel = lanefold_codegen::self_signalling(&loaded.kernel)?;
+        let kernel = lanefold_codegen::self_signalling(&loaded.kernel, signal)?;
         let kernel = backend.load_kernel(kernel, options)?;
         let counter = backend
             .stream
@@ -436,4 +470,16 @@ fn signalled_args(
     raw.push((flag as *mut u64).cast());
     raw.push((word as *mut u32).cast());
     raw
+}
+
+/// The self-signalling form [`DEFAULT_COMPLETION`] runs (precompiled with
+/// the kernel where single calls follow); an error where the default is
+/// the flag node.
+pub(crate) fn default_signalled_form(
+    kernel: &lanefold_codegen::Kernel,
+) -> Result<lanefold_codegen::Kernel, CudaError> {
+    match DEFAULT_COMPLETION {
+        CallCompletion::Kernel(signal) => Ok(lanefold_codegen::self_signalling(kernel, signal)?),
+        CallCompletion::FlagNode => Err(CudaError::Data("no self-signalling default".into())),
+    }
 }

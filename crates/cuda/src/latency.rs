@@ -3,9 +3,11 @@
 //! modes, interleaved so drift spreads over all of them. A diagnostic for
 //! the single-call target, not a timing phase of the results files.
 
+use crate::call_graph::{CallCompletion, CallPath};
 use crate::completion::{signal_kernel, FlagWriter, HostFlag};
 use crate::{driver, CudaError, LaunchApi, Loaded, Prepared};
 use cudarc::driver::sys;
+use lanefold_codegen::Signal;
 use std::time::Instant;
 
 /// One way to launch and wait.
@@ -38,14 +40,21 @@ pub enum LatencyVariant {
     /// host-mapped flag (for drivers that refuse the stream write to it),
     /// which the host spins on.
     CallKernelFlag,
-    /// lanefold's call path and its own wait: the call graph with the flag
-    /// writer as a second node (one launch API call), then the host spins
-    /// on that flag; the `single` phase.
+    /// lanefold's call path and its own wait, as the `single` phase makes
+    /// it ([`crate::DEFAULT_COMPLETION`] where it works).
     CallPathWait,
+    /// The call path built with the flag writer as a second graph node.
+    PathFlagNode,
+    /// The call path built with the self-signalling kernel, last group by
+    /// ticket.
+    PathTicket,
+    /// The call path built with the self-signalling kernel, group 0
+    /// watching the others' counts.
+    PathWatcher,
 }
 
 impl LatencyVariant {
-    pub const ALL: [LatencyVariant; 12] = [
+    pub const ALL: [LatencyVariant; 15] = [
         LatencyVariant::SyncOnly,
         LatencyVariant::ExSync,
         LatencyVariant::ExSpin,
@@ -58,6 +67,9 @@ impl LatencyVariant {
         LatencyVariant::CallFlag,
         LatencyVariant::CallKernelFlag,
         LatencyVariant::CallPathWait,
+        LatencyVariant::PathFlagNode,
+        LatencyVariant::PathTicket,
+        LatencyVariant::PathWatcher,
     ];
 
     pub fn label(self) -> &'static str {
@@ -74,6 +86,19 @@ impl LatencyVariant {
             LatencyVariant::CallFlag => "call path + mapped flag",
             LatencyVariant::CallKernelFlag => "call path + kernel-written flag",
             LatencyVariant::CallPathWait => "call path + its flag (lanefold)",
+            LatencyVariant::PathFlagNode => "path: flag node",
+            LatencyVariant::PathTicket => "path: kernel, ticket",
+            LatencyVariant::PathWatcher => "path: kernel, watcher",
+        }
+    }
+
+    /// The completion a `Path*` variant builds its own call path with.
+    fn completion(self) -> Option<CallCompletion> {
+        match self {
+            LatencyVariant::PathFlagNode => Some(CallCompletion::FlagNode),
+            LatencyVariant::PathTicket => Some(CallCompletion::Kernel(Signal::Ticket)),
+            LatencyVariant::PathWatcher => Some(CallCompletion::Kernel(Signal::Watcher)),
+            _ => None,
         }
     }
 }
@@ -119,6 +144,8 @@ fn set_ctx_flags(flags: u32) -> Result<(), CudaError> {
 struct Flags {
     stream: Option<HostFlag>,
     kernel: Option<(HostFlag, Loaded)>,
+    /// The `Path*` variants' own call paths, where they could be built.
+    paths: Vec<(LatencyVariant, CallPath)>,
 }
 
 impl Prepared<'_> {
@@ -159,6 +186,18 @@ impl Prepared<'_> {
             LatencyVariant::CallPathWait => {
                 self.call(k)?;
                 self.wait_call()?;
+                return Ok(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            LatencyVariant::PathFlagNode
+            | LatencyVariant::PathTicket
+            | LatencyVariant::PathWatcher => {
+                let (_, path) = flags
+                    .paths
+                    .iter_mut()
+                    .find(|(v, _)| *v == variant)
+                    .expect("runs only with its path");
+                path.launch(self.backend, &self.loaded, &mut self.sets[k])?;
+                path.wait(self.backend)?;
                 return Ok(t0.elapsed().as_secs_f64() * 1e6);
             }
         }
@@ -204,7 +243,27 @@ impl Prepared<'_> {
         let mut flags = Flags {
             stream: HostFlag::new().ok(),
             kernel: None,
+            paths: vec![],
         };
+        for variant in LatencyVariant::ALL {
+            let Some(completion) = variant.completion() else {
+                continue;
+            };
+            let options = self.options;
+            match CallPath::build_as(
+                self.backend,
+                &self.loaded,
+                &options,
+                &mut self.sets[0],
+                completion,
+            ) {
+                Ok(path) => flags.paths.push((variant, path)),
+                Err(e) => {
+                    eprintln!("latency: {} is left out: {e}", variant.label());
+                    self.synchronize("after a call path that failed")?;
+                }
+            }
+        }
         if let Some(f) = flags.stream.as_mut() {
             if let Err(e) = f.signal_and_wait(stream, FlagWriter::Stream) {
                 eprintln!("latency: the mapped-flag variant is left out: {e}");
@@ -237,6 +296,7 @@ impl Prepared<'_> {
             .filter(|v| match v {
                 LatencyVariant::CallFlag => flags.stream.is_some(),
                 LatencyVariant::CallKernelFlag => flags.kernel.is_some(),
+                v if v.completion().is_some() => flags.paths.iter().any(|(p, _)| p == v),
                 _ => true,
             })
             .collect();

@@ -16,6 +16,7 @@ mod latency;
 mod prepared;
 
 pub use cache::{compile_key, sha256_hex, DiskCache};
+pub use call_graph::{CallCompletion, DEFAULT_COMPLETION};
 pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
 
@@ -250,7 +251,7 @@ fn kernels_to_compile(
         };
         let mut kernels = vec![];
         if forms == KernelForms::WithCallPath {
-            match lanefold_codegen::self_signalling(&kernel) {
+            match call_graph::default_signalled_form(&kernel) {
                 Ok(k) => kernels.push(k),
                 Err(_) => report.failed += 1,
             }
@@ -1163,14 +1164,24 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         }
         let mut opts = nvrtc_options(&options, "sm_90");
         opts.push("--ptxas-options=-v".to_string());
-        let results: Vec<_> = kernels
+        let forms: Vec<_> = kernels
+            .iter()
+            .flat_map(|k| lanefold_codegen::Signal::ALL.map(|signal| (k, signal)))
+            .collect();
+        let results: Vec<_> = forms
             .par_iter()
-            .map(|k| {
-                let signalled = lanefold_codegen::self_signalling(k).unwrap();
+            .map(|&(k, signal)| {
+                let signalled = lanefold_codegen::self_signalling(k, signal).unwrap();
                 let (plain, plain_log) = compile_kernel(k, &opts).unwrap();
-                let (cubin, log) =
-                    compile_kernel(&signalled, &opts).unwrap_or_else(|e| panic!("{}: {e}", k.name));
-                (k.name.clone(), plain, plain_log, cubin, log)
+                let (cubin, log) = compile_kernel(&signalled, &opts)
+                    .unwrap_or_else(|e| panic!("{} {signal:?}: {e}", k.name));
+                (
+                    format!("{} {signal:?}", k.name),
+                    plain,
+                    plain_log,
+                    cubin,
+                    log,
+                )
             })
             .collect();
         for (name, plain, plain_log, cubin, log) in results {

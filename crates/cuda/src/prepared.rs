@@ -52,7 +52,7 @@ pub struct Prepared<'a> {
     call_path: Option<CallPath>,
     /// The options the kernel was generated with (its call path's
     /// self-signalling form is compiled with the same).
-    options: CodegenOptions,
+    pub(crate) options: CodegenOptions,
     source_sha256: String,
 }
 
