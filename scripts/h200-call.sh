@@ -238,6 +238,8 @@
 #           benched and replayed A/A with both torch peers, 3 rounds
 #   CALL 113: session 21: call 112 again with the three completions in the
 #           probe and the watcher form as the call path's default
+#   CALL 114: session 21: the same with the flag node as the default (the
+#           watcher form for cluster kernels), probing two cluster kernels
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2574,22 +2576,32 @@ LIST
   logs=$(mktemp -d)
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s20b-h200" selftest-quick
   ;;
-112|113)
+112|113|114)
   logs=$(mktemp -d)
-  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21$([ "$call" = 113 ] && echo b)-h200" selftest-quick
-  step "latency probe: the self-signalling call path at 1024x4096"
-  p="bench/probes/$date-latency-ss$([ "$call" = 113 ] && echo 2)-h200"
+  case $call in
+    112) sfx=s21 probe=ss ;;
+    113) sfx=s21b probe=ss2 ;;
+    *) sfx=s21c probe=ss3 ;;
+  esac
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-$sfx-h200" selftest-quick
+  step "latency probe of the call path's completions"
+  p="bench/probes/$date-latency-$probe-h200"
   mkdir -p "$p"
-  for c in "rmsnorm f32 1x127" "softmax f32 1024x4096" "rmsnorm f32 1024x4096" "rmsnorm bf16 1024x4096" \
-    "layernorm f32 1024x4096" "layernorm bf16 1024x4096" "residual_layernorm bf16 1024x4096" \
-    "residual_layernorm f32 1024x4096"; do
+  if [ "$call" = 114 ]; then
+    cases=("layernorm bf16 1024x4096" "rmsnorm f32 4x131072" "softmax bf16 2x262144")
+  else
+    cases=("rmsnorm f32 1x127" "softmax f32 1024x4096" "rmsnorm f32 1024x4096" "rmsnorm bf16 1024x4096"
+      "layernorm f32 1024x4096" "layernorm bf16 1024x4096" "residual_layernorm bf16 1024x4096"
+      "residual_layernorm f32 1024x4096")
+  fi
+  for c in "${cases[@]}"; do
     set -- $c
     timeout 60 "$bin" latency --op "$1" --shape "$3" --dtype "$2" --iters 2000 \
       --output "$p/$1-$3-$2.json" > "$p/$1-$3-$2.txt" 2>&1
-    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"; grep -E "as opened.*(graph \+ poll|lanefold|path:)" "$p/$1-$3-$2.txt"
+    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"
+    grep -E "as opened.*(launch \+ sync|graph \+ poll|lanefold|path:)" "$p/$1-$3-$2.txt"
   done
   keep latency "$p"
-  sfx=$([ "$call" = 113 ] && echo s21b || echo s21)
   ref="$r-short-all-$sfx-h200"
   step "short rows, six operators, today's defaults, bench"
   timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
@@ -2604,6 +2616,6 @@ LIST
   keep short "$ref" "$r-short-all-$sfx-aa-h200" "$logs"
   "$bin" scorecard "$r-short-all-$sfx-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-113)"; exit 2 ;;
+*) echo "unknown call $call (1-114)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -76,7 +76,7 @@ pub fn latency(case: &Case, iters: usize, output: &Path) -> Result<()> {
         "order": "per iteration, every variant once in the listed order; 10% untimed warm-up",
         "gpu_event_us_samples": event_us,
         "call_waits_on_flag": prepared.call_waits_on_flag(),
-        "call_is_self_signalled": prepared.call_is_self_signalled(),
+        "call_completion": prepared.call_completion().map(|c| c.map_or("synchronize".to_string(), |c| format!("{c:?}"))),
         "probes": rows,
     });
     // Compact: 2000 samples of 36 variants stay under a megabyte.

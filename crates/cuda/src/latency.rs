@@ -41,7 +41,7 @@ pub enum LatencyVariant {
     /// which the host spins on.
     CallKernelFlag,
     /// lanefold's call path and its own wait, as the `single` phase makes
-    /// it ([`crate::DEFAULT_COMPLETION`] where it works).
+    /// it (the first completion that works for the kernel).
     CallPathWait,
     /// The call path built with the flag writer as a second graph node.
     PathFlagNode,

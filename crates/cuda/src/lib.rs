@@ -16,7 +16,7 @@ mod latency;
 mod prepared;
 
 pub use cache::{compile_key, sha256_hex, DiskCache};
-pub use call_graph::{CallCompletion, DEFAULT_COMPLETION};
+pub use call_graph::CallCompletion;
 pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
 
@@ -251,9 +251,10 @@ fn kernels_to_compile(
         };
         let mut kernels = vec![];
         if forms == KernelForms::WithCallPath {
-            match call_graph::default_signalled_form(&kernel) {
-                Ok(k) => kernels.push(k),
-                Err(_) => report.failed += 1,
+            match call_graph::precompiled_call_form(&kernel) {
+                Some(Ok(k)) => kernels.push(k),
+                Some(Err(_)) => report.failed += 1,
+                None => {}
             }
         }
         kernels.push(kernel);
@@ -279,8 +280,9 @@ fn kernels_to_compile(
 pub enum KernelForms {
     /// The kernel as generated: what launches and graph batches run.
     Plain,
-    /// That and its self-signalling form, which lanefold's single calls
-    /// run (benches, replays and searches time single calls).
+    /// That and the self-signalling form lanefold's single calls run
+    /// where the kernel has one first (cluster kernels; benches, replays
+    /// and searches time single calls).
     WithCallPath,
 }
 
@@ -1285,15 +1287,21 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         assert_eq!(again.len(), 2);
         assert_eq!(report.skipped, 2);
         assert!(again.iter().all(|j| j.key != known));
-        // With the call path, each distinct kernel adds its self-signalling
-        // form, keyed like any other source.
+        // With the call path, a cluster kernel adds the watcher form its
+        // single calls run first (keyed like any other source); the others,
+        // which end with the flag node, add nothing.
+        let cluster = planned("2x131072", 2048);
+        assert!(generate(&cluster, &fma).unwrap().cluster.is_some());
+        let mut with_cluster = jobs.clone();
+        with_cluster.push((cluster, fma));
         let (both, report) =
-            super::kernels_to_compile(&jobs, "sm_90", KernelForms::WithCallPath, |_| false);
-        assert_eq!((both.len(), report.skipped, report.failed), (6, 2, 0));
-        let signalled = both
+            super::kernels_to_compile(&with_cluster, "sm_90", KernelForms::WithCallPath, |_| false);
+        assert_eq!((both.len(), report.skipped, report.failed), (5, 1, 0));
+        let signalled: Vec<_> = both
             .iter()
             .filter(|j| j.kernel.source.contains("lf_done_word"))
-            .count();
-        assert_eq!(signalled, 3);
+            .collect();
+        assert_eq!(signalled.len(), 1);
+        assert!(signalled[0].kernel.cluster.is_some());
     }
 }

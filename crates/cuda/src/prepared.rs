@@ -124,6 +124,11 @@ impl<'a> Prepared<'a> {
         self.source_sha256.clone()
     }
 
+    /// Blocks per cluster the kernel launches with, if any.
+    pub fn cluster(&self) -> Option<u32> {
+        self.loaded.kernel.cluster
+    }
+
     pub fn kernel_name(&self) -> &str {
         &self.loaded.kernel.name
     }
@@ -200,10 +205,10 @@ impl<'a> Prepared<'a> {
         self.call_path.as_ref().map(CallPath::waits_on_flag)
     }
 
-    /// Does lanefold's call run the kernel's self-signalling form, whose
-    /// last group writes the completion flag (None until the first call)?
-    pub fn call_is_self_signalled(&self) -> Option<bool> {
-        self.call_path.as_ref().map(CallPath::self_signalled_kernel)
+    /// How lanefold's call learns it has finished: None until the first
+    /// call, Some(None) where it synchronizes the stream.
+    pub fn call_completion(&self) -> Option<Option<crate::CallCompletion>> {
+        self.call_path.as_ref().map(CallPath::completion)
     }
 
     pub(crate) fn synchronize(&self, context: &str) -> Result<(), CudaError> {
