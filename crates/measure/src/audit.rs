@@ -6,7 +6,7 @@
 use crate::phases::BatchSample;
 use crate::results::{
     ResultsFile, Side, SCHEMA, SCOPE_E2E, SCOPE_GPU, SCOPE_SINGLE, SCOPE_SINGLE_V1,
-    SCOPE_SINGLE_V2, SCOPE_SINGLE_V3, SCOPE_SINGLE_V4, SCOPE_SINGLE_V5,
+    SCOPE_SINGLE_V2, SCOPE_SINGLE_V3, SCOPE_SINGLE_V4, SCOPE_SINGLE_V5, SCOPE_SINGLE_V6,
 };
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -97,6 +97,7 @@ pub(crate) fn audit_side(
             "single",
             &[
                 SCOPE_SINGLE,
+                SCOPE_SINGLE_V6,
                 SCOPE_SINGLE_V5,
                 SCOPE_SINGLE_V4,
                 SCOPE_SINGLE_V3,

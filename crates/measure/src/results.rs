@@ -19,11 +19,15 @@ pub const SCOPE_E2E: &str =
     "e2e: host wall clock around a batch of direct launches ending in a synchronize, divided by the batch (µs per op)";
 pub const SCOPE_SINGLE: &str =
     "single: synchronized calls, at least 15 per side (more where the batch phases take more samples), each through that side's own call path (lanefold: a cached graph of the kernel and a one-thread node behind it that writes a host-mapped completion flag, its parameters rewritten only when a call's arguments change; for cluster kernels, a direct launch of the kernel's watcher form, whose group 0 writes the flag once every other group has counted itself done; a peer: its op) and timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
-/// The single-call label of files written from session 12 to session 21's
-/// first calls (2026-12-01), when every call rewrote the graph's
-/// parameters and cluster kernels synchronized (and, in call 112 only,
-/// the ticket form and, in call 113, the watcher form ran every kernel's
-/// single calls under this label: bench/NOTES.md, campaign 21).
+/// The single-call label of files written in session 21's calls 112 and
+/// 113 (2026-12-01), when every kernel's single calls ran a
+/// self-signalling form: the ticket form in call 112, the watcher form in
+/// call 113 (bench/NOTES.md, campaign 21).
+pub const SCOPE_SINGLE_V6: &str =
+    "single: synchronized calls, at least 15 per side (more where the batch phases take more samples), each through that side's own call path (lanefold: the kernel's self-signalling form, the same kernel whose last group writes a host-mapped completion flag, replayed as a cached graph whose parameters are rewritten only when a call's arguments change, launched directly for cluster kernels; a second graph node writes the flag where that form cannot run; a peer: its op) and timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
+/// The single-call label of files written from session 12 to session 20
+/// (2026-12-01), when every call rewrote the graph's parameters and
+/// cluster kernels synchronized.
 pub const SCOPE_SINGLE_V5: &str =
     "single: synchronized calls, at least 15 per side (more where the batch phases take more samples), each through that side's own call path (lanefold: a cached graph given the call's parameters whose second node writes a host-mapped completion flag, a direct launch for cluster kernels; a peer: its op) and timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
 /// The single-call label of files written in sessions 10 and 11, with as
