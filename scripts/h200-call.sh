@@ -240,6 +240,8 @@
 #           probe and the watcher form as the call path's default
 #   CALL 114: session 21: the same with the flag node as the default (the
 #           watcher form for cluster kernels), probing two cluster kernels
+#   CALL 115: session 21: cluster kernels in the call graph: quick
+#           selftest and the latency probe of three cluster kernels
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2616,6 +2618,21 @@ LIST
   keep short "$ref" "$r-short-all-$sfx-aa-h200" "$logs"
   "$bin" scorecard "$r-short-all-$sfx-aa-h200" | grep -E "^# |^## " || true
   ;;
-*) echo "unknown call $call (1-114)"; exit 2 ;;
+115)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21d-h200" selftest-quick
+  step "latency probe of cluster kernels in the call graph"
+  p="bench/probes/$date-latency-cluster-h200"
+  mkdir -p "$p"
+  for c in "rmsnorm f32 4x131072" "softmax bf16 2x262144" "layernorm f32 3x65536" "layernorm bf16 1024x4096"; do
+    set -- $c
+    timeout 60 "$bin" latency --op "$1" --shape "$3" --dtype "$2" --iters 2000 \
+      --output "$p/$1-$3-$2.json" > "$p/$1-$3-$2.txt" 2>&1
+    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"
+    grep -E "left out|as opened.*(launch \+ sync|graph \+ poll|lanefold|path:)" "$p/$1-$3-$2.txt"
+  done
+  keep latency "$p"
+  ;;
+*) echo "unknown call $call (1-115)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

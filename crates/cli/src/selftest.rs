@@ -106,7 +106,7 @@ fn precompile(backend: &Backend, cases: &[Case], options: &CodegenOptions) {
         .filter_map(|c| plan(&c.problem(), &target, &c.request).ok())
         .map(|p| (p, *options))
         .collect();
-    let done = cuda.precompile(&jobs, lanefold_cuda::KernelForms::Plain);
+    let done = cuda.precompile(&jobs);
     if done.compiled >= 50 {
         println!("{done}");
     }
@@ -1105,10 +1105,10 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
     }
 }
 
-/// CUDA only: lanefold's one-call path (a cached graph of the kernel and
-/// its flag node, parameters following the call's input set; for
-/// clusters, a direct launch of the watcher form) writes exactly what a
-/// direct launch writes, into the buffers of the call's own input set:
+/// CUDA only: lanefold's one-call path (a cached graph of the kernel, with
+/// its cluster dimension where it has one, and its flag node, parameters
+/// following the call's input set) writes exactly what a direct launch
+/// writes, into the buffers of the call's own input set:
 /// two sets, each called twice, each compared bit for bit; and it ended
 /// with the flag it should throughout.
 pub fn call_path_checks(backend: &Backend, report: &mut Report) {
@@ -1139,13 +1139,7 @@ pub fn call_path_checks(backend: &Backend, report: &mut Report) {
                 let called = prepared.outputs(k)?;
                 same &= same_bits(&direct, &called);
             }
-            // Cluster kernels launch directly: the watcher form; others
-            // end with the flag node.
-            let expected = if prepared.cluster().is_some() {
-                lanefold_cuda::CallCompletion::Kernel(lanefold_codegen::Signal::Watcher)
-            } else {
-                lanefold_cuda::CallCompletion::FlagNode
-            };
+            let expected = lanefold_cuda::CallCompletion::FlagNode;
             Ok((same, prepared.call_completion() == Some(Some(expected))))
         })();
         match result {

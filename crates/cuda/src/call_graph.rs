@@ -3,19 +3,18 @@
 //! (`cuGraphExecKernelNodeSetParams`) only when a call's arguments differ
 //! from the last call's, then replayed. On the H200 a one-node graph
 //! replay reached the GPU about 2.4 µs sooner than `cuLaunchKernel(Ex)` of
-//! the same kernel (bench/NOTES.md, campaign 5). Cluster kernels keep the
-//! direct launch: the cluster dimension is a launch attribute this path
-//! does not carry.
+//! the same kernel (bench/NOTES.md, campaign 5). A cluster kernel's node
+//! carries its cluster dimension as a node attribute.
 //!
 //! The host learns of completion by spinning on a host-mapped flag
-//! ([`crate::completion`]). [`CallPath`] prefers the kernel's
-//! self-signalling form ([`lanefold_codegen::self_signalling`]), whose
-//! last group writes the flag itself; where that form cannot be built or
-//! its write never arrives, a one-thread flag writer follows the kernel as
-//! a second graph node; where no flag works, a stream synchronize.
+//! ([`crate::completion`]) that a one-thread writer, the graph's second
+//! node, sets behind the kernel. Where that cannot be set up, the kernel's
+//! self-signalling form ([`lanefold_codegen::self_signalling`], group 0
+//! watching the others' counts) writes it; where no flag works, a stream
+//! synchronize. Campaign 21 in bench/NOTES.md measured the choices.
 
 use crate::completion::{signal_kernel, HostFlag};
-use crate::{driver, CudaBackend, CudaError, DeviceArgs, LaunchApi, Loaded};
+use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
 use cudarc::driver::{sys, CudaSlice, DevicePtr};
 use lanefold_codegen::{CodegenOptions, Signal};
 use std::ffi::c_void;
@@ -93,17 +92,15 @@ pub(crate) fn pointer_and_word(pointer: &mut u64, word: &mut u32) -> [*mut std::
 impl CallGraph {
     /// Build and instantiate the graph for `loaded` with the raw arguments
     /// `raw` (of byte sizes `sizes`), and `trailing` as a second node that
-    /// depends on the kernel's; None for a cluster kernel.
+    /// depends on the kernel's (a cluster kernel's node carries its cluster
+    /// dimension).
     pub(crate) fn build(
         backend: &CudaBackend,
         loaded: &Loaded,
         raw: &mut [*mut c_void],
         sizes: &[usize],
         trailing: Option<TrailingNode>,
-    ) -> Result<Option<CallGraph>, CudaError> {
-        if loaded.kernel.cluster.is_some() {
-            return Ok(None);
-        }
+    ) -> Result<CallGraph, CudaError> {
         backend
             .ctx
             .bind_to_thread()
@@ -124,6 +121,14 @@ impl CallGraph {
             sys::cuGraphAddKernelNode_v2(&mut out.node, out.graph, std::ptr::null(), 0, &params)
                 .result()
                 .map_err(driver("adding the call graph's kernel node"))?;
+            if let Some(blocks) = loaded.kernel.cluster {
+                // The cluster shape is a node attribute here, as it is a
+                // launch attribute of a direct launch.
+                let attr = crate::cluster_dimension(blocks);
+                sys::cuGraphKernelNodeSetAttribute(out.node, attr.id, &attr.value)
+                    .result()
+                    .map_err(driver("setting the call graph's cluster dimension"))?;
+            }
             if let Some(t) = trailing {
                 let (mut pointer, mut word) = (t.pointer, t.word);
                 let mut raw = pointer_and_word(&mut pointer, &mut word);
@@ -140,7 +145,7 @@ impl CallGraph {
                 .result()
                 .map_err(driver("uploading the call graph"))?;
         }
-        Ok(Some(out))
+        Ok(out)
     }
 
     /// One call: this call's arguments into the node where they changed,
@@ -206,10 +211,10 @@ enum Completion {
     Synchronize,
 }
 
-/// lanefold's call path for one prepared kernel: the call graph (a direct
-/// launch for cluster kernels) and how its completion reaches the host.
+/// lanefold's call path for one prepared kernel: the call graph and how
+/// its completion reaches the host.
 pub(crate) struct CallPath {
-    graph: Option<CallGraph>,
+    graph: CallGraph,
     completion: Completion,
     /// A call was launched and its flag not yet seen: the next launch
     /// waits for it before clearing the flag, so a late write from this
@@ -229,34 +234,26 @@ pub enum CallCompletion {
     FlagNode,
 }
 
-/// The completions a call path tries, in order, for `kernel`: the flag
-/// node first (fastest on the H200 in call 113's probe, by 0.1-0.6 µs over
-/// the watcher form and 0.7-2.7 over the ticket form at 1024x4096), and
-/// the watcher form behind it; a cluster kernel, which launches directly
-/// and so has no graph for a node, takes the watcher form.
-pub(crate) fn completions_for(kernel: &lanefold_codegen::Kernel) -> &'static [CallCompletion] {
-    if kernel.cluster.is_some() {
-        &[CallCompletion::Kernel(Signal::Watcher)]
-    } else {
-        &[
-            CallCompletion::FlagNode,
-            CallCompletion::Kernel(Signal::Watcher),
-        ]
-    }
-}
+/// The completions a call path tries, in order: the flag node (fastest
+/// on the H200 in call 113's probe, by 0.03-0.6 µs over the watcher form
+/// and 0.7-2.7 over the ticket form at 1024x4096), then the watcher form.
+const COMPLETIONS: [CallCompletion; 2] = [
+    CallCompletion::FlagNode,
+    CallCompletion::Kernel(Signal::Watcher),
+];
 
 impl CallPath {
     /// Build the path with `args` and make one call through it (waited for
-    /// where it ends with a flag): each of [`completions_for`] the kernel in
-    /// turn, then a plain graph (a direct launch for clusters) and a
-    /// synchronize. A flag is used only if that first call's write arrives.
+    /// where it ends with a flag): each of [`COMPLETIONS`] in turn, then a
+    /// plain graph and a synchronize. A flag is used only if that first
+    /// call's write arrives.
     pub(crate) fn build(
         backend: &CudaBackend,
         loaded: &Loaded,
         options: &CodegenOptions,
         args: &mut DeviceArgs,
     ) -> Result<CallPath, CudaError> {
-        for &completion in completions_for(&loaded.kernel) {
+        for completion in COMPLETIONS {
             match CallPath::build_as(backend, loaded, options, args, completion) {
                 Ok(path) => return Ok(path),
                 Err(e) => {
@@ -307,11 +304,6 @@ impl CallPath {
         loaded: &Loaded,
         args: &mut DeviceArgs,
     ) -> Result<CallPath, CudaError> {
-        if loaded.kernel.cluster.is_some() {
-            return Err(CudaError::Data(
-                "a cluster kernel launches directly: no graph for a flag node".into(),
-            ));
-        }
         let sizes = argument_sizes(loaded, &[]);
         let writer = backend.load_helper(&signal_kernel())?;
         let mut flag = HostFlag::new()?;
@@ -321,13 +313,12 @@ impl CallPath {
             word: DONE_WORD,
         };
         let mut raw = args.raw(&loaded.kernel);
-        let mut graph = CallGraph::build(backend, loaded, &mut raw, &sizes, Some(trailing))?
-            .ok_or_else(|| CudaError::Data("no call graph".into()))?;
+        let mut graph = CallGraph::build(backend, loaded, &mut raw, &sizes, Some(trailing))?;
         flag.reset();
         graph.launch(backend, loaded, &mut raw, &sizes)?;
         flag.wait_for(DONE_WORD)?;
         Ok(CallPath {
-            graph: Some(graph),
+            graph,
             completion: Completion::TrailingNode {
                 flag,
                 _writer: writer,
@@ -353,8 +344,12 @@ impl CallPath {
         let (counter_ptr, guard) = counter.device_ptr(&backend.stream);
         drop(guard);
         let flag = HostFlag::new()?;
+        let (mut count, mut device, mut word) = (counter_ptr, flag.device, DONE_WORD);
+        let mut raw = signalled_args(args, &kernel, &mut count, &mut device, &mut word);
+        let sizes = argument_sizes(&kernel, &SIGNAL_SIZES);
+        let graph = CallGraph::build(backend, &kernel, &mut raw, &sizes, None)?;
         let mut path = CallPath {
-            graph: None,
+            graph,
             completion: Completion::SelfSignalled {
                 signal,
                 flag,
@@ -364,21 +359,6 @@ impl CallPath {
             },
             unwaited: false,
         };
-        if loaded.kernel.cluster.is_none() {
-            let Completion::SelfSignalled {
-                flag,
-                kernel,
-                counter_ptr,
-                ..
-            } = &path.completion
-            else {
-                unreachable!("built above")
-            };
-            let (mut count, mut device, mut word) = (*counter_ptr, flag.device, DONE_WORD);
-            let mut raw = signalled_args(args, kernel, &mut count, &mut device, &mut word);
-            let sizes = argument_sizes(kernel, &SIGNAL_SIZES);
-            path.graph = CallGraph::build(backend, kernel, &mut raw, &sizes, None)?;
-        }
         path.launch(backend, loaded, args)?;
         path.wait(backend)?;
         Ok(path)
@@ -431,22 +411,14 @@ impl CallPath {
             } => {
                 let (mut count, mut device, mut word) = (*counter_ptr, flag.device, DONE_WORD);
                 let mut raw = signalled_args(args, kernel, &mut count, &mut device, &mut word);
-                match self.graph.as_mut() {
-                    Some(g) => {
-                        let sizes = argument_sizes(kernel, &SIGNAL_SIZES);
-                        g.launch(backend, kernel, &mut raw, &sizes)
-                    }
-                    None => backend.launch_raw(kernel, &mut raw, LaunchApi::Ex),
-                }
+                let sizes = argument_sizes(kernel, &SIGNAL_SIZES);
+                self.graph.launch(backend, kernel, &mut raw, &sizes)
             }
-            _ => match self.graph.as_mut() {
-                Some(g) => {
-                    let mut raw = args.raw(&loaded.kernel);
-                    let sizes = argument_sizes(loaded, &[]);
-                    g.launch(backend, loaded, &mut raw, &sizes)
-                }
-                None => backend.launch(loaded, args),
-            },
+            _ => {
+                let mut raw = args.raw(&loaded.kernel);
+                let sizes = argument_sizes(loaded, &[]);
+                self.graph.launch(backend, loaded, &mut raw, &sizes)
+            }
         }
     }
 
@@ -485,18 +457,4 @@ fn signalled_args(
     raw.push((flag as *mut u64).cast());
     raw.push((word as *mut u32).cast());
     raw
-}
-
-/// The self-signalling form a call path for `kernel` tries first, to be
-/// compiled ahead where single calls follow; None where it tries the flag
-/// node first.
-pub(crate) fn precompiled_call_form(
-    kernel: &lanefold_codegen::Kernel,
-) -> Option<Result<lanefold_codegen::Kernel, CudaError>> {
-    match completions_for(kernel).first()? {
-        CallCompletion::Kernel(signal) => {
-            Some(lanefold_codegen::self_signalling(kernel, *signal).map_err(CudaError::from))
-        }
-        CallCompletion::FlagNode => None,
-    }
 }

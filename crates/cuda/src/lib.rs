@@ -232,13 +232,10 @@ struct CompileJob {
 
 /// The kernels of `jobs` that need compiling for `arch`: one per compile
 /// key, none that `known` already has; plans codegen refuses are counted
-/// as failed (their own load reports why). With `forms` at
-/// [`KernelForms::WithCallPath`], each plan's self-signalling form (what
-/// its single calls run) too. No NVRTC, no driver.
+/// as failed (their own load reports why). No NVRTC, no driver.
 fn kernels_to_compile(
     jobs: &[(Plan, CodegenOptions)],
     arch: &str,
-    forms: KernelForms,
     known: impl Fn(&str) -> bool,
 ) -> (Vec<CompileJob>, Precompiled) {
     let mut report = Precompiled::default();
@@ -249,41 +246,19 @@ fn kernels_to_compile(
             report.failed += 1;
             continue;
         };
-        let mut kernels = vec![];
-        if forms == KernelForms::WithCallPath {
-            match call_graph::precompiled_call_form(&kernel) {
-                Some(Ok(k)) => kernels.push(k),
-                Some(Err(_)) => report.failed += 1,
-                None => {}
-            }
-        }
-        kernels.push(kernel);
         let options = nvrtc_options(options, arch);
-        for kernel in kernels {
-            let key = compile_key(&kernel.source, &options, arch);
-            if known(&key) || !seen.insert(key.clone()) {
-                report.skipped += 1;
-                continue;
-            }
-            todo.push(CompileJob {
-                key,
-                kernel,
-                options: options.clone(),
-            });
+        let key = compile_key(&kernel.source, &options, arch);
+        if known(&key) || !seen.insert(key.clone()) {
+            report.skipped += 1;
+            continue;
         }
+        todo.push(CompileJob {
+            key,
+            kernel,
+            options,
+        });
     }
     (todo, report)
-}
-
-/// Which forms of each plan's kernel [`CudaBackend::precompile`] builds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelForms {
-    /// The kernel as generated: what launches and graph batches run.
-    Plain,
-    /// That and the self-signalling form lanefold's single calls run
-    /// where the kernel has one first (cluster kernels; benches, replays
-    /// and searches time single calls).
-    WithCallPath,
 }
 
 /// What one [`CudaBackend::precompile`] did.
@@ -475,7 +450,7 @@ impl CudaBackend {
     /// small kernels spends most of its time in NVRTC, one kernel at a
     /// time otherwise. Nothing is loaded onto the device here; a plan or
     /// kernel that fails is skipped, and its own load reports the error.
-    pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)], forms: KernelForms) -> Precompiled {
+    pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)]) -> Precompiled {
         let started = std::time::Instant::now();
         let (todo, mut report) = {
             let memory = self.memory.lock().expect("cache lock");
@@ -485,7 +460,7 @@ impl CudaBackend {
                     .as_ref()
                     .is_some_and(|d| d.binary_path(key).exists())
             };
-            kernels_to_compile(jobs, &self.arch, forms, |key| {
+            kernels_to_compile(jobs, &self.arch, |key| {
                 memory.contains_key(key) || staged.contains_key(key) || on_disk(key)
             })
         };
@@ -1267,8 +1242,7 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
             (a.clone(), fma),
             (a.clone(), no_fma),
         ];
-        let (todo, report) =
-            super::kernels_to_compile(&jobs, "sm_90", KernelForms::Plain, |_| false);
+        let (todo, report) = super::kernels_to_compile(&jobs, "sm_90", |_| false);
         assert_eq!(todo.len(), 3);
         assert_eq!((report.skipped, report.failed), (1, 0));
         let keys: HashSet<_> = todo.iter().map(|j| j.key.clone()).collect();
@@ -1282,26 +1256,9 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         }
         // Known keys (loaded, staged or on disk) are not compiled again.
         let known = todo[0].key.clone();
-        let (again, report) =
-            super::kernels_to_compile(&jobs, "sm_90", KernelForms::Plain, |k| k == known);
+        let (again, report) = super::kernels_to_compile(&jobs, "sm_90", |k| k == known);
         assert_eq!(again.len(), 2);
         assert_eq!(report.skipped, 2);
         assert!(again.iter().all(|j| j.key != known));
-        // With the call path, a cluster kernel adds the watcher form its
-        // single calls run first (keyed like any other source); the others,
-        // which end with the flag node, add nothing.
-        let cluster = planned("2x131072", 2048);
-        assert!(generate(&cluster, &fma).unwrap().cluster.is_some());
-        let mut with_cluster = jobs.clone();
-        with_cluster.push((cluster, fma));
-        let (both, report) =
-            super::kernels_to_compile(&with_cluster, "sm_90", KernelForms::WithCallPath, |_| false);
-        assert_eq!((both.len(), report.skipped, report.failed), (5, 1, 0));
-        let signalled: Vec<_> = both
-            .iter()
-            .filter(|j| j.kernel.source.contains("lf_done_word"))
-            .collect();
-        assert_eq!(signalled.len(), 1);
-        assert!(signalled[0].kernel.cluster.is_some());
     }
 }

@@ -212,10 +212,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 }
             }
         }
-        eprintln!(
-            "{}",
-            c.precompile(&jobs, lanefold_cuda::KernelForms::WithCallPath)
-        );
+        eprintln!("{}", c.precompile(&jobs));
     }
     'cases: for &shape in &spec.shapes {
         for &op in &spec.ops {

@@ -961,10 +961,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             .flat_map(|case| [&case.reference, &case.candidate])
             .map(|p| (p.clone(), CodegenOptions::default()))
             .collect();
-        eprintln!(
-            "{}",
-            c.precompile(&jobs, lanefold_cuda::KernelForms::WithCallPath)
-        );
+        eprintln!("{}", c.precompile(&jobs));
     }
     for r in file.rounds_done..spec.rounds {
         if !deadline.allows_another() {

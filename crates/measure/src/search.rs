@@ -646,10 +646,7 @@ fn search_problem(
             .filter_map(|&i| plans[i].clone())
             .map(|p| (p, CodegenOptions::default()))
             .collect();
-        eprintln!(
-            "{}",
-            c.precompile(&jobs, lanefold_cuda::KernelForms::WithCallPath)
-        );
+        eprintln!("{}", c.precompile(&jobs));
     }
     let sets = input_sets(problem, spec.config.l2, cuda.map(|c| c.l2_bytes()), seed);
     let want = reference(problem, &sets[0]).context("no float64 reference")?;
