@@ -10,8 +10,10 @@
 # decompress to its exact bytes before the plain one is removed.
 # Idempotent: a file without a plain form is skipped; one with both forms
 # is refused (the audit calls it ambiguous).
+# Latency probes (DIR/*.json beside their .txt tables) are gzipped the
+# same way.
 # Usage: scripts/compress-results.sh [DIR...]
-#   (default: every bench/results/* directory)
+#   (default: every bench/results/* and bench/probes/* directory)
 set -euo pipefail
 shopt -s nullglob
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +24,7 @@ if [ ! -x "$bin" ]; then
 fi
 if [ $# -eq 0 ]; then
   cd "$root"
-  set -- bench/results/*/
+  set -- bench/results/*/ bench/probes/*/
 fi
 status=0 count=0 tmp=
 trap 'rm -f "$tmp"' EXIT
@@ -65,6 +67,18 @@ for dir in "$@"; do
       status=1
     fi
   fi
+  # A probe's raw samples, one JSON file per probed case.
+  for plain in "$dir"/*.json; do
+    [ "${plain##*/}" = results.json ] && continue
+    [ -f "${plain%.json}.txt" ] || continue
+    before=$(stat -c %s "$plain")
+    if compress "$plain" "$(mktemp "$dir/.probe.json.gz.XXXXXX")"; then
+      echo "$plain.gz: $before -> $(stat -c %s "$plain.gz") bytes"
+      count=$((count + 1))
+    else
+      status=1
+    fi
+  done
   # Captured sources: one bundle per directory (`lanefold bundle-sources`:
   # each text read back before its file is removed).
   [ -d "$dir/sources" ] || continue
