@@ -242,6 +242,8 @@
 #           watcher form for cluster kernels), probing two cluster kernels
 #   CALL 115: session 21: cluster kernels in the call graph: quick
 #           selftest and the latency probe of three cluster kernels
+#   CALL 116: session 21: the variants and long-row halves of the CUDA
+#           selftest of the session's last binary
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2633,6 +2635,11 @@ LIST
   done
   keep latency "$p"
   ;;
-*) echo "unknown call $call (1-115)"; exit 2 ;;
+116)
+  logs=$(mktemp -d)
+  selftest_half "VARIANTS_ONLY" "$r-selftest-variants-s21-h200" selftest-variants
+  selftest_half "LONG_ONLY" "$r-selftest-long-s21-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-116)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
