@@ -244,6 +244,8 @@
 #           selftest and the latency probe of three cluster kernels
 #   CALL 116: session 21: the variants and long-row halves of the CUDA
 #           selftest of the session's last binary
+#   CALL 117: session 21: the quick half of the CUDA selftest of the
+#           session's last binary (after a review mend of the call graph)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -308,6 +310,21 @@ variant_selftest() {
   timeout "$seconds" "$bin" selftest --backend cuda --variant "$variants" > "$logs/selftest.log" 2>&1
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/selftest.log" | head -5; tail -2 "$logs/selftest.log"
   keep "$name" "$logs"
+}
+# The latency probe (`lanefold latency`, 2000 calls a variant) of each
+# "OP DTYPE SHAPE" case into DIR, lanefold's rows shown, tarred as latency.
+# Usage: latency_cases DIR CASE...
+latency_cases() {
+  local p=$1 c op dtype shape; shift
+  mkdir -p "$p"
+  for c in "$@"; do
+    read -r op dtype shape <<< "$c"
+    timeout 60 "$bin" latency --op "$op" --shape "$shape" --dtype "$dtype" --iters 2000 \
+      --output "$p/$op-$shape-$dtype.json" > "$p/$op-$shape-$dtype.txt" 2>&1
+    echo "latency $op $dtype $shape rc=$?"; head -1 "$p/$op-$shape-$dtype.txt"
+    grep -E "left out|as opened.*(launch \+ sync|graph \+ poll|lanefold|path:)" "$p/$op-$shape-$dtype.txt"
+  done
+  keep latency "$p"
 }
 # A/A replay of a bench directory's cases, 2 rounds, with the given peer
 # flags (all three by default), until the call's deadline; the result and
@@ -2589,8 +2606,6 @@ LIST
   esac
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-$sfx-h200" selftest-quick
   step "latency probe of the call path's completions"
-  p="bench/probes/$date-latency-$probe-h200"
-  mkdir -p "$p"
   if [ "$call" = 114 ]; then
     cases=("layernorm bf16 1024x4096" "rmsnorm f32 4x131072" "softmax bf16 2x262144")
   else
@@ -2598,14 +2613,7 @@ LIST
       "layernorm f32 1024x4096" "layernorm bf16 1024x4096" "residual_layernorm bf16 1024x4096"
       "residual_layernorm f32 1024x4096")
   fi
-  for c in "${cases[@]}"; do
-    set -- $c
-    timeout 60 "$bin" latency --op "$1" --shape "$3" --dtype "$2" --iters 2000 \
-      --output "$p/$1-$3-$2.json" > "$p/$1-$3-$2.txt" 2>&1
-    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"
-    grep -E "as opened.*(launch \+ sync|graph \+ poll|lanefold|path:)" "$p/$1-$3-$2.txt"
-  done
-  keep latency "$p"
+  latency_cases "bench/probes/$date-latency-$probe-h200" "${cases[@]}"
   ref="$r-short-all-$sfx-h200"
   step "short rows, six operators, today's defaults, bench"
   timeout 150 "$bin" bench --backend cuda --ops sum,softmax,rmsnorm,layernorm,residual_layernorm,cross_entropy \
@@ -2624,22 +2632,18 @@ LIST
   logs=$(mktemp -d)
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21d-h200" selftest-quick
   step "latency probe of cluster kernels in the call graph"
-  p="bench/probes/$date-latency-cluster-h200"
-  mkdir -p "$p"
-  for c in "rmsnorm f32 4x131072" "softmax bf16 2x262144" "layernorm f32 3x65536" "layernorm bf16 1024x4096"; do
-    set -- $c
-    timeout 60 "$bin" latency --op "$1" --shape "$3" --dtype "$2" --iters 2000 \
-      --output "$p/$1-$3-$2.json" > "$p/$1-$3-$2.txt" 2>&1
-    echo "latency $1 $2 $3 rc=$?"; head -1 "$p/$1-$3-$2.txt"
-    grep -E "left out|as opened.*(launch \+ sync|graph \+ poll|lanefold|path:)" "$p/$1-$3-$2.txt"
-  done
-  keep latency "$p"
+  latency_cases "bench/probes/$date-latency-cluster-h200" "rmsnorm f32 4x131072" "softmax bf16 2x262144" \
+    "layernorm f32 3x65536" "layernorm bf16 1024x4096"
   ;;
 116)
   logs=$(mktemp -d)
   selftest_half "VARIANTS_ONLY" "$r-selftest-variants-s21-h200" selftest-variants
   selftest_half "LONG_ONLY" "$r-selftest-long-s21-h200" selftest-long
   ;;
-*) echo "unknown call $call (1-116)"; exit 2 ;;
+117)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s21e-h200" selftest-quick
+  ;;
+*) echo "unknown call $call (1-117)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

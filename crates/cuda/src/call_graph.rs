@@ -24,27 +24,22 @@ pub(crate) struct CallGraph {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
     node: sys::CUgraphNode,
+    /// Byte sizes of the kernel node's arguments, in launch order.
+    sizes: Vec<usize>,
     /// The argument values the exec's kernel node holds: a call with the
     /// same ones replays it without rewriting its parameters.
     current: Vec<u64>,
 }
 
-/// The values behind raw argument pointers, as the launch reads them:
+/// The value behind one raw argument pointer, as the launch reads it:
 /// every pointer, 32-bit integer and word is at most 8 bytes and is read
-/// from its own storage, so the first `sizes[i]` bytes of each are compared.
-fn argument_values(raw: &[*mut std::ffi::c_void], sizes: &[usize]) -> Vec<u64> {
-    raw.iter()
-        .zip(sizes)
-        .map(|(&p, &size)| {
-            let mut v = 0u64;
-            // SAFETY: each pointer addresses at least `size` (<= 8) live
-            // bytes of argument storage, as for the launch itself.
-            unsafe {
-                std::ptr::copy_nonoverlapping(p.cast::<u8>(), (&mut v as *mut u64).cast(), size)
-            };
-            v
-        })
-        .collect()
+/// from its own storage, so its first `size` bytes are the value.
+fn argument_value(p: *mut c_void, size: usize) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: the pointer addresses at least `size` (<= 8) live bytes of
+    // argument storage, as for the launch itself.
+    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), (&mut v as *mut u64).cast(), size) };
+    v
 }
 
 /// Byte sizes of a kernel's arguments: its parameters (pointers 8, the two
@@ -110,7 +105,12 @@ impl CallGraph {
             graph: std::ptr::null_mut(),
             exec: std::ptr::null_mut(),
             node: std::ptr::null_mut(),
-            current: argument_values(raw, sizes),
+            sizes: sizes.to_vec(),
+            current: raw
+                .iter()
+                .zip(sizes)
+                .map(|(&p, &size)| argument_value(p, size))
+                .collect(),
         };
         // SAFETY: out-pointers to locals; `params` points at live argument
         // storage for the duration of the call (the driver copies it).
@@ -155,21 +155,27 @@ impl CallGraph {
         backend: &CudaBackend,
         loaded: &Loaded,
         raw: &mut [*mut c_void],
-        sizes: &[usize],
     ) -> Result<(), CudaError> {
         backend
             .ctx
             .bind_to_thread()
             .map_err(driver("binding the context"))?;
-        let values = argument_values(raw, sizes);
-        if values != self.current {
+        let changed = raw
+            .iter()
+            .zip(&self.sizes)
+            .zip(&self.current)
+            .any(|((&p, &size), &held)| argument_value(p, size) != held);
+        if changed {
             let params = node_params(loaded, raw);
             // SAFETY: the exec and node are live (owned by self); `params`
             // points at live argument storage, copied by the driver.
             unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, self.node, &params) }
                 .result()
                 .map_err(driver("setting the call's parameters"))?;
-            self.current = values;
+            // Recorded only once the node holds them.
+            for ((&p, &size), held) in raw.iter().zip(&self.sizes).zip(&mut self.current) {
+                *held = argument_value(p, size);
+            }
         }
         // SAFETY: a live exec and stream of the current context.
         unsafe { sys::cuGraphLaunch(self.exec, backend.stream.cu_stream()) }
@@ -315,7 +321,7 @@ impl CallPath {
         let mut raw = args.raw(&loaded.kernel);
         let mut graph = CallGraph::build(backend, loaded, &mut raw, &sizes, Some(trailing))?;
         flag.reset();
-        graph.launch(backend, loaded, &mut raw, &sizes)?;
+        graph.launch(backend, loaded, &mut raw)?;
         flag.wait_for(DONE_WORD)?;
         Ok(CallPath {
             graph,
@@ -411,13 +417,11 @@ impl CallPath {
             } => {
                 let (mut count, mut device, mut word) = (*counter_ptr, flag.device, DONE_WORD);
                 let mut raw = signalled_args(args, kernel, &mut count, &mut device, &mut word);
-                let sizes = argument_sizes(kernel, &SIGNAL_SIZES);
-                self.graph.launch(backend, kernel, &mut raw, &sizes)
+                self.graph.launch(backend, kernel, &mut raw)
             }
             _ => {
                 let mut raw = args.raw(&loaded.kernel);
-                let sizes = argument_sizes(loaded, &[]);
-                self.graph.launch(backend, loaded, &mut raw, &sizes)
+                self.graph.launch(backend, loaded, &mut raw)
             }
         }
     }

@@ -679,19 +679,8 @@ impl CudaBackend {
         args: &mut DeviceArgs,
         api: LaunchApi,
     ) -> Result<(), CudaError> {
-        let mut raw = args.raw(&loaded.kernel);
-        self.launch_raw(loaded, &mut raw, api)
-    }
-
-    /// Launch `loaded` with raw argument pointers (its parameters, plus
-    /// any a derived form such as the self-signalling one appends).
-    pub(crate) fn launch_raw(
-        &self,
-        loaded: &Loaded,
-        raw: &mut [*mut c_void],
-        api: LaunchApi,
-    ) -> Result<(), CudaError> {
         let k = &loaded.kernel;
+        let mut raw = args.raw(k);
         if api == LaunchApi::Legacy && k.cluster.is_none() {
             self.ctx
                 .bind_to_thread()
