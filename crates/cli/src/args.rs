@@ -205,6 +205,12 @@ pub struct PolicyArgs {
     /// results.
     #[arg(long)]
     pub batch_loads: bool,
+    /// Register plans with weight or bias: load the columns of the output
+    /// phase's first N chunks before the reduction before it, so their L2
+    /// round trip overlaps the reduction's exchange (0: off). Vector packs
+    /// only. Same results.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub early_columns: u32,
 }
 
 impl PolicyArgs {
@@ -232,6 +238,7 @@ impl PolicyArgs {
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
+            early_columns: self.early_columns,
             ..Default::default()
         }
     }

@@ -83,6 +83,11 @@ pub fn compile_check(
                         let path = dir.join(format!("{}.cubin", c.kernel));
                         lanefold_cpu::npy::write_atomically(&path, &c.cubin)
                             .with_context(|| format!("writing {}", path.display()))?;
+                        // The source beside its binary, to read the SASS against.
+                        let source = lanefold_codegen::generate(&p, &CodegenOptions::default())?;
+                        let path = dir.join(format!("{}.cu", c.kernel));
+                        lanefold_cpu::npy::write_atomically(&path, source.source.as_bytes())
+                            .with_context(|| format!("writing {}", path.display()))?;
                     }
                     let n = |x: Option<u32>| x.map_or("?".into(), |x| x.to_string());
                     // What the register counts (and shared memory) allow,

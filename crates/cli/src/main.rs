@@ -128,7 +128,8 @@ enum Command {
         #[arg(long)]
         occupancy_from_compiler: bool,
         /// Write each kernel's binary here as `<kernel>.cubin`, for
-        /// `cuobjdump -sass` without a GPU (scripts/sass-offline.sh).
+        /// `cuobjdump -sass` without a GPU (scripts/sass-offline.sh), and
+        /// its source beside it as `<kernel>.cu`.
         #[arg(long)]
         cubin_dir: Option<PathBuf>,
     },

@@ -479,6 +479,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("prefetch-rows", prefetched_rows_checks),
     ("l1-columns", l1_column_checks),
     ("ordered-columns", ordered_column_checks),
+    ("early-columns", early_column_checks),
     ("rounded-resident", rounded_resident_checks),
     ("persistent-clusters", persistent_cluster_checks),
     ("prefetched-clusters", prefetched_cluster_checks),
@@ -634,6 +635,37 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
         |request| request.ordered_columns = true,
         |plan| plan.ordered_columns,
         |plan| plan.problem.program.column_inputs().count() > 0,
+    );
+}
+
+/// The output phase's first chunks' columns loaded before the reduction
+/// (`early_columns`): every operator, f32 and bf16, in register plans of
+/// one group and of a cluster, plain, packed, and pushed with one-pass
+/// moments (the long-row layernorm default's form). Same bits as without;
+/// marked exactly on register plans of programs with columns.
+pub fn early_column_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::Residency;
+    let bases: [(&str, RequestEdit); 3] = [
+        ("early columns", in_registers),
+        ("early columns, packed", packed_in_registers),
+        ("early columns, pushed", |request| {
+            packed_in_registers(request);
+            request.push_cluster_reduce = true;
+            request.one_pass_moments = true;
+        }),
+    ];
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)],
+        37,
+        |request| request.early_columns = 2,
+        |plan| plan.early_columns > 0,
+        |plan| {
+            plan.problem.program.column_inputs().count() > 0
+                && plan.residency == Residency::Registers
+        },
     );
 }
 

@@ -46,6 +46,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.ordered_columns {
         name += "_oc";
     }
+    if plan.early_columns > 0 {
+        name += &format!("_ec{}", plan.early_columns);
+    }
     if let Some(stage) = plan.column_stage {
         name += "_sc";
         if stage.columns < plan.problem.program.column_inputs().count() {
@@ -896,6 +899,7 @@ impl Ctx<'_> {
         let vector = if guarded.is_none() { self.vector } else { None };
 
         let global_loads = self.global_loads(p);
+        let early = self.early_columns();
         for (val, buffer) in &global_loads {
             let base = self.row_base(buffer);
             let ptr = format!("p_{}", ident(buffer));
@@ -934,6 +938,16 @@ impl Ctx<'_> {
                             ));
                         } else if batched {
                             self.line(&format!("const {ty} a = lf_b{}[{chunk}][{k}];", val.0));
+                        } else if early.is_some_and(|(_, out)| out == p)
+                            && self.buffer_kind(buffer) == BufferKind::Column
+                        {
+                            // Chunks below the count were loaded early; the
+                            // loop is unrolled, so this choice is static.
+                            let access = self.vector_access(p, *val, buffer, k);
+                            self.line(&format!(
+                                "const {ty} a = {chunk} < {} ? lf_e{}[{chunk}][{k}] : {access};",
+                                self.plan.early_columns, val.0
+                            ));
                         } else {
                             let access = self.vector_access(p, *val, buffer, k);
                             self.line(&format!("const {ty} a = {access};"));
@@ -1689,7 +1703,67 @@ impl Ctx<'_> {
                 "if (tid == 0 && {next} < rows) lf_prefetch(lf_rowbuf, p_{input} + (size_t)({next}) * LF_N{share}, lf_rowbar);"
             ));
         }
+        if let Some((hook, out)) = self.early_columns() {
+            if hook == p {
+                self.emit_early_column_loads(out);
+            }
+        }
         self.emit_tree(p);
+    }
+
+    /// Where [`Plan::early_columns`] applies: the phase whose reduction
+    /// the early loads precede (the last one with a reduction before the
+    /// first phase that loads columns) and that column phase.
+    fn early_columns(&self) -> Option<(usize, usize)> {
+        if self.plan.early_columns == 0 || self.vector.is_none() {
+            return None;
+        }
+        let out = (0..self.plan.analysis.num_phases).find(|&q| {
+            self.global_loads(q)
+                .iter()
+                .any(|(_, buffer)| self.buffer_kind(buffer) == BufferKind::Column)
+        })?;
+        let hook = (0..out).rev().find(|&p| {
+            !self.reductions_in(p).is_empty() || !self.sum_exps_in(p).is_empty()
+        })?;
+        Some((hook, out))
+    }
+
+    /// The column loads of phase `out`'s first [`Plan::early_columns`]
+    /// chunks into `lf_e<value>[chunk][access]`, issued before this
+    /// phase's reduction so their round trip overlaps its exchange.
+    fn emit_early_column_loads(&mut self, out: usize) {
+        let vec = self.vector.expect("early columns are vector loads");
+        let ty = vec.access_type();
+        let accesses = vec.words / vec.per_access;
+        let early = self.plan.early_columns;
+        let columns: Vec<_> = self
+            .global_loads(out)
+            .into_iter()
+            .filter(|(_, buffer)| self.buffer_kind(buffer) == BufferKind::Column)
+            .collect();
+        self.line(&format!(
+            "// the columns of phase {out}'s first {early} chunks, loaded before this reduction's exchange"
+        ));
+        for (val, _) in &columns {
+            self.line(&format!("{ty} lf_e{}[{early}][{accesses}];", val.0));
+        }
+        self.line("#pragma unroll");
+        self.open(&format!("for (int c = 0; c < {early}; ++c) {{"));
+        self.line("const int i0 = (c * LF_W + w) * LF_V;");
+        for (val, buffer) in &columns {
+            self.open("{");
+            self.line(&format!(
+                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + i0);",
+                ident(buffer)
+            ));
+            for k in 0..accesses {
+                let access = self.vector_access(out, *val, buffer, k);
+                self.line(&format!("lf_e{}[c][{k}] = {access};", val.0));
+            }
+            self.close();
+        }
+        self.close();
     }
 }
 

@@ -279,6 +279,14 @@ pub struct LayoutRequest {
     /// otherwise save. A scheduling choice only: same bits.
     #[serde(default)]
     pub batch_loads: bool,
+    /// Register plans with column inputs: load the weight and bias of the
+    /// first this many chunks of the output phase before the reduction
+    /// that precedes it, so their L2 round trip overlaps the reduction's
+    /// exchange (a cluster's wait for its slowest group) instead of
+    /// following it. Costs registers for those chunks' columns. A
+    /// scheduling choice only: same bits (0: off).
+    #[serde(default)]
+    pub early_columns: u32,
 }
 
 impl LayoutRequest {
@@ -449,6 +457,7 @@ impl LayoutRequest {
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
+            early_columns: self.early_columns,
             ..Default::default()
         }
     }
@@ -577,6 +586,11 @@ pub struct Plan {
     pub occupancy_cap: Option<OccupancyCap>,
     /// See [`LayoutRequest::batch_loads`]; false where it does not apply.
     pub batched_loads: bool,
+    /// See [`LayoutRequest::early_columns`]: chunks whose columns load
+    /// before the preceding reduction, at most the row's full chunks; 0
+    /// where it does not apply (no columns, no vector packs, not a
+    /// register plan, or the columns staged, hoisted or ordered).
+    pub early_columns: u32,
     /// Where column slices are staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); None where that does not apply.
     pub column_stage: Option<ColumnStage>,
@@ -718,6 +732,9 @@ impl Plan {
         if self.ordered_columns {
             s += " ordered-columns";
         }
+        if self.early_columns > 0 {
+            s += &format!(" early-columns={}", self.early_columns);
+        }
         if let Some(stage) = self.column_stage {
             s += " staged-columns";
             if stage.columns < self.problem.program.column_inputs().count() {
@@ -803,6 +820,7 @@ impl Plan {
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
             batch_loads: self.batched_loads,
+            early_columns: self.early_columns,
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             rounded_resident: self.rounded_resident,
@@ -2146,6 +2164,18 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
             && whole_vector_packs
             && layout.complete_packs(n) <= 8
             && column_stage.is_none(),
+        early_columns: if residency == Residency::Registers
+            && columns > 0
+            && whole_vector_packs
+            && !request.ordered_columns
+            && !hoisted_columns
+            && column_stage.is_none()
+            && row_prefetch.is_none()
+        {
+            request.early_columns.min(layout.complete_packs(n) as u32)
+        } else {
+            0
+        },
         column_stage,
         packed_resident,
         rounded_resident,
