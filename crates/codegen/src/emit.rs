@@ -1723,9 +1723,9 @@ impl Ctx<'_> {
                 .iter()
                 .any(|(_, buffer)| self.buffer_kind(buffer) == BufferKind::Column)
         })?;
-        let hook = (0..out).rev().find(|&p| {
-            !self.reductions_in(p).is_empty() || !self.sum_exps_in(p).is_empty()
-        })?;
+        let hook = (0..out)
+            .rev()
+            .find(|&p| !self.reductions_in(p).is_empty() || !self.sum_exps_in(p).is_empty())?;
         Some((hook, out))
     }
 
@@ -1742,8 +1742,9 @@ impl Ctx<'_> {
             .into_iter()
             .filter(|(_, buffer)| self.buffer_kind(buffer) == BufferKind::Column)
             .collect();
+        let chunks = if early == 1 { "chunk" } else { "chunks" };
         self.line(&format!(
-            "// the columns of phase {out}'s first {early} chunks, loaded before this reduction's exchange"
+            "// the columns of phase {out}'s first {early} {chunks}, loaded before this reduction's exchange"
         ));
         for (val, _) in &columns {
             self.line(&format!("{ty} lf_e{}[{early}][{accesses}];", val.0));

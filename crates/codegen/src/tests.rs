@@ -1829,3 +1829,73 @@ fn golden_softmax_f32_w256_v4_self_signalling_watcher() {
     let k = kernel(&make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1));
     insta::assert_snapshot!(self_signalling(&k, Signal::Watcher).unwrap().source);
 }
+
+/// The long-row layernorm default's form (pushed cluster, packed tiles,
+/// one-pass moments) with early columns: the first chunk's weight and
+/// bias load before the pushed exchange's wait, and only the later chunks
+/// load in the output loop.
+#[test]
+fn golden_layernorm_bf16_w2048_v8_pushed_early_columns() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "3x32768",
+        LayoutRequest {
+            workers: 2048,
+            pack: 8,
+            unroll: 2,
+            cluster_group_threads: 256,
+            pack_resident: true,
+            push_cluster_reduce: true,
+            one_pass_moments: true,
+            early_columns: 1,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.early_columns, 1, "{}", p.describe());
+    let k = kernel(&p);
+    assert!(k.name.contains("_ec1"), "{}", k.name);
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Early loads sit after the row tile's loads and before the first wait
+/// of the reduction that precedes the output phase, in one group (the
+/// warp exchange's `__syncthreads`) and in a pushed cluster
+/// (`lf_push_wait`); two-pass layernorm loads them before its second
+/// (variance) reduction, not its first.
+#[test]
+fn early_columns_load_before_the_last_reduction_exchange() {
+    let request = |workers, one_pass| LayoutRequest {
+        workers,
+        pack: 4,
+        unroll: 1,
+        cluster_group_threads: 256,
+        push_cluster_reduce: true,
+        one_pass_moments: one_pass,
+        early_columns: 2,
+        ..Default::default()
+    };
+    for (op, shape, workers, one_pass, wait) in [
+        (Operator::Rmsnorm, "4x4096", 256, false, "__syncthreads();"),
+        (Operator::Layernorm, "4x32768", 2048, true, "lf_push_wait("),
+        (Operator::Layernorm, "4x32768", 2048, false, "lf_push_wait("),
+    ] {
+        let p = make_with(op, DType::F32, shape, request(workers, one_pass));
+        assert_eq!(p.early_columns, 2, "{}", p.describe());
+        let src = kernel(&p).source;
+        let early = src
+            .find("// the columns of phase")
+            .unwrap_or_else(|| panic!("{op} {shape}: no early loads"));
+        let phase = |q: usize| src.find(&format!("// ---- phase {q} ----")).unwrap();
+        let out = p.analysis.num_phases - 1;
+        // The reduction the loads precede is the output phase's previous one.
+        assert!(early > phase(out - 1) && early < phase(out), "{op} {shape}");
+        let first_wait_after = src[early..].find(wait).map(|i| i + early);
+        assert!(
+            first_wait_after.is_some_and(|w| w < phase(out)),
+            "{op} {shape}"
+        );
+        // Chunks 0 and 1 take the early registers; the loop's later chunks load.
+        assert!(src.contains("c < 2 ? lf_e"), "{op} {shape}");
+    }
+}

@@ -3154,6 +3154,56 @@ mod tests {
         }
     }
 
+    /// Early columns apply to register plans of programs with columns and
+    /// vector packs, at most the row's full chunks, and never together
+    /// with ordered or hoisted columns, or on streamed plans.
+    #[test]
+    fn early_columns_are_clamped_to_the_chunks_and_marked_where_they_apply() {
+        let target = Target::h200();
+        let make = |op, shape: &str, edit: &dyn Fn(&mut LayoutRequest)| {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::F32,
+                shape.parse().unwrap(),
+            );
+            let mut request = LayoutRequest {
+                workers: 256,
+                pack: 4,
+                unroll: 1,
+                residency: ResidencyRequest::Registers,
+                early_columns: 8,
+                ..Default::default()
+            };
+            edit(&mut request);
+            plan(&problem, &target, &request).unwrap()
+        };
+        // 4096 / (256 * 4) = 4 chunks: 8 asked, 4 given.
+        let p = make(Operator::Layernorm, "4x4096", &|_| {});
+        assert_eq!(p.early_columns, 4, "{}", p.describe());
+        assert!(p.describe().contains("early-columns=4"));
+        let p = make(Operator::Rmsnorm, "4x4096", &|r| r.early_columns = 1);
+        assert_eq!(p.early_columns, 1);
+        // No columns, streamed, ordered, hoisted, scalar packs: none.
+        for p in [
+            make(Operator::Softmax, "4x4096", &|_| {}),
+            make(Operator::Layernorm, "4x4096", &|r| {
+                r.residency = ResidencyRequest::Stream
+            }),
+            make(Operator::Layernorm, "4x4096", &|r| r.ordered_columns = true),
+            make(Operator::Layernorm, "4x4096", &|r| r.hoist_columns = true),
+            make(Operator::Layernorm, "4x4096", &|r| r.pack = 1),
+        ] {
+            assert_eq!(p.early_columns, 0, "{}", p.describe());
+        }
+        // The request a plan records asks for what the plan does.
+        let p = make(Operator::Layernorm, "4x4096", &|r| r.early_columns = 2);
+        assert_eq!(
+            p.pinned_request(&LayoutRequest::default(), 0).early_columns,
+            2
+        );
+    }
+
     #[test]
     fn regression_few_row_norms_take_one_pass_moments() {
         // Session 12, call 57: paired against two passes, one-pass moments
