@@ -247,9 +247,10 @@
 #   CALL 117: session 21: the quick half of the CUDA selftest of the
 #           session's last binary (after a review mend of the call graph)
 #   CALL 118: session 22: early columns (the output phase's first chunks'
-#           weight and bias loaded before the reduction): CUDA checks,
-#           long-row norm benches with 0, 1 and 2 chunks; layernorm
-#           1024x262144 at W=8192 in clusters of sixteen 512-thread groups
+#           weight and bias loaded before the reduction) and layernorm's
+#           fused output (16-bit rows): CUDA checks, long-row norm benches
+#           with and without each; layernorm 1024x262144 at W=8192 in
+#           clusters of sixteen 512-thread groups
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2650,19 +2651,23 @@ LIST
   ;;
 118)
   logs=$(mktemp -d)
-  step "CUDA checks of early columns"
-  variant_selftest 120 early-columns ec-selftest
-  step "long-row norms: default, then one and two chunks of early columns"
+  step "CUDA checks of early columns and the arithmetic variants (the fused output among them)"
+  variant_selftest 150 early-columns,arithmetic ec-selftest
+  step "long-row norms: default, then one chunk of early columns"
   long="--ops layernorm,rmsnorm --shapes 4096x131072,1024x262144"
   bench_as ec0 150 $long --dtypes f32,bf16
   bench_as ec1 150 $long --dtypes f32,bf16 --early-columns 1
-  bench_as ec2 90 --ops layernorm --shapes 4096x131072,1024x262144 --dtypes bf16 --early-columns 2
+  step "layernorm bf16 long rows: the fused output, alone and with early columns; two chunks early"
+  lnb="--ops layernorm --shapes 4096x131072,1024x262144 --dtypes bf16"
+  bench_as fo 60 $lnb --fused-output
+  bench_as fo-ec1 60 $lnb --fused-output --early-columns 1
+  bench_as ec2 60 $lnb --early-columns 2
   step "layernorm 1024x262144 in pushed clusters of sixteen 512-thread groups (W=8192)"
   w8k="--ops layernorm --shapes 1024x262144 --workers 8192 --unroll 4 --residency registers --cluster-group-threads 512 --push-cluster-reduce --one-pass-moments"
-  bench_as w8k-f32 45 $w8k --dtypes f32 --pack 4
-  bench_as w8k-bf16 45 $w8k --dtypes bf16 --pack 8 --pack-resident
-  show_benches "$r"-ec*-h200 "$r"-w8k-*-h200
-  keep ec-benches "$r"-ec*-h200 "$r"-w8k-*-h200 "$logs"
+  bench_as w8k-f32 40 $w8k --dtypes f32 --pack 4
+  bench_as w8k-bf16 40 $w8k --dtypes bf16 --pack 8 --pack-resident
+  show_benches "$r"-ec*-h200 "$r"-fo*-h200 "$r"-w8k-*-h200
+  keep ec-benches "$r"-ec*-h200 "$r"-fo*-h200 "$r"-w8k-*-h200 "$logs"
   ;;
 *) echo "unknown call $call (1-118)"; exit 2 ;;
 esac

@@ -169,6 +169,11 @@ pub struct PolicyArgs {
     /// values up to rounding.
     #[arg(long)]
     pub one_pass_moments: bool,
+    /// layernorm and residual_layernorm on 16-bit rows: the output as
+    /// `h * rstd - mean * rstd`, one fused multiply-add per element (f32
+    /// rows keep `(h - mean) * rstd`). Same values up to rounding.
+    #[arg(long)]
+    pub fused_output: bool,
     /// Register plans of one group per row: a persistent grid whose groups
     /// copy their next row into shared memory (`cp.async.bulk`) while they
     /// reduce and write the current one. Programs with one row input whose
@@ -231,6 +236,7 @@ impl PolicyArgs {
             persistent_clusters: self.persistent_clusters,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
+            fused_output: self.fused_output,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
             unfold_pack_addresses: self.unfold_pack_addresses,

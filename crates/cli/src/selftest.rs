@@ -1064,7 +1064,10 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
         name: &'static str,
         request: LayoutRequest,
         ops: [Operator; 2],
+        dtypes: [DType; 2],
         marked: fn(&Plan) -> bool,
+        /// Phases of the variant's programs (cross_entropy aside).
+        phases: usize,
         seed: u64,
     }
     let variants = [
@@ -1075,7 +1078,9 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
                 ..Default::default()
             },
             ops: [Operator::Softmax, Operator::CrossEntropy],
+            dtypes: [DType::F32, DType::Bf16],
             marked: Plan::online_normalizer,
+            phases: 2,
             seed: 23,
         },
         Variant {
@@ -1085,20 +1090,50 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
                 ..Default::default()
             },
             ops: [Operator::Layernorm, Operator::ResidualLayernorm],
+            dtypes: [DType::F32, DType::Bf16],
             marked: Plan::one_pass_moments,
+            phases: 2,
             seed: 29,
+        },
+        // 16-bit rows only: f32 rows keep the centred output.
+        Variant {
+            name: "fused output",
+            request: LayoutRequest {
+                fused_output: true,
+                ..Default::default()
+            },
+            ops: [Operator::Layernorm, Operator::ResidualLayernorm],
+            dtypes: [DType::Bf16, DType::F16],
+            marked: |p| p.fused_output() && !p.one_pass_moments(),
+            phases: 3,
+            seed: 31,
+        },
+        Variant {
+            name: "fused output, one-pass moments",
+            request: LayoutRequest {
+                fused_output: true,
+                one_pass_moments: true,
+                ..Default::default()
+            },
+            ops: [Operator::Layernorm, Operator::ResidualLayernorm],
+            dtypes: [DType::Bf16, DType::F16],
+            marked: |p| p.fused_output() && p.one_pass_moments(),
+            phases: 2,
+            seed: 37,
         },
     ];
     for Variant {
         name,
         request: variant,
         ops,
+        dtypes,
         marked,
+        phases,
         seed,
     } in variants
     {
         for op in ops {
-            for dtype in [DType::F32, DType::Bf16] {
+            for dtype in dtypes {
                 for (rows, n, workers, pack, group_threads, residency) in [
                     (1, 127, 0, 0, 0, ResidencyRequest::Auto),
                     (17, 257, 32, 4, 0, ResidencyRequest::Auto),
@@ -1124,8 +1159,8 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
                     let label = format!("{name} {op} {dtype} {rows}x{n} W={workers} {residency:?}");
                     match run_case(backend, &case, &CodegenOptions::default()) {
                         Ok(out) => {
-                            let phases_ok =
-                                op == Operator::CrossEntropy || out.plan.analysis.num_phases == 2;
+                            let phases_ok = op == Operator::CrossEntropy
+                                || out.plan.analysis.num_phases == phases;
                             let ok = out.validation.pass && marked(&out.plan) && phases_ok;
                             report.record(ok, &label, &out.plan.describe());
                         }

@@ -85,6 +85,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.one_pass_moments() {
         name += "_om";
     }
+    if plan.fused_output() {
+        name += "_fo";
+    }
     if plan.batched_loads {
         name += "_bl";
     }

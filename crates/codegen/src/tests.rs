@@ -1899,3 +1899,28 @@ fn early_columns_load_before_the_last_reduction_exchange() {
         assert!(src.contains("c < 2 ? lf_e"), "{op} {shape}");
     }
 }
+
+/// The fused output form on a bf16 row: `h * rstd + (-(mean * rstd))`,
+/// which NVCC contracts into one FMA per element, then weight and bias.
+#[test]
+fn golden_layernorm_bf16_w256_v8_fused_output_one_pass_moments() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "64x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 8,
+            unroll: 1,
+            one_pass_moments: true,
+            fused_output: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.fused_output() && p.one_pass_moments(), "{}", p.describe());
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_om_fo"), "{}", k.name);
+    // One negated shift per row, no per-element subtraction of the mean.
+    assert_eq!(k.source.matches(" = -").count(), 1);
+    insta::assert_snapshot!(golden(&p));
+}

@@ -471,6 +471,57 @@ mod tests {
         }
     }
 
+    /// The fused output form applies to 16-bit rows only, and there its
+    /// per-row rounding of `mean * rstd` stays far inside the tolerance
+    /// even on rows offset by 1000 spreads (which bf16 itself can barely
+    /// hold: the inputs' own rounding is a few spreads there).
+    #[test]
+    fn fused_output_applies_to_16_bit_rows_only_and_holds_on_offset_rows() {
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+                let problem = Problem::operator(
+                    op,
+                    OperatorOptions::default(),
+                    dtype,
+                    "4x4096".parse().unwrap(),
+                );
+                for one_pass_moments in [false, true] {
+                    let request = LayoutRequest {
+                        workers: 256,
+                        pack: 4,
+                        fused_output: true,
+                        one_pass_moments,
+                        ..Default::default()
+                    };
+                    let plan = plan(&problem, &Target::h200(), &request).unwrap();
+                    assert_eq!(plan.fused_output(), dtype != DType::F32, "{op} {dtype}");
+                    assert_eq!(plan.one_pass_moments(), one_pass_moments);
+                    if dtype == DType::F32 {
+                        continue;
+                    }
+                    let mut inputs = random_inputs(&problem, 5);
+                    // f16 cannot hold 1000 spreads of a unit-spread row.
+                    let offset = if dtype == DType::Bf16 { 1000.0 } else { 100.0 };
+                    let x = inputs.get_mut("x").unwrap();
+                    for i in 0..x.len() {
+                        let v = x.get(i);
+                        x.set(i, offset + v);
+                    }
+                    let want = crate::reference::reference(&problem, &inputs).unwrap();
+                    let mut outputs = poisoned_outputs(&problem);
+                    execute(&plan, &inputs, &mut outputs).unwrap();
+                    let v = crate::validate::validate(dtype, &outputs, &want);
+                    assert!(
+                        v.pass,
+                        "{}: worst rel err {:.3e}",
+                        plan.describe(),
+                        v.worst_rel_err()
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_output_element_is_written() {
         for op in Operator::SIX {

@@ -146,7 +146,7 @@ impl Operator {
                 } else {
                     x
                 };
-                layer_norm_body(&mut b, h, opts);
+                layer_norm_body(&mut b, h, opts, false);
             }
             Operator::CrossEntropy => {
                 let x = b.input("x", BufferKind::Row);
@@ -176,6 +176,22 @@ impl Operator {
     }
 }
 
+/// How layernorm and residual_layernorm compute their moments and output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NormForm {
+    /// Both moments summed in one pass about the row's first element
+    /// ([`Operator::program_one_pass_moments`]).
+    pub one_pass_moments: bool,
+    /// The output as `h * rstd + (-(mean * rstd))`, one fused multiply-add
+    /// per element where `(h - mean) * rstd` takes two operations. The
+    /// product `mean * rstd` is rounded once per row, so each output
+    /// carries an extra absolute error of about `2^-24 * |mean| / std`:
+    /// invisible under 16-bit outputs' rounding (2^-8 relative), but f32's
+    /// 1e-5 tolerance would see it on rows offset by ~1000 spreads, so
+    /// only 16-bit rows take it (see `Problem::as_requested`).
+    pub fused_output: bool,
+}
+
 impl Operator {
     /// layernorm and residual_layernorm with both moments in one pass: the
     /// row is shifted by its first element `k` (of h, for the residual
@@ -185,17 +201,39 @@ impl Operator {
     /// (a row's own element is within a few standard deviations of its
     /// mean). None for the other operators.
     pub fn program_one_pass_moments(self, opts: OperatorOptions) -> Option<Program> {
+        self.program_norm_form(
+            opts,
+            NormForm {
+                one_pass_moments: true,
+                fused_output: false,
+            },
+        )
+    }
+
+    /// layernorm and residual_layernorm in the given [`NormForm`]; None for
+    /// the other operators. The default form is [`Operator::program`]'s.
+    pub fn program_norm_form(self, opts: OperatorOptions, form: NormForm) -> Option<Program> {
+        if !matches!(self, Operator::Layernorm | Operator::ResidualLayernorm) {
+            return None;
+        }
         let mut b = Builder::new(self.name());
         let x = b.input("x", BufferKind::Row);
-        let (h, k) = match self {
-            Operator::Layernorm => (x, b.row_first("x")),
-            Operator::ResidualLayernorm => {
-                let h = residual_sum(&mut b, x);
+        let h = if self == Operator::ResidualLayernorm {
+            residual_sum(&mut b, x)
+        } else {
+            x
+        };
+        if !form.one_pass_moments {
+            layer_norm_body(&mut b, h, opts, form.fused_output);
+            return Some(b.finish());
+        }
+        let k = match self {
+            Operator::Layernorm => b.row_first("x"),
+            _ => {
                 let (x0, r0) = (b.row_first("x"), b.row_first("residual"));
                 let k0 = b.add(x0, r0);
-                (h, b.round_to_storage(k0))
+                b.round_to_storage(k0)
             }
-            _ => return None,
         };
         let n = b.row_len();
         let kb = b.broadcast(k);
@@ -213,14 +251,18 @@ impl Operator {
         let ve = b.add(var, eps);
         let rstd = b.unary(UnaryOp::Rsqrt, ve);
         let mean = b.add(m1, k);
-        let mb = b.broadcast(mean);
-        let c = b.sub(h, mb);
-        normalized_output(&mut b, c, rstd, opts);
+        if form.fused_output {
+            fused_output(&mut b, h, mean, rstd, opts);
+        } else {
+            let mb = b.broadcast(mean);
+            let c = b.sub(h, mb);
+            normalized_output(&mut b, c, rstd, opts);
+        }
         Some(b.finish())
     }
 }
 
-fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions) {
+fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fused: bool) {
     let n = b.row_len();
     let s = b.reduce(ReduceOp::Sum, x);
     let mean = b.div(s, n);
@@ -232,7 +274,11 @@ fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions) {
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
     let rstd = b.unary(UnaryOp::Rsqrt, ve);
-    normalized_output(b, c, rstd, opts);
+    if fused {
+        fused_output(b, x, mean, rstd, opts);
+    } else {
+        normalized_output(b, c, rstd, opts);
+    }
 }
 
 /// residual_layernorm's `h = x + residual`, rounded to the storage dtype
@@ -249,7 +295,12 @@ fn residual_sum(b: &mut Builder, x: crate::Value) -> crate::Value {
 /// row `c` and the per-row `rstd`.
 fn normalized_output(b: &mut Builder, c: crate::Value, rstd: crate::Value, opts: OperatorOptions) {
     let rb = b.broadcast(rstd);
-    let mut y = b.mul(c, rb);
+    let y = b.mul(c, rb);
+    columns_and_store(b, y, opts);
+}
+
+/// `y (* weight) (+ bias)`, stored as the output `y`.
+fn columns_and_store(b: &mut Builder, mut y: crate::Value, opts: OperatorOptions) {
     if opts.weight {
         let w = b.input("weight", BufferKind::Column);
         y = b.mul(y, w);
@@ -259,6 +310,26 @@ fn normalized_output(b: &mut Builder, c: crate::Value, rstd: crate::Value, opts:
         y = b.add(y, bias);
     }
     b.output("y", BufferKind::Row, y);
+}
+
+/// layernorm's output in the fused form ([`NormForm::fused_output`]):
+/// `y = h * rstd + (-(mean * rstd))`, then weight and bias as
+/// [`normalized_output`] applies them. The only negation in any operator
+/// program: `Plan::fused_output` recognises the form by it.
+fn fused_output(
+    b: &mut Builder,
+    h: crate::Value,
+    mean: crate::Value,
+    rstd: crate::Value,
+    opts: OperatorOptions,
+) {
+    let shift = b.mul(mean, rstd);
+    let neg_shift = b.unary(UnaryOp::Neg, shift);
+    let rb = b.broadcast(rstd);
+    let sb = b.broadcast(neg_shift);
+    let scaled = b.mul(h, rb);
+    let y = b.add(scaled, sb);
+    columns_and_store(b, y, opts);
 }
 
 impl fmt::Display for Operator {
@@ -374,6 +445,72 @@ mod tests {
         }
         assert!(Operator::Softmax
             .program_one_pass_moments(OperatorOptions::default())
+            .is_none());
+    }
+
+    /// The fused output form keeps each form's phases and buffers and
+    /// negates once per row (the marker `Plan::fused_output` reads); no
+    /// other operator program negates anything.
+    #[test]
+    fn the_fused_output_form_keeps_phases_and_buffers_and_alone_negates() {
+        let negates = |p: &Program| {
+            p.body.iter().any(|i| {
+                matches!(
+                    i,
+                    Instr::Unary {
+                        op: UnaryOp::Neg,
+                        ..
+                    }
+                )
+            })
+        };
+        let opts = OperatorOptions::default();
+        for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+            for one_pass_moments in [false, true] {
+                let plain = op
+                    .program_norm_form(
+                        opts,
+                        NormForm {
+                            one_pass_moments,
+                            fused_output: false,
+                        },
+                    )
+                    .unwrap();
+                let fused = op
+                    .program_norm_form(
+                        opts,
+                        NormForm {
+                            one_pass_moments,
+                            fused_output: true,
+                        },
+                    )
+                    .unwrap();
+                let (a, b) = (plain.verify().unwrap(), fused.verify().unwrap());
+                assert_eq!(a.num_phases, b.num_phases, "{op}");
+                assert_eq!(a.reductions.len(), b.reductions.len(), "{op}");
+                assert_eq!(plain.inputs, fused.inputs, "{op}");
+                assert_eq!(plain.outputs, fused.outputs, "{op}");
+                assert!(!negates(&plain) && negates(&fused), "{op}");
+            }
+            // The default form is `program`'s, instruction for instruction.
+            assert_eq!(
+                op.program_norm_form(opts, NormForm::default())
+                    .unwrap()
+                    .to_text(),
+                op.program(opts).to_text()
+            );
+        }
+        for op in Operator::SIX {
+            assert!(!negates(&op.program(opts)), "{op}");
+        }
+        assert!(Operator::Rmsnorm
+            .program_norm_form(
+                opts,
+                NormForm {
+                    one_pass_moments: false,
+                    fused_output: true
+                }
+            )
             .is_none());
     }
 

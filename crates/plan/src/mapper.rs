@@ -5,7 +5,7 @@
 use crate::layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 use crate::shape::Shape;
 use crate::target::Target;
-use lanefold_ir::{Analysis, DType, Operator, OperatorOptions, Program};
+use lanefold_ir::{Analysis, DType, NormForm, Operator, OperatorOptions, Program};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -49,18 +49,25 @@ impl Problem {
     /// where the request asks (one-pass moments, the online normalizer),
     /// else as it is.
     pub fn as_requested(&self, request: &LayoutRequest) -> Cow<'_, Problem> {
-        if !request.one_pass_moments && !request.online_normalizer {
+        // The fused output's per-row rounding is only hidden by 16-bit
+        // outputs' (see `NormForm::fused_output`).
+        let fused_output = request.fused_output && self.dtype.size_bytes() == 2;
+        if !request.one_pass_moments && !request.online_normalizer && !fused_output {
             return Cow::Borrowed(self);
         }
         let mut program = self.program.clone();
-        if request.one_pass_moments {
+        if request.one_pass_moments || fused_output {
             let options = OperatorOptions {
                 weight: program.input("weight").is_some(),
                 bias: program.input("bias").is_some(),
             };
+            let form = NormForm {
+                one_pass_moments: request.one_pass_moments,
+                fused_output,
+            };
             let one_pass = self
                 .operator_kind()
-                .and_then(|op| op.program_one_pass_moments(options));
+                .and_then(|op| op.program_norm_form(options, form));
             if let Some(p) = one_pass {
                 program = if self.program.reassociation {
                     p
@@ -226,6 +233,14 @@ pub struct LayoutRequest {
     /// effect on other operators.
     #[serde(default)]
     pub one_pass_moments: bool,
+    /// layernorm and residual_layernorm on 16-bit rows: the output as
+    /// `h * rstd + (-(mean * rstd))`, one fused multiply-add per element
+    /// instead of a subtraction and a multiply ([`NormForm::fused_output`]).
+    /// Changes rounding, not the value; f32 rows, whose tolerance would
+    /// see the per-row rounding of `mean * rstd` on offset rows, and other
+    /// operators are unaffected.
+    #[serde(default)]
+    pub fused_output: bool,
     /// Register plans of one group per row: a persistent grid, each group
     /// copying its next row into shared memory (`cp.async.bulk`,
     /// completing an `mbarrier`) while it reduces and writes the current
@@ -450,6 +465,7 @@ impl LayoutRequest {
             persistent_clusters: self.persistent_clusters,
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
+            fused_output: self.fused_output,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
             unfold_pack_addresses: self.unfold_pack_addresses,
@@ -518,6 +534,7 @@ pub struct ArithmeticKey {
     pub order: ReductionOrder,
     pub one_pass_moments: bool,
     pub online_normalizer: bool,
+    pub fused_output: bool,
 }
 
 /// Groups per multiprocessor held to `groups` through shared memory
@@ -669,6 +686,21 @@ impl Plan {
             .any(|i| matches!(i, lanefold_ir::Instr::ReduceSumExp { .. }))
     }
 
+    /// Is layernorm's output in the fused form (see
+    /// [`LayoutRequest::fused_output`])? Its negation of `mean * rstd` is
+    /// the only one in any operator program.
+    pub fn fused_output(&self) -> bool {
+        self.problem.program.body.iter().any(|i| {
+            matches!(
+                i,
+                lanefold_ir::Instr::Unary {
+                    op: lanefold_ir::UnaryOp::Neg,
+                    ..
+                }
+            )
+        })
+    }
+
     /// Does a phase re-read resident tiles from memory (rather than keep
     /// them in registers)?
     pub fn rereads_tiles(&self) -> bool {
@@ -694,6 +726,7 @@ impl Plan {
             order: self.order,
             one_pass_moments: self.one_pass_moments(),
             online_normalizer: self.online_normalizer(),
+            fused_output: self.fused_output(),
         }
     }
 
@@ -765,6 +798,9 @@ impl Plan {
         if self.one_pass_moments() {
             s += " one-pass-moments";
         }
+        if self.fused_output() {
+            s += " fused-output";
+        }
         if let Some(b) = self.min_groups_per_multiprocessor {
             s += &format!(" occupancy={b}");
         }
@@ -829,6 +865,7 @@ impl Plan {
             persistent_clusters: self.persistent_clusters,
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
+            fused_output: self.fused_output(),
             prefetch_rows: self.row_prefetch.is_some(),
             occupancy: groups,
             ..*base
