@@ -2668,6 +2668,13 @@ LIST
   bench_as w8k-bf16 40 $w8k --dtypes bf16 --pack 8 --pack-resident
   show_benches "$r"-ec*-h200 "$r"-fo*-h200 "$r"-w8k-*-h200
   keep ec-benches "$r"-ec*-h200 "$r"-fo*-h200 "$r"-w8k-*-h200 "$logs"
+  if [ "$(left)" -gt 90 ]; then
+    step "layernorm 1024x262144 on persistent clusters (f32 never measured without staged columns), with early columns"
+    bench_as pc 40 --ops layernorm --shapes 1024x262144 --dtypes f32,bf16 --persistent-clusters
+    bench_as pc-ec1 40 --ops layernorm --shapes 1024x262144 --dtypes f32,bf16 --persistent-clusters --early-columns 1
+    show_benches "$r"-pc*-h200
+    keep pc-benches "$r"-pc*-h200 "$logs"
+  fi
   ;;
 *) echo "unknown call $call (1-118)"; exit 2 ;;
 esac
