@@ -2670,10 +2670,10 @@ LIST
   keep ec-benches "$r"-ec*-h200 "$r"-fo*-h200 "$r"-w8k-*-h200 "$logs"
   if [ "$(left)" -gt 90 ]; then
     step "layernorm f32 1024x262144 on persistent clusters (never measured without staged columns), with early columns"
-    bench_as pc 30 --ops layernorm --shapes 1024x262144 --dtypes f32 --persistent-clusters
-    bench_as pc-ec1 30 --ops layernorm --shapes 1024x262144 --dtypes f32 --persistent-clusters --early-columns 1
-    show_benches "$r"-pc*-h200
-    keep pc-benches "$r"-pc*-h200 "$logs"
+    bench_as pcx 30 --ops layernorm --shapes 1024x262144 --dtypes f32 --persistent-clusters
+    bench_as pcx-ec1 30 --ops layernorm --shapes 1024x262144 --dtypes f32 --persistent-clusters --early-columns 1
+    show_benches "$r"-pcx*-h200
+    keep pc-benches "$r"-pcx*-h200 "$logs"
   fi
   ;;
 *) echo "unknown call $call (1-118)"; exit 2 ;;
