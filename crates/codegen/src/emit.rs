@@ -941,19 +941,20 @@ impl Ctx<'_> {
                             ));
                         } else if batched {
                             self.line(&format!("const {ty} a = lf_b{}[{chunk}][{k}];", val.0));
-                        } else if early.is_some_and(|(_, out)| out == p)
-                            && self.buffer_kind(buffer) == BufferKind::Column
-                        {
-                            // Chunks below the count were loaded early; the
-                            // loop is unrolled, so this choice is static.
-                            let access = self.vector_access(p, *val, buffer, k);
-                            self.line(&format!(
-                                "const {ty} a = {chunk} < {} ? lf_e{}[{chunk}][{k}] : {access};",
-                                self.plan.early_columns, val.0
-                            ));
                         } else {
                             let access = self.vector_access(p, *val, buffer, k);
-                            self.line(&format!("const {ty} a = {access};"));
+                            if early.is_some_and(|(_, out)| out == p)
+                                && self.buffer_kind(buffer) == BufferKind::Column
+                            {
+                                // Chunks below the count were loaded early; the
+                                // loop is unrolled, so this choice is static.
+                                self.line(&format!(
+                                    "const {ty} a = {chunk} < {} ? lf_e{}[{chunk}][{k}] : {access};",
+                                    self.plan.early_columns, val.0
+                                ));
+                            } else {
+                                self.line(&format!("const {ty} a = {access};"));
+                            }
                         }
                         for (f, field) in vec.fields().iter().enumerate() {
                             let src = if field.is_empty() {
@@ -1546,17 +1547,24 @@ impl Ctx<'_> {
     /// issued before the chunk loop computes on any (see
     /// [`Self::batches_loads`]).
     fn emit_batched_loads(&mut self, p: usize) {
-        let vec = self.vector.expect("batched loads are vector loads");
+        let loads = self.global_loads(p);
+        self.emit_chunk_loads(p, &loads, "lf_b", "LF_FULL");
+    }
+
+    /// Phase `p`'s vector `loads` of chunks `0..chunks` into
+    /// `<array><value>[chunk][access]`, each with the cache policy phase
+    /// `p` gives it, issued in one unrolled loop.
+    fn emit_chunk_loads(&mut self, p: usize, loads: &[(Value, String)], array: &str, chunks: &str) {
+        let vec = self.vector.expect("chunk loads are vector loads");
         let ty = vec.access_type();
         let accesses = vec.words / vec.per_access;
-        let loads = self.global_loads(p);
-        for (val, _) in &loads {
-            self.line(&format!("{ty} lf_b{}[LF_FULL][{accesses}];", val.0));
+        for (val, _) in loads {
+            self.line(&format!("{ty} {array}{}[{chunks}][{accesses}];", val.0));
         }
         self.line("#pragma unroll");
-        self.open("for (int c = 0; c < LF_FULL; ++c) {");
+        self.open(&format!("for (int c = 0; c < {chunks}; ++c) {{"));
         self.line("const int i0 = (c * LF_W + w) * LF_V;");
-        for (val, buffer) in &loads {
+        for (val, buffer) in loads {
             let base = self.row_base(buffer);
             self.open("{");
             self.line(&format!(
@@ -1565,7 +1573,7 @@ impl Ctx<'_> {
             ));
             for k in 0..accesses {
                 let access = self.vector_access(p, *val, buffer, k);
-                self.line(&format!("lf_b{}[c][{k}] = {access};", val.0));
+                self.line(&format!("{array}{}[c][{k}] = {access};", val.0));
             }
             self.close();
         }
@@ -1736,9 +1744,6 @@ impl Ctx<'_> {
     /// chunks into `lf_e<value>[chunk][access]`, issued before this
     /// phase's reduction so their round trip overlaps its exchange.
     fn emit_early_column_loads(&mut self, out: usize) {
-        let vec = self.vector.expect("early columns are vector loads");
-        let ty = vec.access_type();
-        let accesses = vec.words / vec.per_access;
         let early = self.plan.early_columns;
         let columns: Vec<_> = self
             .global_loads(out)
@@ -1749,25 +1754,7 @@ impl Ctx<'_> {
         self.line(&format!(
             "// the columns of phase {out}'s first {early} {chunks}, loaded before this reduction's exchange"
         ));
-        for (val, _) in &columns {
-            self.line(&format!("{ty} lf_e{}[{early}][{accesses}];", val.0));
-        }
-        self.line("#pragma unroll");
-        self.open(&format!("for (int c = 0; c < {early}; ++c) {{"));
-        self.line("const int i0 = (c * LF_W + w) * LF_V;");
-        for (val, buffer) in &columns {
-            self.open("{");
-            self.line(&format!(
-                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + i0);",
-                ident(buffer)
-            ));
-            for k in 0..accesses {
-                let access = self.vector_access(out, *val, buffer, k);
-                self.line(&format!("lf_e{}[c][{k}] = {access};", val.0));
-            }
-            self.close();
-        }
-        self.close();
+        self.emit_chunk_loads(out, &columns, "lf_e", &early.to_string());
     }
 }
 
