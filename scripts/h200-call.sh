@@ -254,6 +254,8 @@
 #   CALL 119: session 22: the mended arithmetic checks and the quick
 #           selftest half on CUDA; layernorm f32 long rows with one early
 #           chunk, paired against the default with both torch peers
+#   CALL 120: session 22: target 4 for layernorm f32 long rows with early
+#           columns the default; the long-row half of the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2697,6 +2699,14 @@ LIST
   keep lnf-replay "$r-lnf-ec1-replay-h200" "$logs"
   "$bin" scorecard "$r-lnf-ec1-replay-h200" | grep -E "^\| [a-z]" | cut -c1-220 || true
   ;;
-*) echo "unknown call $call (1-119)"; exit 2 ;;
+120)
+  logs=$(mktemp -d)
+  t4_searches t4-searches <<'LIST'
+layernorm f32 1024x262144
+layernorm f32 4096x131072
+LIST
+  selftest_half LONG_ONLY "$r-selftest-long-s22-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-120)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -368,6 +368,12 @@ impl LayoutRequest {
     ///   latency-bound row (session 12, call 57,
     ///   `few-norms-om-replay-h200`: 1.02-1.13x on all 24 cases of 1x127,
     ///   17x257 and 1-64 x 4096 in both dtypes, paired in 3 rounds).
+    /// - layernorm f32 on rows of 131072 and more: the first chunk's
+    ///   weight and bias loaded before the cluster's exchange (session 22,
+    ///   call 119, `lnf-ec1-replay-h200`, paired in 3 rounds: 4096x131072
+    ///   1.009-1.016x, 1024x262144 1.019-1.021x; not bf16, where the
+    ///   second group on each SM already covers the wait, nor rmsnorm f32,
+    ///   whose registers went 80 -> 106, call 118).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
@@ -397,6 +403,9 @@ impl LayoutRequest {
             }
             Some(Operator::Layernorm) if n >= ONE_PASS_MOMENTS_MIN_N => {
                 request.one_pass_moments = true;
+                if problem.dtype == DType::F32 && n >= EARLY_COLUMNS_MIN_N {
+                    request.early_columns = 1;
+                }
             }
             // Streamed in two passes, as Inductor's Welford loop (session
             // 13, calls 61 and 64; see [`whole_row_stream_instead`]).
@@ -1530,6 +1539,10 @@ pub fn automatic_note(
                 "weight and bias loaded a chunk at a time below the stores before them, campaign 16",
             ),
             (
+                measured.early_columns > request.early_columns,
+                "the first chunk's weight and bias loaded before the cluster's exchange, campaign 22",
+            ),
+            (
                 measured.rounded_resident && !request.rounded_resident,
                 "h kept resident instead of x and the residual, campaign 17",
             ),
@@ -1583,6 +1596,11 @@ const ONLINE_NORMALIZER_MIN_N: usize = 32768;
 /// Rows at least this long take layernorm's one-pass moments by
 /// default on the H200 ([`LayoutRequest::with_measured_variants`]).
 const ONE_PASS_MOMENTS_MIN_N: usize = 32768;
+
+/// layernorm f32 rows at least this long load their first chunk's columns
+/// early (see [`LayoutRequest::with_measured_variants`]); measured on
+/// 131072 and 262144 only.
+const EARLY_COLUMNS_MIN_N: usize = 131072;
 
 /// Rows at least this long, which span a cluster on the H200, push their
 /// partials by default ([`LayoutRequest::with_measured_variants`]).
@@ -3239,6 +3257,36 @@ mod tests {
             p.pinned_request(&LayoutRequest::default(), 0).early_columns,
             2
         );
+    }
+
+    /// Session 22, call 119 (paired, 3 rounds): layernorm f32 long rows
+    /// gain 1.009-1.021x with one chunk of early columns; bf16 and rmsnorm
+    /// f32 did not (call 118), and shorter rows were not measured.
+    #[test]
+    fn regression_layernorm_f32_long_rows_load_one_chunk_of_columns_early() {
+        let target = Target::h200();
+        for (op, dtype, shape, early) in [
+            (Operator::Layernorm, DType::F32, "4096x131072", 1),
+            (Operator::Layernorm, DType::F32, "1024x262144", 1),
+            (Operator::Layernorm, DType::Bf16, "1024x262144", 0),
+            (Operator::Layernorm, DType::F32, "4096x32768", 0),
+            (Operator::Rmsnorm, DType::F32, "1024x262144", 0),
+            (Operator::ResidualLayernorm, DType::F32, "1024x262144", 0),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+            assert_eq!(
+                p.early_columns,
+                early,
+                "{op} {dtype} {shape}: {}",
+                p.describe()
+            );
+        }
     }
 
     #[test]
