@@ -256,6 +256,8 @@
 #           chunk, paired against the default with both torch peers
 #   CALL 120: session 22: target 4 for layernorm f32 long rows with early
 #           columns the default; the long-row half of the CUDA selftest
+#   CALL 121: session 22: the variants half of the CUDA selftest of the
+#           session's last binary
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2707,6 +2709,10 @@ layernorm f32 4096x131072
 LIST
   selftest_half LONG_ONLY "$r-selftest-long-s22-h200" selftest-long
   ;;
-*) echo "unknown call $call (1-120)"; exit 2 ;;
+121)
+  logs=$(mktemp -d)
+  selftest_half VARIANTS_ONLY "$r-selftest-variants-s22-h200" selftest-variants
+  ;;
+*) echo "unknown call $call (1-121)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
