@@ -258,6 +258,9 @@
 #           columns the default; the long-row half of the CUDA selftest
 #   CALL 121: session 22: the variants half of the CUDA selftest of the
 #           session's last binary
+#   CALL 122: session 23: the quick CUDA selftest of the session's first
+#           binary; hardware counters (ncu) of layernorm 1024x262144, bf16
+#           and f32, with and without columns, against a torch stream kernel
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2713,6 +2716,27 @@ LIST
   logs=$(mktemp -d)
   selftest_half VARIANTS_ONLY "$r-selftest-variants-s22-h200" selftest-variants
   ;;
-*) echo "unknown call $call (1-121)"; exit 2 ;;
+122)
+  logs=$(mktemp -d)
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s23-h200" selftest-quick
+  step "hardware counters (ncu) of layernorm 1024x262144 and its controls"
+  nc="bench/probes/$date-ncu-long-h200"
+  lf="regex:^lf_(layernorm|rmsnorm|softmax)"
+  run1="$bin run --backend cuda --shape 1024x262144"
+  ncu_case() { timeout "$(( $(left) < 100 ? $(left) : 100 ))" bash scripts/h200-ncu.sh "$nc" "$@"; }
+  ncu_case ln-bf16 "$lf" $run1 --op layernorm --dtype bf16
+  ncu_case ln-bf16-nocol "$lf" $run1 --op layernorm --dtype bf16 --no-weight --no-bias
+  ncu_case ln-f32 "$lf" $run1 --op layernorm --dtype f32
+  ncu_case ln-f32-nocol "$lf" $run1 --op layernorm --dtype f32 --no-weight --no-bias
+  ncu_case stream-bf16 "regex:elementwise" python3 -c "import torch; x=torch.randn(1024,262144,device='cuda',dtype=torch.bfloat16); y=torch.empty_like(x); torch.neg(x,out=y); torch.cuda.synchronize()"
+  keep ncu-long "$nc"
+  if [ "$(left)" -gt 60 ]; then
+    ncu_case rms-bf16 "$lf" $run1 --op rmsnorm --dtype bf16
+    ncu_case sm-bf16 "$lf" $run1 --op softmax --dtype bf16
+    ncu_case stream-f32 "regex:elementwise" python3 -c "import torch; x=torch.randn(1024,262144,device='cuda'); y=torch.empty_like(x); torch.neg(x,out=y); torch.cuda.synchronize()"
+    keep ncu-long "$nc"
+  fi
+  ;;
+*) echo "unknown call $call (1-122)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
