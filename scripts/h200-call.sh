@@ -261,6 +261,9 @@
 #   CALL 122: session 23: the quick CUDA selftest of the session's first
 #           binary; hardware counters (ncu) of layernorm 1024x262144, bf16
 #           and f32, with and without columns, against a torch stream kernel
+#   CALL 123: session 23: ncu of the other misses: sum bf16 16384x8192 beside
+#           both torch peers, 1024x4096 f32 kernels with a warm L2 beside
+#           torch.compile's, and layernorm 4096x131072 (met) for contrast
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2718,25 +2721,47 @@ LIST
   ;;
 122)
   logs=$(mktemp -d)
-  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s23-h200" selftest-quick
+  [ -n "${NO_SELFTEST:-}" ] || selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s23-h200" selftest-quick
   step "hardware counters (ncu) of layernorm 1024x262144 and its controls"
   nc="bench/probes/$date-ncu-long-h200"
-  lf="regex:^lf_(layernorm|rmsnorm|softmax)"
+  lf="^lf_(layernorm|rmsnorm|softmax)"
   run1="$bin run --backend cuda --shape 1024x262144"
   ncu_case() { timeout "$(( $(left) < 100 ? $(left) : 100 ))" bash scripts/h200-ncu.sh "$nc" "$@"; }
   ncu_case ln-bf16 "$lf" $run1 --op layernorm --dtype bf16
   ncu_case ln-bf16-nocol "$lf" $run1 --op layernorm --dtype bf16 --no-weight --no-bias
   ncu_case ln-f32 "$lf" $run1 --op layernorm --dtype f32
   ncu_case ln-f32-nocol "$lf" $run1 --op layernorm --dtype f32 --no-weight --no-bias
-  ncu_case stream-bf16 "regex:elementwise" python3 -c "import torch; x=torch.randn(1024,262144,device='cuda',dtype=torch.bfloat16); y=torch.empty_like(x); torch.neg(x,out=y); torch.cuda.synchronize()"
+  ncu_case stream-bf16 "vectorized_elementwise" python3 -c "import torch; x=torch.randn(1024,262144,device='cuda',dtype=torch.bfloat16); y=torch.empty_like(x); torch.neg(x,out=y); torch.cuda.synchronize()"
   keep ncu-long "$nc"
   if [ "$(left)" -gt 60 ]; then
     ncu_case rms-bf16 "$lf" $run1 --op rmsnorm --dtype bf16
     ncu_case sm-bf16 "$lf" $run1 --op softmax --dtype bf16
-    ncu_case stream-f32 "regex:elementwise" python3 -c "import torch; x=torch.randn(1024,262144,device='cuda'); y=torch.empty_like(x); torch.neg(x,out=y); torch.cuda.synchronize()"
+    ncu_case stream-f32 "vectorized_elementwise" python3 -c "import torch; x=torch.randn(1024,262144,device='cuda'); y=torch.empty_like(x); torch.neg(x,out=y); torch.cuda.synchronize()"
     keep ncu-long "$nc"
   fi
   ;;
-*) echo "unknown call $call (1-122)"; exit 2 ;;
+123)
+  logs=$(mktemp -d)
+  nc="bench/probes/$date-ncu-misses-h200"
+  ncu_case() { timeout "$(( $(left) < 120 ? $(left) : 120 ))" bash scripts/h200-ncu.sh "$nc" "$@"; }
+  step "ncu: sum bf16 16384x8192 (target 1's tie), lanefold and both torch peers"
+  ncu_case sum-bf16 "^lf_sum" "$bin" run --backend cuda --op sum --shape 16384x8192 --dtype bf16
+  NCU_EXTRA="--nvtx --nvtx-include measure/" ncu_case sum-bf16-compile "." python3 python/ncu_peer.py sum bf16 16384x8192 compile
+  NCU_EXTRA="--nvtx --nvtx-include measure/" ncu_case sum-bf16-eager "." python3 python/ncu_peer.py sum bf16 16384x8192 eager
+  keep ncu-misses "$nc"
+  step "ncu: 1024x4096 f32 kernels with the L2 as the previous call left it (target 3's single calls)"
+  for op in rmsnorm layernorm softmax; do
+    NCU_EXTRA="--cache-control none --launch-skip 100" ncu_case "$op-f32-1024-warm" "^lf_$op" \
+      "$bin" latency --op "$op" --shape 1024x4096 --dtype f32 --iters 200 --output "$logs/lat-$op.json"
+    NCU_EXTRA="--cache-control none --nvtx --nvtx-include measure/" ncu_case "$op-f32-1024-compile-warm" "." \
+      python3 python/ncu_peer.py "$op" f32 1024x4096 compile
+  done
+  keep ncu-misses "$nc"
+  step "ncu: layernorm bf16 4096x131072 (met), beside call 122's 1024x262144"
+  ncu_case ln-bf16-131072 "^lf_layernorm" "$bin" run --backend cuda --op layernorm --shape 4096x131072 --dtype bf16
+  ncu_case ln-f32-131072 "^lf_layernorm" "$bin" run --backend cuda --op layernorm --shape 4096x131072 --dtype f32
+  keep ncu-misses "$nc"
+  ;;
+*) echo "unknown call $call (1-123)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

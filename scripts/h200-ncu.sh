@@ -2,13 +2,15 @@
 # Hardware counters of one kernel launch (Nsight Compute, clocks left alone
 # as the device's METHOD.md asks), so a claim about what limits a kernel
 # rests on counters, not only on timing differences.
-# Usage: scripts/h200-ncu.sh OUT_DIR NAME KERNEL_REGEX COMMAND...
+# Usage: scripts/h200-ncu.sh OUT_DIR NAME KERNEL_REGEX COMMAND...  (the regex bare, no "regex:")
 #   profiles the first launch whose name matches KERNEL_REGEX in COMMAND;
 #   writes NAME.ncu-rep, NAME-details.txt (every section, human-readable)
 #   and NAME-raw.csv (every metric) into OUT_DIR, and prints the headline
 #   lines. ncu flushes the caches before each pass (L2 cold); the data of
 #   the long rows is more than four times the L2, so that is the state the
-#   warm benches see too.
+#   warm benches see too. NCU_EXTRA adds options (e.g. "--cache-control none
+#   --launch-skip 100" for a later launch with the L2 as the previous one
+#   left it; "--nvtx --nvtx-include measure/" for python/ncu_peer.py).
 set -uo pipefail
 out=${1:?output dir}
 name=${2:?name}
@@ -24,6 +26,8 @@ sections=(SpeedOfLight MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables
   MemoryWorkloadAnalysis_Chart Occupancy LaunchStats WarpStateStats SchedulerStats)
 args=(--clock-control none --kernel-name "regex:$regex" --launch-count 1 -f -o "$out/$name")
 for s in "${sections[@]}"; do args+=(--section "$s"); done
+# shellcheck disable=SC2206
+args+=(${NCU_EXTRA:-})
 "$ncu" "${args[@]}" "$@" > "$out/$name-ncu.log" 2>&1
 rc=$?
 if [ ! -f "$out/$name.ncu-rep" ]; then
