@@ -89,6 +89,13 @@ enum Command {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// The headline hardware counters of each profiled launch in these
+    /// directories (Nsight Compute raw pages, `NAME-raw.csv[.gz]`, from
+    /// scripts/h200-ncu.sh), as a markdown table.
+    Counters {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
     /// Bundle each results directory's captured kernel sources
     /// (`sources/*.cu[.gz]`) into one `sources.json.gz`, read back before
     /// the files are removed; the tools read sources from either form.
@@ -440,6 +447,7 @@ fn main() {
         }
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
+        Command::Counters { dirs } => counters_cmd(&dirs),
         Command::BundleSources { dirs } => bundle_sources_cmd(&dirs),
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
@@ -1035,6 +1043,24 @@ fn bundle_sources_cmd(dirs: &[PathBuf]) -> Result<()> {
             println!("{}: {moved} sources bundled", dir.display());
         }
     }
+    Ok(())
+}
+
+fn counters_cmd(dirs: &[PathBuf]) -> Result<()> {
+    use lanefold_measure::counters;
+    let mut launches = vec![];
+    for dir in dirs {
+        let files = counters::counter_files(dir).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no Nsight Compute raw pages (NAME-raw.csv[.gz])",
+                dir.display()
+            )
+        })?;
+        for file in files {
+            launches.push(counters::read_counters(&file).map_err(anyhow::Error::msg)?);
+        }
+    }
+    print!("{}", counters::table(&launches));
     Ok(())
 }
 

@@ -199,3 +199,53 @@ fn committed_results_fail_the_audit_when_a_raw_sample_changes() {
     // bench/results/2026-11-29-baseline-h200 at least.
     assert!(checked >= 1, "no committed lanefold-results/1 file found");
 }
+
+/// Committed Nsight Compute probes: the audit passes them as they are and
+/// fails, naming the launch, when a raw duration is changed; `counters`
+/// tabulates them from the raw pages.
+#[test]
+fn committed_counter_probes_fail_the_audit_when_a_raw_duration_changes() {
+    use std::io::{Read, Write};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/probes");
+    let dir = root.join("2026-12-01-ncu-long-h200");
+    let o = lanefold(&["counters", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("| ln-bf16 | `lf_layernorm_bf16_w4096_v8_u4_g1_c8_pk_pr_om` | 293.38 |"),
+        "{}",
+        text(&o)
+    );
+    let copy = common::tmp("counters", "committed");
+    copy_dir(&dir, &copy);
+    let o = lanefold(&["audit", copy.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let page = copy.join("ln-bf16-raw.csv.gz");
+    let mut csv = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&page).unwrap())
+        .read_to_string(&mut csv)
+        .unwrap();
+    let mut rows: Vec<String> = csv.lines().map(str::to_string).collect();
+    let header: Vec<&str> = rows[0].split("\",\"").collect();
+    let column = header
+        .iter()
+        .position(|h| h.trim_matches('"') == "gpu__time_duration.sum")
+        .unwrap();
+    let mut values: Vec<String> = rows[2].split("\",\"").map(str::to_string).collect();
+    assert_eq!(values[column], "293.376000");
+    values[column] = "263.376000".into();
+    rows[2] = values.join("\",\"");
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&page).unwrap(),
+        flate2::Compression::default(),
+    );
+    gz.write_all((rows.join("\n") + "\n").as_bytes()).unwrap();
+    gz.finish().unwrap();
+    let o = lanefold(&["audit", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("ln-bf16: details Duration 293.38 us"),
+        "{}",
+        text(&o)
+    );
+}

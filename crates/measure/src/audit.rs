@@ -228,6 +228,11 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
                     .map(move |f| format!("{name}: {f}"))
             })
             .collect()
+    } else if let Some(pages) = crate::counters::counter_files(dir) {
+        pages
+            .iter()
+            .flat_map(|p| crate::counters::audit_counters_file(p))
+            .collect()
     } else {
         vec![format!(
             "{}: neither results.json(.gz) nor selftest.log",

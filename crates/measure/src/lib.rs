@@ -1,9 +1,11 @@
 //! Measurement: the three phases (DESIGN.md §5), sampled separately and
 //! never subtracted; the PyTorch peer; results files with raw samples;
-//! rendering; and the audit that recomputes every summary from them.
+//! rendering; the audit that recomputes every summary from them; and the
+//! hardware counters of profiled launches (Nsight Compute raw pages).
 
 pub mod audit;
 pub mod bench;
+pub mod counters;
 pub mod deadline;
 pub mod devices;
 pub mod env;
