@@ -264,6 +264,9 @@
 #   CALL 123: session 23: ncu of the other misses: sum bf16 16384x8192 beside
 #           both torch peers, 1024x4096 f32 kernels with a warm L2 beside
 #           torch.compile's, and layernorm 4096x131072 (met) for contrast
+#   CALL 124: session 23: shared chunks (the row's last chunks in shared
+#           memory, more groups per SM): CUDA checks, long-row layernorm
+#           benches against the default, ncu of the new kernels
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2762,6 +2765,28 @@ LIST
   ncu_case ln-f32-131072 "^lf_layernorm" "$bin" run --backend cuda --op layernorm --shape 4096x131072 --dtype f32
   keep ncu-misses "$nc"
   ;;
-*) echo "unknown call $call (1-123)"; exit 2 ;;
+124)
+  logs=$(mktemp -d)
+  step "CUDA checks of shared chunks"
+  variant_selftest 60 shared-chunks sh-selftest
+  step "long-row layernorm: default against the row's last chunks in shared memory"
+  bench_as sh-ref 150 --ops layernorm --shapes 1024x262144,4096x131072 --dtypes f32,bf16
+  bench_as sh-f32-12 70 --ops layernorm --shapes 1024x262144,4096x131072 --dtypes f32 --shared-chunks 12
+  bench_as sh-bf16-8 60 --ops layernorm --shapes 1024x262144,4096x131072 --dtypes bf16 --shared-chunks 8
+  bench_as sh-bf16-4 40 --ops layernorm --shapes 1024x262144 --dtypes bf16 --shared-chunks 4
+  show_benches "$r"-sh-*-h200
+  keep sh-benches "$r"-sh-*-h200 "$logs"
+  if [ "$(left)" -gt 60 ]; then
+    nc="bench/probes/$date-ncu-shared-h200"
+    step "ncu of the shared-chunk kernels"
+    for c in "f32 12" "bf16 8"; do
+      read -r dt sh <<< "$c"
+      timeout 60 bash scripts/h200-ncu.sh "$nc" "ln-$dt-sh$sh" "^lf_layernorm" "$bin" run --backend cuda \
+        --op layernorm --shape 1024x262144 --dtype "$dt" --shared-chunks "$sh"
+    done
+    keep ncu-shared "$nc"
+  fi
+  ;;
+*) echo "unknown call $call (1-124)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -216,6 +216,12 @@ pub struct PolicyArgs {
     /// only. Same results.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub early_columns: u32,
+    /// Register plans of one row input: hold the row's last N chunks in
+    /// shared memory instead of registers (copied by `cp.async`, read back
+    /// by the worker that copied them), so more groups fit on an SM
+    /// (0: off). Vector packs only. Same results.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub shared_chunks: u32,
 }
 
 impl PolicyArgs {
@@ -245,6 +251,7 @@ impl PolicyArgs {
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
             early_columns: self.early_columns,
+            shared_chunks: self.shared_chunks,
             ..Default::default()
         }
     }

@@ -480,6 +480,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("l1-columns", l1_column_checks),
     ("ordered-columns", ordered_column_checks),
     ("early-columns", early_column_checks),
+    ("shared-chunks", shared_chunk_checks),
     ("rounded-resident", rounded_resident_checks),
     ("persistent-clusters", persistent_cluster_checks),
     ("prefetched-clusters", prefetched_cluster_checks),
@@ -665,6 +666,45 @@ pub fn early_column_checks(backend: &Backend, report: &mut Report) {
         |plan| {
             plan.problem.program.column_inputs().count() > 0
                 && plan.residency == Residency::Registers
+        },
+    );
+}
+
+/// The row's last chunks held in shared memory (`shared_chunks`): every
+/// operator, f32 and bf16, in register plans of one group and of a
+/// cluster, plain, packed, and pushed with one-pass moments (the long-row
+/// layernorm form), with part of the row and all of it in shared memory.
+/// Same bits as without; marked exactly on register plans of one row per
+/// group whose one row input stays resident.
+pub fn shared_chunk_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::Residency;
+    let bases: [(&str, RequestEdit); 3] = [
+        ("shared chunks", in_registers),
+        ("shared chunks, packed", packed_in_registers),
+        ("shared chunks, pushed", |request| {
+            packed_in_registers(request);
+            request.push_cluster_reduce = true;
+            request.one_pass_moments = true;
+        }),
+    ];
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)],
+        37,
+        |request| request.shared_chunks = 2,
+        |plan| plan.shared_chunks.is_some(),
+        |plan| {
+            let program = &plan.problem.program;
+            let rows: Vec<_> = program.row_inputs().collect();
+            plan.residency == Residency::Registers
+                && plan.layout.rows_per_group == 1
+                && rows.len() == 1
+                && plan.analysis.resident.iter().any(|v| {
+                    matches!(&program.body[v.index()],
+                        lanefold_ir::Instr::Load { buffer } if *buffer == rows[0].name)
+                })
         },
     );
 }

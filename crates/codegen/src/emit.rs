@@ -49,6 +49,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.early_columns > 0 {
         name += &format!("_ec{}", plan.early_columns);
     }
+    if let Some(shared) = plan.shared_chunks {
+        name += &format!("_sh{}", shared.chunks);
+    }
     if let Some(stage) = plan.column_stage {
         name += "_sc";
         if stage.columns < plan.problem.program.column_inputs().count() {
@@ -660,6 +663,56 @@ impl Ctx<'_> {
         self.plan.packed_resident && self.is_resident(v)
     }
 
+    /// Is `v` the resident row load whose last chunks are held in shared
+    /// memory ([`Plan::shared_chunks`])?
+    fn is_shared_tile(&self, v: Value) -> bool {
+        self.plan.shared_chunks.is_some()
+            && self.is_resident(v)
+            && matches!(&self.program.body[v.index()],
+                Instr::Load { buffer } if self.buffer_kind(buffer) == BufferKind::Row)
+    }
+
+    /// The shared tile's buffer, if the plan holds chunks in shared memory.
+    fn shared_tile(&self) -> Option<(Value, String)> {
+        self.resident
+            .iter()
+            .find_map(|&v| match &self.program.body[v.index()] {
+                Instr::Load { buffer } if self.is_shared_tile(v) => Some((v, buffer.clone())),
+                _ => None,
+            })
+    }
+
+    /// Copy this worker's packs of the row's last chunks into its slots of
+    /// `lf_sh` (`[chunk][access][thread]`) with `cp.async`: the copies hold
+    /// no registers in flight. Each worker reads back only what it copied,
+    /// after its own `cp.async.wait_all`, so no barrier is needed.
+    fn emit_shared_chunk_copies(&mut self, offset_bytes: u32, vec: Vector) {
+        let Some((_, buffer)) = self.shared_tile() else {
+            return;
+        };
+        let ty = vec.access_type();
+        let bytes = 4 * vec.per_access;
+        let accesses = vec.words / vec.per_access;
+        self.line(&format!(
+            "{ty}* lf_sh = reinterpret_cast<{ty}*>(reinterpret_cast<unsigned char*>(lf_smem) + {offset_bytes}); // the row's chunks LF_SH0.. of this group"
+        ));
+        self.open("if (row_ok) {");
+        self.line("#pragma unroll");
+        self.open("for (int c = LF_SH0; c < LF_FULL; ++c) {");
+        self.line(&format!(
+            "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + row_off + (c * LF_W + w) * LF_V);",
+            ident(&buffer)
+        ));
+        for k in 0..accesses {
+            self.line(&format!(
+                "lf_cp_async_{bytes}(&lf_sh[((c - LF_SH0) * {accesses} + {k}) * LF_T + tid], q + {k});"
+            ));
+        }
+        self.close();
+        self.close();
+        self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
+    }
+
     fn needed(&self, v: usize, p: usize) -> bool {
         self.kinds[v] == Kind::Tile && self.demanded[v].contains(&p) && !self.skipped.contains(&v)
     }
@@ -900,6 +953,19 @@ impl Ctx<'_> {
         let count = guarded.unwrap_or(v);
         self.line(&format!("const int i0 = ({chunk} * LF_W + w) * LF_V;"));
         let vector = if guarded.is_none() { self.vector } else { None };
+        let shared = self.shared_tile().filter(|_| guarded.is_none());
+        if let Some((val, _)) = &shared {
+            // Static once the chunk loop is unrolled.
+            self.line(&format!(
+                "const bool lf_shc = ({chunk}) >= LF_SH0; // held in shared memory"
+            ));
+            self.line("(void)lf_shc;");
+            if self.demanded[val.index()].first() == Some(&p) {
+                self.line(&format!(
+                    "if (({chunk}) == LF_SH0) asm volatile(\"cp.async.wait_all;\" ::: \"memory\"); // this worker's shared chunks"
+                ));
+            }
+        }
 
         let global_loads = self.global_loads(p);
         let early = self.early_columns();
@@ -943,7 +1009,12 @@ impl Ctx<'_> {
                             self.line(&format!("const {ty} a = lf_b{}[{chunk}][{k}];", val.0));
                         } else {
                             let access = self.vector_access(p, *val, buffer, k);
-                            if early.is_some_and(|(_, out)| out == p)
+                            if self.is_shared_tile(*val) {
+                                self.line(&format!(
+                                    "const {ty} a = lf_shc ? lf_sh[((({chunk}) - LF_SH0) * {} + {k}) * LF_T + tid] : {access};",
+                                    vec.words / vec.per_access
+                                ));
+                            } else if early.is_some_and(|(_, out)| out == p)
                                 && self.buffer_kind(buffer) == BufferKind::Column
                             {
                                 // Chunks below the count were loaded early; the
@@ -967,10 +1038,16 @@ impl Ctx<'_> {
                         self.close();
                     }
                     if self.packs(*val) {
-                        // The loaded words are the packed slots.
+                        // The loaded words are the packed slots (except
+                        // where shared memory holds them).
+                        let guard = if self.is_shared_tile(*val) {
+                            "if (!lf_shc) "
+                        } else {
+                            ""
+                        };
                         for k in 0..vec.words {
                             self.line(&format!(
-                                "r{}[({chunk}) * (LF_V / 2) + {k}] = wd[{k}];",
+                                "{guard}r{}[({chunk}) * (LF_V / 2) + {k}] = wd[{k}];",
                                 val.0
                             ));
                         }
@@ -999,6 +1076,42 @@ impl Ctx<'_> {
                     }
                     self.close();
                 }
+            }
+        }
+        // A shared tile after its first phase: its shared chunks read back.
+        if let (Some((val, _)), Some(vec)) = (&shared, vector) {
+            if self.needed(val.index(), p) && self.demanded[val.index()].first() != Some(&p) {
+                let ty = vec.access_type();
+                let accesses = vec.words / vec.per_access;
+                self.line(&format!("float s{}[LF_V];", val.0));
+                self.open("if (lf_shc) {");
+                self.line(&format!("unsigned wd[{}];", vec.words));
+                for k in 0..accesses {
+                    self.open("{");
+                    self.line(&format!(
+                        "const {ty} a = lf_sh[((({chunk}) - LF_SH0) * {accesses} + {k}) * LF_T + tid];"
+                    ));
+                    for (f, field) in vec.fields().iter().enumerate() {
+                        let src = if field.is_empty() {
+                            "a".to_string()
+                        } else {
+                            format!("a.{field}")
+                        };
+                        self.line(&format!("wd[{}] = {src};", k * vec.per_access + f));
+                    }
+                    self.close();
+                }
+                for e in 0..v {
+                    let word = if self.dtype == DType::F32 {
+                        format!("wd[{e}]")
+                    } else if e % 2 == 0 {
+                        format!("(wd[{}] & 0xffffu)", e / 2)
+                    } else {
+                        format!("(wd[{}] >> 16)", e / 2)
+                    };
+                    self.line(&format!("s{}[{e}] = lf_widen_bits({word});", val.0));
+                }
+                self.close();
             }
         }
         // Row outputs stored this phase, staged for a vector store.
@@ -1044,7 +1157,15 @@ impl Ctx<'_> {
             let expr = match instr {
                 _ if kept && self.packs(val) => {
                     let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
-                    format!("lf_rewiden<{p}>({slot}, e & 1)")
+                    let slots = format!("lf_rewiden<{p}>({slot}, e & 1)");
+                    if self.is_shared_tile(val) {
+                        format!("lf_shc ? s{}[e] : {slots}", val.0)
+                    } else {
+                        slots
+                    }
+                }
+                _ if kept && self.is_shared_tile(val) => {
+                    format!("lf_shc ? s{0}[e] : r{0}[{chunk} * LF_V + e]", val.0)
                 }
                 _ if kept => format!("r{}[{chunk} * LF_V + e]", val.0),
                 Instr::Load { .. } => format!("l{}[e]", val.0),
@@ -1069,7 +1190,10 @@ impl Ctx<'_> {
                     (true, false) => self.line(&format!(
                         "if ((e & 1) == 0) {slot} = lf_bits({t}); else {slot} |= lf_bits({t}) << 16;"
                     )),
-                    (false, _) => self.line(&format!("r{}[{chunk} * LF_V + e] = {t};", val.0)),
+                    (false, _) => {
+                        let guard = if self.is_shared_tile(val) { "if (!lf_shc) " } else { "" };
+                        self.line(&format!("{guard}r{}[{chunk} * LF_V + e] = {t};", val.0))
+                    }
                 }
             }
         }
@@ -1665,8 +1789,16 @@ impl Ctx<'_> {
                 && self.needed(r.index(), p)
                 && self.demanded[r.index()].first() != Some(&p)
             {
+                // Only the slots registers hold.
+                let chunks = if self.is_shared_tile(r) {
+                    "LF_SH0"
+                } else {
+                    "LF_FULL"
+                };
                 self.line("#pragma unroll");
-                self.open("for (int k = 0; k < LF_FULL * (LF_V / 2); ++k) {");
+                self.open(&format!(
+                    "for (int k = 0; k < {chunks} * (LF_V / 2); ++k) {{"
+                ));
                 self.line(&format!("asm volatile(\"\" : \"+r\"(r{}[k]));", r.0));
                 self.close();
             }
@@ -2063,7 +2195,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         }
     }
     let pushed = push.is_some();
-    if stage.is_some() || pushed || prefetch.is_some() {
+    let shared_chunks = plan.shared_chunks;
+    if stage.is_some() || pushed || prefetch.is_some() || shared_chunks.is_some() {
         head.push_str(SHARED_ADDR_HELPER);
     }
     if let Some(prefetch) = prefetch {
@@ -2080,7 +2213,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         );
         head.push_str(PREFETCH_HELPERS);
     }
-    if stage.is_some() {
+    if stage.is_some() || shared_chunks.is_some() {
         head.push_str(STAGE_HELPERS);
     }
     if pushed {
@@ -2093,8 +2226,15 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         head,
         "#define LF_N {n}\n#define LF_W {w}\n#define LF_V {v}\n#define LF_FULL {full}\n"
     );
-    if stage.is_some() {
+    if stage.is_some() || shared_chunks.is_some() {
         let _ = writeln!(head, "#define LF_T {threads}");
+    }
+    if let Some(shared) = shared_chunks {
+        let _ = writeln!(
+            head,
+            "#define LF_SH0 {} // the first chunk held in shared memory",
+            full - shared.chunks as usize
+        );
     }
     cx.out = head;
 
@@ -2225,6 +2365,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if prefetch.is_none() && !persistent {
         cx.emit_resident_declarations();
         cx.emit_push_init();
+        if let (Some(shared), Some(vec)) = (plan.shared_chunks, vector) {
+            cx.emit_shared_chunk_copies(shared.offset_bytes, vec);
+        }
     }
     for p in 0..a.num_phases {
         cx.emit_phase(p);
@@ -2261,6 +2404,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         persistent_rows: (prefetch.is_some() || plan.persistent_clusters).then_some(rows as u32),
         carveout_percent: match plan.occupancy_cap {
             Some(cap) => Some(cap.carveout_percent),
+            // Shared chunks are there so more groups fit: the most shared memory.
+            None if plan.shared_chunks.is_some() => Some(100),
             None => plan.l1_columns.then_some(0),
         },
     })

@@ -1900,6 +1900,113 @@ fn early_columns_load_before_the_last_reduction_exchange() {
     }
 }
 
+/// The long-row f32 layernorm form with the row's last two chunks in
+/// shared memory: copied by `cp.async` before phase 0, waited for at the
+/// first shared chunk, read back from `lf_sh` in the output phase.
+#[test]
+fn golden_layernorm_f32_w2048_v4_pushed_shared_chunks() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "3x32768",
+        LayoutRequest {
+            workers: 2048,
+            pack: 4,
+            unroll: 2,
+            cluster_group_threads: 256,
+            push_cluster_reduce: true,
+            one_pass_moments: true,
+            shared_chunks: 2,
+            ..Default::default()
+        },
+    );
+    let shared = p.shared_chunks.expect("shared chunks apply");
+    // 2 chunks x 256 threads x 4 floats, after the reduction slots.
+    assert_eq!(shared.bytes, 2 * 256 * 4 * 4);
+    assert_eq!(p.shared_bytes, shared.offset_bytes + shared.bytes);
+    let k = kernel(&p);
+    assert!(k.name.contains("_sh2"), "{}", k.name);
+    assert_eq!(k.carveout_percent, Some(100));
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Shared chunks leave the registers: every slot written or read is below
+/// the first shared chunk, the copies start before phase 0's loads, and
+/// the wait sits inside phase 0 (after the register chunks' loads are
+/// issued), for plain and packed tiles.
+#[test]
+fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
+    for packed in [false, true] {
+        let p = make_with(
+            Operator::Rmsnorm,
+            DType::Bf16,
+            "4x4096",
+            LayoutRequest {
+                workers: 256,
+                pack: 4,
+                unroll: 1,
+                residency: lanefold_plan::ResidencyRequest::Registers,
+                pack_resident: packed,
+                shared_chunks: 3,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            p.shared_chunks.map(|s| s.chunks),
+            Some(3),
+            "{}",
+            p.describe()
+        );
+        let src = kernel(&p).source;
+        assert!(src.contains("#define LF_SH0 1 "), "{src}");
+        let copy = src.find("lf_cp_async_8(&lf_sh[").expect("copies");
+        let phase0 = src.find("// ---- phase 0 ----").unwrap();
+        let phase1 = src.find("// ---- phase 1 ----").unwrap();
+        let wait = src.find("cp.async.wait_all").unwrap();
+        assert!(copy < phase0 && phase0 < wait && wait < phase1);
+        // Slot writes only where the chunk is not shared.
+        for line in src
+            .lines()
+            .filter(|l| l.contains("r0[") && l.contains(" = "))
+        {
+            assert!(
+                line.contains("if (!lf_shc)") || !line.trim_start().starts_with("r0["),
+                "{line}"
+            );
+        }
+        assert!(src[phase1..].contains("lf_shc ? s0[e]"), "{src}");
+    }
+    // Clamped to the row's chunks; refused (None) on two row inputs.
+    let p = make_with(
+        Operator::Rmsnorm,
+        DType::F32,
+        "4x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 1,
+            residency: lanefold_plan::ResidencyRequest::Registers,
+            shared_chunks: 9,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.shared_chunks.map(|s| s.chunks), Some(4));
+    let p = make_with(
+        Operator::ResidualLayernorm,
+        DType::F32,
+        "4x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 1,
+            residency: lanefold_plan::ResidencyRequest::Registers,
+            shared_chunks: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.shared_chunks, None, "{}", p.describe());
+}
+
 /// The fused output form on a bf16 row: `h * rstd + (-(mean * rstd))`,
 /// which NVCC contracts into one FMA per element, then weight and bias.
 #[test]

@@ -13,7 +13,7 @@ pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{
     automatic_note, enumerate, groups_per_multiprocessor, model_pick, occupancy_step_to_try, plan,
     ArithmeticKey, Candidate, ColumnStage, LayoutRequest, MapperPolicy, ModelScore, OccupancyCap,
-    Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch,
+    Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch, SharedChunks,
 };
 pub use shape::{Shape, ShapeError};
 pub use target::Target;

@@ -5,7 +5,7 @@
 use crate::layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 use crate::shape::Shape;
 use crate::target::Target;
-use lanefold_ir::{Analysis, DType, NormForm, Operator, OperatorOptions, Program};
+use lanefold_ir::{Analysis, DType, Instr, NormForm, Operator, OperatorOptions, Program};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -302,6 +302,14 @@ pub struct LayoutRequest {
     /// scheduling choice only: same bits (0: off).
     #[serde(default)]
     pub early_columns: u32,
+    /// Register plans of one row input: hold the row's last this many
+    /// chunks in shared memory instead of registers, copied there by each
+    /// worker's own `cp.async` as the kernel starts (no registers while in
+    /// flight) and read back by that worker in every phase, so a group
+    /// needs fewer registers and more groups fit on a multiprocessor. A
+    /// placement choice only: same bits (0: off).
+    #[serde(default)]
+    pub shared_chunks: u32,
 }
 
 impl LayoutRequest {
@@ -483,6 +491,7 @@ impl LayoutRequest {
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
             early_columns: self.early_columns,
+            shared_chunks: self.shared_chunks,
             ..Default::default()
         }
     }
@@ -617,6 +626,9 @@ pub struct Plan {
     /// where it does not apply (no columns, no vector packs, not a
     /// register plan, or the columns staged, hoisted or ordered).
     pub early_columns: u32,
+    /// Where the row's last chunks sit in shared memory (see
+    /// [`LayoutRequest::shared_chunks`]); None where that does not apply.
+    pub shared_chunks: Option<SharedChunks>,
     /// Where column slices are staged in shared memory (see
     /// [`LayoutRequest::stage_columns`]); None where that does not apply.
     pub column_stage: Option<ColumnStage>,
@@ -777,6 +789,9 @@ impl Plan {
         if self.early_columns > 0 {
             s += &format!(" early-columns={}", self.early_columns);
         }
+        if let Some(shared) = self.shared_chunks {
+            s += &format!(" shared-chunks={}", shared.chunks);
+        }
         if let Some(stage) = self.column_stage {
             s += " staged-columns";
             if stage.columns < self.problem.program.column_inputs().count() {
@@ -866,6 +881,7 @@ impl Plan {
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
             batch_loads: self.batched_loads,
             early_columns: self.early_columns,
+            shared_chunks: self.shared_chunks.map_or(0, |shared| shared.chunks),
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             rounded_resident: self.rounded_resident,
@@ -2157,6 +2173,38 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         None
     };
     let shared_bytes = row_prefetch.map_or(shared_bytes, |prefetch| prefetch.total_bytes());
+    let row_inputs: Vec<_> = problem.program.row_inputs().collect();
+    let shared_chunks = (request.shared_chunks > 0
+        && residency == Residency::Registers
+        && rows_per_group == 1
+        && whole_vector_packs
+        && column_stage.is_none()
+        && row_prefetch.is_none()
+        && !persistent_clusters
+        && row_inputs.len() == 1
+        && analysis.resident.iter().any(|v| {
+            matches!(&problem.program.body[v.index()], Instr::Load { buffer } if *buffer == row_inputs[0].name)
+        }))
+    .then(|| {
+        let chunks = request.shared_chunks.min(layout.complete_packs(n) as u32);
+        let row_threads = threads / rows_per_group;
+        SharedChunks {
+            chunks,
+            offset_bytes: shared_bytes.next_multiple_of(16),
+            bytes: chunks * row_threads * pack * problem.dtype.size_bytes() as u32,
+        }
+    });
+    let shared_bytes = shared_chunks.map_or(shared_bytes, |shared| shared.total_bytes());
+    // Slots held in shared memory need no registers.
+    let registers = registers
+        - shared_chunks.map_or(0, |shared| {
+            let slots = shared.chunks * pack;
+            if packs_explicitly && packed_resident {
+                slots.div_ceil(2)
+            } else {
+                slots
+            }
+        });
     let by_threads = target.max_threads_per_multiprocessor / threads.max(1);
     let (shared_bytes, occupancy_cap) = match request.occupancy_cap {
         0 => (shared_bytes, None),
@@ -2231,6 +2279,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         } else {
             0
         },
+        shared_chunks,
         column_stage,
         packed_resident,
         rounded_resident,
@@ -2265,6 +2314,25 @@ fn reduction_slot_bytes(
         0
     };
     4 * reductions as u32 * rows_per_group * (warps + cluster) + barriers
+}
+
+/// Where a plan's shared chunks (see [`LayoutRequest::shared_chunks`])
+/// sit in a group's dynamic shared memory: after everything else, from a
+/// 16-byte boundary, as `[chunk][access][thread]` so a warp's accesses
+/// are consecutive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedChunks {
+    /// The row's last `chunks` chunks of each worker are held here.
+    pub chunks: u32,
+    pub offset_bytes: u32,
+    pub bytes: u32,
+}
+
+impl SharedChunks {
+    /// Shared memory of a group with the chunks.
+    pub fn total_bytes(&self) -> u32 {
+        self.offset_bytes + self.bytes
+    }
 }
 
 /// Where a plan's staged column slices sit in a group's dynamic shared
