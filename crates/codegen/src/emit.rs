@@ -2033,7 +2033,18 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     let shared_bytes = match (stage, prefetch) {
         (Some(stage), None) => stage.total_bytes() as u32,
         (None, Some(prefetch)) => prefetch.total_bytes(),
-        (None, None) => slot_bytes,
+        (None, None) => match plan.shared_chunks {
+            // The chunks sit after the reduction slots.
+            Some(shared) if shared.offset_bytes < slot_bytes => {
+                return inconsistent(format!(
+                    "shared chunks at byte {} overlap {slot_bytes} bytes of reduction slots in {}",
+                    shared.offset_bytes,
+                    plan.describe()
+                ))
+            }
+            Some(shared) => shared.total_bytes(),
+            None => slot_bytes,
+        },
         (Some(_), Some(_)) => {
             return inconsistent(format!(
                 "staged columns and prefetched rows in {}",

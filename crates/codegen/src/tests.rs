@@ -1927,6 +1927,9 @@ fn golden_layernorm_f32_w2048_v4_pushed_shared_chunks() {
     let k = kernel(&p);
     assert!(k.name.contains("_sh2"), "{}", k.name);
     assert_eq!(k.carveout_percent, Some(100));
+    // Regression (call 124: every shared-chunk kernel ran past its shared
+    // memory): the launch asks for the chunks' bytes too.
+    assert_eq!(k.shared_bytes, p.shared_bytes);
     insta::assert_snapshot!(golden(&p));
 }
 
