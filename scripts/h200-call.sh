@@ -267,6 +267,7 @@
 #   CALL 124: session 23: shared chunks (the row's last chunks in shared
 #           memory, more groups per SM): CUDA checks, long-row layernorm
 #           benches against the default, ncu of the new kernels
+#   CALL 125: call 124 again with the launch's shared memory fixed
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2765,7 +2766,7 @@ LIST
   ncu_case ln-f32-131072 "^lf_layernorm" "$bin" run --backend cuda --op layernorm --shape 4096x131072 --dtype f32
   keep ncu-misses "$nc"
   ;;
-124)
+124|125)
   logs=$(mktemp -d)
   step "CUDA checks of shared chunks"
   variant_selftest 60 shared-chunks sh-selftest
@@ -2787,6 +2788,6 @@ LIST
     keep ncu-shared "$nc"
   fi
   ;;
-*) echo "unknown call $call (1-124)"; exit 2 ;;
+*) echo "unknown call $call (1-125)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
