@@ -268,6 +268,8 @@
 #           memory, more groups per SM): CUDA checks, long-row layernorm
 #           benches against the default, ncu of the new kernels
 #   CALL 125: call 124 again with the launch's shared memory fixed
+#   CALL 126: shared chunks under an occupancy cap's carve-out; the quick
+#           and variants halves of the CUDA selftest of the last binary
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2788,6 +2790,19 @@ LIST
     keep ncu-shared "$nc"
   fi
   ;;
-*) echo "unknown call $call (1-125)"; exit 2 ;;
+126)
+  logs=$(mktemp -d)
+  step "shared chunks with the carve-out of an occupancy cap (more L1) against the default"
+  ln="--ops layernorm --shapes 1024x262144"
+  bench_as shc-ref 50 $ln --dtypes f32,bf16
+  bench_as shc-bf16-4-cap2 30 $ln --dtypes bf16 --shared-chunks 4 --occupancy-cap 2
+  bench_as shc-bf16-8-cap3 30 $ln --dtypes bf16 --shared-chunks 8 --occupancy-cap 3
+  bench_as shc-f32-12-cap2 40 $ln --dtypes f32 --shared-chunks 12 --occupancy-cap 2
+  show_benches "$r"-shc-*-h200
+  keep shc-benches "$r"-shc-*-h200 "$logs"
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s23b-h200" selftest-quick
+  selftest_half VARIANTS_ONLY "$r-selftest-variants-s23-h200" selftest-variants
+  ;;
+*) echo "unknown call $call (1-126)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
