@@ -269,7 +269,8 @@
 #           benches against the default, ncu of the new kernels
 #   CALL 125: call 124 again with the launch's shared memory fixed
 #   CALL 126: shared chunks under an occupancy cap's carve-out; the quick
-#           and variants halves of the CUDA selftest of the last binary
+#           half of the CUDA selftest of the last binary
+#   CALL 127: the variants half of the CUDA selftest of the last binary
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2801,8 +2802,11 @@ LIST
   show_benches "$r"-shc-*-h200
   keep shc-benches "$r"-shc-*-h200 "$logs"
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s23b-h200" selftest-quick
+  ;;
+127)
+  logs=$(mktemp -d)
   selftest_half VARIANTS_ONLY "$r-selftest-variants-s23-h200" selftest-variants
   ;;
-*) echo "unknown call $call (1-126)"; exit 2 ;;
+*) echo "unknown call $call (1-127)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
