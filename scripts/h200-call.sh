@@ -271,6 +271,8 @@
 #   CALL 126: shared chunks under an occupancy cap's carve-out; the quick
 #           half of the CUDA selftest of the last binary
 #   CALL 127: the variants half of the CUDA selftest of the last binary
+#   CALL 128: layernorm f32 1024x262144 with 11-13 shared chunks under an
+#           occupancy cap of 2, then the 12-chunk form paired in a replay
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2807,6 +2809,22 @@ LIST
   logs=$(mktemp -d)
   selftest_half VARIANTS_ONLY "$r-selftest-variants-s23-h200" selftest-variants
   ;;
-*) echo "unknown call $call (1-127)"; exit 2 ;;
+128)
+  logs=$(mktemp -d)
+  step "layernorm f32 1024x262144: shared chunks under the cap's carve-out, 11-13 chunks, against the default"
+  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
+  bench_as lnf-sh-ref 30 $lnf
+  for n in 11 12 13; do bench_as "lnf-sh$n-cap2" 30 $lnf --shared-chunks $n --occupancy-cap 2; done
+  show_benches "$r"-lnf-sh*-h200
+  keep lnf-sh-benches "$r"-lnf-sh*-h200 "$logs"
+  step "paired replay: 12 shared chunks under the cap against the default, both torch peers"
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-lnf-sh-ref-h200/results.json" \
+    --candidate "$r-lnf-sh12-cap2-h200/results.json" --rounds 3 $s --torch --torch-compile \
+    --deadline-s "$(( $(left) - 10 ))" --output "$r-lnf-sh12-replay-h200" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; tail -3 "$logs/replay.log"
+  keep lnf-sh-replay "$r-lnf-sh12-replay-h200" "$logs"
+  "$bin" scorecard "$r-lnf-sh12-replay-h200" | grep -E "^\| [a-z]" | cut -c1-220 || true
+  ;;
+*) echo "unknown call $call (1-128)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
