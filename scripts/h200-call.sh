@@ -273,6 +273,8 @@
 #   CALL 127: the variants half of the CUDA selftest of the last binary
 #   CALL 128: layernorm f32 1024x262144 with 11-13 shared chunks under an
 #           occupancy cap of 2, then the 12-chunk form paired in a replay
+#   CALL 129: target 4 for layernorm f32 1024x262144 with that form the
+#           default (T4_TAG names the directory's session)
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -405,9 +407,9 @@ t4_searches() {
     step "t4 $op $dtype $shape"
     # shellcheck disable=SC2086
     timeout "$(( $(left) - 10 ))" "$bin" search --backend cuda --ops "$op" --shapes "$shape" --dtypes "$dtype" \
-      $grid $q --output "$r-t4-$op-$dtype-$shape-s20-h200" > "$logs/search-$op-$dtype-$shape.log" 2>&1
-    echo "search rc=$?"; "$bin" scorecard "$r-t4-$op-$dtype-$shape-s20-h200" | grep -E "\| [a-z]" | tail -1 | cut -c1-200
-    done_dirs+=("$r-t4-$op-$dtype-$shape-s20-h200")
+      $grid $q --output "$r-t4-$op-$dtype-$shape-${T4_TAG:-s20}-h200" > "$logs/search-$op-$dtype-$shape.log" 2>&1
+    echo "search rc=$?"; "$bin" scorecard "$r-t4-$op-$dtype-$shape-${T4_TAG:-s20}-h200" | grep -E "\| [a-z]" | tail -1 | cut -c1-200
+    done_dirs+=("$r-t4-$op-$dtype-$shape-${T4_TAG:-s20}-h200")
     keep "$name" "${done_dirs[@]}" "$logs"
   done
 }
@@ -2825,6 +2827,12 @@ LIST
   keep lnf-sh-replay "$r-lnf-sh12-replay-h200" "$logs"
   "$bin" scorecard "$r-lnf-sh12-replay-h200" | grep -E "^\| [a-z]" | cut -c1-220 || true
   ;;
-*) echo "unknown call $call (1-128)"; exit 2 ;;
+129)
+  logs=$(mktemp -d)
+  T4_TAG=s23 t4_searches t4-searches <<'LIST'
+layernorm f32 1024x262144
+LIST
+  ;;
+*) echo "unknown call $call (1-129)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1369,8 +1369,15 @@ const SEARCHED_WINNERS: [SearchedWinner; 11] = [
         cluster_group_threads: 512,
         reread_hints: false,
         occupancy: 0,
-        variants: |_| {},
-        evidence: "2026-12-01-g512f-g512-f32-h200 beside -g512f-default-f32- (the same call), 612.8 against sixteen 256-thread groups' 629.4 µs; A/A 612.3 (-g512f-f32-aa-, one round)",
+        // Two groups per SM instead of one: the row's last 12 of 16
+        // chunks in shared memory (58 registers), under an occupancy cap
+        // whose carve-out leaves the rest to L1 (all shared memory, 28 KB
+        // of L1, made it 0.97x instead).
+        variants: |request| {
+            request.shared_chunks = 12;
+            request.occupancy_cap = 2;
+        },
+        evidence: "2026-12-01-lnf-sh12-replay-h200 (12 shared chunks under an occupancy cap of 2, paired with the clusters of eight 512-thread groups and both torch peers, 3 rounds: 570.6 against 598.6 µs, 1.049x every round), which had won 612.8 against sixteen 256-thread groups' 629.4 µs (2026-12-01-g512f-g512-f32-h200)",
     },
     SearchedWinner {
         op: Operator::Rmsnorm,
@@ -3354,6 +3361,41 @@ mod tests {
                 "{op} {dtype} {shape}: {}",
                 p.describe()
             );
+        }
+    }
+
+    /// Session 23, call 128: layernorm f32 1024x262144 holds 12 of its 16
+    /// chunks in shared memory under an occupancy cap of two groups (1.049x
+    /// paired); no other long row takes shared chunks or that cap.
+    #[test]
+    fn regression_layernorm_f32_1024x262144_holds_twelve_chunks_in_shared_memory() {
+        let target = Target::h200();
+        for (op, dtype, shape, shared) in [
+            (Operator::Layernorm, DType::F32, "1024x262144", Some(12)),
+            (Operator::Layernorm, DType::Bf16, "1024x262144", None),
+            (Operator::Layernorm, DType::F32, "4096x131072", None),
+            (Operator::Rmsnorm, DType::F32, "1024x262144", None),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                dtype,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+            let what = format!("{op} {dtype} {shape}: {}", p.describe());
+            assert_eq!(p.shared_chunks.map(|s| s.chunks), shared, "{what}");
+            assert_eq!(
+                p.occupancy_cap.map(|cap| cap.groups),
+                shared.map(|_| 2),
+                "{what}"
+            );
+            if shared.is_some() {
+                // 12 x 512 threads x 16 bytes beside the reduction slots,
+                // padded by the cap to half the carve-out.
+                assert!(p.shared_bytes >= 12 * 512 * 16, "{what}");
+                assert_eq!(p.layout.workers, 4096, "{what}");
+            }
         }
     }
 
