@@ -2832,6 +2832,14 @@ LIST
   T4_TAG=s23 t4_searches t4-searches <<'LIST'
 layernorm f32 1024x262144
 LIST
+  if [ "$(left)" -gt 50 ]; then
+    step "layernorm bf16 1024x262144: the default under an occupancy cap of 2 (the most L1)"
+    lnb="--ops layernorm --shapes 1024x262144 --dtypes bf16"
+    bench_as lnb-cap-ref 20 $lnb
+    bench_as lnb-cap2 20 $lnb --occupancy-cap 2
+    show_benches "$r"-lnb-cap*-h200
+    keep lnb-cap-benches "$r"-lnb-cap*-h200 "$logs"
+  fi
   ;;
 *) echo "unknown call $call (1-129)"; exit 2 ;;
 esac
