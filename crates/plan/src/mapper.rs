@@ -3834,8 +3834,16 @@ mod tests {
             assert_eq!(p.staged_columns(), staged, "{what}");
             // Call 47: one-pass moments 1.00-1.02x on these layernorm plans.
             assert_eq!(p.one_pass_moments(), op == Operator::Layernorm, "{what}");
+            // No promise; session 23's cap on layernorm 1024x262144 is a
+            // carve-out for its shared chunks, named as such.
             let note = automatic_note(&problem, &t, &auto).unwrap_or_default();
-            assert!(!note.contains("occupancy"), "{note}");
+            assert!(
+                !note
+                    .replace("occupancy cap", "")
+                    .replace("occupancy-cap", "")
+                    .contains("occupancy"),
+                "{note}"
+            );
         }
     }
 
