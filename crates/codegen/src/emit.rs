@@ -682,6 +682,59 @@ impl Ctx<'_> {
             })
     }
 
+    /// `wd[]`, the words of access `k` of a vector pack, from `a`.
+    fn emit_access_words(&mut self, vec: Vector, k: usize) {
+        for (f, field) in vec.fields().iter().enumerate() {
+            let src = if field.is_empty() {
+                "a".to_string()
+            } else {
+                format!("a.{field}")
+            };
+            self.line(&format!("wd[{}] = {src};", k * vec.per_access + f));
+        }
+    }
+
+    /// `arr[e]`, the pack's elements widened from its storage words `wd[]`.
+    fn emit_widened_words(&mut self, arr: &str) {
+        for e in 0..self.v {
+            let word = if self.dtype == DType::F32 {
+                format!("wd[{e}]")
+            } else if e % 2 == 0 {
+                format!("(wd[{}] & 0xffffu)", e / 2)
+            } else {
+                format!("(wd[{}] >> 16)", e / 2)
+            };
+            self.line(&format!("{arr}[{e}] = lf_widen_bits({word});"));
+        }
+    }
+
+    /// `cp.async` of this worker's packs of chunks `first..LF_FULL` of
+    /// `src` into `dst[chunk - first][access][thread]` (`unroll` 0: fully).
+    fn emit_chunk_copies(&mut self, dst: &str, src: &str, first: &str, unroll: u32, vec: Vector) {
+        let ty = vec.access_type();
+        let bytes = 4 * vec.per_access;
+        let accesses = vec.words / vec.per_access;
+        let chunk = if first == "0" {
+            "c".to_string()
+        } else {
+            format!("(c - {first})")
+        };
+        match unroll {
+            0 => self.line("#pragma unroll"),
+            u => self.line(&format!("#pragma unroll {u}")),
+        }
+        self.open(&format!("for (int c = {first}; c < LF_FULL; ++c) {{"));
+        self.line(&format!(
+            "const {ty}* q = reinterpret_cast<const {ty}*>({src} + (c * LF_W + w) * LF_V);"
+        ));
+        for k in 0..accesses {
+            self.line(&format!(
+                "lf_cp_async_{bytes}(&{dst}[({chunk} * {accesses} + {k}) * LF_T + tid], q + {k});"
+            ));
+        }
+        self.close();
+    }
+
     /// Copy this worker's packs of the row's last chunks into its slots of
     /// `lf_sh` (`[chunk][access][thread]`) with `cp.async`: the copies hold
     /// no registers in flight. Each worker reads back only what it copied,
@@ -691,24 +744,12 @@ impl Ctx<'_> {
             return;
         };
         let ty = vec.access_type();
-        let bytes = 4 * vec.per_access;
-        let accesses = vec.words / vec.per_access;
         self.line(&format!(
             "{ty}* lf_sh = reinterpret_cast<{ty}*>(reinterpret_cast<unsigned char*>(lf_smem) + {offset_bytes}); // the row's chunks LF_SH0.. of this group"
         ));
         self.open("if (row_ok) {");
-        self.line("#pragma unroll");
-        self.open("for (int c = LF_SH0; c < LF_FULL; ++c) {");
-        self.line(&format!(
-            "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + row_off + (c * LF_W + w) * LF_V);",
-            ident(&buffer)
-        ));
-        for k in 0..accesses {
-            self.line(&format!(
-                "lf_cp_async_{bytes}(&lf_sh[((c - LF_SH0) * {accesses} + {k}) * LF_T + tid], q + {k});"
-            ));
-        }
-        self.close();
+        let src = format!("p_{} + row_off", ident(&buffer));
+        self.emit_chunk_copies("lf_sh", &src, "LF_SH0", 0, vec);
         self.close();
         self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
     }
@@ -1027,14 +1068,7 @@ impl Ctx<'_> {
                                 self.line(&format!("const {ty} a = {access};"));
                             }
                         }
-                        for (f, field) in vec.fields().iter().enumerate() {
-                            let src = if field.is_empty() {
-                                "a".to_string()
-                            } else {
-                                format!("a.{field}")
-                            };
-                            self.line(&format!("wd[{}] = {src};", k * vec.per_access + f));
-                        }
+                        self.emit_access_words(vec, k);
                         self.close();
                     }
                     if self.packs(*val) {
@@ -1052,16 +1086,7 @@ impl Ctx<'_> {
                             ));
                         }
                     }
-                    for e in 0..v {
-                        let word = if self.dtype == DType::F32 {
-                            format!("wd[{e}]")
-                        } else if e % 2 == 0 {
-                            format!("(wd[{}] & 0xffffu)", e / 2)
-                        } else {
-                            format!("(wd[{}] >> 16)", e / 2)
-                        };
-                        self.line(&format!("{arr}[{e}] = lf_widen_bits({word});"));
-                    }
+                    self.emit_widened_words(&arr);
                     self.close();
                 }
                 None => {
@@ -1091,26 +1116,10 @@ impl Ctx<'_> {
                     self.line(&format!(
                         "const {ty} a = lf_sh[((({chunk}) - LF_SH0) * {accesses} + {k}) * LF_T + tid];"
                     ));
-                    for (f, field) in vec.fields().iter().enumerate() {
-                        let src = if field.is_empty() {
-                            "a".to_string()
-                        } else {
-                            format!("a.{field}")
-                        };
-                        self.line(&format!("wd[{}] = {src};", k * vec.per_access + f));
-                    }
+                    self.emit_access_words(vec, k);
                     self.close();
                 }
-                for e in 0..v {
-                    let word = if self.dtype == DType::F32 {
-                        format!("wd[{e}]")
-                    } else if e % 2 == 0 {
-                        format!("(wd[{}] & 0xffffu)", e / 2)
-                    } else {
-                        format!("(wd[{}] >> 16)", e / 2)
-                    };
-                    self.line(&format!("s{}[{e}] = lf_widen_bits({word});", val.0));
-                }
+                self.emit_widened_words(&format!("s{}", val.0));
                 self.close();
             }
         }
@@ -1542,7 +1551,6 @@ impl Ctx<'_> {
     fn emit_column_stage(&mut self, stage: &ColumnStage, vec: Vector) {
         let ty = vec.access_type();
         let bytes = 4 * vec.per_access;
-        let accesses = vec.words / vec.per_access;
         let per_column = stage.slice_bytes / bytes as u64;
         for (i, name) in self.column_names().iter().take(stage.columns).enumerate() {
             self.line(&format!(
@@ -1550,17 +1558,13 @@ impl Ctx<'_> {
                 stage.offset_floats,
                 i as u64 * per_column
             ));
-            self.line("#pragma unroll 4");
-            self.open("for (int c = 0; c < LF_FULL; ++c) {");
-            self.line(&format!(
-                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{name} + (c * LF_W + w) * LF_V);"
-            ));
-            for k in 0..accesses {
-                self.line(&format!(
-                    "lf_cp_async_{bytes}(&lf_stage_{name}[(c * {accesses} + {k}) * LF_T + tid], q + {k});"
-                ));
-            }
-            self.close();
+            self.emit_chunk_copies(
+                &format!("lf_stage_{name}"),
+                &format!("p_{name}"),
+                "0",
+                4,
+                vec,
+            );
         }
         self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
     }

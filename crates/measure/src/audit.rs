@@ -365,7 +365,7 @@ fn latency_files(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
 }
 
 /// A probe file's text, decompressed where its name ends in `.gz`.
-fn read_probe_text(path: &Path) -> Result<String, String> {
+pub(crate) fn read_probe_text(path: &Path) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     if path.extension().is_some_and(|x| x == "gz") {
         let mut text = String::new();

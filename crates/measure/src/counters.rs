@@ -172,15 +172,7 @@ fn stem_of(path: &Path) -> Option<String> {
 
 /// A file's text, decompressed where its name ends in `.gz`.
 fn read_text(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if path.extension().is_some_and(|x| x == "gz") {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
-            .map_err(|e| format!("{}: corrupt gzip: {e}", path.display()))?;
-        Ok(text)
-    } else {
-        String::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
-    }
+    crate::audit::read_probe_text(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Read one raw page.
