@@ -273,8 +273,10 @@
 #   CALL 127: the variants half of the CUDA selftest of the last binary
 #   CALL 128: layernorm f32 1024x262144 with 11-13 shared chunks under an
 #           occupancy cap of 2, then the 12-chunk form paired in a replay
-#   CALL 129: target 4 for layernorm f32 1024x262144 with that form the
-#           default (T4_TAG names the directory's session)
+#   CALL 129: (planned for session 24) target 4 for layernorm f32
+#           1024x262144 with that form the default (T4_TAG names the
+#           directory's session), bf16 1024x262144 under an occupancy cap
+#           of 2, and the variants half of the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2829,7 +2831,7 @@ LIST
   ;;
 129)
   logs=$(mktemp -d)
-  T4_TAG=s23 t4_searches t4-searches <<'LIST'
+  T4_TAG=s24 t4_searches t4-searches <<'LIST'
 layernorm f32 1024x262144
 LIST
   if [ "$(left)" -gt 50 ]; then
@@ -2840,6 +2842,7 @@ LIST
     show_benches "$r"-lnb-cap*-h200
     keep lnb-cap-benches "$r"-lnb-cap*-h200 "$logs"
   fi
+  selftest_half VARIANTS_ONLY "$r-selftest-variants-s24-h200" selftest-variants
   ;;
 *) echo "unknown call $call (1-129)"; exit 2 ;;
 esac
