@@ -62,16 +62,7 @@ def main():
     except (ImportError, AttributeError) as e:
         print(f"note: Inductor's module source not captured: {e}", file=sys.stderr)
 
-    dtype = peer.storage_dtype(dtype_name)
-    ins, columns, _ = peer.OPS[op]
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a = {}
-    for name in ins + columns:
-        shape_of = peer.input_shape(name, rows, n)
-        if name == "target":
-            a[name] = torch.randint(0, n, shape_of, device="cuda", generator=gen)
-        else:
-            a[name] = torch.randn(shape_of, device="cuda", generator=gen).to(dtype)
+    a = peer.seeded_inputs(op, dtype_name, rows, n)
     fn = torch.compile(peer.eager_op(op, n), dynamic=False)
     fn(a)
     torch.cuda.synchronize()

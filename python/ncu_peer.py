@@ -27,16 +27,7 @@ def main(argv):
     if op not in torch_peer.OPS:
         print(f"ncu_peer: unknown op {op!r}", file=sys.stderr)
         return 2
-    dtype = torch_peer.storage_dtype(dtype_name)
-    required, optional, _ = torch_peer.OPS[op]
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    inputs = {}
-    for name in required + optional:
-        shape_of = torch_peer.input_shape(name, rows, n)
-        if name == "target":
-            inputs[name] = torch.randint(0, n, shape_of, device="cuda", generator=gen)
-        else:
-            inputs[name] = torch.randn(shape_of, device="cuda", generator=gen).to(dtype)
+    inputs = torch_peer.seeded_inputs(op, dtype_name, rows, n)
     fn = torch_peer.eager_op(op, n)
     if mode == "compile":
         fn = torch.compile(fn, dynamic=False)

@@ -172,6 +172,24 @@ def output_shape(op, name, rows, n):
     return (rows, n)
 
 
+def seeded_inputs(op, dtype_name, rows, n, seed=0):
+    """Every input of `op` (required and optional) on the GPU, random from
+    `seed`: normal values in the storage dtype, uniform targets in [0, n).
+    For the diagnostic scripts (python/inductor_dump.py, python/ncu_peer.py),
+    which need an operator's inputs but not lanefold's."""
+    dtype = storage_dtype(dtype_name)
+    required, optional, _ = OPS[op]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    inputs = {}
+    for name in required + optional:
+        shape = input_shape(name, rows, n)
+        if name == "target":
+            inputs[name] = torch.randint(0, n, shape, device="cuda", generator=gen)
+        else:
+            inputs[name] = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    return inputs
+
+
 def load_npy(path, name, dtype, shape):
     if not isinstance(path, str) or not os.path.isabs(path):
         raise Refused(f"input {name!r}: path must be absolute, got {path!r}")

@@ -334,6 +334,18 @@ selftest_half() {
   echo "selftest rc=$?"; grep -E "FAIL" "$logs/$name.log" | head -8; tail -2 "$logs/$name.log"
   keep "$name" "$out"
 }
+# A paired replay of bench REF against bench CAND into OUT, 3 rounds with
+# both torch peers, bounded by the call's budget, tarred as NAME with the
+# log; its scorecard rows shown. Usage: paired_replay NAME REF CAND OUT
+paired_replay() {
+  local name=$1 ref=$2 cand=$3 out=$4
+  timeout "$(left)" "$bin" replay --backend cuda --reference "$ref/results.json" \
+    --candidate "$cand/results.json" --rounds 3 $s --torch --torch-compile \
+    --deadline-s "$(( $(left) - 10 ))" --output "$out" > "$logs/replay.log" 2>&1
+  echo "replay rc=$?"; tail -3 "$logs/replay.log"
+  keep "$name" "$out" "$logs"
+  "$bin" scorecard "$out" | grep -E "^\| [a-z]" | cut -c1-220 || true
+}
 # Named variant groups of the CUDA selftest (`--variant`), bounded by
 # SECONDS, the log tarred as NAME. Usage: variant_selftest SECONDS VARIANTS NAME
 variant_selftest() {
@@ -2713,12 +2725,7 @@ LIST
   bench_as lnf-ec1 60 $lnf --early-columns 1
   show_benches "$r"-lnf-*-h200
   keep lnf-benches "$r"-lnf-*-h200 "$logs"
-  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-lnf-ref-h200/results.json" \
-    --candidate "$r-lnf-ec1-h200/results.json" --rounds 3 $s --torch --torch-compile \
-    --deadline-s "$(( $(left) - 10 ))" --output "$r-lnf-ec1-replay-h200" > "$logs/replay.log" 2>&1
-  echo "replay rc=$?"; tail -3 "$logs/replay.log"
-  keep lnf-replay "$r-lnf-ec1-replay-h200" "$logs"
-  "$bin" scorecard "$r-lnf-ec1-replay-h200" | grep -E "^\| [a-z]" | cut -c1-220 || true
+  paired_replay lnf-replay "$r-lnf-ref-h200" "$r-lnf-ec1-h200" "$r-lnf-ec1-replay-h200"
   ;;
 120)
   logs=$(mktemp -d)
@@ -2822,12 +2829,7 @@ LIST
   show_benches "$r"-lnf-sh*-h200
   keep lnf-sh-benches "$r"-lnf-sh*-h200 "$logs"
   step "paired replay: 12 shared chunks under the cap against the default, both torch peers"
-  timeout "$(left)" "$bin" replay --backend cuda --reference "$r-lnf-sh-ref-h200/results.json" \
-    --candidate "$r-lnf-sh12-cap2-h200/results.json" --rounds 3 $s --torch --torch-compile \
-    --deadline-s "$(( $(left) - 10 ))" --output "$r-lnf-sh12-replay-h200" > "$logs/replay.log" 2>&1
-  echo "replay rc=$?"; tail -3 "$logs/replay.log"
-  keep lnf-sh-replay "$r-lnf-sh12-replay-h200" "$logs"
-  "$bin" scorecard "$r-lnf-sh12-replay-h200" | grep -E "^\| [a-z]" | cut -c1-220 || true
+  paired_replay lnf-sh-replay "$r-lnf-sh-ref-h200" "$r-lnf-sh12-cap2-h200" "$r-lnf-sh12-replay-h200"
   ;;
 129)
   logs=$(mktemp -d)

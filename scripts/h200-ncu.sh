@@ -32,7 +32,7 @@ args+=(${NCU_EXTRA:-})
 rc=$?
 if [ ! -f "$out/$name.ncu-rep" ]; then
   echo "ncu $name: no report (rc=$rc)"; tail -5 "$out/$name-ncu.log"
-  return 1 2>/dev/null || exit 1
+  exit 1
 fi
 "$ncu" --import "$out/$name.ncu-rep" --page details > "$out/$name-details.txt" 2>&1
 "$ncu" --import "$out/$name.ncu-rep" --page raw --csv > "$out/$name-raw.csv" 2>&1

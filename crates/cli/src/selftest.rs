@@ -639,6 +639,14 @@ pub fn ordered_column_checks(backend: &Backend, report: &mut Report) {
     );
 }
 
+/// Packed register tiles in a pushed cluster with one-pass moments: the
+/// long-row layernorm default's form.
+fn pushed_packed_one_pass(request: &mut LayoutRequest) {
+    packed_in_registers(request);
+    request.push_cluster_reduce = true;
+    request.one_pass_moments = true;
+}
+
 /// The output phase's first chunks' columns loaded before the reduction
 /// (`early_columns`): every operator, f32 and bf16, in register plans of
 /// one group and of a cluster, plain, packed, and pushed with one-pass
@@ -649,11 +657,7 @@ pub fn early_column_checks(backend: &Backend, report: &mut Report) {
     let bases: [(&str, RequestEdit); 3] = [
         ("early columns", in_registers),
         ("early columns, packed", packed_in_registers),
-        ("early columns, pushed", |request| {
-            packed_in_registers(request);
-            request.push_cluster_reduce = true;
-            request.one_pass_moments = true;
-        }),
+        ("early columns, pushed", pushed_packed_one_pass),
     ];
     same_bits_over_bases(
         backend,
@@ -681,11 +685,7 @@ pub fn shared_chunk_checks(backend: &Backend, report: &mut Report) {
     let bases: [(&str, RequestEdit); 3] = [
         ("shared chunks", in_registers),
         ("shared chunks, packed", packed_in_registers),
-        ("shared chunks, pushed", |request| {
-            packed_in_registers(request);
-            request.push_cluster_reduce = true;
-            request.one_pass_moments = true;
-        }),
+        ("shared chunks, pushed", pushed_packed_one_pass),
     ];
     same_bits_over_bases(
         backend,
@@ -696,15 +696,12 @@ pub fn shared_chunk_checks(backend: &Backend, report: &mut Report) {
         |request| request.shared_chunks = 2,
         |plan| plan.shared_chunks.is_some(),
         |plan| {
-            let program = &plan.problem.program;
-            let rows: Vec<_> = program.row_inputs().collect();
             plan.residency == Residency::Registers
                 && plan.layout.rows_per_group == 1
-                && rows.len() == 1
-                && plan.analysis.resident.iter().any(|v| {
-                    matches!(&program.body[v.index()],
-                        lanefold_ir::Instr::Load { buffer } if *buffer == rows[0].name)
-                })
+                && plan
+                    .analysis
+                    .resident_row_load(&plan.problem.program)
+                    .is_some()
         },
     );
 }

@@ -663,23 +663,19 @@ impl Ctx<'_> {
         self.plan.packed_resident && self.is_resident(v)
     }
 
-    /// Is `v` the resident row load whose last chunks are held in shared
-    /// memory ([`Plan::shared_chunks`])?
-    fn is_shared_tile(&self, v: Value) -> bool {
-        self.plan.shared_chunks.is_some()
-            && self.is_resident(v)
-            && matches!(&self.program.body[v.index()],
-                Instr::Load { buffer } if self.buffer_kind(buffer) == BufferKind::Row)
+    /// The resident row load whose last chunks are held in shared memory
+    /// ([`Plan::shared_chunks`]), with its buffer.
+    fn shared_tile(&self) -> Option<(Value, String)> {
+        self.plan.shared_chunks?;
+        let v = self.plan.analysis.resident_row_load(self.program)?;
+        match &self.program.body[v.index()] {
+            Instr::Load { buffer } if self.is_resident(v) => Some((v, buffer.clone())),
+            _ => None,
+        }
     }
 
-    /// The shared tile's buffer, if the plan holds chunks in shared memory.
-    fn shared_tile(&self) -> Option<(Value, String)> {
-        self.resident
-            .iter()
-            .find_map(|&v| match &self.program.body[v.index()] {
-                Instr::Load { buffer } if self.is_shared_tile(v) => Some((v, buffer.clone())),
-                _ => None,
-            })
+    fn is_shared_tile(&self, v: Value) -> bool {
+        self.shared_tile().is_some_and(|(s, _)| s == v)
     }
 
     /// `wd[]`, the words of access `k` of a vector pack, from `a`.

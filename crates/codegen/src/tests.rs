@@ -1980,33 +1980,24 @@ fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
         assert!(src[phase1..].contains("lf_shc ? s0[e]"), "{src}");
     }
     // Clamped to the row's chunks; refused (None) on two row inputs.
-    let p = make_with(
-        Operator::Rmsnorm,
-        DType::F32,
-        "4x4096",
-        LayoutRequest {
-            workers: 256,
-            pack: 4,
-            unroll: 1,
-            residency: lanefold_plan::ResidencyRequest::Registers,
-            shared_chunks: 9,
-            ..Default::default()
-        },
-    );
+    let in_registers = |op, shared_chunks| {
+        make_with(
+            op,
+            DType::F32,
+            "4x4096",
+            LayoutRequest {
+                workers: 256,
+                pack: 4,
+                unroll: 1,
+                residency: lanefold_plan::ResidencyRequest::Registers,
+                shared_chunks,
+                ..Default::default()
+            },
+        )
+    };
+    let p = in_registers(Operator::Rmsnorm, 9);
     assert_eq!(p.shared_chunks.map(|s| s.chunks), Some(4));
-    let p = make_with(
-        Operator::ResidualLayernorm,
-        DType::F32,
-        "4x4096",
-        LayoutRequest {
-            workers: 256,
-            pack: 4,
-            unroll: 1,
-            residency: lanefold_plan::ResidencyRequest::Registers,
-            shared_chunks: 2,
-            ..Default::default()
-        },
-    );
+    let p = in_registers(Operator::ResidualLayernorm, 2);
     assert_eq!(p.shared_chunks, None, "{}", p.describe());
 }
 

@@ -73,6 +73,20 @@ impl Analysis {
             .filter(move |r| self.phase[r.index()] == phase + 1)
     }
 
+    /// The resident load of the program's only row input (the row a
+    /// register plan may hold partly in shared memory); None where the
+    /// program reads several rows or keeps none resident.
+    pub fn resident_row_load(&self, program: &Program) -> Option<Value> {
+        let mut rows = program.row_inputs();
+        let row = rows.next()?;
+        if rows.next().is_some() {
+            return None;
+        }
+        self.resident.iter().copied().find(
+            |v| matches!(&program.body[v.index()], Instr::Load { buffer } if *buffer == row.name),
+        )
+    }
+
     /// This analysis with every rounded tile (`RoundToStorage` of a tile,
     /// exactly a storage value: residual_layernorm's `h`) that a later
     /// phase reads again kept resident itself, so its operands (x and the

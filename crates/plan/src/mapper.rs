@@ -5,7 +5,7 @@
 use crate::layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 use crate::shape::Shape;
 use crate::target::Target;
-use lanefold_ir::{Analysis, DType, Instr, NormForm, Operator, OperatorOptions, Program};
+use lanefold_ir::{Analysis, DType, NormForm, Operator, OperatorOptions, Program};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -2180,7 +2180,6 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         None
     };
     let shared_bytes = row_prefetch.map_or(shared_bytes, |prefetch| prefetch.total_bytes());
-    let row_inputs: Vec<_> = problem.program.row_inputs().collect();
     let shared_chunks = (request.shared_chunks > 0
         && residency == Residency::Registers
         && rows_per_group == 1
@@ -2188,17 +2187,14 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         && column_stage.is_none()
         && row_prefetch.is_none()
         && !persistent_clusters
-        && row_inputs.len() == 1
-        && analysis.resident.iter().any(|v| {
-            matches!(&problem.program.body[v.index()], Instr::Load { buffer } if *buffer == row_inputs[0].name)
-        }))
+        && analysis.resident_row_load(&problem.program).is_some())
     .then(|| {
         let chunks = request.shared_chunks.min(layout.complete_packs(n) as u32);
-        let row_threads = threads / rows_per_group;
         SharedChunks {
             chunks,
             offset_bytes: shared_bytes.next_multiple_of(16),
-            bytes: chunks * row_threads * pack * problem.dtype.size_bytes() as u32,
+            // One row per group: each thread holds `pack` elements a chunk.
+            bytes: chunks * threads * pack * problem.dtype.size_bytes() as u32,
         }
     });
     let shared_bytes = shared_chunks.map_or(shared_bytes, |shared| shared.total_bytes());
@@ -3376,13 +3372,7 @@ mod tests {
             (Operator::Layernorm, DType::F32, "4096x131072", None),
             (Operator::Rmsnorm, DType::F32, "1024x262144", None),
         ] {
-            let problem = Problem::operator(
-                op,
-                OperatorOptions::default(),
-                dtype,
-                shape.parse().unwrap(),
-            );
-            let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+            let p = plan(&typed(op, dtype, shape), &target, &LayoutRequest::default()).unwrap();
             let what = format!("{op} {dtype} {shape}: {}", p.describe());
             assert_eq!(p.shared_chunks.map(|s| s.chunks), shared, "{what}");
             assert_eq!(
