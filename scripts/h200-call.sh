@@ -277,6 +277,9 @@
 #           1024x262144 with that form the default (T4_TAG names the
 #           directory's session), bf16 1024x262144 under an occupancy cap
 #           of 2, and the variants half of the CUDA selftest
+#   CALL 130: layernorm 1024x262144 in clusters of four 1024-thread
+#           groups, shared chunks freeing the registers, f32 and bf16,
+#           the fastest of each paired against the default when ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -322,6 +325,15 @@ show_benches() {
   for d in "$@"; do
     echo "-- $d"; grep -hE "\| lanefold (yes|no)" "$d/results.md" | cut -c1-200
   done
+}
+# lanefold's p50 µs in a bench directory's results.md.
+bench_p50() { grep -hE "\| lanefold (yes|no)" "$1/results.md" 2>/dev/null | awk -F'|' '{ gsub(/ /, "", $(NF-3)); print $(NF-3) }' | head -1; }
+# The bench directory with the lowest lanefold p50 (none: empty).
+fastest_bench() {
+  local d
+  for d in "$@"; do
+    [ -f "$d/results.md" ] && echo "$(bench_p50 "$d") $d"
+  done | sort -n | head -1 | cut -d' ' -f2
 }
 # Half of the CUDA selftest through scripts/gpu-selftest.sh (environment
 # captured, so the audit checks it), tarred as NAME.
@@ -2846,6 +2858,31 @@ LIST
   fi
   selftest_half VARIANTS_ONLY "$r-selftest-variants-s24-h200" selftest-variants
   ;;
-*) echo "unknown call $call (1-129)"; exit 2 ;;
+130)
+  logs=$(mktemp -d)
+  step "layernorm 1024x262144 in clusters of four 1024-thread groups (shared chunks free the registers) against the default"
+  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
+  lnb="--ops layernorm --shapes 1024x262144 --dtypes bf16"
+  c4="--workers 4096 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --cluster-group-threads 1024"
+  bench_as c4-f32-ref 30 $lnf
+  for n in 10 12 13; do bench_as "c4-f32-sh$n" 30 $lnf $c4 --pack 4 --shared-chunks $n; done
+  bench_as c4-f32-sh12-ec1 30 $lnf $c4 --pack 4 --shared-chunks 12 --early-columns 1
+  bench_as c4-bf16-ref 30 $lnb
+  for n in 1 2 4; do bench_as "c4-bf16-sh$n" 30 $lnb $c4 --pack 8 --pack-resident --shared-chunks $n; done
+  show_benches "$r"-c4-*-h200
+  keep c4-benches "$r"-c4-*-h200 "$logs"
+  # The fastest form of each dtype, paired against the default where a
+  # bench puts it 1% or more ahead.
+  for dt in f32 bf16; do
+    ref="$r-c4-$dt-ref-h200"
+    best=$(fastest_bench "$r"-c4-"$dt"-sh*-h200)
+    [ -n "$best" ] && [ "$(left)" -gt 120 ] || continue
+    if awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$ref")" 'BEGIN { exit !(b < 0.99 * a) }'; then
+      step "paired replay: $best against the default"
+      paired_replay "c4-$dt-replay" "$ref" "$best" "$r-c4-$dt-replay-h200"
+    fi
+  done
+  ;;
+*) echo "unknown call $call (1-130)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

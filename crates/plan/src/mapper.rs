@@ -2045,7 +2045,25 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
     let resident_tiles = analysis.resident.len();
     let needed_slots = resident_tiles * slot_bound;
-    let budgeted_slots = budgeted(resident_tiles);
+    // Chunks of the row held in shared memory (`--shared-chunks`) need no
+    // registers, so they count before the fit: a 1024-thread group holds
+    // an f32 row slice of 64 slots only so. Nothing else may claim that
+    // shared memory (staged columns, prefetched rows, persistent loops).
+    let shared_chunk_count = (request.shared_chunks > 0
+        && rows_per_group == 1
+        && whole_vector_packs
+        && !request.stage_columns
+        && !request.prefetch_rows
+        && !request.persistent_clusters
+        && analysis.resident_row_load(&problem.program).is_some())
+    .then(|| request.shared_chunks.min(layout.complete_packs(n) as u32));
+    let shared_slots = shared_chunk_count.map_or(0, |chunks| (chunks * pack) as usize);
+    let shared_budgeted_slots = if packs_explicitly {
+        shared_slots.div_ceil(2)
+    } else {
+        shared_slots
+    };
+    let budgeted_slots = budgeted(resident_tiles) - shared_budgeted_slots;
     let fits = budgeted_slots <= budget(threads);
     let residency = match request.residency {
         ResidencyRequest::Stream => Residency::Stream,
@@ -2084,10 +2102,12 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     // changes a layout: ptxas keeps the loaded words of some unpacked
     // plans by itself, and packing saved 0-16 of 64-80 registers on 64
     // slots (`lanefold compile-check`, bench/NOTES.md campaign 9).
-    let estimated_slots = if packs_explicitly && packed_resident {
+    let estimated_slots = if resident_slots == 0 {
+        0
+    } else if packs_explicitly && packed_resident {
         budgeted_slots
     } else {
-        resident_slots
+        resident_slots - shared_slots
     };
     let registers = overhead_registers(pack, problem.dtype) + estimated_slots as u32;
     let register_file = registers as u64 * threads as u64;
@@ -2180,34 +2200,15 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         None
     };
     let shared_bytes = row_prefetch.map_or(shared_bytes, |prefetch| prefetch.total_bytes());
-    let shared_chunks = (request.shared_chunks > 0
-        && residency == Residency::Registers
-        && rows_per_group == 1
-        && whole_vector_packs
-        && column_stage.is_none()
-        && row_prefetch.is_none()
-        && !persistent_clusters
-        && analysis.resident_row_load(&problem.program).is_some())
-    .then(|| {
-        let chunks = request.shared_chunks.min(layout.complete_packs(n) as u32);
-        SharedChunks {
+    let shared_chunks = shared_chunk_count
+        .filter(|_| residency == Residency::Registers)
+        .map(|chunks| SharedChunks {
             chunks,
             offset_bytes: shared_bytes.next_multiple_of(16),
             // One row per group: each thread holds `pack` elements a chunk.
             bytes: chunks * threads * pack * problem.dtype.size_bytes() as u32,
-        }
-    });
-    let shared_bytes = shared_chunks.map_or(shared_bytes, |shared| shared.total_bytes());
-    // Slots held in shared memory need no registers.
-    let registers = registers
-        - shared_chunks.map_or(0, |shared| {
-            let slots = shared.chunks * pack;
-            if packs_explicitly && packed_resident {
-                slots.div_ceil(2)
-            } else {
-                slots
-            }
         });
+    let shared_bytes = shared_chunks.map_or(shared_bytes, |shared| shared.total_bytes());
     let by_threads = target.max_threads_per_multiprocessor / threads.max(1);
     let (shared_bytes, occupancy_cap) = match request.occupancy_cap {
         0 => (shared_bytes, None),
