@@ -280,6 +280,9 @@
 #   CALL 130: layernorm 1024x262144 in clusters of four 1024-thread
 #           groups, shared chunks freeing the registers, f32 and bf16,
 #           the fastest of each paired against the default when ahead
+#   CALL 131: layernorm f32 1024x262144, forms around the shared-chunk
+#           default (unroll, early and ordered columns, hints) and clusters
+#           of sixteen with shared chunks; the fastest paired if ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2883,6 +2886,37 @@ LIST
     fi
   done
   ;;
-*) echo "unknown call $call (1-130)"; exit 2 ;;
+131)
+  logs=$(mktemp -d)
+  step "layernorm f32 1024x262144: forms around the shared-chunk default, and clusters of sixteen with shared chunks"
+  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
+  e="--workers 4096 --pack 4 --push-cluster-reduce --one-pass-moments --residency registers --occupancy-cap 2 --shared-chunks"
+  w8k="--workers 8192 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --cluster-group-threads 512 --shared-chunks"
+  bench_as sw-ref 30 $lnf
+  while read -r name opts; do
+    # shellcheck disable=SC2086
+    bench_as "sw-$name" 30 $lnf $opts
+  done <<LIST
+u4-sh12-ec0 $e 12 --unroll 4
+u2-sh12-ec1 $e 12 --unroll 2 --early-columns 1
+u8-sh12-ec1 $e 12 --unroll 8 --early-columns 1
+u1-sh12-ec1 $e 12 --unroll 1 --early-columns 1
+u4-sh11-ec1 $e 11 --unroll 4 --early-columns 1
+u4-sh12-oc $e 12 --unroll 4 --ordered-columns
+u4-sh12-ec1-cs $e 12 --unroll 4 --early-columns 1 --streaming-hints
+w8k-sh4-cap3 $w8k 4 --occupancy-cap 3
+w8k-sh5-cap3 $w8k 5 --occupancy-cap 3
+w8k-sh6-cap3 $w8k 6 --occupancy-cap 3
+w8k-sh6-ob4 $w8k 6 --occupancy 4
+LIST
+  show_benches "$r"-sw-*-h200
+  keep sw-benches "$r"-sw-*-h200 "$logs"
+  best=$(fastest_bench "$r"-sw-[uw]*-h200)
+  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-sw-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
+    step "paired replay: $best against the default"
+    paired_replay sw-replay "$r-sw-ref-h200" "$best" "$r-sw-replay-h200"
+  fi
+  ;;
+*) echo "unknown call $call (1-131)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
