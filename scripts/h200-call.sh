@@ -283,6 +283,9 @@
 #   CALL 131: layernorm f32 1024x262144, forms around the shared-chunk
 #           default (unroll, early and ordered columns, hints) and clusters
 #           of sixteen with shared chunks; the fastest paired if ahead
+#   CALL 132: layernorm f32 1024x262144 with more chunks of early
+#           columns where shared chunks free the registers; the fastest
+#           paired if ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -317,6 +320,10 @@ step() { echo "== $* (at ${SECONDS}s, $(left)s left)"; }
 # in $logs. Usage: bench_as NAME SECONDS BENCH_OPTIONS...
 bench_as() {
   local name=$1 seconds=$2; shift 2
+  # Never into a committed directory (call 131 wrote over session 17's sw-ref).
+  if [ -e "$r-$name-h200" ]; then
+    echo "bench $name refused: $r-$name-h200 exists"; return 1
+  fi
   # shellcheck disable=SC2086
   timeout "$seconds" "$bin" bench --backend cuda "$@" $s --capture-sources --output "$r-$name-h200" \
     > "$logs/$name.log" 2>&1
@@ -2892,10 +2899,12 @@ LIST
   lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
   e="--workers 4096 --pack 4 --push-cluster-reduce --one-pass-moments --residency registers --occupancy-cap 2 --shared-chunks"
   w8k="--workers 8192 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --cluster-group-threads 512 --shared-chunks"
-  bench_as sw-ref 30 $lnf
+  bench_as s24sw-ref 30 $lnf
+  sw_dirs=()
   while read -r name opts; do
     # shellcheck disable=SC2086
-    bench_as "sw-$name" 30 $lnf $opts
+    bench_as "s24sw-$name" 30 $lnf $opts
+    sw_dirs+=("$r-s24sw-$name-h200")
   done <<LIST
 u4-sh12-ec0 $e 12 --unroll 4
 u2-sh12-ec1 $e 12 --unroll 2 --early-columns 1
@@ -2909,14 +2918,41 @@ w8k-sh5-cap3 $w8k 5 --occupancy-cap 3
 w8k-sh6-cap3 $w8k 6 --occupancy-cap 3
 w8k-sh6-ob4 $w8k 6 --occupancy 4
 LIST
-  show_benches "$r"-sw-*-h200
-  keep sw-benches "$r"-sw-*-h200 "$logs"
-  best=$(fastest_bench "$r"-sw-[uw]*-h200)
-  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-sw-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
+  show_benches "$r-s24sw-ref-h200" "${sw_dirs[@]}"
+  keep sw-benches "$r-s24sw-ref-h200" "${sw_dirs[@]}" "$logs"
+  best=$(fastest_bench "${sw_dirs[@]}")
+  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-s24sw-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
     step "paired replay: $best against the default"
-    paired_replay sw-replay "$r-sw-ref-h200" "$best" "$r-sw-replay-h200"
+    paired_replay sw-replay "$r-s24sw-ref-h200" "$best" "$r-s24sw-replay-h200"
   fi
   ;;
-*) echo "unknown call $call (1-131)"; exit 2 ;;
+132)
+  logs=$(mktemp -d)
+  step "layernorm f32 1024x262144: more chunks of early columns in the registers the shared chunks free"
+  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
+  e="--workers 4096 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --occupancy-cap 2 --shared-chunks"
+  bench_as ecx-ref 30 $lnf
+  ecx_dirs=()
+  while read -r name opts; do
+    # shellcheck disable=SC2086
+    bench_as "ecx-$name" 30 $lnf $opts
+    ecx_dirs+=("$r-ecx-$name-h200")
+  done <<LIST
+sh11-ec1 $e 11 --early-columns 1
+sh11-ec2 $e 11 --early-columns 2
+sh10-ec2 $e 10 --early-columns 2
+sh12-ec3 $e 12 --early-columns 3
+sh13-ec2 $e 13 --early-columns 2
+sh12-ec2-ob2 $e 12 --early-columns 2 --occupancy 2
+LIST
+  show_benches "$r-ecx-ref-h200" "${ecx_dirs[@]}"
+  keep ecx-benches "$r-ecx-ref-h200" "${ecx_dirs[@]}" "$logs"
+  best=$(fastest_bench "${ecx_dirs[@]}")
+  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-ecx-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
+    step "paired replay: $best against the default"
+    paired_replay ecx-replay "$r-ecx-ref-h200" "$best" "$r-ecx-replay-h200"
+  fi
+  ;;
+*) echo "unknown call $call (1-132)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
