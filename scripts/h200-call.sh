@@ -286,6 +286,10 @@
 #   CALL 132: layernorm f32 1024x262144 with more chunks of early
 #           columns where shared chunks free the registers; the fastest
 #           paired if ahead
+#   CALL 133: target 4 for layernorm f32 1024x262144's new default (10
+#           shared chunks, two early), layernorm bf16 1024x262144 with
+#           early columns beside shared chunks (the fastest paired if
+#           ahead), and the long half of the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2953,6 +2957,40 @@ LIST
     paired_replay ecx-replay "$r-ecx-ref-h200" "$best" "$r-ecx-replay-h200"
   fi
   ;;
-*) echo "unknown call $call (1-132)"; exit 2 ;;
+133)
+  logs=$(mktemp -d)
+  T4_TAG=s24b t4_searches t4-searches <<'LIST'
+layernorm f32 1024x262144
+LIST
+  step "layernorm bf16 1024x262144: early columns in the registers shared chunks free"
+  lnb="--ops layernorm --shapes 1024x262144 --dtypes bf16"
+  e="--workers 4096 --pack 8 --unroll 4 --push-cluster-reduce --one-pass-moments --pack-resident --residency registers --shared-chunks"
+  bench_as bxs-ref 30 $lnb
+  bxs_dirs=()
+  while read -r name opts; do
+    # shellcheck disable=SC2086
+    bench_as "bxs-$name" 30 $lnb $opts
+    bxs_dirs+=("$r-bxs-$name-h200")
+  done <<LIST
+sh0-ec2 $e 0 --early-columns 2 --occupancy-cap 2
+sh1-ec1 $e 1 --early-columns 1 --occupancy-cap 2
+sh2-ec2 $e 2 --early-columns 2 --occupancy-cap 2
+sh3-ec2 $e 3 --early-columns 2 --occupancy-cap 2
+sh3-ec3 $e 3 --early-columns 3 --occupancy-cap 2
+sh4-ec1 $e 4 --early-columns 1 --occupancy-cap 2
+sh4-ec3 $e 4 --early-columns 3 --occupancy-cap 2
+sh6-ec1-cap3 $e 6 --early-columns 1 --occupancy-cap 3
+sh8-ec1-cap3 $e 8 --early-columns 1 --occupancy-cap 3
+LIST
+  show_benches "$r-bxs-ref-h200" "${bxs_dirs[@]}"
+  keep bxs-benches "$r-bxs-ref-h200" "${bxs_dirs[@]}" "$logs"
+  best=$(fastest_bench "${bxs_dirs[@]}")
+  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-bxs-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
+    step "paired replay: $best against the default"
+    paired_replay bxs-replay "$r-bxs-ref-h200" "$best" "$r-bxs-replay-h200"
+  fi
+  [ "$(left)" -gt 200 ] && selftest_half LONG_ONLY "$r-selftest-long-s24-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-133)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
