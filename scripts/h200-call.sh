@@ -290,6 +290,9 @@
 #           shared chunks, two early), layernorm bf16 1024x262144 with
 #           early columns beside shared chunks (the fastest paired if
 #           ahead), and the long half of the CUDA selftest
+#   CALL 134: target 4 for layernorm bf16 1024x262144's new default (two
+#           early chunks, cap 2), the quick half of the CUDA selftest and
+#           its shared-chunk and early-column variants
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -2991,6 +2994,17 @@ LIST
   fi
   [ "$(left)" -gt 200 ] && selftest_half LONG_ONLY "$r-selftest-long-s24-h200" selftest-long
   ;;
-*) echo "unknown call $call (1-133)"; exit 2 ;;
+134)
+  logs=$(mktemp -d)
+  T4_TAG=s24 t4_searches t4-searches <<'LIST'
+layernorm bf16 1024x262144
+LIST
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s24-h200" selftest-quick
+  if [ "$(left)" -gt 60 ]; then
+    step "selftest variants: shared chunks, early columns"
+    variant_selftest "$(left)" shared-chunks,early-columns selftest-shared-s24
+  fi
+  ;;
+*) echo "unknown call $call (1-134)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
