@@ -293,6 +293,9 @@
 #   CALL 134: target 4 for layernorm bf16 1024x262144's new default (two
 #           early chunks, cap 2), the quick half of the CUDA selftest and
 #           its shared-chunk and early-column variants
+#   CALL 135: layernorm f32 4096x131072 and 2048x262144 (64 slots a
+#           thread, as 1024x262144) with shared chunks and two early
+#           chunks; the fastest 4096x131072 form paired if 1% ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3005,6 +3008,34 @@ LIST
     variant_selftest "$(left)" shared-chunks,early-columns selftest-shared-s24
   fi
   ;;
-*) echo "unknown call $call (1-134)"; exit 2 ;;
+135)
+  logs=$(mktemp -d)
+  step "layernorm f32 with 64 slots a thread elsewhere: 4096x131072 and 2048x262144 with shared chunks and two early chunks"
+  b="--push-cluster-reduce --one-pass-moments --residency registers --pack 4 --unroll 4"
+  l131="--ops layernorm --shapes 4096x131072 --dtypes f32"
+  bench_as l131-ref 40 $l131
+  l131_dirs=()
+  while read -r name opts; do
+    # shellcheck disable=SC2086
+    bench_as "l131-$name" 40 $l131 $b $opts
+    l131_dirs+=("$r-l131-$name-h200")
+  done <<LIST
+c4-sh10-ec2 --workers 2048 --cluster-group-threads 512 --shared-chunks 10 --early-columns 2 --occupancy-cap 2
+c4-sh12-ec1 --workers 2048 --cluster-group-threads 512 --shared-chunks 12 --early-columns 1 --occupancy-cap 2
+c8-sh10-ec2-cap4 --workers 2048 --cluster-group-threads 256 --shared-chunks 10 --early-columns 2 --occupancy-cap 4
+LIST
+  l262="--ops layernorm --shapes 2048x262144 --dtypes f32"
+  bench_as l262-ref 40 $l262
+  # shellcheck disable=SC2086
+  bench_as l262-w4k-sh10-ec2 40 $l262 $b --workers 4096 --cluster-group-threads 512 --shared-chunks 10 --early-columns 2 --occupancy-cap 2
+  show_benches "$r-l131-ref-h200" "${l131_dirs[@]}" "$r-l262-ref-h200" "$r-l262-w4k-sh10-ec2-h200"
+  keep l-benches "$r-l131-ref-h200" "${l131_dirs[@]}" "$r-l262-ref-h200" "$r-l262-w4k-sh10-ec2-h200" "$logs"
+  best=$(fastest_bench "${l131_dirs[@]}")
+  if [ -n "$best" ] && [ "$(left)" -gt 90 ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-l131-ref-h200")" 'BEGIN { exit !(b < 0.99 * a) }'; then
+    step "paired replay: $best against the default"
+    paired_replay l131-replay "$r-l131-ref-h200" "$best" "$r-l131-replay-h200"
+  fi
+  ;;
+*) echo "unknown call $call (1-135)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

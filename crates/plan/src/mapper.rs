@@ -3389,7 +3389,9 @@ mod tests {
             shared_chunks,
             ..LayoutRequest::default()
         };
-        let refused = plan(&problem, &target, &request(0)).unwrap_err().to_string();
+        let refused = plan(&problem, &target, &request(0))
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("private slots needs 64"), "{refused}");
         let p = plan(&problem, &target, &request(12)).unwrap();
         assert_eq!(p.residency, Residency::Registers, "{}", p.describe());
@@ -3408,9 +3410,21 @@ mod tests {
     fn regression_layernorm_f32_1024x262144_holds_ten_chunks_in_shared_memory() {
         let target = Target::h200();
         for (op, dtype, shape, shared, cap) in [
-            (Operator::Layernorm, DType::F32, "1024x262144", Some(10), Some(2)),
+            (
+                Operator::Layernorm,
+                DType::F32,
+                "1024x262144",
+                Some(10),
+                Some(2),
+            ),
             // The cap's carve-out, without shared chunks (call 133).
-            (Operator::Layernorm, DType::Bf16, "1024x262144", None, Some(2)),
+            (
+                Operator::Layernorm,
+                DType::Bf16,
+                "1024x262144",
+                None,
+                Some(2),
+            ),
             (Operator::Layernorm, DType::F32, "4096x131072", None, None),
             (Operator::Rmsnorm, DType::F32, "1024x262144", None, None),
         ] {
