@@ -1382,11 +1382,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         // 0.97x instead); the registers that frees load two chunks of
         // columns before the exchange (64 registers; early columns off
         // cost 8.8%, 13 shared chunks 5%).
-        variants: |request| {
-            request.shared_chunks = 10;
-            request.early_columns = 2;
-            request.occupancy_cap = 2;
-        },
+        variants: |request| hold_chunks_shared_and_columns_early(request, 2),
         evidence: "2026-12-01-ecx-replay-h200 (10 shared chunks and two chunks of early columns under an occupancy cap of 2, paired with 12 shared chunks and one early chunk and both torch peers, 3 rounds: 558.3 µs, 3.85 TB/s), which had won 570.6 against 598.6 µs (2026-12-01-lnf-sh12-replay-h200) and 612.8 against sixteen 256-thread groups' 629.4 (2026-12-01-g512f-g512-f32-h200)",
     },
     SearchedWinner {
@@ -1405,11 +1401,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         // shared memory and two chunks of columns early (64 registers),
         // four 256-thread groups per SM instead of two under the cap's
         // carve-out.
-        variants: |request| {
-            request.shared_chunks = 10;
-            request.early_columns = 2;
-            request.occupancy_cap = 4;
-        },
+        variants: |request| hold_chunks_shared_and_columns_early(request, 4),
         evidence: "2026-12-01-l131-replay-h200 (10 shared chunks and two early chunks under an occupancy cap of 4, paired with the default and both torch peers, 3 rounds: 1053.9 against 1113.1 µs, 1.055-1.057x every round, 4.08 TB/s); clusters of four 512-thread groups with the same chunks ran 1071.8 in one bench (2026-12-01-l131-c4-sh10-ec2-h200)",
     },
     SearchedWinner {
@@ -1520,6 +1512,15 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
 ];
 
 /// The searched winner of this operator, dtype and shape, if any.
+/// The layernorm f32 form of 64 slots a thread (session 24): 10 of 16
+/// chunks in shared memory, two chunks of columns loaded before the
+/// exchange in the registers that frees, under a cap of `groups` per SM.
+fn hold_chunks_shared_and_columns_early(request: &mut LayoutRequest, groups: u32) {
+    request.shared_chunks = 10;
+    request.early_columns = 2;
+    request.occupancy_cap = groups;
+}
+
 fn searched_winner(problem: &Problem) -> Option<&'static SearchedWinner> {
     let op = problem.operator_kind()?;
     let shape = (problem.shape.rows, problem.shape.n);
