@@ -296,6 +296,9 @@
 #   CALL 135: layernorm f32 4096x131072 and 2048x262144 (64 slots a
 #           thread, as 1024x262144) with shared chunks and two early
 #           chunks; the fastest 4096x131072 form paired if 1% ahead
+#   CALL 136: (planned for session 25) target 4 for layernorm f32
+#           4096x131072's new default (T4_TAG names the directory's
+#           session), and the long half of the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3036,6 +3039,13 @@ LIST
     paired_replay l131-replay "$r-l131-ref-h200" "$best" "$r-l131-replay-h200"
   fi
   ;;
-*) echo "unknown call $call (1-135)"; exit 2 ;;
+136)
+  logs=$(mktemp -d)
+  T4_TAG=s25 t4_searches t4-searches <<'LIST'
+layernorm f32 4096x131072
+LIST
+  selftest_half LONG_ONLY "$r-selftest-long-s25-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-136)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
