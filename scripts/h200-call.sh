@@ -358,6 +358,35 @@ fastest_bench() {
     [ -f "$d/results.md" ] && echo "$(bench_p50 "$d") $d"
   done | sort -n | head -1 | cut -d' ' -f2
 }
+# Benches of lanefold into $r-PREFIX-ref-h200 (BENCH_OPTIONS alone) and
+# $r-PREFIX-NAME-h200 for each "NAME OPTIONS" line of stdin (BENCH_OPTIONS,
+# then OPTIONS), shown and tarred as PREFIX-benches; the lines' directories
+# are left in `swept`. Usage: sweep PREFIX SECONDS BENCH_OPTIONS... < LIST
+sweep() {
+  local prefix=$1 seconds=$2 name opts; shift 2
+  swept=()
+  bench_as "$prefix-ref" "$seconds" "$@"
+  while read -r name opts; do
+    # shellcheck disable=SC2086
+    bench_as "$prefix-$name" "$seconds" "$@" $opts
+    swept+=("$r-$prefix-$name-h200")
+  done
+  show_benches "$r-$prefix-ref-h200" "${swept[@]}"
+  keep "$prefix-benches" "$r-$prefix-ref-h200" "${swept[@]}" "$logs"
+}
+# The fastest of DIRS paired against $r-PREFIX-ref-h200 (as PREFIX-replay)
+# where its p50 is under FACTOR x the reference's and over 90 s are left.
+# Usage: pair_fastest PREFIX FACTOR DIRS...
+pair_fastest() {
+  local prefix=$1 factor=$2 best ref; shift 2
+  ref="$r-$prefix-ref-h200"
+  best=$(fastest_bench "$@")
+  [ -n "$best" ] && [ "$(left)" -gt 90 ] || return 0
+  awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$ref")" -v f="$factor" \
+    'BEGIN { exit !(b < f * a) }' || return 0
+  step "paired replay: $best against the default"
+  paired_replay "$prefix-replay" "$ref" "$best" "$r-$prefix-replay-h200"
+}
 # Half of the CUDA selftest through scripts/gpu-selftest.sh (environment
 # captured, so the audit checks it), tarred as NAME.
 # Usage: selftest_half "QUICK|LONG_ONLY|VARIANTS_ONLY [SKIP_VARIANTS]" OUTPUT_DIR NAME
@@ -2884,41 +2913,29 @@ LIST
 130)
   logs=$(mktemp -d)
   step "layernorm 1024x262144 in clusters of four 1024-thread groups (shared chunks free the registers) against the default"
-  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
-  lnb="--ops layernorm --shapes 1024x262144 --dtypes bf16"
   c4="--workers 4096 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --cluster-group-threads 1024"
-  bench_as c4-f32-ref 30 $lnf
-  for n in 10 12 13; do bench_as "c4-f32-sh$n" 30 $lnf $c4 --pack 4 --shared-chunks $n; done
-  bench_as c4-f32-sh12-ec1 30 $lnf $c4 --pack 4 --shared-chunks 12 --early-columns 1
-  bench_as c4-bf16-ref 30 $lnb
-  for n in 1 2 4; do bench_as "c4-bf16-sh$n" 30 $lnb $c4 --pack 8 --pack-resident --shared-chunks $n; done
-  show_benches "$r"-c4-*-h200
-  keep c4-benches "$r"-c4-*-h200 "$logs"
-  # The fastest form of each dtype, paired against the default where a
-  # bench puts it 1% or more ahead.
-  for dt in f32 bf16; do
-    ref="$r-c4-$dt-ref-h200"
-    best=$(fastest_bench "$r"-c4-"$dt"-sh*-h200)
-    [ -n "$best" ] && [ "$(left)" -gt 120 ] || continue
-    if awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$ref")" 'BEGIN { exit !(b < 0.99 * a) }'; then
-      step "paired replay: $best against the default"
-      paired_replay "c4-$dt-replay" "$ref" "$best" "$r-c4-$dt-replay-h200"
-    fi
-  done
+  sweep c4-f32 30 --ops layernorm --shapes 1024x262144 --dtypes f32 <<LIST
+sh10 $c4 --pack 4 --shared-chunks 10
+sh12 $c4 --pack 4 --shared-chunks 12
+sh13 $c4 --pack 4 --shared-chunks 13
+sh12-ec1 $c4 --pack 4 --shared-chunks 12 --early-columns 1
+LIST
+  f32_dirs=("${swept[@]}")
+  sweep c4-bf16 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
+sh1 $c4 --pack 8 --pack-resident --shared-chunks 1
+sh2 $c4 --pack 8 --pack-resident --shared-chunks 2
+sh4 $c4 --pack 8 --pack-resident --shared-chunks 4
+LIST
+  # The fastest form of each dtype, paired where a bench puts it 1% ahead.
+  pair_fastest c4-f32 0.99 "${f32_dirs[@]}"
+  pair_fastest c4-bf16 0.99 "${swept[@]}"
   ;;
 131)
   logs=$(mktemp -d)
   step "layernorm f32 1024x262144: forms around the shared-chunk default, and clusters of sixteen with shared chunks"
-  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
   e="--workers 4096 --pack 4 --push-cluster-reduce --one-pass-moments --residency registers --occupancy-cap 2 --shared-chunks"
   w8k="--workers 8192 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --cluster-group-threads 512 --shared-chunks"
-  bench_as s24sw-ref 30 $lnf
-  sw_dirs=()
-  while read -r name opts; do
-    # shellcheck disable=SC2086
-    bench_as "s24sw-$name" 30 $lnf $opts
-    sw_dirs+=("$r-s24sw-$name-h200")
-  done <<LIST
+  sweep s24sw 30 --ops layernorm --shapes 1024x262144 --dtypes f32 <<LIST
 u4-sh12-ec0 $e 12 --unroll 4
 u2-sh12-ec1 $e 12 --unroll 2 --early-columns 1
 u8-sh12-ec1 $e 12 --unroll 8 --early-columns 1
@@ -2931,26 +2948,13 @@ w8k-sh5-cap3 $w8k 5 --occupancy-cap 3
 w8k-sh6-cap3 $w8k 6 --occupancy-cap 3
 w8k-sh6-ob4 $w8k 6 --occupancy 4
 LIST
-  show_benches "$r-s24sw-ref-h200" "${sw_dirs[@]}"
-  keep sw-benches "$r-s24sw-ref-h200" "${sw_dirs[@]}" "$logs"
-  best=$(fastest_bench "${sw_dirs[@]}")
-  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-s24sw-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
-    step "paired replay: $best against the default"
-    paired_replay sw-replay "$r-s24sw-ref-h200" "$best" "$r-s24sw-replay-h200"
-  fi
+  pair_fastest s24sw 0.995 "${swept[@]}"
   ;;
 132)
   logs=$(mktemp -d)
   step "layernorm f32 1024x262144: more chunks of early columns in the registers the shared chunks free"
-  lnf="--ops layernorm --shapes 1024x262144 --dtypes f32"
   e="--workers 4096 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --occupancy-cap 2 --shared-chunks"
-  bench_as ecx-ref 30 $lnf
-  ecx_dirs=()
-  while read -r name opts; do
-    # shellcheck disable=SC2086
-    bench_as "ecx-$name" 30 $lnf $opts
-    ecx_dirs+=("$r-ecx-$name-h200")
-  done <<LIST
+  sweep ecx 30 --ops layernorm --shapes 1024x262144 --dtypes f32 <<LIST
 sh11-ec1 $e 11 --early-columns 1
 sh11-ec2 $e 11 --early-columns 2
 sh10-ec2 $e 10 --early-columns 2
@@ -2958,13 +2962,7 @@ sh12-ec3 $e 12 --early-columns 3
 sh13-ec2 $e 13 --early-columns 2
 sh12-ec2-ob2 $e 12 --early-columns 2 --occupancy 2
 LIST
-  show_benches "$r-ecx-ref-h200" "${ecx_dirs[@]}"
-  keep ecx-benches "$r-ecx-ref-h200" "${ecx_dirs[@]}" "$logs"
-  best=$(fastest_bench "${ecx_dirs[@]}")
-  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-ecx-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
-    step "paired replay: $best against the default"
-    paired_replay ecx-replay "$r-ecx-ref-h200" "$best" "$r-ecx-replay-h200"
-  fi
+  pair_fastest ecx 0.995 "${swept[@]}"
   ;;
 133)
   logs=$(mktemp -d)
@@ -2972,15 +2970,8 @@ LIST
 layernorm f32 1024x262144
 LIST
   step "layernorm bf16 1024x262144: early columns in the registers shared chunks free"
-  lnb="--ops layernorm --shapes 1024x262144 --dtypes bf16"
   e="--workers 4096 --pack 8 --unroll 4 --push-cluster-reduce --one-pass-moments --pack-resident --residency registers --shared-chunks"
-  bench_as bxs-ref 30 $lnb
-  bxs_dirs=()
-  while read -r name opts; do
-    # shellcheck disable=SC2086
-    bench_as "bxs-$name" 30 $lnb $opts
-    bxs_dirs+=("$r-bxs-$name-h200")
-  done <<LIST
+  sweep bxs 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
 sh0-ec2 $e 0 --early-columns 2 --occupancy-cap 2
 sh1-ec1 $e 1 --early-columns 1 --occupancy-cap 2
 sh2-ec2 $e 2 --early-columns 2 --occupancy-cap 2
@@ -2991,13 +2982,7 @@ sh4-ec3 $e 4 --early-columns 3 --occupancy-cap 2
 sh6-ec1-cap3 $e 6 --early-columns 1 --occupancy-cap 3
 sh8-ec1-cap3 $e 8 --early-columns 1 --occupancy-cap 3
 LIST
-  show_benches "$r-bxs-ref-h200" "${bxs_dirs[@]}"
-  keep bxs-benches "$r-bxs-ref-h200" "${bxs_dirs[@]}" "$logs"
-  best=$(fastest_bench "${bxs_dirs[@]}")
-  if [ -n "$best" ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-bxs-ref-h200")" 'BEGIN { exit !(b < 0.995 * a) }'; then
-    step "paired replay: $best against the default"
-    paired_replay bxs-replay "$r-bxs-ref-h200" "$best" "$r-bxs-replay-h200"
-  fi
+  pair_fastest bxs 0.995 "${swept[@]}"
   [ "$(left)" -gt 200 ] && selftest_half LONG_ONLY "$r-selftest-long-s24-h200" selftest-long
   ;;
 134)
@@ -3015,29 +3000,16 @@ LIST
   logs=$(mktemp -d)
   step "layernorm f32 with 64 slots a thread elsewhere: 4096x131072 and 2048x262144 with shared chunks and two early chunks"
   b="--push-cluster-reduce --one-pass-moments --residency registers --pack 4 --unroll 4"
-  l131="--ops layernorm --shapes 4096x131072 --dtypes f32"
-  bench_as l131-ref 40 $l131
-  l131_dirs=()
-  while read -r name opts; do
-    # shellcheck disable=SC2086
-    bench_as "l131-$name" 40 $l131 $b $opts
-    l131_dirs+=("$r-l131-$name-h200")
-  done <<LIST
-c4-sh10-ec2 --workers 2048 --cluster-group-threads 512 --shared-chunks 10 --early-columns 2 --occupancy-cap 2
-c4-sh12-ec1 --workers 2048 --cluster-group-threads 512 --shared-chunks 12 --early-columns 1 --occupancy-cap 2
-c8-sh10-ec2-cap4 --workers 2048 --cluster-group-threads 256 --shared-chunks 10 --early-columns 2 --occupancy-cap 4
+  sweep l131 40 --ops layernorm --shapes 4096x131072 --dtypes f32 <<LIST
+c4-sh10-ec2 $b --workers 2048 --cluster-group-threads 512 --shared-chunks 10 --early-columns 2 --occupancy-cap 2
+c4-sh12-ec1 $b --workers 2048 --cluster-group-threads 512 --shared-chunks 12 --early-columns 1 --occupancy-cap 2
+c8-sh10-ec2-cap4 $b --workers 2048 --cluster-group-threads 256 --shared-chunks 10 --early-columns 2 --occupancy-cap 4
 LIST
-  l262="--ops layernorm --shapes 2048x262144 --dtypes f32"
-  bench_as l262-ref 40 $l262
-  # shellcheck disable=SC2086
-  bench_as l262-w4k-sh10-ec2 40 $l262 $b --workers 4096 --cluster-group-threads 512 --shared-chunks 10 --early-columns 2 --occupancy-cap 2
-  show_benches "$r-l131-ref-h200" "${l131_dirs[@]}" "$r-l262-ref-h200" "$r-l262-w4k-sh10-ec2-h200"
-  keep l-benches "$r-l131-ref-h200" "${l131_dirs[@]}" "$r-l262-ref-h200" "$r-l262-w4k-sh10-ec2-h200" "$logs"
-  best=$(fastest_bench "${l131_dirs[@]}")
-  if [ -n "$best" ] && [ "$(left)" -gt 90 ] && awk -v b="$(bench_p50 "$best")" -v a="$(bench_p50 "$r-l131-ref-h200")" 'BEGIN { exit !(b < 0.99 * a) }'; then
-    step "paired replay: $best against the default"
-    paired_replay l131-replay "$r-l131-ref-h200" "$best" "$r-l131-replay-h200"
-  fi
+  l131_dirs=("${swept[@]}")
+  sweep l262 40 --ops layernorm --shapes 2048x262144 --dtypes f32 <<LIST
+w4k-sh10-ec2 $b --workers 4096 --cluster-group-threads 512 --shared-chunks 10 --early-columns 2 --occupancy-cap 2
+LIST
+  pair_fastest l131 0.99 "${l131_dirs[@]}"
   ;;
 136)
   logs=$(mktemp -d)

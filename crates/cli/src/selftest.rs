@@ -647,6 +647,21 @@ fn pushed_packed_one_pass(request: &mut LayoutRequest) {
     request.one_pass_moments = true;
 }
 
+/// Register plans plain, packed, and pushed with one-pass moments (the
+/// long-row layernorm default's form), named by `labels` in that order.
+fn register_forms(labels: [&'static str; 3]) -> [(&'static str, RequestEdit); 3] {
+    [
+        (labels[0], in_registers),
+        (labels[1], packed_in_registers),
+        (labels[2], pushed_packed_one_pass),
+    ]
+}
+
+/// (W, V, n) of one group and of clusters of f32 and bf16 packs, for
+/// checks over [`register_forms`].
+const REGISTER_FORM_LAYOUTS: [(u32, u32, usize); 3] =
+    [(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)];
+
 /// The output phase's first chunks' columns loaded before the reduction
 /// (`early_columns`): every operator, f32 and bf16, in register plans of
 /// one group and of a cluster, plain, packed, and pushed with one-pass
@@ -654,16 +669,15 @@ fn pushed_packed_one_pass(request: &mut LayoutRequest) {
 /// marked exactly on register plans of programs with columns.
 pub fn early_column_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::Residency;
-    let bases: [(&str, RequestEdit); 3] = [
-        ("early columns", in_registers),
-        ("early columns, packed", packed_in_registers),
-        ("early columns, pushed", pushed_packed_one_pass),
-    ];
     same_bits_over_bases(
         backend,
         report,
-        &bases,
-        &[(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)],
+        &register_forms([
+            "early columns",
+            "early columns, packed",
+            "early columns, pushed",
+        ]),
+        &REGISTER_FORM_LAYOUTS,
         37,
         |request| request.early_columns = 2,
         |plan| plan.early_columns > 0,
@@ -682,16 +696,15 @@ pub fn early_column_checks(backend: &Backend, report: &mut Report) {
 /// group whose one row input stays resident.
 pub fn shared_chunk_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::Residency;
-    let bases: [(&str, RequestEdit); 3] = [
-        ("shared chunks", in_registers),
-        ("shared chunks, packed", packed_in_registers),
-        ("shared chunks, pushed", pushed_packed_one_pass),
-    ];
     same_bits_over_bases(
         backend,
         report,
-        &bases,
-        &[(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)],
+        &register_forms([
+            "shared chunks",
+            "shared chunks, packed",
+            "shared chunks, pushed",
+        ]),
+        &REGISTER_FORM_LAYOUTS,
         37,
         |request| request.shared_chunks = 2,
         |plan| plan.shared_chunks.is_some(),

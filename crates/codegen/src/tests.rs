@@ -1939,10 +1939,10 @@ fn golden_layernorm_f32_w2048_v4_pushed_shared_chunks() {
 /// issued), for plain and packed tiles.
 #[test]
 fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
-    for packed in [false, true] {
-        let p = make_with(
-            Operator::Rmsnorm,
-            DType::Bf16,
+    let in_registers = |op, dtype, packed, shared_chunks| {
+        make_with(
+            op,
+            dtype,
             "4x4096",
             LayoutRequest {
                 workers: 256,
@@ -1950,10 +1950,13 @@ fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
                 unroll: 1,
                 residency: lanefold_plan::ResidencyRequest::Registers,
                 pack_resident: packed,
-                shared_chunks: 3,
+                shared_chunks,
                 ..Default::default()
             },
-        );
+        )
+    };
+    for packed in [false, true] {
+        let p = in_registers(Operator::Rmsnorm, DType::Bf16, packed, 3);
         assert_eq!(
             p.shared_chunks.map(|s| s.chunks),
             Some(3),
@@ -1980,24 +1983,9 @@ fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
         assert!(src[phase1..].contains("lf_shc ? s0[e]"), "{src}");
     }
     // Clamped to the row's chunks; refused (None) on two row inputs.
-    let in_registers = |op, shared_chunks| {
-        make_with(
-            op,
-            DType::F32,
-            "4x4096",
-            LayoutRequest {
-                workers: 256,
-                pack: 4,
-                unroll: 1,
-                residency: lanefold_plan::ResidencyRequest::Registers,
-                shared_chunks,
-                ..Default::default()
-            },
-        )
-    };
-    let p = in_registers(Operator::Rmsnorm, 9);
+    let p = in_registers(Operator::Rmsnorm, DType::F32, false, 9);
     assert_eq!(p.shared_chunks.map(|s| s.chunks), Some(4));
-    let p = in_registers(Operator::ResidualLayernorm, 2);
+    let p = in_registers(Operator::ResidualLayernorm, DType::F32, false, 2);
     assert_eq!(p.shared_chunks, None, "{}", p.describe());
 }
 

@@ -1511,7 +1511,6 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
     },
 ];
 
-/// The searched winner of this operator, dtype and shape, if any.
 /// The layernorm f32 form of 64 slots a thread (session 24): 10 of 16
 /// chunks in shared memory, two chunks of columns loaded before the
 /// exchange in the registers that frees, under a cap of `groups` per SM.
@@ -1521,6 +1520,7 @@ fn hold_chunks_shared_and_columns_early(request: &mut LayoutRequest, groups: u32
     request.occupancy_cap = groups;
 }
 
+/// The searched winner of this operator, dtype and shape, if any.
 fn searched_winner(problem: &Problem) -> Option<&'static SearchedWinner> {
     let op = problem.operator_kind()?;
     let shape = (problem.shape.rows, problem.shape.n);
@@ -2046,13 +2046,15 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         && request.pack_resident
         && problem.dtype.size_bytes() == 2
         && whole_vector_packs;
-    let budgeted = |tiles: usize| {
+    // Registers for `slots` slots: two a register where packed explicitly.
+    let in_words = |slots: usize| {
         if packs_explicitly {
-            tiles * slot_bound.div_ceil(2)
+            slots.div_ceil(2)
         } else {
-            tiles * slot_bound
+            slots
         }
     };
+    let budgeted = |tiles: usize| tiles * in_words(slot_bound);
     let mut rounded_resident = false;
     if request.rounded_resident && request.residency != ResidencyRequest::Stream {
         if let Some(kept) = analysis.keeping_rounded_tiles(&problem.program) {
@@ -2092,12 +2094,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         && analysis.resident_row_load(&problem.program).is_some())
     .then(|| request.shared_chunks.min(layout.complete_packs(n) as u32));
     let shared_slots = shared_chunk_count.map_or(0, |chunks| (chunks * pack) as usize);
-    let shared_budgeted_slots = if packs_explicitly {
-        shared_slots.div_ceil(2)
-    } else {
-        shared_slots
-    };
-    let budgeted_slots = budgeted(resident_tiles) - shared_budgeted_slots;
+    let budgeted_slots = budgeted(resident_tiles) - in_words(shared_slots);
     let fits = budgeted_slots <= budget(threads);
     let residency = match request.residency {
         ResidencyRequest::Stream => Residency::Stream,
