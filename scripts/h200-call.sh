@@ -296,9 +296,16 @@
 #   CALL 135: layernorm f32 4096x131072 and 2048x262144 (64 slots a
 #           thread, as 1024x262144) with shared chunks and two early
 #           chunks; the fastest 4096x131072 form paired if 1% ahead
-#   CALL 136: (planned for session 25) target 4 for layernorm f32
-#           4096x131072's new default (T4_TAG names the directory's
-#           session), and the long half of the CUDA selftest
+#   CALL 136: target 4 for layernorm f32 4096x131072's new default
+#           (T4_TAG names the directory's session), and the long half of
+#           the CUDA selftest
+#   CALL 137: layernorm bf16 1024x262144's last column forms (a third
+#           early chunk, cache priorities, the fused output, L1 columns,
+#           clusters of sixteen); the fastest paired if ahead
+#   CALL 138: layernorm f32 at other row counts of 64 slots a thread
+#           (2048x262144, 512x262144, 8192x131072, 2048x131072) with 10
+#           shared chunks and two early chunks; 2048x262144 paired if 1%
+#           ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3018,6 +3025,40 @@ layernorm f32 4096x131072
 LIST
   selftest_half LONG_ONLY "$r-selftest-long-s25-h200" selftest-long
   ;;
-*) echo "unknown call $call (1-136)"; exit 2 ;;
+137)
+  logs=$(mktemp -d)
+  step "layernorm bf16 1024x262144: the columns' round trip, last forms"
+  e="--workers 4096 --pack 8 --unroll 4 --push-cluster-reduce --one-pass-moments --pack-resident --residency registers --early-columns"
+  sweep bxl 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
+ec3-ob2 $e 3 --occupancy-cap 2 --occupancy 2
+kc $e 2 --occupancy-cap 2 --keep-columns
+cs-kc-ob2 $e 2 --occupancy-cap 2 --keep-columns --streaming-hints --occupancy 2
+fo-ob2 $e 2 --occupancy-cap 2 --fused-output --occupancy 2
+l1c-ob2 $e 2 --occupancy-cap 2 --l1-columns --occupancy 2
+c16-cap4 $e 2 --cluster-group-threads 256 --occupancy-cap 4
+c16-fo-ob4 $e 2 --cluster-group-threads 256 --occupancy-cap 4 --fused-output --occupancy 4
+LIST
+  pair_fastest bxl 0.995 "${swept[@]}"
+  ;;
+138)
+  logs=$(mktemp -d)
+  step "layernorm f32, 64 slots a thread at other row counts: shared chunks and two early chunks"
+  b="--push-cluster-reduce --one-pass-moments --residency registers --pack 4 --unroll 4 --shared-chunks 10 --early-columns 2"
+  sweep r262 40 --ops layernorm --shapes 2048x262144 --dtypes f32 <<LIST
+w4k $b --workers 4096 --cluster-group-threads 512 --occupancy-cap 2
+LIST
+  r262_dirs=("${swept[@]}")
+  sweep q262 30 --ops layernorm --shapes 512x262144 --dtypes f32 <<LIST
+w4k $b --workers 4096 --cluster-group-threads 512 --occupancy-cap 2
+LIST
+  sweep o131 50 --ops layernorm --shapes 8192x131072 --dtypes f32 <<LIST
+w2k $b --workers 2048 --cluster-group-threads 256 --occupancy-cap 4
+LIST
+  sweep t131 30 --ops layernorm --shapes 2048x131072 --dtypes f32 <<LIST
+w2k $b --workers 2048 --cluster-group-threads 256 --occupancy-cap 4
+LIST
+  pair_fastest r262 0.99 "${r262_dirs[@]}"
+  ;;
+*) echo "unknown call $call (1-138)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
