@@ -306,6 +306,9 @@
 #           (2048x262144, 512x262144, 8192x131072, 2048x131072) with 10
 #           shared chunks and two early chunks; 2048x262144 paired if 1%
 #           ahead
+#   CALL 139: layernorm bf16 1024x262144 with its columns kept in L2
+#           (evict-last) beside each form (the fastest paired if ahead),
+#           and the same hint on rmsnorm bf16 and layernorm f32 1024x262144
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3059,6 +3062,29 @@ w2k $b --workers 2048 --cluster-group-threads 256 --occupancy-cap 4
 LIST
   pair_fastest r262 0.99 "${r262_dirs[@]}"
   ;;
-*) echo "unknown call $call (1-138)"; exit 2 ;;
+139)
+  logs=$(mktemp -d)
+  step "layernorm bf16 1024x262144: columns kept in L2 (evict-last), beside each form"
+  e="--workers 4096 --pack 8 --unroll 4 --push-cluster-reduce --one-pass-moments --pack-resident --residency registers --keep-columns"
+  sweep bkc 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
+ec2 $e --early-columns 2 --occupancy-cap 2
+ec1 $e --early-columns 1 --occupancy-cap 2
+ec0 $e --occupancy-cap 2
+fo-ob2 $e --early-columns 2 --occupancy-cap 2 --fused-output --occupancy 2
+c16-cap4 $e --early-columns 2 --cluster-group-threads 256 --occupancy-cap 4
+c16-fo-ob4 $e --early-columns 2 --cluster-group-threads 256 --occupancy-cap 4 --fused-output --occupancy 4
+sh8-ec2-ob3 $e --shared-chunks 8 --early-columns 2 --occupancy-cap 3 --occupancy 3
+sh6-ec1-ob3 $e --shared-chunks 6 --early-columns 1 --occupancy-cap 3 --occupancy 3
+LIST
+  pair_fastest bkc 0.995 "${swept[@]}"
+  step "columns kept in L2 on the other long-row norms"
+  sweep rkc 30 --ops rmsnorm --shapes 1024x262144 --dtypes bf16 <<LIST
+kc --keep-columns
+LIST
+  sweep fkc 40 --ops layernorm --shapes 1024x262144 --dtypes f32 <<LIST
+kc --workers 4096 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --shared-chunks 10 --early-columns 2 --occupancy-cap 2 --keep-columns
+LIST
+  ;;
+*) echo "unknown call $call (1-139)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
