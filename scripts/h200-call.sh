@@ -309,6 +309,9 @@
 #   CALL 139: layernorm bf16 1024x262144 with its columns kept in L2
 #           (evict-last) beside each form (the fastest paired if ahead),
 #           and the same hint on rmsnorm bf16 and layernorm f32 1024x262144
+#   CALL 140: target 4 for layernorm bf16 1024x262144's new default
+#           (columns evict-last), the quick and long halves of the CUDA
+#           selftest on the binary with the row-count rule
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3085,6 +3088,14 @@ LIST
 kc --workers 4096 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --shared-chunks 10 --early-columns 2 --occupancy-cap 2 --keep-columns
 LIST
   ;;
-*) echo "unknown call $call (1-139)"; exit 2 ;;
+140)
+  logs=$(mktemp -d)
+  T4_TAG=s25 t4_searches t4-searches <<'LIST'
+layernorm bf16 1024x262144
+LIST
+  selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s25-h200" selftest-quick
+  selftest_half LONG_ONLY "$r-selftest-long-s25b-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-140)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
