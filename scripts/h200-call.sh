@@ -312,6 +312,9 @@
 #   CALL 140: target 4 for layernorm bf16 1024x262144's new default
 #           (columns evict-last), the quick and long halves of the CUDA
 #           selftest on the binary with the row-count rule
+#   CALL 141: layernorm bf16 1024x262144 on persistent clusters and with
+#           the weight staged, beside the evict-last columns; the fastest
+#           paired if ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3096,6 +3099,18 @@ LIST
   selftest_half "QUICK SKIP_VARIANTS" "$r-selftest-quick-s25-h200" selftest-quick
   selftest_half LONG_ONLY "$r-selftest-long-s25b-h200" selftest-long
   ;;
-*) echo "unknown call $call (1-140)"; exit 2 ;;
+141)
+  logs=$(mktemp -d)
+  step "layernorm bf16 1024x262144: persistent clusters and staged weight beside the evict-last columns"
+  e="--workers 4096 --pack 8 --unroll 4 --push-cluster-reduce --one-pass-moments --pack-resident --residency registers --keep-columns --occupancy 2"
+  sweep bpc 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
+pc-ec2 $e --persistent-clusters --early-columns 2
+pc-ec2-cap2 $e --persistent-clusters --early-columns 2 --occupancy-cap 2
+pc-sc1 $e --persistent-clusters --stage-columns
+sc1 $e --stage-columns
+LIST
+  pair_fastest bpc 0.995 "${swept[@]}"
+  ;;
+*) echo "unknown call $call (1-141)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"
