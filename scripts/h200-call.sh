@@ -315,6 +315,10 @@
 #   CALL 141: layernorm bf16 1024x262144 on persistent clusters and with
 #           the weight staged, beside the evict-last columns; the fastest
 #           paired if ahead
+#   CALL 142: the L2 prefetch variant's CUDA checks, then long rows with
+#           the row N ahead prefetched into L2 (layernorm bf16 and f32,
+#           rmsnorm and softmax bf16 1024x262144); bf16 layernorm's
+#           fastest paired if ahead
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3111,6 +3115,31 @@ sc1 $e --stage-columns
 LIST
   pair_fastest bpc 0.995 "${swept[@]}"
   ;;
-*) echo "unknown call $call (1-141)"; exit 2 ;;
+142)
+  logs=$(mktemp -d)
+  step "selftest variant: L2 prefetch"
+  variant_selftest 120 l2-prefetch selftest-l2-prefetch-s25
+  step "long rows: the row N ahead prefetched into L2 as each row starts"
+  sweep blp 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
+d15 --l2-prefetch-rows 15
+d30 --l2-prefetch-rows 30
+d60 --l2-prefetch-rows 60
+LIST
+  blp_dirs=("${swept[@]}")
+  f="--workers 4096 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --shared-chunks 10 --early-columns 2 --occupancy-cap 2 --occupancy 2"
+  sweep flp 40 --ops layernorm --shapes 1024x262144 --dtypes f32 <<LIST
+ob2 $f
+d15 $f --l2-prefetch-rows 15
+d30 $f --l2-prefetch-rows 30
+LIST
+  sweep rlp 30 --ops rmsnorm --shapes 1024x262144 --dtypes bf16 <<LIST
+d28 --l2-prefetch-rows 28
+LIST
+  sweep slp 30 --ops softmax --shapes 1024x262144 --dtypes bf16 <<LIST
+d28 --l2-prefetch-rows 28
+LIST
+  pair_fastest blp 0.995 "${blp_dirs[@]}"
+  ;;
+*) echo "unknown call $call (1-142)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

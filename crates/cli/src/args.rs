@@ -222,6 +222,12 @@ pub struct PolicyArgs {
     /// (0: off). Vector packs only. Same results.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub shared_chunks: u32,
+    /// Register plans of one row per group: as a row starts, ask L2 to
+    /// fetch the group's share of the row N ahead (one bulk prefetch per
+    /// chunk), so its DRAM reads are in flight before its group starts
+    /// (0: off; about the rows resident at once). Same results.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub l2_prefetch_rows: u32,
 }
 
 impl PolicyArgs {
@@ -252,6 +258,7 @@ impl PolicyArgs {
             batch_loads: self.batch_loads,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks,
+            l2_prefetch_rows: self.l2_prefetch_rows,
             ..Default::default()
         }
     }

@@ -481,6 +481,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("ordered-columns", ordered_column_checks),
     ("early-columns", early_column_checks),
     ("shared-chunks", shared_chunk_checks),
+    ("l2-prefetch", l2_prefetch_checks),
     ("rounded-resident", rounded_resident_checks),
     ("persistent-clusters", persistent_cluster_checks),
     ("prefetched-clusters", prefetched_cluster_checks),
@@ -685,6 +686,26 @@ pub fn early_column_checks(backend: &Backend, report: &mut Report) {
             plan.problem.program.column_inputs().count() > 0
                 && plan.residency == Residency::Registers
         },
+    );
+}
+
+/// Each group's share of the row two ahead prefetched into L2
+/// (`l2_prefetch_rows`): every operator, f32 and bf16, in register plans
+/// of one group and of a cluster, plain, packed, and pushed with one-pass
+/// moments, on 37 rows, so the last rows' prefetches fall past the end
+/// and must be skipped. Same bits as without; marked exactly on register
+/// plans of one row per group.
+pub fn l2_prefetch_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::Residency;
+    same_bits_over_bases(
+        backend,
+        report,
+        &register_forms(["l2 prefetch", "l2 prefetch, packed", "l2 prefetch, pushed"]),
+        &REGISTER_FORM_LAYOUTS,
+        37,
+        |request| request.l2_prefetch_rows = 2,
+        |plan| plan.l2_prefetch_rows > 0,
+        |plan| plan.residency == Residency::Registers && plan.layout.rows_per_group == 1,
     );
 }
 

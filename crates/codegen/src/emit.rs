@@ -49,6 +49,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.early_columns > 0 {
         name += &format!("_ec{}", plan.early_columns);
     }
+    if plan.l2_prefetch_rows > 0 {
+        name += &format!("_l2p{}", plan.l2_prefetch_rows);
+    }
     if let Some(shared) = plan.shared_chunks {
         name += &format!("_sh{}", shared.chunks);
     }
@@ -458,6 +461,13 @@ __device__ __forceinline__ void lf_prefetch(lf_store_t* buf, const lf_store_t* s
 }
 __device__ __forceinline__ void lf_prefetch_wait(const unsigned long long* bar, unsigned parity) {
     asm volatile(\"{\\n.reg .pred lf_done;\\nLF_ROW_WAIT:\\nmbarrier.try_wait.parity.shared::cta.b64 lf_done, [%0], %1;\\n@!lf_done bra LF_ROW_WAIT;\\n}\" :: \"r\"(lf_shared_addr(bar)), \"r\"(parity) : \"memory\");
+}
+";
+
+/// A hint (no registers, no completion to wait for), so no memory clobber.
+const L2_PREFETCH_HELPER: &str =
+    "__device__ __forceinline__ void lf_prefetch_l2(const void* p, unsigned bytes) {
+    asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" :: \"l\"(p), \"r\"(bytes));
 }
 ";
 
@@ -1772,6 +1782,9 @@ impl Ctx<'_> {
     }
 
     fn emit_phase(&mut self, p: usize) {
+        if p == 0 && self.plan.l2_prefetch_rows > 0 {
+            self.emit_l2_prefetch();
+        }
         self.line(&format!("// ---- phase {p} ----"));
         self.emit_scalars(p);
         self.emit_gathers(p);
@@ -1852,6 +1865,44 @@ impl Ctx<'_> {
             }
         }
         self.emit_tree(p);
+    }
+
+    /// Each row input's share of row `row + LF_L2_AHEAD`, one bulk L2
+    /// prefetch per chunk (`LF_L2_SHARE` contiguous elements a group),
+    /// issued as the row starts: registers are free there (before the
+    /// exchange the hint cost layernorm bf16 1024x262144 12 registers and
+    /// its second group per SM), and the row that far ahead starts about
+    /// one row's time later.
+    fn emit_l2_prefetch(&mut self) {
+        let ahead = self.plan.l2_prefetch_rows;
+        let threads = self.plan.threads_per_group;
+        let rank = if self.cluster > 1 {
+            " + (size_t)rank * LF_L2_SHARE"
+        } else {
+            ""
+        };
+        self.line(&format!(
+            "// row + {ahead}'s share into L2, so its DRAM reads are in flight before its group starts"
+        ));
+        self.open("if (row + LF_L2_AHEAD < rows) {");
+        self.open(&format!(
+            "for (int c = tid; c < LF_FULL; c += {threads}) {{"
+        ));
+        self.line(&format!(
+            "const size_t at = (size_t)(row + LF_L2_AHEAD) * LF_N + (size_t)c * LF_W * LF_V{rank};"
+        ));
+        let inputs: Vec<String> = self
+            .program
+            .row_inputs()
+            .map(|input| ident(&input.name))
+            .collect();
+        for input in inputs {
+            self.line(&format!(
+                "lf_prefetch_l2(p_{input} + at, LF_L2_SHARE * sizeof(p_{input}[0]));"
+            ));
+        }
+        self.close();
+        self.close();
     }
 
     /// Where [`Plan::early_columns`] applies: the phase whose reduction
@@ -2232,6 +2283,15 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if plan.persistent_clusters {
         head.push_str(PERSISTENT_PUSH_HELPERS);
+    }
+    if plan.l2_prefetch_rows > 0 {
+        let _ = writeln!(
+            head,
+            "#define LF_L2_AHEAD {}\n#define LF_L2_SHARE {}",
+            plan.l2_prefetch_rows,
+            w / cluster * v
+        );
+        head.push_str(L2_PREFETCH_HELPER);
     }
     let _ = write!(
         head,

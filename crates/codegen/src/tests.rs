@@ -2013,3 +2013,94 @@ fn golden_layernorm_bf16_w256_v8_fused_output_one_pass_moments() {
     assert_eq!(k.source.matches(" = -").count(), 1);
     insta::assert_snapshot!(golden(&p));
 }
+
+/// L2 prefetch of the row two ahead, in the long-row layernorm form (a
+/// pushed cluster of packed tiles): each group's share of every chunk is
+/// one bulk prefetch, offset by its rank, issued before the row's loads
+/// and skipped past the last row; a one-group plan has no rank offset and
+/// prefetches its residual too.
+#[test]
+fn golden_layernorm_bf16_w2048_v8_pushed_l2_prefetch() {
+    let p = make_with(
+        Operator::Layernorm,
+        DType::Bf16,
+        "3x32768",
+        LayoutRequest {
+            workers: 2048,
+            pack: 8,
+            unroll: 2,
+            cluster_group_threads: 256,
+            pack_resident: true,
+            push_cluster_reduce: true,
+            one_pass_moments: true,
+            l2_prefetch_rows: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(p.l2_prefetch_rows, 2, "{}", p.describe());
+    let k = kernel(&p);
+    assert!(k.name.contains("_l2p2"), "{}", k.name);
+    let s = &k.source;
+    // 256 threads x 8 elements a group share of each 16384-element chunk.
+    assert!(s.contains("#define LF_L2_SHARE 2048"), "{s}");
+    assert!(s.contains("if (row + LF_L2_AHEAD < rows) {"));
+    assert!(s.contains("(size_t)rank * LF_L2_SHARE"));
+    let prefetch = s.find("lf_prefetch_l2(p_x + at").unwrap();
+    let first_load = s.find("p_x + row_off").unwrap();
+    assert!(
+        prefetch < first_load,
+        "the prefetch goes out before the row's loads"
+    );
+    insta::assert_snapshot!(golden(&p));
+
+    let one_group = make_with(
+        Operator::ResidualLayernorm,
+        DType::F32,
+        "5x4096",
+        LayoutRequest {
+            workers: 256,
+            pack: 4,
+            unroll: 1,
+            residency: ResidencyRequest::Registers,
+            l2_prefetch_rows: 3,
+            ..Default::default()
+        },
+    );
+    let s = kernel(&one_group).source;
+    assert!(s.contains("#define LF_L2_SHARE 1024"), "{s}");
+    assert!(!s.contains("rank * LF_L2_SHARE"));
+    assert!(s.contains("lf_prefetch_l2(p_x + at"));
+    assert!(s.contains("lf_prefetch_l2(p_residual + at"));
+}
+
+/// Where a group holds several rows, or the row is streamed, there is no
+/// one row share to prefetch: the request is dropped, and the source and
+/// name stay the plain plan's.
+#[test]
+fn l2_prefetch_applies_only_to_register_plans_of_one_row_per_group() {
+    for (residency, rows_per_group) in [
+        (ResidencyRequest::Stream, 1),
+        (ResidencyRequest::Registers, 2),
+    ] {
+        let request = LayoutRequest {
+            workers: 128,
+            pack: 4,
+            unroll: 1,
+            rows_per_group,
+            residency,
+            ..Default::default()
+        };
+        let plain = make_with(Operator::Rmsnorm, DType::F32, "8x4096", request);
+        let asked = make_with(
+            Operator::Rmsnorm,
+            DType::F32,
+            "8x4096",
+            LayoutRequest {
+                l2_prefetch_rows: 4,
+                ..request
+            },
+        );
+        assert_eq!(asked.l2_prefetch_rows, 0, "{}", asked.describe());
+        assert_eq!(kernel(&asked).source, kernel(&plain).source);
+    }
+}

@@ -310,6 +310,16 @@ pub struct LayoutRequest {
     /// placement choice only: same bits (0: off).
     #[serde(default)]
     pub shared_chunks: u32,
+    /// Register plans of one row per group: as a group starts its row, it
+    /// asks L2 to fetch its share of the row this many rows ahead
+    /// (`cp.async.bulk.prefetch.L2`, one instruction per chunk, no
+    /// registers held and no shared memory), so that row's DRAM reads are
+    /// in flight before its group starts, during other rows' exchanges and
+    /// outputs, and the group that takes it finds it in L2. About the rows
+    /// resident at once is the distance that prefetches the next rows to
+    /// start. A cache hint only: same bits (0: off).
+    #[serde(default)]
+    pub l2_prefetch_rows: u32,
 }
 
 impl LayoutRequest {
@@ -649,6 +659,9 @@ pub struct Plan {
     /// Rows prefetched into shared memory by a persistent grid (see
     /// [`LayoutRequest::prefetch_rows`]); None where that does not apply.
     pub row_prefetch: Option<RowPrefetch>,
+    /// How many rows ahead each group asks L2 to fetch its share (see
+    /// [`LayoutRequest::l2_prefetch_rows`]); 0 where that does not apply.
+    pub l2_prefetch_rows: u32,
 }
 
 /// A persistent grid whose groups each copy their next row into shared
@@ -792,6 +805,9 @@ impl Plan {
         if let Some(shared) = self.shared_chunks {
             s += &format!(" shared-chunks={}", shared.chunks);
         }
+        if self.l2_prefetch_rows > 0 {
+            s += &format!(" l2-prefetch={}", self.l2_prefetch_rows);
+        }
         if let Some(stage) = self.column_stage {
             s += " staged-columns";
             if stage.columns < self.problem.program.column_inputs().count() {
@@ -882,6 +898,7 @@ impl Plan {
             batch_loads: self.batched_loads,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks.map_or(0, |shared| shared.chunks),
+            l2_prefetch_rows: self.l2_prefetch_rows,
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             rounded_resident: self.rounded_resident,
@@ -2362,8 +2379,27 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
         pushed_cluster_reduce: pushed,
         persistent_clusters,
+        l2_prefetch_rows: if residency == Residency::Registers
+            && layout.rows_per_group == 1
+            && row_prefetch.is_none()
+            && n >= layout.chunk_span()
+            && l2_prefetch_aligned(problem.dtype, &layout, groups_per_row, n)
+        {
+            request.l2_prefetch_rows
+        } else {
+            0
+        },
         row_prefetch,
     })
+}
+
+/// Can a group's share of a chunk (`W / groups_per_row` workers x V
+/// elements, contiguous) be prefetched by one bulk instruction: its
+/// bytes and every row's start multiples of 16?
+fn l2_prefetch_aligned(dtype: DType, layout: &Layout, groups_per_row: u32, n: usize) -> bool {
+    let share = (layout.workers / groups_per_row) as usize * layout.pack as usize;
+    let bytes = dtype.size_bytes();
+    (share * bytes).is_multiple_of(16) && (n * bytes).is_multiple_of(16)
 }
 
 /// Shared memory for the reduction tree: one f32 per warp per reduction,
