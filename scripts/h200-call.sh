@@ -319,6 +319,10 @@
 #           the row N ahead prefetched into L2 (layernorm bf16 and f32,
 #           rmsnorm and softmax bf16 1024x262144); bf16 layernorm's
 #           fastest paired if ahead
+#   CALL 143: shorter L2 prefetch distances on the same long rows
+#   CALL 144: layernorm bf16 1024x262144's new default (the row 8 ahead
+#           prefetched into L2) paired against the evict-last form, its
+#           target-4 search, and the long half of the CUDA selftest
 #   CALL 5: A/A replay of the large shapes with all three peers (RESUME=1
 #           in a later call continues a replay its deadline cut)
 # Env: BIN (default .gpu/lanefold), LIGER_WHEEL (a carried wheel), BUDGET_S
@@ -3140,6 +3144,43 @@ d28 --l2-prefetch-rows 28
 LIST
   pair_fastest blp 0.995 "${blp_dirs[@]}"
   ;;
-*) echo "unknown call $call (1-142)"; exit 2 ;;
+143)
+  logs=$(mktemp -d)
+  step "long rows: shorter L2 prefetch distances"
+  sweep blq 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 <<LIST
+d4 --l2-prefetch-rows 4
+d8 --l2-prefetch-rows 8
+d11 --l2-prefetch-rows 11
+d20 --l2-prefetch-rows 20
+LIST
+  f="--workers 4096 --pack 4 --unroll 4 --push-cluster-reduce --one-pass-moments --residency registers --shared-chunks 10 --early-columns 2 --occupancy-cap 2 --occupancy 2"
+  sweep flq 40 --ops layernorm --shapes 1024x262144 --dtypes f32 <<LIST
+d4 $f --l2-prefetch-rows 4
+d8 $f --l2-prefetch-rows 8
+LIST
+  sweep rlq 30 --ops rmsnorm --shapes 1024x262144 --dtypes bf16 <<LIST
+d7 --l2-prefetch-rows 7
+d14 --l2-prefetch-rows 14
+LIST
+  sweep slq 30 --ops softmax --shapes 1024x262144 --dtypes bf16 <<LIST
+d7 --l2-prefetch-rows 7
+d14 --l2-prefetch-rows 14
+LIST
+  ;;
+144)
+  logs=$(mktemp -d)
+  step "layernorm bf16 1024x262144: the new default (the row 8 ahead prefetched into L2) paired against the evict-last form"
+  bench_as l2d-ref 30 --ops layernorm --shapes 1024x262144 --dtypes bf16 --workers 4096 --pack 8 --unroll 4 \
+    --push-cluster-reduce --one-pass-moments --pack-resident --residency registers --keep-columns --early-columns 2 --occupancy-cap 2
+  bench_as l2d-default 30 --ops layernorm --shapes 1024x262144 --dtypes bf16
+  show_benches "$r-l2d-ref-h200" "$r-l2d-default-h200"
+  keep l2d-benches "$r-l2d-ref-h200" "$r-l2d-default-h200" "$logs"
+  paired_replay l2d-replay "$r-l2d-ref-h200" "$r-l2d-default-h200" "$r-l2d-replay-h200"
+  T4_TAG=s25b t4_searches t4-searches <<'LIST'
+layernorm bf16 1024x262144
+LIST
+  [ "$(left)" -gt 170 ] && selftest_half LONG_ONLY "$r-selftest-long-s25c-h200" selftest-long
+  ;;
+*) echo "unknown call $call (1-144)"; exit 2 ;;
 esac
 echo "done at ${SECONDS}s"

@@ -1404,12 +1404,17 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         // were 1-9% slower (call 133). The columns load evict-last, so
         // the stream of x does not push them out of L2 (1.2%, calls 137
         // and 139; layernorm f32 lost 8% with it, rmsnorm bf16 nothing).
+        // Each group asks L2 for its share of the row 8 ahead as it starts
+        // (6%: 270-272 µs at 4-15 rows ahead, 279 at 20, 349 at 30; calls
+        // 142-143; layernorm f32 and rmsnorm bf16 lost 2-5%, softmax bf16
+        // unchanged).
         variants: |request| {
             request.early_columns = 2;
             request.occupancy_cap = 2;
             request.keep_columns = true;
+            request.l2_prefetch_rows = 8;
         },
-        evidence: "2026-12-02-bxl-replay-h200 and 2026-12-02-bkc-replay-h200 (the columns evict-last, paired with the default and both torch peers, 3 rounds each: 287.96 and 288.37 against 291.4 µs, 1.009-1.012x every round), which had won 2026-12-01-bxs-replay-h200 (two early chunks of columns under an occupancy cap of 2, paired with the default and both torch peers, 3 rounds: 291.5 against 293.8 µs, 1.007-1.009x every round), which had won 293.9 in clusters of eight 512-thread groups (61 registers, packed words stay packed) against sixteen 256-thread groups' 302.6 µs (2026-12-01-g512-ln-1024-aa-h200, 2026-12-01-pk-long-aa-h200)",
+        evidence: "2026-12-02-blp-replay-h200 (the row 15 ahead prefetched into L2, paired with the default and both torch peers, 3 rounds: 271.9 against 289.3 µs, 1.064x in round 2, 3.95 TB/s; 4, 8 and 11 rows ahead ran 272.3, 271.8 and 270.3 in one bench each, 2026-12-02-blq-*-h200), which had won 2026-12-02-bxl-replay-h200 and 2026-12-02-bkc-replay-h200 (the columns evict-last, paired with the default and both torch peers, 3 rounds each: 287.96 and 288.37 against 291.4 µs, 1.009-1.012x every round), which had won 2026-12-01-bxs-replay-h200 (two early chunks of columns under an occupancy cap of 2, paired with the default and both torch peers, 3 rounds: 291.5 against 293.8 µs, 1.007-1.009x every round), which had won 293.9 in clusters of eight 512-thread groups (61 registers, packed words stay packed) against sixteen 256-thread groups' 302.6 µs (2026-12-01-g512-ln-1024-aa-h200, 2026-12-01-pk-long-aa-h200)",
     },
     SearchedWinner {
         op: Operator::Layernorm,
@@ -1660,6 +1665,14 @@ pub fn automatic_note(
             (
                 measured.rounded_resident && !request.rounded_resident,
                 "h kept resident instead of x and the residual, campaign 17",
+            ),
+            (
+                measured.keep_columns && !request.keep_columns,
+                "weight and bias loaded evict-last, so the rows' stream leaves them in L2, campaign 25",
+            ),
+            (
+                measured.l2_prefetch_rows > request.l2_prefetch_rows,
+                "each group's share of a row ahead prefetched into L2 as it starts, campaign 25",
             ),
             (
                 measured.push_cluster_reduce && !request.push_cluster_reduce && spans_cluster(),
@@ -3569,8 +3582,11 @@ mod tests {
                 assert!(p.shared_bytes >= 10 * threads * 16, "{what}");
                 assert_eq!(p.early_columns, 2, "{what}");
             }
-            // Evict-last columns: bf16 only (f32 lost 8% with them, call 139).
+            // Evict-last columns and the L2 prefetch: bf16 only (f32 lost
+            // 8% with the one and 2-5% with the other, calls 139 and 143).
             assert_eq!(p.keep_columns, dtype == DType::Bf16, "{what}");
+            let ahead = if dtype == DType::Bf16 { 8 } else { 0 };
+            assert_eq!(p.l2_prefetch_rows, ahead, "{what}");
         }
     }
 
