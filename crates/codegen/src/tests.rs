@@ -1830,13 +1830,11 @@ fn golden_softmax_f32_w256_v4_self_signalling_watcher() {
     insta::assert_snapshot!(self_signalling(&k, Signal::Watcher).unwrap().source);
 }
 
-/// The long-row layernorm default's form (pushed cluster, packed tiles,
-/// one-pass moments) with early columns: the first chunk's weight and
-/// bias load before the pushed exchange's wait, and only the later chunks
-/// load in the output loop.
-#[test]
-fn golden_layernorm_bf16_w2048_v8_pushed_early_columns() {
-    let p = make_with(
+/// Layernorm bf16 3x32768 in the long-row default's form (W=2048 V=8 in
+/// clusters of 256-thread groups, pushed, packed tiles, one-pass moments)
+/// with `policies`' load policies.
+fn pushed_packed_layernorm_bf16(policies: LayoutRequest) -> Plan {
+    make_with(
         Operator::Layernorm,
         DType::Bf16,
         "3x32768",
@@ -1848,10 +1846,21 @@ fn golden_layernorm_bf16_w2048_v8_pushed_early_columns() {
             pack_resident: true,
             push_cluster_reduce: true,
             one_pass_moments: true,
-            early_columns: 1,
-            ..Default::default()
+            ..policies
         },
-    );
+    )
+}
+
+/// The long-row layernorm default's form (pushed cluster, packed tiles,
+/// one-pass moments) with early columns: the first chunk's weight and
+/// bias load before the pushed exchange's wait, and only the later chunks
+/// load in the output loop.
+#[test]
+fn golden_layernorm_bf16_w2048_v8_pushed_early_columns() {
+    let p = pushed_packed_layernorm_bf16(LayoutRequest {
+        early_columns: 1,
+        ..Default::default()
+    });
     assert_eq!(p.early_columns, 1, "{}", p.describe());
     let k = kernel(&p);
     assert!(k.name.contains("_ec1"), "{}", k.name);
@@ -2021,22 +2030,10 @@ fn golden_layernorm_bf16_w256_v8_fused_output_one_pass_moments() {
 /// prefetches its residual too.
 #[test]
 fn golden_layernorm_bf16_w2048_v8_pushed_l2_prefetch() {
-    let p = make_with(
-        Operator::Layernorm,
-        DType::Bf16,
-        "3x32768",
-        LayoutRequest {
-            workers: 2048,
-            pack: 8,
-            unroll: 2,
-            cluster_group_threads: 256,
-            pack_resident: true,
-            push_cluster_reduce: true,
-            one_pass_moments: true,
-            l2_prefetch_rows: 2,
-            ..Default::default()
-        },
-    );
+    let p = pushed_packed_layernorm_bf16(LayoutRequest {
+        l2_prefetch_rows: 2,
+        ..Default::default()
+    });
     assert_eq!(p.l2_prefetch_rows, 2, "{}", p.describe());
     let k = kernel(&p);
     assert!(k.name.contains("_l2p2"), "{}", k.name);
