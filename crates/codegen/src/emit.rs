@@ -2289,7 +2289,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             head,
             "#define LF_L2_AHEAD {}\n#define LF_L2_SHARE {}",
             plan.l2_prefetch_rows,
-            w / cluster * v
+            layout.group_chunk_span(plan.groups_per_row)
         );
         head.push_str(L2_PREFETCH_HELPER);
     }

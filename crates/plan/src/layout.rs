@@ -38,6 +38,12 @@ impl Layout {
         self.workers as usize * self.pack as usize
     }
 
+    /// Elements of one chunk that each of `groups` groups sharing a row
+    /// covers: its workers' packs, contiguous.
+    pub fn group_chunk_span(&self, groups: u32) -> usize {
+        self.chunk_span() / groups as usize
+    }
+
     pub fn logical(&self, chunk: usize, worker: usize, element: usize) -> usize {
         (chunk * self.workers as usize + worker) * self.pack as usize + element
     }

@@ -2406,11 +2406,11 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     })
 }
 
-/// Can a group's share of a chunk (`W / groups_per_row` workers x V
-/// elements, contiguous) be prefetched by one bulk instruction: its
-/// bytes and every row's start multiples of 16?
+/// Can a group's share of a chunk ([`Layout::group_chunk_span`]) be
+/// prefetched by one bulk instruction: its bytes and every row's start
+/// multiples of 16?
 fn l2_prefetch_aligned(dtype: DType, layout: &Layout, groups_per_row: u32, n: usize) -> bool {
-    let share = (layout.workers / groups_per_row) as usize * layout.pack as usize;
+    let share = layout.group_chunk_span(groups_per_row);
     let bytes = dtype.size_bytes();
     (share * bytes).is_multiple_of(16) && (n * bytes).is_multiple_of(16)
 }
