@@ -83,6 +83,9 @@ enum Command {
     Replay(lanefold::replay_cmd::ReplayArgs),
     /// Render results.md and plot.svg again from a directory's results.json.
     Report { dir: PathBuf },
+    /// The shape corpus from public model configurations, its fixed split
+    /// into a fitted and a held-out part, and the default plan of each.
+    Corpus(lanefold::corpus_cmd::CorpusArgs),
     /// Recompute every summary and ratio of results directories from their
     /// raw samples; exit 1 listing each discrepancy.
     Audit {
@@ -447,6 +450,7 @@ fn main() {
         }
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
+        Command::Corpus(args) => lanefold::corpus_cmd::corpus_cmd(args),
         Command::Counters { dirs } => counters_cmd(&dirs),
         Command::BundleSources { dirs } => bundle_sources_cmd(&dirs),
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),

@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod corpus;
 pub mod counters;
 pub mod deadline;
 pub mod devices;

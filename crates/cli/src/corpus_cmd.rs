@@ -1,0 +1,127 @@
+//! `lanefold corpus`: the shape corpus, its split, and (with `--plans`) the
+//! plan this binary's mapper picks for each problem, so a change of choice
+//! shows as a reviewable diff of one line per problem.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use lanefold_ir::OperatorOptions;
+use lanefold_measure::corpus::{self, CorpusProblem, Part, SPLIT_SEED};
+use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+
+#[derive(Args)]
+pub struct CorpusArgs {
+    /// The corpus file (CSV: model,tensor,op,dtype,rows,n,config).
+    #[arg(long, default_value = "bench/corpus.csv")]
+    pub file: PathBuf,
+    /// Only the problems of this part of the split.
+    #[arg(long, value_enum, default_value_t = PartArg::All)]
+    pub part: PartArg,
+    /// The split's seed; the committed split uses the default.
+    #[arg(long, default_value_t = SPLIT_SEED)]
+    pub seed: u64,
+    /// Output: a table, or one `op dtype shape part` line per problem.
+    #[arg(long, value_enum, default_value_t = CorpusFormat::Table)]
+    pub format: CorpusFormat,
+    /// Add the plan the automatic mapper picks on this target (h200, cpu).
+    #[arg(long, value_name = "TARGET")]
+    pub plans: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PartArg {
+    All,
+    Fit,
+    Report,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum CorpusFormat {
+    Table,
+    Lines,
+}
+
+/// One line per problem: `op dtype RxN part [plan]`.
+pub fn corpus_lines(problems: &[CorpusProblem], seed: u64, target: Option<&Target>) -> String {
+    let mut out = String::new();
+    for p in problems {
+        out.push_str(&format!(
+            "{} {} {} {}",
+            p.op,
+            p.dtype,
+            p.shape,
+            p.part(seed)
+        ));
+        if let Some(t) = target {
+            out.push(' ');
+            out.push_str(&default_plan(p, t));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn default_plan(p: &CorpusProblem, target: &Target) -> String {
+    let problem = Problem::operator(p.op, OperatorOptions::default(), p.dtype, p.shape);
+    match plan(&problem, target, &LayoutRequest::default()) {
+        Ok(plan) => plan.describe(),
+        Err(refusal) => format!("refused: {refusal}"),
+    }
+}
+
+pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
+    let all = corpus::load(&args.file)?;
+    let wanted = |p: &&CorpusProblem| match args.part {
+        PartArg::All => true,
+        PartArg::Fit => p.part(args.seed) == Part::Fit,
+        PartArg::Report => p.part(args.seed) == Part::Report,
+    };
+    let problems: Vec<CorpusProblem> = all.iter().filter(wanted).cloned().collect();
+    let target = match &args.plans {
+        Some(name) => Some(
+            Target::by_name(name)
+                .with_context(|| format!("unknown target '{name}' (expected h200 or cpu)"))?,
+        ),
+        None => None,
+    };
+    match args.format {
+        CorpusFormat::Lines => print!("{}", corpus_lines(&problems, args.seed, target.as_ref())),
+        CorpusFormat::Table => {
+            let mut table = Table::new();
+            table.load_preset(UTF8_FULL_CONDENSED);
+            let mut header = vec!["model", "tensor", "op", "dtype", "shape", "part"];
+            if target.is_some() {
+                header.push("default plan");
+            }
+            table.set_header(header);
+            for p in &problems {
+                let mut row = vec![
+                    p.model.clone(),
+                    p.tensor.clone(),
+                    p.op.to_string(),
+                    p.dtype.to_string(),
+                    p.shape.to_string(),
+                    p.part(args.seed).to_string(),
+                ];
+                if let Some(t) = &target {
+                    row.push(default_plan(p, t));
+                }
+                table.add_row(row);
+            }
+            println!("{table}");
+            let held = problems
+                .iter()
+                .filter(|p| p.part(args.seed) == Part::Report)
+                .count();
+            println!(
+                "{} problems ({} held out for reporting) from {}",
+                problems.len(),
+                held,
+                args.file.display()
+            );
+        }
+    }
+    Ok(())
+}

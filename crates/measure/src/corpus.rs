@@ -1,0 +1,215 @@
+//! The shape corpus: problems taken from public model configurations
+//! (`bench/corpus.csv`), each naming its model and tensor, and the fixed
+//! split into a part that rules, the cost model and the tuning database may
+//! be fitted on and a held-out part that is only reported.
+//!
+//! The split is a pure function of a problem's identity and a seed (a
+//! SHA-256 of both), so adding or reordering rows never moves another
+//! problem between parts.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
+use lanefold_ir::{DType, Operator};
+use lanefold_plan::Shape;
+use sha2::{Digest, Sha256};
+
+/// The seed of the committed split; changing it re-deals every problem.
+pub const SPLIT_SEED: u64 = 1;
+
+/// Share of problems held out for reporting, in percent.
+pub const REPORT_PERCENT: u8 = 30;
+
+/// One problem of the corpus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorpusProblem {
+    pub model: String,
+    pub tensor: String,
+    pub op: Operator,
+    pub dtype: DType,
+    pub shape: Shape,
+    /// The public configuration the sizes come from.
+    pub config: String,
+}
+
+/// Which side of the split a problem falls on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Rules, the cost model and the tuning database may be fitted here.
+    Fit,
+    /// Held out: measured and reported, never fitted on.
+    Report,
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Part::Fit => "fit",
+            Part::Report => "report",
+        })
+    }
+}
+
+impl FromStr for Part {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fit" => Ok(Part::Fit),
+            "report" => Ok(Part::Report),
+            _ => bail!("unknown corpus part {s:?} (expected fit or report)"),
+        }
+    }
+}
+
+impl CorpusProblem {
+    /// The identity the split hashes: what is measured, not how it is named.
+    pub fn key(&self) -> String {
+        format!("{}/{}/{}", self.op, self.dtype, self.shape)
+    }
+
+    pub fn part(&self, seed: u64) -> Part {
+        let digest = Sha256::digest(format!("lanefold-corpus/{seed}/{}", self.key()));
+        let draw = u16::from_be_bytes([digest[0], digest[1]]) as u32;
+        if draw * 100 < REPORT_PERCENT as u32 * 65536 {
+            Part::Report
+        } else {
+            Part::Fit
+        }
+    }
+}
+
+/// Reads and checks a corpus file; every row must parse, and a problem may
+/// appear once only.
+pub fn load(path: &Path) -> Result<Vec<CorpusProblem>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the corpus {}", path.display()))?;
+    parse(&text).with_context(|| format!("in the corpus {}", path.display()))
+}
+
+pub fn parse(text: &str) -> Result<Vec<CorpusProblem>> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .from_reader(text.as_bytes());
+    let expected = ["model", "tensor", "op", "dtype", "rows", "n", "config"];
+    let headers = reader.headers().context("reading the header")?.clone();
+    if headers.iter().ne(expected) {
+        bail!(
+            "header is {:?}, expected {}",
+            headers.iter().collect::<Vec<_>>(),
+            expected.join(",")
+        );
+    }
+    let mut out: Vec<CorpusProblem> = vec![];
+    for (i, record) in reader.records().enumerate() {
+        let line = i + 2;
+        let r = record.with_context(|| format!("line {line}"))?;
+        let field = |k: usize| r.get(k).unwrap_or("").trim();
+        let number = |k: usize| -> Result<usize> {
+            field(k)
+                .parse()
+                .with_context(|| format!("line {line}: {} {:?}", expected[k], field(k)))
+        };
+        let shape =
+            Shape::new(number(4)?, number(5)?).map_err(|e| anyhow::anyhow!("line {line}: {e}"))?;
+        let p = CorpusProblem {
+            model: field(0).to_string(),
+            tensor: field(1).to_string(),
+            op: field(2)
+                .parse()
+                .map_err(|e| anyhow::anyhow!("line {line}: {e}"))?,
+            dtype: field(3)
+                .parse()
+                .map_err(|e| anyhow::anyhow!("line {line}: {e}"))?,
+            shape,
+            config: field(6).to_string(),
+        };
+        if p.model.is_empty() || p.tensor.is_empty() {
+            bail!("line {line}: a problem names its model and tensor");
+        }
+        if let Some(first) = out.iter().position(|q| q.key() == p.key()) {
+            bail!("line {line}: {} repeats line {}", p.key(), first + 2);
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed() -> Vec<CorpusProblem> {
+        load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/corpus.csv")).unwrap()
+    }
+
+    /// The committed corpus spans what it claims: at least 80 problems from
+    /// at least 15 model families, every operator, both dtypes, decode
+    /// through training row counts.
+    #[test]
+    fn committed_corpus_covers_models_operators_and_row_ranges() {
+        let c = committed();
+        assert!(c.len() >= 80, "{}", c.len());
+        let mut families: Vec<&str> = c
+            .iter()
+            .map(|p| p.model.split(['-', '.']).next().unwrap())
+            .collect();
+        families.sort();
+        families.dedup();
+        assert!(families.len() >= 15, "{families:?}");
+        for op in Operator::SIX {
+            assert!(c.iter().any(|p| p.op == op), "{op}");
+        }
+        for dtype in [DType::F32, DType::Bf16] {
+            assert!(c.iter().any(|p| p.dtype == dtype), "{dtype}");
+        }
+        assert!(c.iter().any(|p| p.shape.rows <= 64));
+        assert!(c.iter().any(|p| p.shape.rows >= 65536));
+    }
+
+    /// The split is a function of the problem and the seed, holds out about
+    /// the stated share, and every operator has held-out problems.
+    #[test]
+    fn split_is_stable_and_holds_out_every_operator() {
+        let c = committed();
+        let report: Vec<_> = c
+            .iter()
+            .filter(|p| p.part(SPLIT_SEED) == Part::Report)
+            .collect();
+        let share = report.len() as f64 / c.len() as f64;
+        assert!((0.2..0.4).contains(&share), "{share}");
+        for op in Operator::SIX {
+            assert!(
+                report.iter().any(|p| p.op == op),
+                "{op} has no held-out problem"
+            );
+        }
+        let mut reversed = c.clone();
+        reversed.reverse();
+        for p in &reversed {
+            let again = c.iter().find(|q| q.key() == p.key()).unwrap();
+            assert_eq!(p.part(SPLIT_SEED), again.part(SPLIT_SEED));
+        }
+        assert_ne!(
+            c.iter().map(|p| p.part(SPLIT_SEED)).collect::<Vec<_>>(),
+            c.iter().map(|p| p.part(SPLIT_SEED + 1)).collect::<Vec<_>>(),
+            "another seed deals another split"
+        );
+    }
+
+    #[test]
+    fn bad_rows_are_refused_with_their_line() {
+        let head = "model,tensor,op,dtype,rows,n,config\n";
+        let e = parse(&format!("{head}m,t,rmsnorm,bf16,0,4096,c\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("line 2"), "{e:#}");
+        let e = parse(&format!("{head}m,t,norm,bf16,1,4096,c\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("line 2"), "{e:#}");
+        let e = parse(&format!(
+            "{head}m,t,rmsnorm,bf16,1,4096,c\nm2,t,rmsnorm,bf16,1,4096,c\n"
+        ))
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("repeats line 2"), "{e:#}");
+        assert!(parse("rows,n\n1,2\n").is_err());
+    }
+}
