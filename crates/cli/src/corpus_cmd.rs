@@ -2,12 +2,13 @@
 //! plan this binary's mapper picks for each problem, so a change of choice
 //! shows as a reviewable diff of one line per problem.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use lanefold_ir::OperatorOptions;
+use lanefold_ir::{DType, Operator, OperatorOptions};
+use lanefold_measure::bench::BenchProblem;
 use lanefold_measure::corpus::{self, CorpusProblem, Part, SPLIT_SEED};
 use lanefold_plan::{plan, LayoutRequest, Problem, Target};
 
@@ -43,6 +44,40 @@ pub enum CorpusFormat {
     Lines,
 }
 
+impl PartArg {
+    pub fn admits(self, p: &CorpusProblem, seed: u64) -> bool {
+        match self {
+            PartArg::All => true,
+            PartArg::Fit => p.part(seed) == Part::Fit,
+            PartArg::Report => p.part(seed) == Part::Report,
+        }
+    }
+}
+
+/// The corpus problems of `part` (committed split) as bench cases, kept to
+/// `ops` and, when any are given, to `dtypes`.
+pub fn corpus_problems(
+    file: &Path,
+    part: PartArg,
+    ops: &[Operator],
+    dtypes: &[DType],
+) -> Result<Vec<BenchProblem>> {
+    let out: Vec<BenchProblem> = corpus::load(file)?
+        .iter()
+        .filter(|p| part.admits(p, SPLIT_SEED))
+        .filter(|p| ops.contains(&p.op) && (dtypes.is_empty() || dtypes.contains(&p.dtype)))
+        .map(|p| BenchProblem {
+            op: p.op,
+            dtype: p.dtype,
+            shape: p.shape,
+        })
+        .collect();
+    if out.is_empty() {
+        bail!("no problem of {} is left after the filters", file.display());
+    }
+    Ok(out)
+}
+
 /// One line per problem: `op dtype RxN part [plan]`.
 pub fn corpus_lines(problems: &[CorpusProblem], seed: u64, target: Option<&Target>) -> String {
     let mut out = String::new();
@@ -73,12 +108,11 @@ fn default_plan(p: &CorpusProblem, target: &Target) -> String {
 
 pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
     let all = corpus::load(&args.file)?;
-    let wanted = |p: &&CorpusProblem| match args.part {
-        PartArg::All => true,
-        PartArg::Fit => p.part(args.seed) == Part::Fit,
-        PartArg::Report => p.part(args.seed) == Part::Report,
-    };
-    let problems: Vec<CorpusProblem> = all.iter().filter(wanted).cloned().collect();
+    let problems: Vec<CorpusProblem> = all
+        .iter()
+        .filter(|p| args.part.admits(p, args.seed))
+        .cloned()
+        .collect();
     let target = match &args.plans {
         Some(name) => Some(
             Target::by_name(name)

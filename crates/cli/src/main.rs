@@ -162,10 +162,18 @@ struct BenchArgs {
     /// Operators, comma separated, or `all` (the six).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     ops: Vec<String>,
-    #[arg(long, value_delimiter = ',', value_parser = parse_shape, required = true)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape, required_unless_present = "corpus")]
     shapes: Vec<Shape>,
-    #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32")]
+    /// Element types (default f32; with --corpus, every dtype it lists).
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype)]
     dtypes: Vec<DType>,
+    /// Bench the problems of a shape corpus (e.g. bench/corpus.csv) instead
+    /// of --shapes; --ops and --dtypes, when given, filter them.
+    #[arg(long, conflicts_with = "shapes")]
+    corpus: Option<PathBuf>,
+    /// With --corpus: only this part of its split.
+    #[arg(long, value_enum, default_value_t = lanefold::corpus_cmd::PartArg::All, requires = "corpus")]
+    part: lanefold::corpus_cmd::PartArg,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     #[command(flatten)]
@@ -981,9 +989,14 @@ fn long_shape_checks(backend: &Backend, report: &mut Report) {
 }
 
 fn bench_cmd(args: BenchArgs) -> Result<()> {
-    use lanefold_measure::bench::{run_bench, BenchSpec};
+    use lanefold_measure::bench::{grid, run_bench, BenchSpec};
     use lanefold_measure::phases::PhaseConfig;
     let ops = parse_ops(&args.ops)?;
+    let problems = match &args.corpus {
+        Some(file) => lanefold::corpus_cmd::corpus_problems(file, args.part, &ops, &args.dtypes)?,
+        None if args.dtypes.is_empty() => grid(&ops, &args.shapes, &[DType::F32]),
+        None => grid(&ops, &args.shapes, &args.dtypes),
+    };
     let mut peer_modes = vec![];
     if args.torch {
         peer_modes.push("eager".to_string());
@@ -995,9 +1008,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         peer_modes.push("liger".to_string());
     }
     let spec = BenchSpec {
-        ops,
-        shapes: args.shapes,
-        dtypes: args.dtypes,
+        problems,
         request: args.layout.request(),
         device: args.backend.into(),
         config: PhaseConfig {

@@ -31,9 +31,8 @@ pub enum Device {
 
 #[derive(Clone, Debug)]
 pub struct BenchSpec {
-    pub ops: Vec<Operator>,
-    pub shapes: Vec<Shape>,
-    pub dtypes: Vec<DType>,
+    /// The cases, in the order they run (see [`grid`]).
+    pub problems: Vec<BenchProblem>,
     pub request: LayoutRequest,
     pub device: Device,
     pub config: PhaseConfig,
@@ -53,6 +52,28 @@ pub struct BenchSpec {
     /// Per-column inputs to leave out (PyTorch's modules have both). Only
     /// lanefold runs such cases: the peers build the default modules.
     pub options: OperatorOptions,
+}
+
+/// One case of a bench: an operator on rows of one dtype and shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BenchProblem {
+    pub op: Operator,
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+/// Every operator on every shape in every dtype, shape-major: the cases of
+/// `bench --ops --shapes --dtypes`.
+pub fn grid(ops: &[Operator], shapes: &[Shape], dtypes: &[DType]) -> Vec<BenchProblem> {
+    let mut out = vec![];
+    for &shape in shapes {
+        for &op in ops {
+            for &dtype in dtypes {
+                out.push(BenchProblem { op, dtype, shape });
+            }
+        }
+    }
+    out
 }
 
 /// `p` with the occupancy promise the compiler supports
@@ -169,9 +190,9 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         .map(|m| Ok(m.parse::<PeerMode>()?.side().to_string()))
         .collect::<Result<Vec<String>>>()?;
     let leaves_out_columns = spec
-        .ops
+        .problems
         .iter()
-        .any(|&op| spec.options.applied_to(op) != OperatorOptions::default());
+        .any(|c| spec.options.applied_to(c.op) != OperatorOptions::default());
     if leaves_out_columns && !peers.is_empty() {
         bail!(
             "--no-weight / --no-bias cases run lanefold alone: the PyTorch peers \
@@ -196,135 +217,127 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
     let capture = spec.capture_sources.then(|| spec.output.clone());
     let mut k = 0usize;
     let mut deadline = crate::deadline::Deadline::new(spec.deadline_s);
-    let planned = spec.shapes.len() * spec.ops.len() * spec.dtypes.len();
+    let planned = spec.problems.len();
     let promised = spec.occupancy_from_compiler && spec.request.occupancy == 0;
     if let (Some(c), false) = (cuda.as_ref(), promised) {
         // Every case's kernel compiled at once, on every core (a plan
         // refused here is reported by its case below).
         let mut jobs = vec![];
-        for &shape in &spec.shapes {
-            for &op in &spec.ops {
-                for &dtype in &spec.dtypes {
-                    let problem = Problem::operator(op, spec.options.applied_to(op), dtype, shape);
-                    if let Ok(p) = plan(&problem, &target, &spec.request) {
-                        jobs.push((p, CodegenOptions::default()));
-                    }
-                }
+        for &BenchProblem { op, dtype, shape } in &spec.problems {
+            let problem = Problem::operator(op, spec.options.applied_to(op), dtype, shape);
+            if let Ok(p) = plan(&problem, &target, &spec.request) {
+                jobs.push((p, CodegenOptions::default()));
             }
         }
         eprintln!("{}", c.precompile(&jobs));
     }
-    'cases: for &shape in &spec.shapes {
-        for &op in &spec.ops {
-            for &dtype in &spec.dtypes {
-                if !deadline.allows_another() {
-                    println!(
-                        "deadline: stopping after {k} of {planned} cases (--deadline-s {})",
-                        deadline.limit_s().unwrap_or_default()
-                    );
-                    break 'cases;
-                }
-                deadline.start_unit();
-                let options = spec.options.applied_to(op);
-                let problem = Problem::operator(op, options, dtype, shape);
-                let mut p = plan(&problem, &target, &spec.request)?;
-                let mut request = spec.request;
-                if promised {
-                    let arch = cuda.as_ref().map_or("sm_90", |c| c.arch());
-                    (p, request) = compiler_promise(&problem, &target, &spec.request, p, arch)?;
-                }
-                let features = Features::of(&p, &target);
-                let input_sets = input_sets(
-                    &problem,
-                    spec.config.l2,
-                    cuda.as_ref().map(|c| c.l2_bytes()),
-                    spec.seed + k as u64,
-                );
-                let want = reference(&problem, &input_sets[0]).context("no float64 reference")?;
-                let id = format!(
-                    "{}/{dtype}/{shape}/{}",
-                    options.label(op),
-                    p.describe().replace(' ', ",")
-                );
-                let mut order: Vec<String> = vec!["lanefold".into()];
-                order.extend(peers.iter().cloned());
-                if k % 2 == 1 {
-                    order.rotate_left(1);
-                }
-                let mut sides = vec![];
-                let mut peer_files = PeerInputs::new(scratch.join(format!("case{k}")));
-                let mut kernel = None;
-                let mut wall: Vec<String> = vec![];
-                for who in &order {
-                    let side_started = std::time::Instant::now();
-                    if who == "lanefold" {
-                        let (side, k) = measure_native(
-                            cuda.as_ref(),
-                            &p,
-                            &input_sets,
-                            &want,
-                            &spec.config,
-                            capture.as_deref(),
-                            features.bytes_moved,
-                        )?;
-                        kernel = k;
-                        sides.push(side);
-                    } else {
-                        let peer = peer.as_mut().expect("peer started when modes are given");
-                        match measure_peer(
-                            peer,
-                            who,
-                            &problem,
-                            &input_sets,
-                            &mut peer_files,
-                            &want,
-                            &spec.config,
-                            features.bytes_moved,
-                        ) {
-                            Ok(side) => sides.push(side),
-                            Err(e) => eprintln!("{id}: {who} did not run: {e:#}"),
-                        }
-                    }
-                    wall.push(format!("{who} {:.1}", side_started.elapsed().as_secs_f64()));
-                }
-                let ratios = CaseResult::compute_ratios(&sides);
-                let line: Vec<String> = sides
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{} {} µs{}",
-                            s.name,
-                            s.summary
-                                .gpu
-                                .or(s.summary.e2e)
-                                .map_or("—".into(), |x| format!("{:.2}", x.p50)),
-                            if s.validation.pass { "" } else { " INVALID" }
-                        )
-                    })
-                    .collect();
-                println!("{id:<60} {}", line.join("  "));
-                // Where a case's wall time goes, for planning device calls.
-                println!("        wall s: {}", wall.join(", "));
-                file.cases.push(CaseResult {
-                    id,
-                    op: op.name().into(),
-                    options,
-                    dtype: dtype.name().into(),
-                    shape: shape.to_string(),
-                    request,
-                    plan: PlanRecord::of(&p, &features, &target),
-                    kernel: kernel.take(),
-                    bytes_moved: features.bytes_moved,
-                    order,
-                    sides,
-                    ratios,
-                });
-                // An interrupted run keeps every case already measured.
-                file.write(&spec.output.join("results.json"))?;
-                k += 1;
-                deadline.end_unit();
-            }
+    'cases: for &BenchProblem { op, dtype, shape } in &spec.problems {
+        if !deadline.allows_another() {
+            println!(
+                "deadline: stopping after {k} of {planned} cases (--deadline-s {})",
+                deadline.limit_s().unwrap_or_default()
+            );
+            break 'cases;
         }
+        deadline.start_unit();
+        let options = spec.options.applied_to(op);
+        let problem = Problem::operator(op, options, dtype, shape);
+        let mut p = plan(&problem, &target, &spec.request)?;
+        let mut request = spec.request;
+        if promised {
+            let arch = cuda.as_ref().map_or("sm_90", |c| c.arch());
+            (p, request) = compiler_promise(&problem, &target, &spec.request, p, arch)?;
+        }
+        let features = Features::of(&p, &target);
+        let input_sets = input_sets(
+            &problem,
+            spec.config.l2,
+            cuda.as_ref().map(|c| c.l2_bytes()),
+            spec.seed + k as u64,
+        );
+        let want = reference(&problem, &input_sets[0]).context("no float64 reference")?;
+        let id = format!(
+            "{}/{dtype}/{shape}/{}",
+            options.label(op),
+            p.describe().replace(' ', ",")
+        );
+        let mut order: Vec<String> = vec!["lanefold".into()];
+        order.extend(peers.iter().cloned());
+        if k % 2 == 1 {
+            order.rotate_left(1);
+        }
+        let mut sides = vec![];
+        let mut peer_files = PeerInputs::new(scratch.join(format!("case{k}")));
+        let mut kernel = None;
+        let mut wall: Vec<String> = vec![];
+        for who in &order {
+            let side_started = std::time::Instant::now();
+            if who == "lanefold" {
+                let (side, k) = measure_native(
+                    cuda.as_ref(),
+                    &p,
+                    &input_sets,
+                    &want,
+                    &spec.config,
+                    capture.as_deref(),
+                    features.bytes_moved,
+                )?;
+                kernel = k;
+                sides.push(side);
+            } else {
+                let peer = peer.as_mut().expect("peer started when modes are given");
+                match measure_peer(
+                    peer,
+                    who,
+                    &problem,
+                    &input_sets,
+                    &mut peer_files,
+                    &want,
+                    &spec.config,
+                    features.bytes_moved,
+                ) {
+                    Ok(side) => sides.push(side),
+                    Err(e) => eprintln!("{id}: {who} did not run: {e:#}"),
+                }
+            }
+            wall.push(format!("{who} {:.1}", side_started.elapsed().as_secs_f64()));
+        }
+        let ratios = CaseResult::compute_ratios(&sides);
+        let line: Vec<String> = sides
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {} µs{}",
+                    s.name,
+                    s.summary
+                        .gpu
+                        .or(s.summary.e2e)
+                        .map_or("—".into(), |x| format!("{:.2}", x.p50)),
+                    if s.validation.pass { "" } else { " INVALID" }
+                )
+            })
+            .collect();
+        println!("{id:<60} {}", line.join("  "));
+        // Where a case's wall time goes, for planning device calls.
+        println!("        wall s: {}", wall.join(", "));
+        file.cases.push(CaseResult {
+            id,
+            op: op.name().into(),
+            options,
+            dtype: dtype.name().into(),
+            shape: shape.to_string(),
+            request,
+            plan: PlanRecord::of(&p, &features, &target),
+            kernel: kernel.take(),
+            bytes_moved: features.bytes_moved,
+            order,
+            sides,
+            ratios,
+        });
+        // An interrupted run keeps every case already measured.
+        file.write(&spec.output.join("results.json"))?;
+        k += 1;
+        deadline.end_unit();
     }
     capture_env.record_end_clocks(&mut file.environment);
     file.write(&spec.output.join("results.json"))?;

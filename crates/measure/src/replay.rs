@@ -2289,9 +2289,11 @@ mod tests {
 
     fn bench_spec(dir: &Path, request: LayoutRequest) -> BenchSpec {
         BenchSpec {
-            ops: vec![Operator::Sum],
-            shapes: vec!["3x64".parse().unwrap(), "2x257".parse().unwrap()],
-            dtypes: vec![DType::F32],
+            problems: crate::bench::grid(
+                &[Operator::Sum],
+                &["3x64".parse().unwrap(), "2x257".parse().unwrap()],
+                &[DType::F32],
+            ),
             request,
             device: Device::Cpu,
             config: cfg(),
@@ -2361,13 +2363,14 @@ mod tests {
     fn benches_without_weight_or_bias_are_labelled_and_refused_by_peers_and_replays() {
         let (plain, bare) = (tmp("options-plain"), tmp("options-bare"));
         let ops = vec![Operator::Softmax, Operator::Rmsnorm, Operator::Layernorm];
+        let shapes: Vec<Shape> = vec!["3x64".parse().unwrap(), "2x257".parse().unwrap()];
         let with_columns = run_bench(&BenchSpec {
-            ops: ops.clone(),
+            problems: crate::bench::grid(&ops, &shapes, &[DType::F32]),
             ..bench_spec(&plain, LayoutRequest::default())
         })
         .unwrap();
         let without = BenchSpec {
-            ops,
+            problems: crate::bench::grid(&ops, &shapes, &[DType::F32]),
             options: OperatorOptions {
                 weight: false,
                 bias: false,
@@ -2431,9 +2434,11 @@ mod tests {
             ..Default::default()
         };
         let file = run_bench(&BenchSpec {
-            ops: vec![Operator::Rmsnorm],
-            shapes: vec!["2x131072".parse().unwrap()],
-            dtypes: vec![DType::Bf16],
+            problems: crate::bench::grid(
+                &[Operator::Rmsnorm],
+                &["2x131072".parse().unwrap()],
+                &[DType::Bf16],
+            ),
             occupancy_from_compiler: true,
             ..bench_spec(&r, request)
         })
