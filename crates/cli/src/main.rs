@@ -33,6 +33,9 @@ enum Command {
         #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
         backend: BackendArg,
     },
+    /// What lanefold sees here (GPU, driver, NVRTC, caches, Python peers)
+    /// and what it will use; exit 1 if the asked backend cannot work.
+    Doctor(lanefold::doctor::DoctorArgs),
     /// Show the plan (or every candidate of a search space) with features,
     /// legality and predicted cost.
     Plan(PlanArgs),
@@ -458,6 +461,7 @@ fn main() {
         }
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
+        Command::Doctor(args) => lanefold::doctor::doctor_cmd(args),
         Command::Corpus(args) => lanefold::corpus_cmd::corpus_cmd(args),
         Command::Counters { dirs } => counters_cmd(&dirs),
         Command::BundleSources { dirs } => bundle_sources_cmd(&dirs),

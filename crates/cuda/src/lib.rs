@@ -15,7 +15,7 @@ mod completion;
 mod latency;
 mod prepared;
 
-pub use cache::{compile_key, sha256_hex, DiskCache};
+pub use cache::{compile_key, default_dir as default_kernel_cache_dir, sha256_hex, DiskCache};
 pub use call_graph::CallCompletion;
 pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
