@@ -63,7 +63,7 @@ enum Command {
         variant: Vec<String>,
         /// Skip the opt-in variants' checks (run them apart with
         /// `--variants-only`), so the quick half and the variants each fit
-        /// one device call (session 18: together they ran past 540 s).
+        /// one device call (together they ran past 540 s).
         #[arg(long, conflicts_with_all = ["variants_only", "variant"])]
         skip_variants: bool,
     },
@@ -771,8 +771,7 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
         println!(
             "note: predicted µs of packed-resident plans assume unpacked registers, \
              as the mapper does so that packing never moves a layout; on the H200 \
-             softmax bf16 4096x131072 ran 645 µs against 1453 predicted \
-             (bench/NOTES.md campaign 9)"
+             softmax bf16 4096x131072 ran 645 µs against 1453 predicted"
         );
     }
     Ok(())

@@ -1087,7 +1087,7 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
             let p = plan(&problem, &target, &request).unwrap();
             super::compiler_occupancy(&p, &Default::default(), "sm_90", &target).unwrap()
         };
-        // The layout measured on the H200 (campaign 6): W=2048 V=8 in 8
+        // The layout measured on the H200: W=2048 V=8 in 8
         // groups of 256, 71 registers, 64 under the promise, no spill.
         let rmsnorm = probe(Operator::Rmsnorm, DType::Bf16, "4x131072", 2048, 8, 256);
         assert_eq!(rmsnorm.keep, Some(4), "{rmsnorm:?}");
