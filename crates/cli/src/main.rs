@@ -140,12 +140,17 @@ enum Command {
         #[arg(long)]
         cubin_dir: Option<PathBuf>,
     },
-    /// Judge the replays in these directories against issue 6's speed
-    /// targets 1-3, case by case, from their recorded rounds, and searches
-    /// against target 4 (the automatic mapping against the winner).
+    /// Judge the replays in these directories against the speed targets
+    /// of a targets file, case by case, from their recorded rounds, and
+    /// searches against its automatic-mapping target (the automatic
+    /// mapping against the winner).
     Scorecard {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// The targets file [default: bench/targets.toml in the current
+        /// directory or the nearest one above it].
+        #[arg(long, value_name = "FILE")]
+        targets: Option<PathBuf>,
         /// One table over all the directories: per case, the latest
         /// verdict (by measurement time) about the layout this binary
         /// picks by default, else the latest at all, with its directory.
@@ -453,7 +458,11 @@ fn main() {
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
         Command::Report { dir } => report_cmd(&dir),
-        Command::Scorecard { dirs, standing } => scorecard_cmd(&dirs, standing),
+        Command::Scorecard {
+            dirs,
+            targets,
+            standing,
+        } => scorecard_cmd(&dirs, targets.as_deref(), standing),
         Command::Latency {
             op,
             shape,
@@ -508,13 +517,21 @@ fn main() {
 
 /// `lanefold scorecard`: each directory's verdicts, or with `standing`
 /// one table over all of them.
-fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
+fn scorecard_cmd(
+    dirs: &[PathBuf],
+    targets: Option<&std::path::Path>,
+    standing: bool,
+) -> Result<()> {
     use lanefold_measure::scorecard;
+    let targets = scorecard::Targets::read(&match targets {
+        Some(path) => path.to_path_buf(),
+        None => default_targets_file()?,
+    })?;
     let mut scored = vec![];
     for dir in dirs {
-        let (verdicts, what, utc_time) = score_dir(dir)?;
+        let (verdicts, what, utc_time) = score_dir(dir, &targets)?;
         if !standing {
-            let table = (!verdicts.is_empty()).then(|| scorecard::markdown(&verdicts));
+            let table = (!verdicts.is_empty()).then(|| scorecard::markdown(&verdicts, &targets));
             println!("# {} ({what})\n{}", dir.display(), or_no_case(table));
         }
         scored.push(scorecard::Scored {
@@ -527,7 +544,8 @@ fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
     }
     if standing {
         let standing = scorecard::standing(&scored);
-        let table = (!standing.is_empty()).then(|| scorecard::standing_markdown(&standing));
+        let table =
+            (!standing.is_empty()).then(|| scorecard::standing_markdown(&standing, &targets));
         println!(
             "# Standing over {} directories\n\nPer case, the latest verdict about the layout this binary picks by default, else the latest at all (marked).\n{}",
             dirs.len(),
@@ -535,6 +553,20 @@ fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// bench/targets.toml in the current directory or the nearest one above.
+fn default_targets_file() -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("the current directory")?;
+    cwd.ancestors()
+        .map(|dir| dir.join("bench/targets.toml"))
+        .find(|path| path.is_file())
+        .with_context(|| {
+            format!(
+                "no bench/targets.toml in {} or above it; pass --targets FILE",
+                cwd.display()
+            )
+        })
 }
 
 fn or_no_case(table: Option<String>) -> String {
@@ -545,6 +577,7 @@ fn or_no_case(table: Option<String>) -> String {
 /// a replay) and when it was measured.
 fn score_dir(
     dir: &std::path::Path,
+    targets: &lanefold_measure::scorecard::Targets,
 ) -> Result<(Vec<lanefold_measure::scorecard::Verdict>, String, String)> {
     use lanefold_measure::{replay::ReplayFile, scorecard, search::SearchFile};
     let path = dir.join("results.json");
@@ -556,8 +589,8 @@ fn score_dir(
             let file = SearchFile::read(&path)?;
             let target = lanefold_plan::Target::by_name(&file.target)
                 .with_context(|| format!("{}: unknown target {}", dir.display(), file.target))?;
-            let mut verdicts = scorecard::score_search(&file);
-            verdicts.extend(scorecard::score_search_today(&file, &target));
+            let mut verdicts = scorecard::score_search(&file, targets);
+            verdicts.extend(scorecard::score_search_today(&file, &target, targets));
             (verdicts, "search".to_string(), file.environment.utc_time)
         }
         _ => {
@@ -568,7 +601,7 @@ fn score_dir(
                 )
             })?;
             let rounds = format!("{} of {} rounds", file.rounds_done, file.rounds);
-            let mut verdicts = scorecard::score(&file);
+            let mut verdicts = scorecard::score(&file, targets);
             if let Some(target) = lanefold_plan::Target::by_name(&file.environment.backend) {
                 scorecard::mark_todays_default(&mut verdicts, &file, &target);
             }

@@ -303,6 +303,40 @@ fn scorecard_judges_a_replay_and_refuses_a_bench_file() {
     assert_clean_failure(&o, 1, "the scorecard reads replay and search files");
 }
 
+/// The scorecard's targets come from `--targets FILE` (else
+/// bench/targets.toml): a missing or malformed file is a clear error.
+#[test]
+fn scorecard_reads_its_targets_from_a_file_and_refuses_a_bad_one() {
+    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/results");
+    let replay = results.join("2026-11-29-large-final-replay-h200");
+    let replay = replay.to_str().unwrap();
+    let dir = tmpdir("targets");
+    let committed = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/targets.toml"),
+    )
+    .unwrap();
+    let lenient = dir.join("lenient.toml");
+    std::fs::write(
+        &lenient,
+        committed.replacen("min_tbps = 4.0", "min_tbps = 0.1", 1),
+    )
+    .unwrap();
+    let o = lanefold(&["scorecard", "--targets", lenient.to_str().unwrap(), replay]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("## Target 1 large shapes: 11 of 24 cases met"),
+        "{}",
+        stdout(&o)
+    );
+    let missing = dir.join("missing.toml");
+    let o = lanefold(&["scorecard", "--targets", missing.to_str().unwrap(), replay]);
+    assert_clean_failure(&o, 1, "missing.toml");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[[family]]\nname = \"x\"\nshapes = [\"1x2\"]\n").unwrap();
+    let o = lanefold(&["scorecard", "--targets", bad.to_str().unwrap(), replay]);
+    assert_clean_failure(&o, 1, "bad.toml");
+}
+
 /// `selftest --variant NAME` runs that variant's checks alone; a name it
 /// does not know is an error listing the names it does.
 #[test]
