@@ -24,6 +24,10 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Say more where a short line stands for details, e.g. every
+    /// directory searched for the CUDA driver when falling back to the CPU.
+    #[arg(long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Subcommand)]
@@ -409,7 +413,7 @@ fn open_backend(arg: BackendArg) -> Result<Backend> {
         BackendArg::Auto => {
             let (b, why) = Backend::detect();
             if let Some(why) = why {
-                println!("no GPU in use ({why}); running on the CPU executor");
+                println!("{why}; running on the CPU");
             }
             b
         }
@@ -429,6 +433,7 @@ fn restore_default_sigpipe() {
 fn main() {
     restore_default_sigpipe();
     let cli = Cli::parse();
+    lanefold_cuda::set_verbose(cli.verbose);
     let result = match cli.command {
         Command::Demo { backend } => demo(backend),
         Command::Plan(args) => plan_cmd(args),

@@ -145,6 +145,32 @@ pub fn probe_driver() -> Result<(), CudaError> {
     )))
 }
 
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`fallback_note`] gives the loader's details (`--verbose`).
+pub fn set_verbose(verbose: bool) {
+    VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Why a run falls back to the CPU, in one line: a missing driver or
+/// NVRTC is the common case on a machine without a GPU, and the
+/// directories searched are noise there, so they come only after
+/// [`set_verbose`]`(true)`.
+pub fn fallback_note(err: &CudaError) -> String {
+    let verbose = VERBOSE.load(std::sync::atomic::Ordering::Relaxed);
+    let short = match err {
+        CudaError::NoDriver(_) => "no CUDA driver found",
+        CudaError::NoNvrtc(_) => "no NVRTC found",
+        other => return format!("no GPU in use ({other})"),
+    };
+    // The error itself starts with the short form.
+    if verbose {
+        err.to_string()
+    } else {
+        short.to_string()
+    }
+}
+
 /// Can NVRTC be loaded? Never panics.
 pub fn probe_nvrtc() -> Result<(), CudaError> {
     // SAFETY: as above.
