@@ -95,10 +95,10 @@ impl Targets {
                     max_single_us: positive(&f.name, "max_single_us", us)?,
                     max_single_of_eager: positive(&f.name, "max_single_of_eager", of)?,
                 },
-                _ => return Err(format!(
-                    "target {:?}: give either min_tbps, or max_single_us with max_single_of_eager",
-                    f.name
-                )),
+                _ => {
+                    let one = "give either min_tbps, or max_single_us with max_single_of_eager";
+                    return Err(format!("target {:?}: {one}", f.name));
+                }
             };
             if f.shapes.is_empty() {
                 return Err(format!("target {:?}: no shapes", f.name));
