@@ -195,7 +195,7 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub ordered_columns: bool,
     /// Issue hinted loads without `.nc`, so the compiler keeps each below
-    /// the stores before it (lanefold's loads before session 14; fewer
+    /// the stores before it (as lanefold's older kernels did; fewer
     /// registers, fewer loads in flight). Same results.
     #[arg(long)]
     pub ordered_hinted_loads: bool,

@@ -48,11 +48,12 @@ impl Backend {
         Ok(Backend::Cuda(Box::new(b)))
     }
 
-    /// CUDA when a GPU is present, the CPU otherwise (the reason is returned).
+    /// CUDA when a GPU is present, the CPU otherwise (the reason is returned,
+    /// in one line unless `--verbose`).
     pub fn detect() -> (Backend, Option<String>) {
         match CudaBackend::open(0) {
             Ok(b) => (Backend::Cuda(Box::new(b)), None),
-            Err(e) => (Backend::Cpu, Some(e.to_string())),
+            Err(e) => (Backend::Cpu, Some(lanefold_cuda::fallback_note(&e))),
         }
     }
 

@@ -24,6 +24,10 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Say more where a short line stands for details, e.g. every
+    /// directory searched for the CUDA driver when falling back to the CPU.
+    #[arg(long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Subcommand)]
@@ -66,7 +70,7 @@ enum Command {
         variant: Vec<String>,
         /// Skip the opt-in variants' checks (run them apart with
         /// `--variants-only`), so the quick half and the variants each fit
-        /// one device call (session 18: together they ran past 540 s).
+        /// one device call (together they ran past 540 s).
         #[arg(long, conflicts_with_all = ["variants_only", "variant"])]
         skip_variants: bool,
     },
@@ -146,12 +150,17 @@ enum Command {
         #[arg(long)]
         cubin_dir: Option<PathBuf>,
     },
-    /// Judge the replays in these directories against issue 6's speed
-    /// targets 1-3, case by case, from their recorded rounds, and searches
-    /// against target 4 (the automatic mapping against the winner).
+    /// Judge the replays in these directories against the speed targets
+    /// of a targets file, case by case, from their recorded rounds, and
+    /// searches against its automatic-mapping target (the automatic
+    /// mapping against the winner).
     Scorecard {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// The targets file [default: bench/targets.toml in the current
+        /// directory or the nearest one above it].
+        #[arg(long, value_name = "FILE")]
+        targets: Option<PathBuf>,
         /// One table over all the directories: per case, the latest
         /// verdict (by measurement time) about the layout this binary
         /// picks by default, else the latest at all, with its directory.
@@ -418,7 +427,7 @@ fn open_backend(arg: BackendArg) -> Result<Backend> {
         BackendArg::Auto => {
             let (b, why) = Backend::detect();
             if let Some(why) = why {
-                println!("no GPU in use ({why}); running on the CPU executor");
+                println!("{why}; running on the CPU");
             }
             b
         }
@@ -438,6 +447,7 @@ fn restore_default_sigpipe() {
 fn main() {
     restore_default_sigpipe();
     let cli = Cli::parse();
+    lanefold_cuda::set_verbose(cli.verbose);
     let result = match cli.command {
         Command::Demo { backend } => demo(backend),
         Command::Plan(args) => plan_cmd(args),
@@ -469,7 +479,11 @@ fn main() {
         Command::Tune(args) => lanefold::search_cmd::tune_cmd(args),
         Command::Replay(args) => lanefold::replay_cmd::replay_cmd(args),
         Command::Report { dir } => report_cmd(&dir),
-        Command::Scorecard { dirs, standing } => scorecard_cmd(&dirs, standing),
+        Command::Scorecard {
+            dirs,
+            targets,
+            standing,
+        } => scorecard_cmd(&dirs, targets.as_deref(), standing),
         Command::Latency {
             op,
             shape,
@@ -524,13 +538,21 @@ fn main() {
 
 /// `lanefold scorecard`: each directory's verdicts, or with `standing`
 /// one table over all of them.
-fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
+fn scorecard_cmd(
+    dirs: &[PathBuf],
+    targets: Option<&std::path::Path>,
+    standing: bool,
+) -> Result<()> {
     use lanefold_measure::scorecard;
+    let targets = scorecard::Targets::read(&match targets {
+        Some(path) => path.to_path_buf(),
+        None => default_targets_file()?,
+    })?;
     let mut scored = vec![];
     for dir in dirs {
-        let (verdicts, what, utc_time) = score_dir(dir)?;
+        let (verdicts, what, utc_time) = score_dir(dir, &targets)?;
         if !standing {
-            let table = (!verdicts.is_empty()).then(|| scorecard::markdown(&verdicts));
+            let table = (!verdicts.is_empty()).then(|| scorecard::markdown(&verdicts, &targets));
             println!("# {} ({what})\n{}", dir.display(), or_no_case(table));
         }
         scored.push(scorecard::Scored {
@@ -543,7 +565,8 @@ fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
     }
     if standing {
         let standing = scorecard::standing(&scored);
-        let table = (!standing.is_empty()).then(|| scorecard::standing_markdown(&standing));
+        let table =
+            (!standing.is_empty()).then(|| scorecard::standing_markdown(&standing, &targets));
         println!(
             "# Standing over {} directories\n\nPer case, the latest verdict about the layout this binary picks by default, else the latest at all (marked).\n{}",
             dirs.len(),
@@ -551,6 +574,20 @@ fn scorecard_cmd(dirs: &[PathBuf], standing: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// bench/targets.toml in the current directory or the nearest one above.
+fn default_targets_file() -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("the current directory")?;
+    cwd.ancestors()
+        .map(|dir| dir.join("bench/targets.toml"))
+        .find(|path| path.is_file())
+        .with_context(|| {
+            format!(
+                "no bench/targets.toml in {} or above it; pass --targets FILE",
+                cwd.display()
+            )
+        })
 }
 
 fn or_no_case(table: Option<String>) -> String {
@@ -561,6 +598,7 @@ fn or_no_case(table: Option<String>) -> String {
 /// a replay) and when it was measured.
 fn score_dir(
     dir: &std::path::Path,
+    targets: &lanefold_measure::scorecard::Targets,
 ) -> Result<(Vec<lanefold_measure::scorecard::Verdict>, String, String)> {
     use lanefold_measure::{replay::ReplayFile, scorecard, search::SearchFile};
     let path = dir.join("results.json");
@@ -572,8 +610,8 @@ fn score_dir(
             let file = SearchFile::read(&path)?;
             let target = lanefold_plan::Target::by_name(&file.target)
                 .with_context(|| format!("{}: unknown target {}", dir.display(), file.target))?;
-            let mut verdicts = scorecard::score_search(&file);
-            verdicts.extend(scorecard::score_search_today(&file, &target));
+            let mut verdicts = scorecard::score_search(&file, targets);
+            verdicts.extend(scorecard::score_search_today(&file, &target, targets));
             (verdicts, "search".to_string(), file.environment.utc_time)
         }
         _ => {
@@ -584,7 +622,7 @@ fn score_dir(
                 )
             })?;
             let rounds = format!("{} of {} rounds", file.rounds_done, file.rounds);
-            let mut verdicts = scorecard::score(&file);
+            let mut verdicts = scorecard::score(&file, targets);
             if let Some(target) = lanefold_plan::Target::by_name(&file.environment.backend) {
                 scorecard::mark_todays_default(&mut verdicts, &file, &target);
             }
@@ -787,8 +825,7 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
         println!(
             "note: predicted µs of packed-resident plans assume unpacked registers, \
              as the mapper does so that packing never moves a layout; on the H200 \
-             softmax bf16 4096x131072 ran 645 µs against 1453 predicted \
-             (bench/NOTES.md campaign 9)"
+             softmax bf16 4096x131072 ran 645 µs against 1453 predicted"
         );
     }
     Ok(())

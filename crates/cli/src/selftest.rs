@@ -1170,7 +1170,7 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
         // 16-bit rows only: f32 rows keep the centred output. An automatic
         // layout on the H200 may add one-pass moments (few rows), which
         // the fused form keeps (regression: on CUDA the 1x127 checks
-        // expected three phases there, call 118).
+        // expected three phases there).
         Variant {
             name: "fused output",
             request: LayoutRequest {
@@ -1303,7 +1303,7 @@ pub fn call_path_checks(backend: &Backend, report: &mut Report) {
 /// CUDA only: the latency probe's flag waits arrive. The kernel-written
 /// flag and the call graph's flag node must both be set up and time every
 /// call under every schedule (a flag freed before it was read crashed the
-/// probe in session 10; a lost write would time out instead).
+/// probe once; a lost write would time out instead).
 pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
     let Backend::Cuda(cuda) = backend else {
         return;

@@ -105,15 +105,18 @@ fn an_exact_request_is_honoured_with_one_worker() {
     assert!(stdout(&o).contains("W=1 "), "{}", stdout(&o));
 }
 
-#[test]
-fn cuda_without_a_driver_says_so() {
-    let has_driver = [
+fn has_driver() -> bool {
+    [
         "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
         "/usr/local/nvidia/lib64/libcuda.so.1",
     ]
     .iter()
-    .any(|p| std::path::Path::new(p).exists());
-    if has_driver {
+    .any(|p| std::path::Path::new(p).exists())
+}
+
+#[test]
+fn cuda_without_a_driver_says_so() {
+    if has_driver() {
         return; // Only meaningful where no GPU driver is installed (CI).
     }
     let o = lanefold(&[
@@ -131,6 +134,57 @@ fn cuda_without_a_driver_says_so() {
     let o = lanefold(&["latency", "--output", out.to_str().unwrap()]);
     assert_clean_failure(&o, 1, "no CUDA driver");
     assert!(!out.exists());
+}
+
+/// Without a GPU, the automatic backend falls back to the CPU with one
+/// line; the directories searched for the driver come only with --verbose.
+#[test]
+fn auto_backend_without_a_driver_says_so_in_one_line() {
+    if has_driver() {
+        return; // Only meaningful where no GPU driver is installed (CI).
+    }
+    let run = [
+        "run",
+        "--op",
+        "sum",
+        "--shape",
+        "4x128",
+        "--backend",
+        "auto",
+    ];
+    let o = lanefold(&run);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l == "no CUDA driver found; running on the CPU"),
+        "{out}"
+    );
+    assert!(!out.contains("libcuda.so"), "{out}");
+    let o = lanefold(&[&run[..], &["--verbose"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("no CUDA driver found ("), "{out}");
+    assert!(out.contains("libcuda.so"), "{out}");
+}
+
+/// A missing `.npy` input is one error naming the path, its OS error once.
+#[test]
+fn a_missing_npy_input_names_its_path_and_os_error_once() {
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "softmax",
+        "--shape",
+        "3x40",
+        "--backend",
+        "cpu",
+        "--input",
+        "x=/nonexistent/x.npy",
+    ]);
+    assert_clean_failure(&o, 1, "/nonexistent/x.npy: No such file or directory");
+    let err = stderr(&o);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 #[test]
@@ -301,6 +355,40 @@ fn scorecard_judges_a_replay_and_refuses_a_bench_file() {
     let bench = results.join("2026-11-29-large-final-h200");
     let o = lanefold(&["scorecard", bench.to_str().unwrap()]);
     assert_clean_failure(&o, 1, "the scorecard reads replay and search files");
+}
+
+/// The scorecard's targets come from `--targets FILE` (else
+/// bench/targets.toml): a missing or malformed file is a clear error.
+#[test]
+fn scorecard_reads_its_targets_from_a_file_and_refuses_a_bad_one() {
+    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/results");
+    let replay = results.join("2026-11-29-large-final-replay-h200");
+    let replay = replay.to_str().unwrap();
+    let dir = tmpdir("targets");
+    let committed = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/targets.toml"),
+    )
+    .unwrap();
+    let lenient = dir.join("lenient.toml");
+    std::fs::write(
+        &lenient,
+        committed.replacen("min_tbps = 4.0", "min_tbps = 0.1", 1),
+    )
+    .unwrap();
+    let o = lanefold(&["scorecard", "--targets", lenient.to_str().unwrap(), replay]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("## Target 1 large shapes: 11 of 24 cases met"),
+        "{}",
+        stdout(&o)
+    );
+    let missing = dir.join("missing.toml");
+    let o = lanefold(&["scorecard", "--targets", missing.to_str().unwrap(), replay]);
+    assert_clean_failure(&o, 1, "missing.toml");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[[family]]\nname = \"x\"\nshapes = [\"1x2\"]\n").unwrap();
+    let o = lanefold(&["scorecard", "--targets", bad.to_str().unwrap(), replay]);
+    assert_clean_failure(&o, 1, "bad.toml");
 }
 
 /// `selftest --variant NAME` runs that variant's checks alone; a name it

@@ -247,7 +247,7 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
 /// an L2 cache policy operand, `name(p, pol)`. Plain `asm`, not volatile,
 /// so the compiler may still schedule the loads early; every caller's `op`
 /// is `.nc` (kernel inputs are read-only), without which ptxas keeps each
-/// load below the stores before it (session 14: a re-read phase issued one
+/// load below the stores before it (a re-read phase issued one
 /// x and one weight load per store, rmsnorm f32 4096x32768 275 -> 263 µs).
 fn vector_load_helpers(name: &str, op: &str, policy: bool) -> String {
     load_helpers(name, op, policy, "asm", "")

@@ -1,7 +1,7 @@
 //! Plan to CUDA C. A pure function: no driver, no file system, no clock.
 //!
 //! One kernel evaluates one plan. Each thread is one worker of one row; the
-//! row's program is evaluated phase by phase (DESIGN.md §2): tiles are
+//! row's program is evaluated phase by phase (ARCHITECTURE.md): tiles are
 //! recomputed element-wise where a phase demands them, loads needed in more
 //! than one phase are kept in private slots (registers) or re-read from
 //! memory, and every reduction follows the plan's order exactly:

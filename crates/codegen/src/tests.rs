@@ -1101,7 +1101,7 @@ fn golden_cross_entropy_bf16_online_normalizer() {
     insta::assert_snapshot!(golden(&p));
 }
 
-/// Regression (CUDA selftest, session 11): with two rows per cluster, the
+/// Regression (found by the CUDA selftest): with two rows per cluster, the
 /// per-row scalar (sum, cross_entropy's loss) was stored only by thread 0
 /// of rank 0, so the group's second row was never written. Each row's own
 /// first worker stores it now; one row per cluster keeps its old test.
@@ -1205,8 +1205,8 @@ fn prefetched_rows_are_left_out_where_they_cannot_apply() {
 /// streamed chunk, re-read with L2 hints (x kept by its first load, let go
 /// by its re-read; the weight kept), every hinted load read-only (`.nc`),
 /// so ptxas may hoist the re-reads above the stores. Its source must stay
-/// the one measured in `bench/results/2026-11-30-nc-h200` (the snapshot
-/// pins it).
+/// the one measured in the 2026-11-30 `.nc` benches (in git history at 2d680226; the
+/// snapshot pins it).
 #[test]
 fn golden_rmsnorm_f32_w1024_v4_u8_stream_reread_hints() {
     let p = make_with(
@@ -1298,8 +1298,8 @@ fn golden_rmsnorm_f32_w256_v4_stream_reread_l1_columns() {
 
 /// Today's default for layernorm f32 32768x4096 keeps its hinted loads
 /// ordered (no `.nc`): the snapshot is byte for byte the kernel measured at
-/// 249.3 µs in `bench/results/2026-11-30-t1-norms-v13-aa-h200`, where `.nc`
-/// cost a group per SM and 4-6% (session 14, calls 71 and 72).
+/// 250.9 µs in `bench/results/2026-11-30-t1-stream-v13-aa-h200`; `.nc`
+/// cost a group per SM and 4-6%.
 #[test]
 fn golden_layernorm_f32_32768x4096_default_ordered_hinted_loads() {
     let p = make_with(
@@ -1322,7 +1322,7 @@ fn golden_layernorm_f32_32768x4096_default_ordered_hinted_loads() {
 }
 
 /// layernorm bf16 32768x4096 keeps its hinted loads ordered too: byte for
-/// byte the kernel measured in `bench/results/2026-11-30-t1-stream-v13-h200`.
+/// byte the kernel measured in `bench/results/2026-11-30-t1-stream-v13-aa-h200`.
 #[test]
 fn golden_layernorm_bf16_32768x4096_default_ordered_hinted_loads() {
     let p = make_with(
@@ -1407,7 +1407,7 @@ fn an_occupancy_cap_folds_pack_addresses_and_pads_shared_memory() {
 
 /// Today's default for rmsnorm f32 4096x32768: the whole row per pass in
 /// one 1024-thread group per SM, promised to the compiler, loads batched
-/// (session 15, 252.6 µs in `bench/results/2026-12-01-cpb-rms-aa-h200`;
+/// (252.6 µs in `bench/results/2026-12-01-cpb-rms-aa-h200`;
 /// the measurement's freeze test pins the source byte for byte).
 #[test]
 fn golden_rmsnorm_f32_4096x32768_default_one_row_per_multiprocessor() {
@@ -1436,8 +1436,8 @@ fn golden_rmsnorm_f32_4096x32768_default_one_row_per_multiprocessor() {
 
 /// Today's default for layernorm bf16 4096x32768: the row in packed
 /// registers, re-widened by `prmt` in the output phase, and weight and
-/// bias loaded one chunk at a time below the stores before them (session
-/// 16, call 82: 62 registers instead of 128, 134.0 µs against 141.7).
+/// bias loaded one chunk at a time below the stores before them (62
+/// registers instead of 128, 134.0 µs against 141.7).
 #[test]
 fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
     let p = make_with(
@@ -1459,8 +1459,8 @@ fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
 
 /// residual_layernorm bf16 4096x32768 with h kept resident: phase 0 adds
 /// x and the residual once, stores h and packs its storage bits two to a
-/// slot word; phase 1 reads only h's slots, weight and bias (session 17:
-/// one packed tile instead of two, 64 registers under the promise of two
+/// slot word; phase 1 reads only h's slots, weight and bias (one packed
+/// tile instead of two, 64 registers under the promise of two
 /// groups where x and the residual took 99).
 #[test]
 fn golden_residual_layernorm_bf16_4096x32768_rounded_resident() {
@@ -1557,7 +1557,7 @@ fn rounded_resident_applies_to_register_plans_only() {
     assert!(!layernorm.rounded_resident);
 }
 
-/// A persistent cluster grid (session 17): the cluster loops over rows
+/// A persistent cluster grid: the cluster loops over rows
 /// `lf_cluster, lf_cluster + lf_clusters, ...`; the staged columns are
 /// copied once, before the loop; the pushed partials alternate between two
 /// sets of slots and barriers (`lf_set`), each waited for at its phase
@@ -1659,7 +1659,7 @@ fn persistent_clusters_apply_to_pushed_cluster_register_plans_only() {
     }
 }
 
-/// A persistent cluster that prefetches (session 18): each group copies
+/// A persistent cluster that prefetches: each group copies
 /// its own share of the cluster's next row, one bulk copy per chunk of
 /// W x V elements (`LF_COPIES`), into shared memory, waits for it at the
 /// top of the loop (phase `lf_it & 1`) and issues the next copy once every
@@ -1936,7 +1936,7 @@ fn golden_layernorm_f32_w2048_v4_pushed_shared_chunks() {
     let k = kernel(&p);
     assert!(k.name.contains("_sh2"), "{}", k.name);
     assert_eq!(k.carveout_percent, Some(100));
-    // Regression (call 124: every shared-chunk kernel ran past its shared
+    // Regression (every shared-chunk kernel ran past its shared
     // memory): the launch asks for the chunks' bytes too.
     assert_eq!(k.shared_bytes, p.shared_bytes);
     insta::assert_snapshot!(golden(&p));

@@ -12,11 +12,10 @@ use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    // Not `source`: the message already holds the OS error, and a source
+    // would print it a second time in an error chain.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{path}: pickled (object) arrays are refused; save plain numeric data")]
     Pickled { path: String },
     #[error("{path}: dtype {got} does not fit {wanted}")]
@@ -43,9 +42,9 @@ pub enum Element {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NpyError + '_ {
-    move |source| NpyError::Io {
+    move |error| NpyError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     }
 }
 

@@ -3,7 +3,7 @@
 //! (`cuGraphExecKernelNodeSetParams`) only when a call's arguments differ
 //! from the last call's, then replayed. On the H200 a one-node graph
 //! replay reached the GPU about 2.4 µs sooner than `cuLaunchKernel(Ex)` of
-//! the same kernel (bench/NOTES.md, campaign 5). A cluster kernel's node
+//! the same kernel. A cluster kernel's node
 //! carries its cluster dimension as a node attribute.
 //!
 //! The host learns of completion by spinning on a host-mapped flag
@@ -11,7 +11,7 @@
 //! node, sets behind the kernel. Where that cannot be set up, the kernel's
 //! self-signalling form ([`lanefold_codegen::self_signalling`], group 0
 //! watching the others' counts) writes it; where no flag works, a stream
-//! synchronize. Campaign 21 in bench/NOTES.md measured the choices.
+//! synchronize. The order below is the measured one.
 
 use crate::completion::{signal_kernel, HostFlag};
 use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
@@ -241,7 +241,7 @@ pub enum CallCompletion {
 }
 
 /// The completions a call path tries, in order: the flag node (fastest
-/// on the H200 in call 113's probe, by 0.03-0.6 µs over the watcher form
+/// on the H200 in a 2026-12-01 probe, by 0.03-0.6 µs over the watcher form
 /// and 0.7-2.7 over the ticket form at 1024x4096), then the watcher form.
 const COMPLETIONS: [CallCompletion; 2] = [
     CallCompletion::FlagNode,

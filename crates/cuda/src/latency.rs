@@ -237,7 +237,7 @@ impl Prepared<'_> {
         self.call(0)?;
         self.synchronize("warming the call path")?;
         // Stream memory operations may be missing on a driver or device
-        // (the H200's driver refused them in session 8): then that flag
+        // (the H200's driver refused them once): then that flag
         // variant is left out, not the probe.
         let stream = self.backend.stream.cu_stream();
         let mut flags = Flags {

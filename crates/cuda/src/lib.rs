@@ -145,6 +145,32 @@ pub fn probe_driver() -> Result<(), CudaError> {
     )))
 }
 
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`fallback_note`] gives the loader's details (`--verbose`).
+pub fn set_verbose(verbose: bool) {
+    VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Why a run falls back to the CPU, in one line: a missing driver or
+/// NVRTC is the common case on a machine without a GPU, and the
+/// directories searched are noise there, so they come only after
+/// [`set_verbose`]`(true)`.
+pub fn fallback_note(err: &CudaError) -> String {
+    let verbose = VERBOSE.load(std::sync::atomic::Ordering::Relaxed);
+    let short = match err {
+        CudaError::NoDriver(_) => "no CUDA driver found",
+        CudaError::NoNvrtc(_) => "no NVRTC found",
+        other => return format!("no GPU in use ({other})"),
+    };
+    // The error itself starts with the short form.
+    if verbose {
+        err.to_string()
+    } else {
+        short.to_string()
+    }
+}
+
 /// Can NVRTC be loaded? Never panics.
 pub fn probe_nvrtc() -> Result<(), CudaError> {
     // SAFETY: as above.
@@ -1087,7 +1113,7 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
             let p = plan(&problem, &target, &request).unwrap();
             super::compiler_occupancy(&p, &Default::default(), "sm_90", &target).unwrap()
         };
-        // The layout measured on the H200 (campaign 6): W=2048 V=8 in 8
+        // The layout measured on the H200: W=2048 V=8 in 8
         // groups of 256, 71 registers, 64 under the promise, no spill.
         let rmsnorm = probe(Operator::Rmsnorm, DType::Bf16, "4x131072", 2048, 8, 256);
         assert_eq!(rmsnorm.keep, Some(4), "{rmsnorm:?}");

@@ -167,7 +167,10 @@ pub fn open_device(device: Device, l2: L2Mode) -> Result<(Option<CudaBackend>, T
         Device::Auto => match CudaBackend::open(0) {
             Ok(c) => Some(c),
             Err(e) => {
-                println!("no GPU in use ({e}); measuring the CPU executor (gpu phase absent)");
+                println!(
+                    "{}; measuring the CPU executor (gpu phase absent)",
+                    lanefold_cuda::fallback_note(&e)
+                );
                 None
             }
         },

@@ -1,4 +1,4 @@
-//! Measurement: the three phases (DESIGN.md §5), sampled separately and
+//! Measurement: the three phases (ARCHITECTURE.md), sampled separately and
 //! never subtracted; the PyTorch peer; results files with raw samples;
 //! rendering; the audit that recomputes every summary from them; and the
 //! hardware counters of profiled launches (Nsight Compute raw pages).

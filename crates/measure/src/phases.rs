@@ -150,7 +150,7 @@ pub fn sample(timer: &mut dyn Timer, cfg: &PhaseConfig) -> anyhow::Result<PhaseR
     Ok(rec)
 }
 
-/// Synchronized single calls are heavy-tailed: in `short-v10-aa-h200`, with
+/// Synchronized single calls are heavy-tailed: in a 2026-11-30 A/A replay, with
 /// three calls per round, one round's p50 of rmsnorm f32 17x257 was 12.2 µs
 /// against a median of 6.8. Each side takes at least this many.
 pub const SINGLE_CALLS_MIN: usize = 15;

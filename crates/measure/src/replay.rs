@@ -1,4 +1,4 @@
-//! `lanefold replay` (DESIGN.md §7): a performance claim comes only from a
+//! `lanefold replay`: a performance claim comes only from a
 //! frozen, position-balanced replay.
 //!
 //! - Frozen parameters: the reference and candidate layouts are read from
@@ -2844,10 +2844,9 @@ mod freeze_tests {
 
     /// Committed reference files must freeze with today's mapper and
     /// codegen on the H200 target, regenerating each kernel byte for byte:
-    /// a refusal found on the device costs a call. (The references of
-    /// calls 1-5, 2026-11-29, no longer do: session 15 folded register
-    /// plans' pack addresses, so their replay stops at the hash check, by
-    /// design.)
+    /// a refusal found on the device costs a call. (The first references
+    /// of 2026-11-29 no longer do: register plans' pack addresses were
+    /// folded since, so their replay stops at the hash check, by design.)
     #[test]
     fn the_results_files_the_device_plan_replays_still_freeze() {
         for dir in [

@@ -19,31 +19,30 @@ pub const SCOPE_E2E: &str =
     "e2e: host wall clock around a batch of direct launches ending in a synchronize, divided by the batch (µs per op)";
 pub const SCOPE_SINGLE: &str =
     "single: synchronized calls, at least 15 per side (more where the batch phases take more samples), each through that side's own call path (lanefold: a cached graph of the kernel and a one-thread node behind it that writes a host-mapped completion flag, its parameters rewritten only when a call's arguments change; for cluster kernels, a direct launch of the kernel's watcher form, whose group 0 writes the flag once every other group has counted itself done; a peer: its op) and timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
-/// The single-call label of files written in session 21's calls 112 and
-/// 113 (2026-12-01), when every kernel's single calls ran a
-/// self-signalling form: the ticket form in call 112, the watcher form in
-/// call 113 (bench/NOTES.md, campaign 21).
+/// The single-call label of two files written on 2026-12-01, when every
+/// kernel's single calls ran a self-signalling form: the ticket form in
+/// one, the watcher form in the other.
 pub const SCOPE_SINGLE_V6: &str =
     "single: synchronized calls, at least 15 per side (more where the batch phases take more samples), each through that side's own call path (lanefold: the kernel's self-signalling form, the same kernel whose last group writes a host-mapped completion flag, replayed as a cached graph whose parameters are rewritten only when a call's arguments change, launched directly for cluster kernels; a second graph node writes the flag where that form cannot run; a peer: its op) and timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
-/// The single-call label of files written from session 12 to session 20
-/// (2026-12-01), when every call rewrote the graph's parameters and
+/// The single-call label of files written from late 2026-11-30 to
+/// 2026-12-01, when every call rewrote the graph's parameters and
 /// cluster kernels synchronized.
 pub const SCOPE_SINGLE_V5: &str =
     "single: synchronized calls, at least 15 per side (more where the batch phases take more samples), each through that side's own call path (lanefold: a cached graph given the call's parameters whose second node writes a host-mapped completion flag, a direct launch for cluster kernels; a peer: its op) and timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
-/// The single-call label of files written in sessions 10 and 11, with as
+/// The single-call label of files written on 2026-11-30, with as
 /// many single calls as samples of the batch phases (3 in most replays).
 pub const SCOPE_SINGLE_V4: &str =
     "single: one synchronized call through each side's own call path (lanefold: a cached graph given the call's parameters whose second node writes a host-mapped completion flag, a direct launch for cluster kernels; a peer: its op), timed twice separately; gpu = device events around it, host = wall clock of call + wait for completion (lanefold: a spin until the flag is seen, else a synchronize; a peer: synchronize) with no event in the window (µs)";
-/// The single-call label of files written from 2026-11-30 (session 5) to
-/// session 10, when lanefold's call was a one-node graph and its wait a
+/// The single-call label of files written earlier on 2026-11-30, when
+/// lanefold's call was a one-node graph and its wait a
 /// stream synchronize.
 pub const SCOPE_SINGLE_V3: &str =
     "single: one synchronized call through each side's own call path (lanefold: a cached one-node graph given the call's parameters; a peer: its op), timed twice separately; gpu = device events around it, host = wall clock of call + synchronize with no event in the window (µs)";
-/// The single-call label of files written in 2026-11-29 session 4 up to
+/// The single-call label of files written from late 2026-11-29 up to
 /// 2026-11-30, when lanefold's call was a direct `cuLaunchKernelEx`.
 pub const SCOPE_SINGLE_V2: &str =
     "single: one synchronized call, timed twice separately; gpu = device events around it, host = wall clock of launch + synchronize with no event in the window (µs)";
-/// The single-call label of files written before 2026-11-29 session 4, when
+/// The single-call label of the first files of 2026-11-29, when
 /// the host clock also covered recording and waiting on the end event.
 pub const SCOPE_SINGLE_V1: &str =
     "single: one synchronized call; gpu = device events, host = wall clock (µs)";

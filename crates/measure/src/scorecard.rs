@@ -1,12 +1,15 @@
-//! The speed targets of issue 6, judged case by case from replay files: a
-//! verdict computed from the recorded per-round p50s and paired ratios,
-//! never typed in by hand. Each target family names its shapes and what a
-//! case must show in every round.
+//! The speed targets, judged case by case from replay files: a verdict
+//! computed from the recorded per-round p50s and paired ratios, never
+//! typed in by hand. The targets (each family's shapes and what a case
+//! must show in every round) are read from a TOML file, bench/targets.toml,
+//! so changing a threshold is an edit there and not a rebuild.
 
 use crate::peer::PeerMode;
 use crate::replay::{PhaseStats, ReplayCase, ReplayFile, CANDIDATE, TORCH};
 use crate::search::{SearchFile, SearchProblem};
+use serde::Deserialize;
 use std::fmt::Write as _;
+use std::path::Path;
 
 /// What a case of a family must show.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,70 +19,156 @@ pub enum Criterion {
     Bandwidth { min_tbps: f64 },
     /// GPU time at most the better of torch eager and torch.compile in every
     /// round; single-call host latency at most `max_single_us` and at most
-    /// half of torch eager's, in every round.
-    ShortRows { max_single_us: f64 },
+    /// `max_single_of_eager` times torch eager's, in every round.
+    ShortRows {
+        max_single_us: f64,
+        max_single_of_eager: f64,
+    },
     /// Judged from searches: the automatic mapping reaches at least
     /// `min_fraction` of the searched winner's throughput.
     Automatic { min_fraction: f64 },
 }
 
-/// A target family: its shapes and its criterion.
-#[derive(Clone, Copy, Debug)]
+/// A target family: its name, shapes and criterion.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Family {
-    pub name: &'static str,
-    pub shapes: &'static [&'static str],
+    pub name: String,
+    pub shapes: Vec<String>,
     pub criterion: Criterion,
 }
 
-/// Issue 6's targets 1-3 on the H200.
-pub const ISSUE_6: [Family; 3] = [
-    Family {
-        name: "1 large shapes",
-        shapes: &["32768x4096", "16384x8192", "4096x32768"],
-        criterion: Criterion::Bandwidth { min_tbps: 4.0 },
-    },
-    Family {
-        name: "2 long rows",
-        shapes: &["4096x131072", "1024x262144"],
-        criterion: Criterion::Bandwidth { min_tbps: 3.8 },
-    },
-    Family {
-        name: "3 short rows",
-        shapes: &[
-            "1x127",
-            "17x257",
-            "64x4096",
-            "1024x4096",
-            "1x4096",
-            "8x4096",
-            "32x4096",
-        ],
-        criterion: Criterion::ShortRows {
-            max_single_us: 10.0,
-        },
-    },
-];
+/// The targets the scorecard judges: the families judged from replays,
+/// and the automatic mapping judged from searches on their shapes (as the
+/// searching binary's mapper picked, and as this binary's picks).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Targets {
+    pub families: Vec<Family>,
+    pub automatic: Family,
+    pub automatic_today: Family,
+}
 
-/// Issue 6's target 4, judged from search files on the shapes of 1-3.
-pub const AUTOMATIC: Family = Family {
-    name: "4 automatic mapping",
-    shapes: &[],
-    criterion: Criterion::Automatic { min_fraction: 0.9 },
-};
+/// bench/targets.toml as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetsToml {
+    family: Vec<FamilyToml>,
+    automatic: AutomaticToml,
+}
 
-/// Target 4 for the mapper of the binary running the scorecard: its
-/// automatic pick, looked up among the layouts a search measured.
-pub const AUTOMATIC_TODAY: Family = Family {
-    name: "4 automatic mapping, this binary's mapper",
-    shapes: &[],
-    criterion: Criterion::Automatic { min_fraction: 0.9 },
-};
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FamilyToml {
+    name: String,
+    shapes: Vec<String>,
+    min_tbps: Option<f64>,
+    max_single_us: Option<f64>,
+    max_single_of_eager: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AutomaticToml {
+    name: String,
+    min_fraction: f64,
+}
+
+impl Targets {
+    /// The targets in `text` (TOML), or what is wrong with it.
+    pub fn parse(text: &str) -> Result<Targets, String> {
+        let raw: TargetsToml = toml::from_str(text).map_err(|e| e.to_string())?;
+        let positive = |name: &str, what: &str, x: f64| {
+            if x.is_finite() && x > 0.0 {
+                Ok(x)
+            } else {
+                Err(format!(
+                    "target {name:?}: {what} must be a positive number, not {x}"
+                ))
+            }
+        };
+        let mut families: Vec<Family> = vec![];
+        for f in raw.family {
+            let criterion = match (f.min_tbps, f.max_single_us, f.max_single_of_eager) {
+                (Some(t), None, None) => Criterion::Bandwidth {
+                    min_tbps: positive(&f.name, "min_tbps", t)?,
+                },
+                (None, Some(us), Some(of)) => Criterion::ShortRows {
+                    max_single_us: positive(&f.name, "max_single_us", us)?,
+                    max_single_of_eager: positive(&f.name, "max_single_of_eager", of)?,
+                },
+                _ => {
+                    let one = "give either min_tbps, or max_single_us with max_single_of_eager";
+                    return Err(format!("target {:?}: {one}", f.name));
+                }
+            };
+            if f.shapes.is_empty() {
+                return Err(format!("target {:?}: no shapes", f.name));
+            }
+            for shape in &f.shapes {
+                if let Some(other) = families.iter().find(|o| o.shapes.contains(shape)) {
+                    return Err(format!(
+                        "shape {shape} is in both {:?} and {:?}",
+                        other.name, f.name
+                    ));
+                }
+            }
+            if families.iter().any(|o| o.name == f.name) {
+                return Err(format!("target {:?} is named twice", f.name));
+            }
+            families.push(Family {
+                name: f.name,
+                shapes: f.shapes,
+                criterion,
+            });
+        }
+        let criterion = Criterion::Automatic {
+            min_fraction: positive(
+                &raw.automatic.name,
+                "min_fraction",
+                raw.automatic.min_fraction,
+            )?,
+        };
+        Ok(Targets {
+            families,
+            automatic_today: Family {
+                name: format!("{}, this binary's mapper", raw.automatic.name),
+                shapes: vec![],
+                criterion,
+            },
+            automatic: Family {
+                name: raw.automatic.name,
+                shapes: vec![],
+                criterion,
+            },
+        })
+    }
+
+    /// The targets in the file at `path`.
+    pub fn read(path: &Path) -> anyhow::Result<Targets> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read targets file {}: {e}", path.display()))?;
+        Targets::parse(&text)
+            .map_err(|e| anyhow::anyhow!("targets file {}: {}", path.display(), e.trim_end()))
+    }
+
+    /// The family a shape belongs to, if any.
+    pub fn family_of(&self, shape: &str) -> Option<&Family> {
+        self.families
+            .iter()
+            .find(|f| f.shapes.iter().any(|s| s == shape))
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Family> {
+        self.families
+            .iter()
+            .chain([&self.automatic, &self.automatic_today])
+    }
+}
 
 /// One case's verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
     pub id: String,
-    pub family: &'static str,
+    pub family: String,
     pub rounds: usize,
     /// The candidate's headline (median of round p50s) in the objective
     /// phase, µs, and what it is as TB/s of bytes moved.
@@ -92,9 +181,9 @@ pub struct Verdict {
     pub todays_default: Option<String>,
     /// The layout is today's default, but this binary generates another
     /// kernel source for it than the one measured (codegen changed since;
-    /// session 18 found such drift only by replaying).
+    /// such drift otherwise shows only by replaying).
     pub kernel_changed: bool,
-    /// Target 4 only: the searched winner's p50 over this layout's, so a
+    /// Automatic mapping only: the searched winner's p50 over this layout's, so a
     /// met verdict shows its margin over the line.
     pub of_winner: Option<f64>,
 }
@@ -105,21 +194,20 @@ impl Verdict {
     }
 }
 
-/// The family a shape belongs to, if any.
-pub fn family_of(shape: &str) -> Option<&'static Family> {
-    ISSUE_6.iter().find(|f| f.shapes.contains(&shape))
-}
-
 /// Verdicts for every case of `file` whose shape a family names.
-pub fn score(file: &ReplayFile) -> Vec<Verdict> {
+pub fn score(file: &ReplayFile, targets: &Targets) -> Vec<Verdict> {
     let peers = file.peer_sides();
     file.cases
         .iter()
-        .filter_map(|case| family_of(&case.shape).map(|f| verdict(case, f, &peers)))
+        .filter_map(|case| {
+            targets
+                .family_of(&case.shape)
+                .map(|f| verdict(case, f, &peers))
+        })
         .collect()
 }
 
-fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verdict {
+fn verdict(case: &ReplayCase, family: &Family, peers: &[String]) -> Verdict {
     let mut misses = vec![];
     let objective = case.stats.phases.get(&case.stats.objective);
     let candidate_us = objective.and_then(|p| p.headline.get(CANDIDATE).copied().flatten());
@@ -142,10 +230,14 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
                 }
             }
         }
-        (Some(_), Criterion::Automatic { .. }) => {
-            misses.push("target 4 is judged from search files".into())
-        }
-        (Some(phase), Criterion::ShortRows { max_single_us }) => {
+        (Some(_), Criterion::Automatic { .. }) => misses.push("judged from search files".into()),
+        (
+            Some(phase),
+            Criterion::ShortRows {
+                max_single_us,
+                max_single_of_eager,
+            },
+        ) => {
             let eager = PeerMode::Eager.side();
             let compile = PeerMode::Compile.side();
             for peer in [eager, compile] {
@@ -171,11 +263,13 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
                     }
                     let theirs = round_p50s(single, TORCH);
                     let half = mine.iter().zip(&theirs).all(|(m, t)| match (m, t) {
-                        (Some(m), Some(t)) => *m <= 0.5 * t,
+                        (Some(m), Some(t)) => *m <= max_single_of_eager * t,
                         _ => true,
                     });
                     if !half {
-                        misses.push("single call above half of torch eager's in a round".into());
+                        misses.push(format!(
+                            "single call above {max_single_of_eager}x torch eager's in a round"
+                        ));
                     }
                 }
             }
@@ -183,7 +277,7 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
     }
     Verdict {
         id: case.id.clone(),
-        family: family.name,
+        family: family.name.clone(),
         rounds,
         candidate_us,
         tbps,
@@ -194,29 +288,39 @@ fn verdict(case: &ReplayCase, family: &'static Family, peers: &[String]) -> Verd
     }
 }
 
-/// Target 4 for every problem of `file` on a target shape: the automatic
+/// The automatic mapping for every problem of `file` on a target shape: the automatic
 /// candidate's measured objective p50 (through its duplicate when it was
 /// measured once under another request) against the winner's fresh p50.
-pub fn score_search(file: &SearchFile) -> Vec<Verdict> {
-    judged_problems(file).map(automatic_verdict).collect()
+pub fn score_search(file: &SearchFile, targets: &Targets) -> Vec<Verdict> {
+    judged_problems(file, targets)
+        .map(|p| automatic_verdict_at(p, p.automatic, &targets.automatic))
+        .collect()
 }
 
-/// The problems of `file` that target 4 judges: those on a target shape,
-/// in searches for throughput (a single-call search ranks latency).
-fn judged_problems(file: &SearchFile) -> impl Iterator<Item = &SearchProblem> {
+/// The problems of `file` that the automatic mapping is judged on: those
+/// on a target shape, in searches for throughput (a single-call search
+/// ranks latency).
+fn judged_problems<'a>(
+    file: &'a SearchFile,
+    targets: &'a Targets,
+) -> impl Iterator<Item = &'a SearchProblem> {
     let throughput = file.objective != crate::search::Objective::Single;
     file.problems
         .iter()
-        .filter(move |p| throughput && family_of(&p.shape).is_some())
+        .filter(move |p| throughput && targets.family_of(&p.shape).is_some())
 }
 
-/// Target 4 for today's mapper: each problem of `file` on a target shape
+/// The automatic mapping for today's mapper: each problem of `file` on a target shape
 /// planned again with today's default request (the base's load and launch
 /// policies kept) on `target`; the pick's time is
 /// that of the measured candidate with the same layout description, if
 /// the search measured one.
-pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> Vec<Verdict> {
-    judged_problems(file)
+pub fn score_search_today(
+    file: &SearchFile,
+    target: &lanefold_plan::Target,
+    targets: &Targets,
+) -> Vec<Verdict> {
+    judged_problems(file, targets)
         .map(|problem| {
             let today = todays_pick(problem, target);
             let pick = today
@@ -229,7 +333,7 @@ pub fn score_search_today(file: &SearchFile, target: &lanefold_plan::Target) -> 
                         && (c.objective_p50.is_some() || c.duplicate_of.is_some())
                 })
             });
-            let mut v = automatic_verdict_at(problem, measured, &AUTOMATIC_TODAY);
+            let mut v = automatic_verdict_at(problem, measured, &targets.automatic_today);
             if let (Ok(plan), Some(at)) = (&today, measured) {
                 // Through a duplicate to the candidate that was measured.
                 let c = &problem.candidates[at];
@@ -329,18 +433,14 @@ fn kernel_differs(plan: &lanefold_plan::Plan, recorded: Option<&str>) -> bool {
     }
 }
 
-fn automatic_verdict(problem: &SearchProblem) -> Verdict {
-    automatic_verdict_at(problem, problem.automatic, &AUTOMATIC)
-}
-
 /// Candidate `at` (followed through duplicates) against the fresh winner.
 fn automatic_verdict_at(
     problem: &SearchProblem,
     mut at: Option<usize>,
-    family: &'static Family,
+    family: &Family,
 ) -> Verdict {
     let Criterion::Automatic { min_fraction } = family.criterion else {
-        unreachable!("target 4 is an Automatic criterion")
+        unreachable!("the automatic mapping has an Automatic criterion")
     };
     let mut misses = vec![];
     while let Some(dup) = at.and_then(|i| problem.candidates.get(i)?.duplicate_of) {
@@ -368,7 +468,7 @@ fn automatic_verdict_at(
     }
     Verdict {
         id: problem.id.clone(),
-        family: family.name,
+        family: family.name.clone(),
         rounds: 1,
         candidate_us: automatic_us,
         tbps: automatic_us.map(|us| problem.bytes_moved as f64 / us / 1e6),
@@ -436,24 +536,24 @@ pub fn standing(scored: &[Scored]) -> Vec<Sourced> {
 }
 
 /// A markdown table of verdicts, grouped by family, with a count per family.
-pub fn markdown(verdicts: &[Verdict]) -> String {
+pub fn markdown(verdicts: &[Verdict], targets: &Targets) -> String {
     let rows: Vec<(&Verdict, Option<&str>)> = verdicts.iter().map(|v| (v, None)).collect();
-    table(&rows)
+    table(&rows, targets)
 }
 
 /// [`markdown`] for a [`standing`], with each verdict's directory.
-pub fn standing_markdown(standing: &[Sourced]) -> String {
+pub fn standing_markdown(standing: &[Sourced], targets: &Targets) -> String {
     let rows: Vec<(&Verdict, Option<&str>)> = standing
         .iter()
         .map(|s| (&s.verdict, Some(s.source.as_str())))
         .collect();
-    table(&rows)
+    table(&rows, targets)
 }
 
-fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
+fn table(rows: &[(&Verdict, Option<&str>)], targets: &Targets) -> String {
     let mut md = String::new();
     let sourced = rows.iter().any(|(_, source)| source.is_some());
-    for family in ISSUE_6.iter().chain([&AUTOMATIC, &AUTOMATIC_TODAY]) {
+    for family in targets.all() {
         let mine: Vec<&(&Verdict, Option<&str>)> = rows
             .iter()
             .filter(|(v, _)| v.family == family.name)
@@ -468,22 +568,35 @@ fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
             family.name,
             mine.len()
         );
-        if family.name == AUTOMATIC.name {
-            md += "The automatic mapping as the binary that ran the search resolved it (a later mapper may pick otherwise); µs is its measured p50.\n\n";
+        // A search is one round: the automatic tables have no rounds column.
+        let automatic = matches!(family.criterion, Criterion::Automatic { .. });
+        if family.name == targets.automatic.name {
+            md += "The automatic mapping as the binary that ran the search resolved it (a later mapper may pick otherwise); µs is its measured p50.\n";
         }
-        if family.name == AUTOMATIC_TODAY.name {
-            md += "The automatic mapping of the binary writing this, looked up by layout among the candidates the search measured; µs is that candidate's measured p50.\n\n";
+        if family.name == targets.automatic_today.name {
+            md += "The automatic mapping of the binary writing this, looked up by layout among the candidates the search measured; µs is that candidate's measured p50.\n";
         }
+        if automatic {
+            md += "A met verdict shows the searched winner's p50 as a percentage of this layout's.\n\n";
+        }
+        let mut head = vec!["case"];
+        let mut align = vec!["---"];
+        if !automatic {
+            head.push("rounds");
+            align.push("---:");
+        }
+        head.extend(["µs", "TB/s", "verdict"]);
+        align.extend(["---:", "---:", "---"]);
         if sourced {
-            md += "| case | rounds | µs | TB/s | verdict | from |\n|---|---:|---:|---:|---|---|\n";
-        } else {
-            md += "| case | rounds | µs | TB/s | verdict |\n|---|---:|---:|---:|---|\n";
+            head.push("from");
+            align.push("---");
         }
+        let _ = writeln!(md, "| {} |\n|{}|", head.join(" | "), align.join("|"));
         for (v, source) in mine {
             let num = |x: Option<f64>, d: usize| x.map_or("—".into(), |x| format!("{x:.d$}"));
             let mut verdict = if v.met() {
                 match v.of_winner {
-                    Some(f) => format!("met at {:.0}% of the searched winner", 100.0 * f),
+                    Some(f) => format!("met, {:.0}%", 100.0 * f),
                     None => "met".to_string(),
                 }
             } else {
@@ -494,11 +607,13 @@ fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
             } else if v.kernel_changed {
                 verdict.push_str(" (today's kernel for this layout differs from the one measured)");
             }
+            let _ = write!(md, "| {} |", v.id);
+            if !automatic {
+                let _ = write!(md, " {} |", v.rounds);
+            }
             let _ = write!(
                 md,
-                "| {} | {} | {} | {} | {verdict} |",
-                v.id,
-                v.rounds,
+                " {} | {} | {verdict} |",
                 num(v.candidate_us, 2),
                 num(v.tbps, 2)
             );
@@ -517,6 +632,12 @@ fn table(rows: &[(&Verdict, Option<&str>)]) -> String {
 mod tests {
     use super::*;
 
+    /// The committed targets file.
+    fn targets() -> Targets {
+        let path = format!("{}/../../bench/targets.toml", env!("CARGO_MANIFEST_DIR"));
+        Targets::read(Path::new(&path)).unwrap()
+    }
+
     fn committed(dir: &str) -> ReplayFile {
         let path = format!(
             "{}/../../bench/results/{dir}/results.json",
@@ -529,7 +650,7 @@ mod tests {
     /// three peers): verdicts follow from its recorded numbers.
     #[test]
     fn large_shape_verdicts_follow_the_recorded_ratios() {
-        let verdicts = score(&committed("2026-11-29-large-final-replay-h200"));
+        let verdicts = score(&committed("2026-11-29-large-final-replay-h200"), &targets());
         assert_eq!(verdicts.len(), 24);
         let get = |id: &str| verdicts.iter().find(|v| v.id == id).unwrap();
         // sum f32 32768x4096: 4.53 TB/s, faster than eager and compile.
@@ -546,16 +667,16 @@ mod tests {
         assert!(res.misses.iter().any(|m| m.starts_with("torch-compile")));
         // Liger refuses residual_layernorm: no verdict on a peer that never ran.
         assert!(!res.misses.iter().any(|m| m.contains("liger")));
-        let md = markdown(&verdicts);
+        let md = markdown(&verdicts, &targets());
         assert!(md.contains("## Target 1 large shapes: "), "{md}");
     }
 
     /// The load-policy replay's 1024x4096 cases ran torch.compile and Liger
-    /// but no torch eager: target 3 cannot be met without it, and the
+    /// but no torch eager: short rows cannot be met without it, and the
     /// single call (14.8 µs on rmsnorm bf16) is above 10 µs.
     #[test]
     fn short_row_verdicts_need_both_torch_peers_and_a_fast_single_call() {
-        let verdicts = score(&committed("2026-11-29-loads-replay-h200"));
+        let verdicts = score(&committed("2026-11-29-loads-replay-h200"), &targets());
         let v = verdicts
             .iter()
             .find(|v| v.id == "rmsnorm/bf16/1024x4096")
@@ -569,7 +690,7 @@ mod tests {
         assert!(
             v.misses
                 .iter()
-                .any(|m| m.starts_with("single call 1") && m.ends_with("> 10 in a round")),
+                .any(|m| m.starts_with("single call ") && m.ends_with(" µs > 10 in a round")),
             "{:?}",
             v.misses
         );
@@ -583,22 +704,87 @@ mod tests {
 
     #[test]
     fn families_name_their_shapes_once() {
-        let mut all: Vec<&str> = ISSUE_6
+        let targets = targets();
+        let mut all: Vec<&str> = targets
+            .families
             .iter()
-            .flat_map(|f| f.shapes.iter().copied())
+            .flat_map(|f| f.shapes.iter().map(String::as_str))
             .collect();
         let n = all.len();
         all.sort();
         all.dedup();
         assert_eq!(all.len(), n);
-        assert_eq!(family_of("1024x262144").unwrap().name, "2 long rows");
-        assert!(family_of("3x64").is_none());
+        assert_eq!(
+            targets.family_of("1024x262144").unwrap().name,
+            "2 long rows"
+        );
+        assert!(targets.family_of("3x64").is_none());
+        let twice = "[[family]]\nname = \"a\"\nshapes = [\"1x2\"]\nmin_tbps = 1.0\n\
+                     [[family]]\nname = \"b\"\nshapes = [\"1x2\"]\nmin_tbps = 1.0\n\
+                     [automatic]\nname = \"c\"\nmin_fraction = 0.9\n";
+        let e = Targets::parse(twice).unwrap_err();
+        assert!(e.contains("shape 1x2 is in both"), "{e}");
     }
 
-    /// Target 4 from the committed searches of 2026-11-30: the automatic
+    /// The thresholds come from the targets file: the same replay meets
+    /// the large-shape bandwidth line at 4.0 TB/s and misses it at 4.6.
+    #[test]
+    fn a_changed_threshold_in_the_targets_file_changes_the_verdict() {
+        let file = committed("2026-11-29-large-final-replay-h200");
+        let sum = |targets: &Targets| {
+            score(&file, targets)
+                .into_iter()
+                .find(|v| v.id == "sum/f32/32768x4096")
+                .unwrap()
+        };
+        let committed_targets = targets();
+        assert!(sum(&committed_targets).met());
+        let path = format!("{}/../../bench/targets.toml", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.contains("min_tbps = 4.0"));
+        let stricter =
+            Targets::parse(&text.replacen("min_tbps = 4.0", "min_tbps = 4.6", 1)).unwrap();
+        let v = sum(&stricter);
+        assert_eq!(v.misses, vec!["4.53 TB/s < 4.6".to_string()]);
+        // A renamed family heads its table by the file's name.
+        let renamed = Targets::parse(&text.replace("1 large shapes", "big")).unwrap();
+        assert!(markdown(&[sum(&renamed)], &renamed).contains("## Target big: 1 of 1 cases met"));
+    }
+
+    /// A targets file that is not TOML, lacks a field, has an unknown one
+    /// or mixes criteria is refused with a message saying what is wrong.
+    #[test]
+    fn a_malformed_targets_file_is_refused_with_a_message() {
+        let e = Targets::parse("[[family]\nname = ").unwrap_err();
+        assert!(!e.is_empty());
+        let e = Targets::parse("[[family]]\nname = \"a\"\nshapes = [\"1x2\"]\nmin_tbps = 1.0\n")
+            .unwrap_err();
+        assert!(e.contains("automatic"), "{e}");
+        let unknown = "[[family]]\nname = \"a\"\nshapes = [\"1x2\"]\nmin_tbs = 1.0\n\
+                       [automatic]\nname = \"c\"\nmin_fraction = 0.9\n";
+        let e = Targets::parse(unknown).unwrap_err();
+        assert!(e.contains("min_tbs"), "{e}");
+        let both = "[[family]]\nname = \"a\"\nshapes = [\"1x2\"]\nmin_tbps = 1.0\n\
+                    max_single_us = 3.0\nmax_single_of_eager = 0.5\n\
+                    [automatic]\nname = \"c\"\nmin_fraction = 0.9\n";
+        let e = Targets::parse(both).unwrap_err();
+        assert!(e.contains("either min_tbps"), "{e}");
+        let negative = "[[family]]\nname = \"a\"\nshapes = [\"1x2\"]\nmin_tbps = -1.0\n\
+                        [automatic]\nname = \"c\"\nmin_fraction = 0.9\n";
+        let e = Targets::parse(negative).unwrap_err();
+        assert!(e.contains("positive"), "{e}");
+        let missing = Targets::read(Path::new("/nonexistent/targets.toml")).unwrap_err();
+        assert!(
+            missing.to_string().contains("/nonexistent/targets.toml"),
+            "{missing}"
+        );
+    }
+
+    /// The automatic mapping from the committed searches of 2026-11-30: the
     /// mapping against the fresh winner, through duplicates.
     #[test]
     fn automatic_mapping_verdicts_come_from_the_searches() {
+        let targets = targets();
         let search = |dir: &str| {
             let path = format!(
                 "{}/../../bench/results/{dir}/results.json",
@@ -606,7 +792,7 @@ mod tests {
             );
             SearchFile::read(std::path::Path::new(&path)).unwrap()
         };
-        let v = score_search(&search("2026-11-30-rmsnorm-1024-search-h200"));
+        let v = score_search(&search("2026-11-30-rmsnorm-1024-search-h200"), &targets);
         assert_eq!(v.len(), 2);
         let get = |v: &[Verdict], id: &str| v.iter().find(|x| x.id == id).unwrap().clone();
         // f32: the automatic W=256 V=4 U=4 is the winner's layout family.
@@ -617,9 +803,9 @@ mod tests {
         // beside "met" so a verdict near the 90% line is visible.
         let margin = f32.of_winner.unwrap();
         assert!((0.9..=1.05).contains(&margin), "{margin}");
-        let shown = format!("met at {:.0}% of the searched winner", 100.0 * margin);
+        let shown = format!("met, {:.0}%", 100.0 * margin);
         assert!(
-            markdown(std::slice::from_ref(&f32)).contains(&shown),
+            markdown(std::slice::from_ref(&f32), &targets).contains(&shown),
             "{shown}"
         );
         // bf16: the automatic W=64 V=8 (4.68 µs, measured as a duplicate
@@ -631,28 +817,32 @@ mod tests {
             "{:?}",
             bf16.misses
         );
-        // A single-call search ranks latency, not throughput: target 4
-        // does not judge it.
+        // A single-call search ranks latency, not throughput: the automatic
+        // mapping is not judged on it.
         let mut latency = search("2026-11-30-rmsnorm-1024-search-h200");
         latency.objective = crate::search::Objective::Single;
-        assert!(score_search(&latency).is_empty());
-        assert!(score_search_today(&latency, &lanefold_plan::Target::h200()).is_empty());
-        let v = score_search(&search("2026-11-30-residual-search-h200"));
+        assert!(score_search(&latency, &targets).is_empty());
+        assert!(score_search_today(&latency, &lanefold_plan::Target::h200(), &targets).is_empty());
+        let v = score_search(&search("2026-11-30-residual-search-h200"), &targets);
         let res = get(&v, "residual_layernorm/bf16/4096x32768");
         assert!(res.misses[0].contains("W=1024 V=8 U=2"), "{:?}", res.misses);
-        let md = markdown(&v);
+        let md = markdown(&v, &targets);
         assert!(md.contains("## Target 4 automatic mapping: "), "{md}");
 
         // Today's mapper, looked up among the measured layouts: the
         // register tie-break's pick for bf16 (W=128 V=8 U=4 G=2) was
         // measured at 4.10 µs, within 90% of the winner.
         let h200 = lanefold_plan::Target::h200();
-        let today = score_search_today(&search("2026-11-30-rmsnorm-1024-search-h200"), &h200);
+        let today = score_search_today(
+            &search("2026-11-30-rmsnorm-1024-search-h200"),
+            &h200,
+            &targets,
+        );
         let bf16 = get(&today, "rmsnorm/bf16/1024x4096");
         assert!(bf16.met(), "{:?}", bf16.misses);
         assert!((bf16.candidate_us.unwrap() - 4.098).abs() < 0.01);
         // A search that never measured today's pick says so.
-        let old = score_search_today(&search("2026-11-29-softmax-search-h200"), &h200);
+        let old = score_search_today(&search("2026-11-29-softmax-search-h200"), &h200, &targets);
         let f32 = get(&old, "softmax/f32/32768x4096");
         assert!(
             f32.misses[0].contains("was not measured here"),
@@ -665,24 +855,32 @@ mod tests {
         assert!(bf16.todays_default.is_none());
         // A search run with a policy the default does not take (the
         // online normalizer at 1024x4096) is marked likewise.
-        let online = score_search_today(&search("2026-11-30-grid-online-search-h200"), &h200);
+        let online = score_search_today(
+            &search("2026-11-30-grid-online-search-h200"),
+            &h200,
+            &targets,
+        );
         let ce = get(&online, "cross_entropy/f32/1024x4096");
         assert!(ce.todays_default.is_some(), "{ce:?}");
-        let plain = score_search_today(&search("2026-11-30-grid-1024x4096-search-h200"), &h200);
+        let plain = score_search_today(
+            &search("2026-11-30-grid-1024x4096-search-h200"),
+            &h200,
+            &targets,
+        );
         let ce = get(&plain, "cross_entropy/f32/1024x4096");
         assert!(ce.todays_default.is_none() && ce.met(), "{ce:?}");
     }
 
-    /// Session 12's replay measured sum f32 1024x4096's layout before pack
-    /// addresses were folded (session 15): same description, another
-    /// kernel, and the verdict says so; session 18's replay measured
-    /// today's kernel. The standing prefers neither by this mark.
+    /// A 2026-11-30 replay measured sum f32 1024x4096's layout before pack
+    /// addresses were folded: same description, another kernel, and the
+    /// verdict says so; a 2026-12-01 replay measured today's kernel. The
+    /// standing prefers neither by this mark.
     #[test]
     fn regression_a_verdict_on_an_older_kernel_of_todays_layout_is_marked() {
         let h200 = lanefold_plan::Target::h200();
         let mark = |dir: &str| {
             let file = committed(dir);
-            let mut verdicts = score(&file);
+            let mut verdicts = score(&file, &targets());
             mark_todays_default(&mut verdicts, &file, &h200);
             verdicts
                 .into_iter()
@@ -699,20 +897,20 @@ mod tests {
             new.todays_default.is_none() && !new.kernel_changed,
             "{new:?}"
         );
-        let md = markdown(&[old]);
+        let md = markdown(&[old], &targets());
         assert!(md.contains("differs from the one measured"), "{md}");
     }
 
-    /// A replay of session 4's layouts: where today's default maps a case
+    /// A replay of 2026-11-30's large-shape layouts: where today's default maps a case
     /// otherwise, the verdict says so (and only there).
     #[test]
     fn replay_verdicts_name_a_different_default_of_today() {
         let file = committed("2026-11-30-large-aa-h200");
-        let mut verdicts = score(&file);
+        let mut verdicts = score(&file, &targets());
         mark_todays_default(&mut verdicts, &file, &lanefold_plan::Target::h200());
         let get = |id: &str| verdicts.iter().find(|v| v.id == id).unwrap();
         let res = get("residual_layernorm/bf16/4096x32768");
-        // Today's default there keeps h resident (session 17).
+        // Today's default there keeps h resident.
         assert!(
             res.todays_default.as_deref().is_some_and(|t| t.contains(
                 "W=512 V=8 U=4 G=1 registers ordered-columns packed-resident rounded-resident"
@@ -721,7 +919,7 @@ mod tests {
             res.todays_default
         );
         // residual_layernorm f32 32768x4096 still maps as recorded; rmsnorm f32
-        // there streams since session 13.
+        // there streams now.
         assert_eq!(
             get("residual_layernorm/f32/32768x4096").todays_default,
             None
@@ -730,13 +928,13 @@ mod tests {
             .todays_default
             .as_deref()
             .is_some_and(|t| t.contains("W=512 V=4 U=4 G=1 stream reread-hints")));
-        assert!(markdown(&verdicts).contains("(not today's default: "));
+        assert!(markdown(&verdicts, &targets()).contains("(not today's default: "));
     }
 
     fn verdict(id: &str, met: bool, todays_default: Option<&str>) -> Verdict {
         Verdict {
             id: id.into(),
-            family: ISSUE_6[1].name,
+            family: "2 long rows".into(),
             rounds: 2,
             candidate_us: Some(1.0),
             tbps: Some(if met { 4.0 } else { 3.0 }),
@@ -793,7 +991,7 @@ mod tests {
         assert!(!get(case).verdict.met());
         assert_eq!(get(other).source, "c-experiment");
         assert!(get(other).verdict.todays_default.is_some());
-        let md = standing_markdown(&standing);
+        let md = standing_markdown(&standing, &targets());
         assert!(
             md.contains("## Target 2 long rows: 1 of 2 cases met"),
             "{md}"

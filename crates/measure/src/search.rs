@@ -1,5 +1,4 @@
-//! `lanefold search`: a finite layout search with an explicit objective
-//! (DESIGN.md §6).
+//! `lanefold search`: a finite layout search with an explicit objective.
 //!
 //! Per problem (operator x dtype x shape) the W x V x U product is
 //! enumerated over a base request (0 = automatic). Refused candidates are

@@ -5,7 +5,7 @@ use crate::target::Target;
 use lanefold_ir::{BufferKind, Instr};
 use serde::{Deserialize, Serialize};
 
-/// The features a policy may use (DESIGN.md §3).
+/// The features a policy may use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Features {
     pub pack: u32,
@@ -111,7 +111,7 @@ pub trait CostPolicy {
 /// the row span and the tail after the H200 sum search over W x V x U
 /// (`bench/results/2026-11-29-sum-unroll-search-h200`), where v2 predicted
 /// every candidate equal and its pick ran at 0.71-0.86x of the best, and
-/// the cluster cost after the 4096x32768 W search; see bench/NOTES.md. v4
+/// the cluster cost after the 4096x32768 W search. v4
 /// (2026-11-30) prices a pushed cluster exchange at 0.8 µs instead of the
 /// fenced barrier's 2.5 (no pick of a committed search moved).
 pub struct RooflinePolicy;
@@ -206,7 +206,7 @@ impl CostPolicy for RooflinePolicy {
             // 8-group clusters ran 1.6-2.5x slower than W=512 on 4096x32768
             // (2026-11-29-wide-rows-search-h200). Pushed partials wait on
             // a local mbarrier instead of a fenced cluster barrier
-            // (sessions 10-11: softmax f32 4096x131072 1134 -> 1034 µs,
+            // (softmax f32 4096x131072 1134 -> 1034 µs,
             // where 2.5 predicted 1602).
             + match (t.groups > 1, plan.pushed_cluster_reduce) {
                 (false, _) => 0.0,
@@ -296,7 +296,7 @@ mod tests {
         assert!(f.passes > 1.9, "{}", f.passes);
     }
 
-    /// Regression (session 11): pushed cluster plans were priced at the
+    /// Regression: pushed cluster plans were priced at the
     /// fenced barrier's 2.5 µs per phase and wave, 1.5-1.8x over their
     /// H200 times. Today's automatic plans against their measured p50s
     /// (gpu phase, A/A replays or paired benches named beside each);

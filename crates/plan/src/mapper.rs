@@ -273,7 +273,7 @@ pub struct LayoutRequest {
     pub ordered_columns: bool,
     /// Issue hinted loads (streaming, re-read, kept or L1-bypassing) without
     /// `.nc`, so ptxas keeps each below the stores before it, as lanefold's
-    /// kernels did before session 14: fewer loads in flight in a re-read
+    /// older kernels did: fewer loads in flight in a re-read
     /// phase, and fewer registers. A scheduling choice only: same bits.
     /// Not part of the plan's description or the kernel's name (the
     /// source, whose hash every result records, tells the two apart).
@@ -324,10 +324,11 @@ pub struct LayoutRequest {
 
 impl LayoutRequest {
     /// An automatic request with the arithmetic variants that paired H200
-    /// measurements showed faster for this operator and row length
-    /// (bench/NOTES.md campaign 7); every other request as given, so an
-    /// explicit layout (a search candidate, a frozen replay) keeps its
-    /// recorded arithmetic.
+    /// measurements showed faster for this operator and row length; every
+    /// other request as given, so an explicit layout (a search candidate,
+    /// a frozen replay) keeps its recorded arithmetic. The measurements
+    /// below are paired benches whose directories are in git history at
+    /// 2d680226 unless named.
     ///
     /// - cross_entropy on rows over 32768: the online normalizer. The row
     ///   is then read once with nothing held resident, so one streaming
@@ -337,20 +338,15 @@ impl LayoutRequest {
     ///   reads once and bf16 became 10-13% slower (the extra exp work).
     /// - layernorm on rows of 131072 and more: one-pass moments (bf16
     ///   4096x131072 882 -> 703 µs; f32 and the shorter rows within 4%
-    ///   either way then, residual_layernorm included). f32 since session
-    ///   11, on the pushed cluster: 4096x131072 1149 -> 1132 µs,
-    ///   1024x262144 635 -> 633 (call 47, `ln-long-f32-om-ob0-h200`); its
-    ///   A/A replay `ln-long-f32-om-aa-h200` 1128 and 629. Rows of 32768
-    ///   since session 13 (call 63, `ln-w32k-om-replay-h200`, paired with
-    ///   all three peers, 2 rounds): f32 283.7 -> 278.0 µs, bf16 149.9 ->
-    ///   143.5.
+    ///   either way then, residual_layernorm included). f32 on the pushed
+    ///   cluster: 4096x131072 1149 -> 1132 µs, 1024x262144 635 -> 633 (A/A
+    ///   1128 and 629). Rows of 32768 (paired with all three peers, 2
+    ///   rounds): f32 283.7 -> 278.0 µs, bf16 149.9 -> 143.5.
     /// - rmsnorm bf16 on rows of 262144 and more: the weight staged in
-    ///   shared memory by `cp.async` (campaign 8: 1024x262144 370 -> 349;
-    ///   4096x131072 588 -> 828, so not there). f32 staged from 131072
-    ///   until session 11 (campaign 8: 1.10-1.13x on the fenced form) and
-    ///   pushes unstaged now (below).
+    ///   shared memory by `cp.async` (1024x262144 370 -> 349; 4096x131072
+    ///   588 -> 828, so not there). f32 pushes unstaged (below).
     /// - 16-bit rows of 131072 and more: resident tiles packed two values
-    ///   per register (session 9, every operator holding a tile, both long
+    ///   per register (every operator holding a tile, both long
     ///   shapes: 1.01-1.25x; softmax 4096x131072 691 -> 645 µs), and
     ///   softmax rows of 32768 and more: its one-group register plan on
     ///   4096x32768 drops from 124 to 64 registers and beats the streamed
@@ -360,38 +356,30 @@ impl LayoutRequest {
     ///   rmsnorm and layernorm on 4096x32768, where the one-group plan
     ///   keeps 110-123 registers (136.4 and 149.1 µs against 128.5 streamed
     ///   and 149.6).
-    /// - rows of 131072 and more, which span a cluster (session 10, call
-    ///   37, `exit-{fenced,relaxed,pushed}-h200`): softmax in both dtypes
-    ///   and the norms in bf16 push their partials with `st.async`
-    ///   (1.10-1.34x; softmax f32 4096x131072 1134 -> 1034 µs, bf16
-    ///   1024x262144 347 -> 260); the f32 norms then took the relaxed exit
-    ///   (1.02-1.07x), where pushing was 0.95-1.01x beside the staged
-    ///   weight and layernorm's promise of three groups. Session 11: the
-    ///   f32 norms push too. Layernorm f32 without session 9's promise
-    ///   (104 registers, no spill; with it, 104 bytes spilled; call 43,
-    ///   `ln-long-{v10-default,pushed-ob0}-h200`): 4096x131072 1223 ->
-    ///   1152 µs, 1024x262144 681 -> 633. rmsnorm f32 without the staged
-    ///   weight: 1024x262144 576 -> 561 (`rms-long-pushed-unstaged-h200`),
-    ///   4096x131072 1094 -> 1050 (call 45,
-    ///   `rms-131072-pushed-unstaged-h200`). Call 39
-    ///   (`exit2-{rln,ce}-*-h200`): residual_layernorm pushes on every
-    ///   cluster plan from rows of 32768 (f32 4096x32768 651 -> 522 µs;
-    ///   the long rows 1.22-1.37x), cross_entropy 1024x262144 too
-    ///   (1.02-1.04x; on 4096x131072 it runs in one group, no cluster).
+    /// - rows of 131072 and more, which span a cluster: every operator's
+    ///   groups push their partials with `st.async` (softmax and the bf16
+    ///   norms 1.10-1.34x against the fenced exit; softmax f32 4096x131072
+    ///   1134 -> 1034 µs, bf16 1024x262144 347 -> 260). Layernorm f32
+    ///   pushes without a promise of three groups (104 registers, no
+    ///   spill; with it, 104 bytes spilled): 4096x131072 1223 -> 1152 µs,
+    ///   1024x262144 681 -> 633. rmsnorm f32 pushes without the staged
+    ///   weight: 1024x262144 576 -> 561, 4096x131072 1094 -> 1050.
+    ///   residual_layernorm pushes on every cluster plan from rows of
+    ///   32768 (f32 4096x32768 651 -> 522 µs; the long rows 1.22-1.37x),
+    ///   cross_entropy 1024x262144 too (1.02-1.04x; on 4096x131072 it
+    ///   runs in one group, no cluster).
     /// - layernorm on rows of 4096-8192 larger than the L2: one-pass
     ///   moments, for the two-pass streamed plan of
-    ///   [`whole_row_stream_instead`] (session 13, calls 61 and 64).
+    ///   [`whole_row_stream_instead`].
     /// - fewer rows than multiprocessors, layernorm and residual_layernorm:
     ///   one-pass moments, one reduction phase instead of two on a
-    ///   latency-bound row (session 12, call 57,
-    ///   `few-norms-om-replay-h200`: 1.02-1.13x on all 24 cases of 1x127,
-    ///   17x257 and 1-64 x 4096 in both dtypes, paired in 3 rounds).
+    ///   latency-bound row (1.02-1.13x on all 24 cases of 1x127, 17x257
+    ///   and 1-64 x 4096 in both dtypes, paired in 3 rounds).
     /// - layernorm f32 on rows of 131072 and more: the first chunk's
-    ///   weight and bias loaded before the cluster's exchange (session 22,
-    ///   call 119, `lnf-ec1-replay-h200`, paired in 3 rounds: 4096x131072
-    ///   1.009-1.016x, 1024x262144 1.019-1.021x; not bf16, where the
-    ///   second group on each SM already covers the wait, nor rmsnorm f32,
-    ///   whose registers went 80 -> 106, call 118).
+    ///   weight and bias loaded before the cluster's exchange (paired in 3
+    ///   rounds: 4096x131072 1.009-1.016x, 1024x262144 1.019-1.021x; not
+    ///   bf16, where the second group on each SM already covers the wait,
+    ///   nor rmsnorm f32, whose registers went 80 -> 106).
     pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
         if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
             return *self;
@@ -425,8 +413,8 @@ impl LayoutRequest {
                     request.early_columns = 1;
                 }
             }
-            // Streamed in two passes, as Inductor's Welford loop (session
-            // 13, calls 61 and 64; see [`whole_row_stream_instead`]).
+            // Streamed in two passes, as Inductor's Welford loop (see
+            // [`whole_row_stream_instead`]).
             // The two rules below depend on the row count, so a
             // batch-invariant request skips them: one-pass moments changes
             // the bits (regression test
@@ -435,7 +423,7 @@ impl LayoutRequest {
                 request.one_pass_moments = true;
             }
             // Few rows: each row's time is its latency, and one reduction
-            // phase fewer shows (session 12, call 57, paired).
+            // phase fewer shows (paired).
             Some(Operator::Layernorm | Operator::ResidualLayernorm)
                 if !self.batch_invariant
                     && problem.shape.rows < target.multiprocessors as usize =>
@@ -516,7 +504,7 @@ pub enum MapperPolicy {
     /// The legal (W, V) with the lowest cost-model prediction, over W a
     /// power of two from 8 to the target's widest row and V in 1, 2, 4, 8.
     /// The default: on the H200 it reached 0.945-1.05x of the searched
-    /// winners (bench/NOTES.md), where the seed's V=1 lost up to 2x.
+    /// winners, where the seed's V=1 lost up to 2x.
     #[default]
     Model,
 }
@@ -609,15 +597,15 @@ pub struct Plan {
     /// See [`LayoutRequest::l1_columns`]; false without column inputs.
     pub l1_columns: bool,
     /// The worker index is opaque to the compiler, so that each pack's
-    /// address is one per-thread base plus an immediate (session 15). Known
+    /// address is one per-thread base plus an immediate. Known
     /// to be below the group size, `w` has bits disjoint from every pack's
     /// offset, and the compiler otherwise merges the two by OR and builds
-    /// a 64-bit address per pack. Register plans fold (call 74: layernorm
+    /// a 64-bit address per pack. Register plans fold (layernorm
     /// 4096x32768 f32 280.1 -> 269.9 µs); streamed plans only under an
     /// occupancy cap (their re-reads miss L1 when more groups share an SM,
     /// rmsnorm f32 4096x32768 265.1 -> 298.8 µs). Not on a row of one
     /// scalar pack per worker, where there is nothing to fold and the
-    /// opaque index only costs (call 98: the twelve 1x127 defaults ran
+    /// opaque index only costs (the twelve 1x127 defaults ran
     /// 1.015-1.095x faster unfolded; one vector pack per worker, bf16 rows
     /// of 4096 at W=512, ran alike, 0.996-1.002x, and stays folded).
     pub folded_pack_addresses: bool,
@@ -1011,7 +999,7 @@ impl ModelScore {
 /// by the mapper and the test that holds it against the H200 searches.
 /// Ranked by (re-reads resident tiles, predicted µs): on the H200 every
 /// streamed pick the model made ran 3-7x slower than register plans of the
-/// same problem (bench/NOTES.md, 2026-11-29 large shapes), so a streamed
+/// same problem (the 2026-11-29 large-shape searches), so a streamed
 /// plan is chosen only when no register plan is legal. Predictions within
 /// 2% are a tie the model cannot resolve; the tie goes to the plan with
 /// the fewest groups per row (a cluster costs barriers the model prices
@@ -1179,12 +1167,11 @@ fn rule_beside_model(
 /// group per multiprocessor (occupancy cap 1, so L1 holds the row for its
 /// re-reads), promised to the compiler (`__launch_bounds__(1024, 1)`:
 /// 62-64 registers instead of 32, so a phase's eight loads are in flight
-/// at once, as in Inductor's kernel), with batched loads. Session 15,
-/// call 79, A/A with all three peers: rmsnorm f32 4096x32768 252.6 µs
-/// against 263.8 (`2026-12-01-cpb-rms-aa-h200`), layernorm f32 258.1
-/// against 268.4 (`-cpb-ln-aa-`), residual_layernorm bf16 269.5 against
-/// 284.7 (`-cpb-rln-aa-`). Rows of 64 KiB (rmsnorm, layernorm, softmax
-/// bf16) and softmax f32 ran slower so (call 78).
+/// at once, as in Inductor's kernel), with batched loads. A/A with all
+/// three peers: rmsnorm f32 4096x32768 252.6 µs against 263.8
+/// (`2026-12-01-cpb-rms-aa-h200`), layernorm f32 258.1 against 268.4
+/// (`-cpb-ln-aa-`), residual_layernorm bf16 269.5 against 284.7. Rows of 64 KiB (rmsnorm, layernorm, softmax
+/// bf16) and softmax f32 ran slower so.
 fn one_row_per_multiprocessor(
     problem: &Problem,
     target: &Target,
@@ -1243,8 +1230,7 @@ fn layout_rule_beside_model(
             why: format!(
                 "fewer rows than multiprocessors: at most {} workers per row, every pack \
                  in flight (one block reduction over fewer warps; 1.05-1.22x on \
-                 1-64 x 4096 in 2026-11-30-grid-decode-search-h200 and \
-                 -grid-64x4096-search-h200, bench/NOTES.md campaign 12)",
+                 1-64 x 4096 in the H200 grid searches of 2026-11-30)",
                 narrower.workers
             ),
         }));
@@ -1255,7 +1241,7 @@ fn layout_rule_beside_model(
             model_plan,
             why: "rows of 4096-8192 larger than the L2: streamed with re-read hints, the \
                   whole row in one chunk per pass (1.02-1.05x over the model's picks in \
-                  2026-11-30-t1s-*-h200; bench/NOTES.md campaign 13)"
+                  2026-11-30-t1s-*-h200)"
                 .to_string(),
         }));
     }
@@ -1265,15 +1251,14 @@ fn layout_rule_beside_model(
             model_plan,
             why: "a streamed plan with re-read hints (64 private slots per thread compile \
                   to 108-128 registers on sm_90; the streamed plans measured 1.02-1.11x \
-                  faster, bench/NOTES.md campaign 6)"
+                  faster)"
                 .to_string(),
         }),
     )
 }
 
 /// Shapes where the H200 search's winner beat the model's pick by more
-/// than 10% for a reason the model cannot see (bench/NOTES.md campaigns 6
-/// and 7): the winner's layout, taken as measured, on that operator, dtype
+/// than 10% for a reason the model cannot see: the winner's layout, taken as measured, on that operator, dtype
 /// and row length, at the row count searched or, where the form was
 /// measured ahead at several, at every row count from the least of them
 /// (`WinnerRows`). The model's view of each miss:
@@ -1289,17 +1274,17 @@ fn layout_rule_beside_model(
 /// - cross_entropy bf16 1024x4096: W=128 V=4 in 512 groups against the
 ///   model's W=64 V=8 in 256 (less than one wave): 3.21 µs against 3.59.
 /// - softmax bf16 1024x4096: W=128 V=8 in 512 groups of two rows at 62
-///   registers against the model's W=64 V=8 U=4 in groups of four at 119
-///   (session 12): 4.21 µs against 4.84. On session 20's kernels 8-byte
-///   packs (W=256 V=4) ran 4.19 against its 4.30.
+///   registers against the model's W=64 V=8 U=4 in groups of four at 119:
+///   4.21 µs against 4.84. On today's kernels 8-byte packs (W=256 V=4)
+///   ran 4.19 against its 4.30.
 /// - rmsnorm f32 1024x4096: W=512 V=4 (two packs per worker, two waves of
 ///   512-thread groups) against the model's W=256 (one wave): 5.95 µs
 ///   against 7.02, in L2; the model ranks W=512 19th of 30.
-/// - layernorm f32 and bf16, residual_layernorm bf16 at 1024x4096 (session
-///   18, searches ranked by synchronized single calls, which also record
+/// - layernorm f32 and bf16, residual_layernorm bf16 at 1024x4096
+///   (searches ranked by synchronized single calls, which also record
 ///   the gpu phase): the model's groups of two or four rows compile to
 ///   77-132 registers; wider groups of one row ran 1.05-1.24x faster in the
-///   gpu phase and 0.8-2.8 µs faster per single call. Session 20's grid
+///   gpu phase and 0.8-2.8 µs faster per single call. A later grid
 ///   (V=4 and 8, today's kernels) put 8-byte packs ahead at 16-bit:
 ///   layernorm bf16 W=128 V=4 G=2 at 4.11 against W=256 V=8's 4.51 µs,
 ///   residual_layernorm bf16 W=256 V=4 at 6.07 against 6.37.
@@ -1383,7 +1368,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
             request.ordered_columns = true;
             request.one_pass_moments = true;
         },
-        evidence: "2026-12-01-rt-aa-h200 (h kept resident, packed: 64 registers under the promise of two groups; A/A with all three peers), 265.0 against the streamed W=1024 plan's 269.3 µs (2026-12-01-rt-ref-h200, the same call), which had replaced the model's cluster (2026-11-30-residual-search-h200, 312 against 362)",
+        evidence: "2026-12-01-rt-aa-h200 (h kept resident, packed: 64 registers under the promise of two groups; A/A with all three peers), 265.0 against the streamed W=1024 plan's 269.3 µs (its reference side, measured beside it), which had replaced the model's cluster (2026-11-30-residual-search-h200, 312 against 362)",
     },
     SearchedWinner {
         op: Operator::Layernorm,
@@ -1400,13 +1385,13 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         occupancy: 0,
         // Two chunks of columns loaded before the exchange (64 registers,
         // still two groups per SM) under the cap's carve-out (the cap
-        // alone changed nothing, call 129); shared chunks beside them
-        // were 1-9% slower (call 133). The columns load evict-last, so
-        // the stream of x does not push them out of L2 (1.2%, calls 137
-        // and 139; layernorm f32 lost 8% with it, rmsnorm bf16 nothing).
+        // alone changed nothing); shared chunks beside them
+        // were 1-9% slower. The columns load evict-last, so
+        // the stream of x does not push them out of L2 (1.2%; layernorm
+        // f32 lost 8% with it, rmsnorm bf16 nothing).
         // Each group asks L2 for its share of the row 8 ahead as it starts
-        // (6%: 270-272 µs at 4-15 rows ahead, 279 at 20, 349 at 30; calls
-        // 142-143; layernorm f32 and rmsnorm bf16 lost 2-5%, softmax bf16
+        // (6%: 270-272 µs at 4-15 rows ahead, 279 at 20, 349 at 30;
+        // layernorm f32 and rmsnorm bf16 lost 2-5%, softmax bf16
         // unchanged).
         variants: |request| {
             request.early_columns = 2;
@@ -1414,12 +1399,12 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
             request.keep_columns = true;
             request.l2_prefetch_rows = 8;
         },
-        evidence: "2026-12-02-blp-replay-h200 (the row 15 ahead prefetched into L2, paired with the default and both torch peers, 3 rounds: 271.9 against 289.3 µs, 1.064x in round 2, 3.95 TB/s; 4, 8 and 11 rows ahead ran 272.3, 271.8 and 270.3 in one bench each, 2026-12-02-blq-*-h200), which had won 2026-12-02-bxl-replay-h200 and 2026-12-02-bkc-replay-h200 (the columns evict-last, paired with the default and both torch peers, 3 rounds each: 287.96 and 288.37 against 291.4 µs, 1.009-1.012x every round), which had won 2026-12-01-bxs-replay-h200 (two early chunks of columns under an occupancy cap of 2, paired with the default and both torch peers, 3 rounds: 291.5 against 293.8 µs, 1.007-1.009x every round), which had won 293.9 in clusters of eight 512-thread groups (61 registers, packed words stay packed) against sixteen 256-thread groups' 302.6 µs (2026-12-01-g512-ln-1024-aa-h200, 2026-12-01-pk-long-aa-h200)",
+        evidence: "2026-12-02-l2d-replay-h200 (the row 8 ahead prefetched into L2, paired with the plan before it and both torch peers, 3 rounds: 271.9 against 290.8 µs, 1.067-1.069x, 3.95 TB/s; 4, 11 and 15 rows ahead ran 272.3, 270.3 and 271.9), which had won (the columns evict-last, paired with the default and both torch peers, 3 rounds each: 287.96 and 288.37 against 291.4 µs, 1.009-1.012x every round), which had won (two early chunks of columns under an occupancy cap of 2, paired with the default and both torch peers, 3 rounds: 291.5 against 293.8 µs, 1.007-1.009x every round), which had won 293.9 in clusters of eight 512-thread groups (61 registers, packed words stay packed) against sixteen 256-thread groups' 302.6 µs (2026-12-01-pk-long-aa-h200); the steps before the prefetch are in git history at 2d680226",
     },
     SearchedWinner {
         op: Operator::Layernorm,
         dtype: DType::F32,
-        // Measured ahead at 512-2048 rows (calls 135, 138).
+        // Measured ahead at 512-2048 rows.
         rows: WinnerRows::AtLeast(512),
         n: 262144,
         workers: 4096,
@@ -1437,12 +1422,12 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         // columns before the exchange (64 registers; early columns off
         // cost 8.8%, 13 shared chunks 5%).
         variants: |request| hold_chunks_shared_and_columns_early(request, 2),
-        evidence: "2026-12-01-ecx-replay-h200 (10 shared chunks and two chunks of early columns under an occupancy cap of 2, paired with 12 shared chunks and one early chunk and both torch peers, 3 rounds: 558.3 µs, 3.85 TB/s; at 2048 rows 2026-12-02-r262-replay-h200, 1095.9 against the model's sixteen 256-thread groups' 1221 µs, every round ahead, and 512 rows 287.6 against 309.4 in one bench, 2026-12-02-q262-*-h200), which had won 570.6 against 598.6 µs (2026-12-01-lnf-sh12-replay-h200) and 612.8 against sixteen 256-thread groups' 629.4 (2026-12-01-g512f-g512-f32-h200)",
+        evidence: "2026-12-01-ecx-replay-h200 (10 shared chunks and two chunks of early columns under an occupancy cap of 2, paired with 12 shared chunks and one early chunk and both torch peers, 3 rounds: 558.3 µs, 3.85 TB/s; at 2048 rows 1095.9 against the model's sixteen 256-thread groups' 1221 µs, every round ahead, and 512 rows 287.6 against 309.4 in one bench), which had won 570.6 against 598.6 µs and 612.8 against sixteen 256-thread groups' 629.4 (those in git history at 2d680226)",
     },
     SearchedWinner {
         op: Operator::Layernorm,
         dtype: DType::F32,
-        // Measured ahead at 2048-8192 rows (call 138).
+        // Measured ahead at 2048-8192 rows.
         rows: WinnerRows::AtLeast(512),
         n: 131072,
         workers: 2048,
@@ -1458,7 +1443,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         // four 256-thread groups per SM instead of two under the cap's
         // carve-out.
         variants: |request| hold_chunks_shared_and_columns_early(request, 4),
-        evidence: "2026-12-01-l131-replay-h200 (10 shared chunks and two early chunks under an occupancy cap of 4, paired with the default and both torch peers, 3 rounds: 1053.9 against 1113.1 µs, 1.055-1.057x every round, 4.08 TB/s; 8192 and 2048 rows 1.059x and 1.057x in one bench each, 2026-12-02-o131-*-h200 and -t131-*-h200); clusters of four 512-thread groups with the same chunks ran 1071.8 in one bench (2026-12-01-l131-c4-sh10-ec2-h200)",
+        evidence: "2026-12-01-l131-replay-h200 (10 shared chunks and two early chunks under an occupancy cap of 4, paired with the default and both torch peers, 3 rounds: 1053.9 against 1113.1 µs, 1.055-1.057x every round, 4.08 TB/s; 8192 and 2048 rows 1.059x and 1.057x in one bench each); clusters of four 512-thread groups with the same chunks ran 1071.8 in one bench (those in git history at 2d680226)",
     },
     SearchedWinner {
         op: Operator::Rmsnorm,
@@ -1474,7 +1459,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-11-30-t4-rmsnorm-bf16-4096x131072-h200, 591 against 664 µs",
+        evidence: "591 against 664 µs on 2026-11-30 (in git history at 2d680226); on today's kernels 2026-12-01-t4-rmsnorm-bf16-4096x131072-s20-h200's winner at 538 µs",
     },
     SearchedWinner {
         op: Operator::CrossEntropy,
@@ -1490,7 +1475,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-11-30-t4-cross_entropy-bf16-1024x4096-h200, 3.21 against 3.59 µs",
+        evidence: "3.21 against 3.59 µs in a 2026-11-30 search (in git history at 2d680226)",
     },
     SearchedWinner {
         op: Operator::Softmax,
@@ -1506,7 +1491,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 4.19 against W=128 V=8 U=1 G=2's 4.30 µs, which had won on session 12's kernels (2026-11-30-grid-1024x4096-search-h200, 4.21 against 4.84)",
+        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 4.19 against W=128 V=8 U=1 G=2's 4.30 µs, which had won on 2026-11-30's kernels (2026-11-30-grid-1024x4096-search-h200, 4.21 against 4.84)",
     },
     SearchedWinner {
         op: Operator::Rmsnorm,
@@ -1522,7 +1507,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-11-30-rms-f32-1024-search-h200 and -grid-1024x4096-, 5.95 against 7.02 µs",
+        evidence: "2026-11-30-grid-1024x4096-search-h200 and a 2026-11-30 rmsnorm search (in git history at 2d680226), 5.95 against 7.02 µs",
     },
     SearchedWinner {
         op: Operator::Layernorm,
@@ -1538,7 +1523,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels; V=4 was not among session 18's candidates), 4.11 against W=256 V=8 U=2's 4.51 µs, which had beaten the model's W=64 V=8 U=4 G=4 (2026-12-01-lat-layernorm-bf16-1024x4096-h200: 4.57 against 5.65 µs, single call 9.38 against 10.41)",
+        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels; V=4 was not among the earlier search's candidates), 4.11 against W=256 V=8 U=2's 4.51 µs, which had beaten the model's W=64 V=8 U=4 G=4 in a search ranked by single calls (in git history at 2d680226): 4.57 against 5.65 µs, a single call took 9.38 against 10.41",
     },
     SearchedWinner {
         op: Operator::Layernorm,
@@ -1554,7 +1539,7 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-12-01-lat-layernorm-f32-1024x4096-h200 (ranked by single calls): 6.61 against the model's W=256 at 7.11 µs in the gpu phase, single call 11.71 against 12.49",
+        evidence: "a search ranked by single calls (in git history at 2d680226): 6.61 against the model's W=256 at 7.11 µs in the gpu phase, a single call took 11.71 against 12.49",
     },
     SearchedWinner {
         op: Operator::ResidualLayernorm,
@@ -1570,11 +1555,11 @@ const SEARCHED_WINNERS: [SearchedWinner; 12] = [
         reread_hints: false,
         occupancy: 0,
         variants: |_| {},
-        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 6.07 against W=128 V=8 U=4 G=2's 6.37 µs, which had beaten the model's W=256 V=8 U=2 (2026-12-01-lat-residual_layernorm-bf16-1024x4096-h200: 6.27 against 6.57 µs, single call 11.01 against 13.77)",
+        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 6.07 against W=128 V=8 U=4 G=2's 6.37 µs, which had beaten the model's W=256 V=8 U=2 in a search ranked by single calls (in git history at 2d680226): 6.27 against 6.57 µs, a single call took 11.01 against 13.77",
     },
 ];
 
-/// The layernorm f32 form of 64 slots a thread (session 24): 10 of 16
+/// The layernorm f32 form of 64 slots a thread: 10 of 16
 /// chunks in shared memory, two chunks of columns loaded before the
 /// exchange in the registers that frees, under a cap of `groups` per SM.
 fn hold_chunks_shared_and_columns_early(request: &mut LayoutRequest, groups: u32) {
@@ -1640,43 +1625,43 @@ pub fn automatic_note(
         let variants = [
             (
                 measured.online_normalizer && !request.online_normalizer,
-                "the online normalizer (one read of each row, nothing resident), campaign 7",
+                "the online normalizer (one read of each row, nothing resident)",
             ),
             (
                 measured.one_pass_moments && !request.one_pass_moments,
-                "one-pass moments (two phases instead of three), campaigns 7, 12 and 13",
+                "one-pass moments (two phases instead of three)",
             ),
             (
                 measured.stage_columns && !request.stage_columns,
-                "the weight staged in shared memory while the row is reduced, campaign 8",
+                "the weight staged in shared memory while the row is reduced",
             ),
             (
                 measured.pack_resident && !request.pack_resident,
-                "resident 16-bit tiles packed two values per register, campaign 9",
+                "resident 16-bit tiles packed two values per register",
             ),
             (
                 measured.ordered_columns && !request.ordered_columns,
-                "weight and bias loaded a chunk at a time below the stores before them, campaign 16",
+                "weight and bias loaded a chunk at a time below the stores before them",
             ),
             (
                 measured.early_columns > request.early_columns,
-                "the first chunk's weight and bias loaded before the cluster's exchange, campaign 22",
+                "the first chunk's weight and bias loaded before the cluster's exchange",
             ),
             (
                 measured.rounded_resident && !request.rounded_resident,
-                "h kept resident instead of x and the residual, campaign 17",
+                "h kept resident instead of x and the residual",
             ),
             (
                 measured.keep_columns && !request.keep_columns,
-                "weight and bias loaded evict-last, so the rows' stream leaves them in L2, campaign 25",
+                "weight and bias loaded evict-last, so the rows' stream leaves them in L2",
             ),
             (
                 measured.l2_prefetch_rows > request.l2_prefetch_rows,
-                "each group's share of a row ahead prefetched into L2 as it starts, campaign 25",
+                "each group's share of a row ahead prefetched into L2 as it starts",
             ),
             (
                 measured.push_cluster_reduce && !request.push_cluster_reduce && spans_cluster(),
-                "the cluster's partials pushed by st.async (no release barrier), campaign 10",
+                "the cluster's partials pushed by st.async (no release barrier)",
             ),
         ];
         let chosen: Vec<&str> = variants
@@ -1689,7 +1674,7 @@ pub fn automatic_note(
         if !chosen.is_empty() {
             notes.push(format!(
                 "automatic on the H200 for this operator and row length: {}; \
-                 each measured faster in paired benches (bench/NOTES.md)",
+                 each measured faster in paired benches",
                 chosen.join("; ")
             ));
         }
@@ -1743,8 +1728,7 @@ const PACK_RESIDENT_MIN_N: usize = 131072;
 /// 16-bit layernorm rows of these lengths, which one group holds, keep
 /// their tiles packed and load their columns in order: the W=512 register
 /// plan then takes 62 registers instead of 128, two groups per SM
-/// (session 16, call 82, 4096x32768: 134.0 µs against 141.7,
-/// `2026-12-01-pk-ln-om-oc-h200` beside `-pk-new-w32k-`). Longer rows
+/// (4096x32768: 134.0 µs against 141.7, paired). Longer rows
 /// span clusters, where ordered columns are unmeasured.
 const PACKED_LAYERNORM_N: std::ops::Range<usize> = 32768..65536;
 /// The same for softmax, whose 64-slot one-group plan packs to 64 registers.
@@ -1753,14 +1737,14 @@ const PACKED_SOFTMAX_MIN_N: usize = 32768;
 /// Does rmsnorm stage its weight in shared memory by default on the H200
 /// ([`LayoutRequest::with_measured_variants`])? 16-bit rows from 262144;
 /// f32 rows push their partials with the weight left in global memory
-/// instead (session 11).
+/// instead.
 fn stages_rmsnorm_weight(dtype: DType, n: usize) -> bool {
     dtype.size_bytes() == 2 && n >= 262144
 }
 
 /// Register plans keeping this many private slots per thread compile to
 /// 108-128 registers on sm_90 (the estimate says 100), one or two groups
-/// per multiprocessor (`lanefold compile-check`, bench/NOTES.md campaign 6).
+/// per multiprocessor (`lanefold compile-check`).
 const WIDE_SLOT_PLAN: usize = 64;
 
 /// Problems at least this large (the H200's L2 is 50 MB) are where the
@@ -1771,7 +1755,7 @@ const HINTED_STREAM_MIN_BYTES: u64 = 64 << 20;
 /// (16-bit rows of odd length: every access a scalar one) are left out of
 /// the model's choice on the H200. V=8 ran 1.10-1.19x slower than V=4 on
 /// bf16 1x127 and 17x257 for every operator with a column or a second
-/// reduction (2026-11-30-grid-tiny-search-h200); the model prices the pack
+/// reduction (a 2026-11-30 search, in git history at 2d680226); the model prices the pack
 /// as one vector access. A sum, with nothing but its loads to schedule,
 /// ran V=8 at par and keeps it.
 fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32) -> bool {
@@ -1797,8 +1781,7 @@ fn few_rows_max_workers(op: Operator) -> u32 {
 /// model prices that level flat, so it spreads a 4096-wide f32 row over
 /// 1024 workers; 512 (256 for softmax and cross_entropy) with every pack
 /// loaded at once ran 1.05-1.22x faster on every operator at 1, 8, 32 and
-/// 64 rows (2026-11-30-grid-decode-search-h200,
-/// 2026-11-30-grid-64x4096-search-h200). One-group register plans only,
+/// 64 rows (2026-11-30 searches, in git history at 2d680226). One-group register plans only,
 /// with at most eight packs per worker; measured on the H200 only.
 fn few_rows_narrower_instead(
     problem: &Problem,
@@ -1840,7 +1823,7 @@ fn few_rows_narrower_instead(
 
 /// The model's register pick replaced by a streamed plan with re-read hints
 /// (see [`LayoutRequest::reread_hints`]), where the H200 measured that faster
-/// in paired replays with all three peers (2026-11-30-hints-replay-*-h200):
+/// in paired replays with all three peers:
 /// rmsnorm in f32 and bf16 and softmax in bf16, one group per row and a
 /// 64-slot register plan, on problems larger than the L2. There the
 /// streamed plan holds 32-46 registers instead of 108-128 and its re-reads
@@ -1903,7 +1886,7 @@ fn two_packs_per_worker(n: usize, pack: u32, target: &Target) -> u32 {
 const WHOLE_ROW_STREAM_N: std::ops::RangeInclusive<usize> = 4096..=8192;
 
 /// Does this problem take the streamed plan of [`whole_row_stream_instead`]
-/// (on the H200)? The operators and dtypes session 13 searched: rmsnorm
+/// (on the H200)? The operators and dtypes searched for it: rmsnorm
 /// f32 (bf16 streams by [`hinted_stream_instead`]), layernorm and softmax
 /// f32 and bf16.
 fn streams_whole_row(problem: &Problem) -> bool {
@@ -1930,7 +1913,7 @@ fn row_tile_bytes(problem: &Problem) -> u64 {
 /// Inductor's looped kernels do: rmsnorm on W = N/(2V) (two packs a
 /// worker), layernorm and softmax on stripes of at most 2048 elements
 /// (W = min(N/(2V), 2048/V)), layernorm with one-pass moments (two passes,
-/// like Inductor's Welford loop). Session 13's searches
+/// like Inductor's Welford loop). The searches
 /// (2026-11-30-t1s-*-h200, 18-19 candidates each, in registers and
 /// streamed) put these first or within 0.3% of first (U=2 and U=4 alike
 /// where fewer stripes exist), against the model's picks:
@@ -1976,8 +1959,8 @@ fn whole_row_stream_instead(
     // ordered, the kernels it won these searches with. Read-only loads let
     // ptxas hoist the re-read phase's loads for 3-4 registers more, a group
     // fewer per SM: 264.8 against 250.3 µs in f32, 131.7 against 126.9 in
-    // bf16 (session 14, call 71); promising the old occupancy instead spilled
-    // in f32 (253.4, call 72) and only tied in bf16 (126.5). softmax and
+    // bf16; promising the old occupancy instead spilled
+    // in f32 (253.4) and only tied in bf16 (126.5). softmax and
     // rmsnorm stay at 28-32 registers either way (within 0.2%).
     let two_packs_a_worker = problem.shape.n == 2 * (workers * pack) as usize;
     let ordered = two_packs_a_worker && problem.operator_kind() == Some(Operator::Layernorm);
@@ -2112,7 +2095,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     // in packed words (two slots a register): the whole 32768-element row
     // of a 1024-thread group, as Inductor holds rows, fits only so. The
     // automatic mapping keeps the unpacked estimate (packing never changes
-    // an automatic layout; campaign 9).
+    // an automatic layout).
     let packs_explicitly = request.residency == ResidencyRequest::Registers
         && request.pack_resident
         && problem.dtype.size_bytes() == 2
@@ -2203,7 +2186,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     // The estimate stays that of the unpacked tile, so packing never
     // changes a layout: ptxas keeps the loaded words of some unpacked
     // plans by itself, and packing saved 0-16 of 64-80 registers on 64
-    // slots (`lanefold compile-check`, bench/NOTES.md campaign 9).
+    // slots (`lanefold compile-check`).
     let estimated_slots = if resident_slots == 0 {
         0
     } else if packs_explicitly && packed_resident {
@@ -2547,7 +2530,7 @@ fn register_budget(target: &Target, threads: u32, groups: u32) -> u32 {
 /// be for the promise to be worth a compile: rmsnorm bf16 4096x131072 went
 /// from 71 to the budget of 64 registers (1.11x) without spilling and ran
 /// 659 -> 599 µs; softmax (80, 1.25x) and layernorm (117) spilled under the
-/// same promise and slowed 27-38% (bench/NOTES.md, campaign 6).
+/// same promise and slowed 27-38%.
 const OCCUPANCY_STEP_SLACK: f64 = 1.15;
 
 /// The occupancy promise worth trying once the compiler's register count
@@ -2638,7 +2621,7 @@ fn hoist_column_loads(program: &Program, analysis: &Analysis) -> Analysis {
 }
 
 /// Bytes of independent loads each worker should have in flight in a
-/// streamed loop: on the H200 sum search (bench/NOTES.md, 2026-11-29 unroll)
+/// streamed loop: on the H200 sum search (2026-11-29-sum-unroll-search-h200)
 /// 8 bytes ran at 0.84x of the best, 16 at 0.94x, 32-64 at 0.98-1.0x.
 const AUTO_BYTES_IN_FLIGHT: u32 = 64;
 /// The same for a streamed plan that re-reads its tiles: the best plan of
@@ -3142,7 +3125,7 @@ mod tests {
         assert!(keys.windows(2).all(|k| k[0] == k[1]), "{keys:?}");
     }
 
-    /// Found by the CUDA selftest (session 15, call 74): on the H200,
+    /// Found by the CUDA selftest: on the H200,
     /// layernorm and residual_layernorm took one-pass moments for fewer
     /// rows than multiprocessors (and layernorm for tiles larger than the
     /// L2) but not otherwise, so a batch-invariant row's bits depended on
@@ -3337,9 +3320,9 @@ mod tests {
 
     #[test]
     fn regression_bf16_1024x4096_softmax_and_norms_take_8_byte_packs() {
-        // Session 20's grid on today's kernels (2026-12-01-t4-grid-1024x4096-s20-h200):
-        // the 16-byte-pack layouts adopted in sessions 12 and 18 had fallen to
-        // 91-97% of 8-byte-pack winners.
+        // The grid on today's kernels (2026-12-01-t4-grid-1024x4096-s20-h200):
+        // the 16-byte-pack layouts adopted earlier had fallen to 91-97% of
+        // 8-byte-pack winners.
         for (op, want) in [
             (Operator::Softmax, (256, 4, 2, 1)),
             (Operator::Layernorm, (128, 4, 2, 2)),
@@ -3359,7 +3342,7 @@ mod tests {
 
     #[test]
     fn regression_few_rows_take_at_most_512_workers_256_for_softmax_and_cross_entropy() {
-        // Session 12's decode search: the model spread 1-64 rows of 4096 f32
+        // A decode-shape search: the model spread 1-64 rows of 4096 f32
         // over 1024 workers, 1.05-1.22x slower than 512 (256 for softmax and
         // cross_entropy).
         let h200 = Target::h200();
@@ -3452,17 +3435,17 @@ mod tests {
         );
     }
 
-    /// Session 22, call 119 (paired, 3 rounds): layernorm f32 long rows
+    /// Paired in 3 rounds: layernorm f32 long rows
     /// gain 1.009-1.021x with one chunk of early columns; bf16 and rmsnorm
-    /// f32 did not (call 118), and shorter rows were not measured.
+    /// f32 did not, and shorter rows were not measured.
     #[test]
     fn regression_layernorm_long_rows_load_chunks_of_columns_early() {
         let target = Target::h200();
         for (op, dtype, shape, early) in [
             (Operator::Layernorm, DType::F32, "4096x131072", 2),
-            // Two since session 24 (beside 10 shared chunks, call 132).
+            // Two beside 10 shared chunks.
             (Operator::Layernorm, DType::F32, "1024x262144", 2),
-            // Two since session 24 (call 133, 1.007-1.009x paired).
+            // Two: 1.007-1.009x paired.
             (Operator::Layernorm, DType::Bf16, "1024x262144", 2),
             (Operator::Layernorm, DType::F32, "4096x32768", 0),
             (Operator::Rmsnorm, DType::F32, "1024x262144", 0),
@@ -3484,7 +3467,7 @@ mod tests {
         }
     }
 
-    /// Session 24: the register fit ignored `--shared-chunks`, so a
+    /// Regression: the register fit ignored `--shared-chunks`, so a
     /// 1024-thread group in a cluster of four was refused an f32 row slice
     /// of 64 slots even with 12 of its 16 chunks in shared memory.
     #[test]
@@ -3512,17 +3495,16 @@ mod tests {
         assert_eq!(p.registers, overhead_registers(4, DType::F32) + 16);
     }
 
-    /// Session 23, call 128: layernorm f32 1024x262144 holds 12 of its 16
-    /// chunks in shared memory under an occupancy cap of two groups (1.049x
-    /// paired); session 24, call 132: 10 chunks and two chunks of early
-    /// columns (558.3 against 570.5 µs paired); call 135: 4096x131072 the
-    /// same chunks in four 256-thread groups per SM (1.055x paired). No
-    /// other long row takes shared chunks; bf16 1024x262144 takes the cap
-    /// (call 133).
+    /// Layernorm f32 1024x262144 holding 12 of its 16 chunks in shared
+    /// memory under an occupancy cap of two groups ran 1.049x paired; 10
+    /// chunks and two chunks of early columns 558.3 against 570.5 µs
+    /// paired; 4096x131072 the same chunks in four 256-thread groups per
+    /// SM 1.055x paired. No other long row takes shared chunks; bf16
+    /// 1024x262144 takes the cap.
     #[test]
     fn regression_layernorm_f32_64_slot_rows_hold_ten_chunks_in_shared_memory_from_512_rows() {
         let target = Target::h200();
-        // Calls 135 and 138: the form ran 1.06-1.12x ahead at every row
+        // The form ran 1.06-1.12x ahead at every row
         // count measured (512-8192), so it covers row counts, not shapes.
         for (op, dtype, shape, shared, cap) in [
             (
@@ -3554,7 +3536,7 @@ mod tests {
                 Some(10),
                 Some(2),
             ),
-            // The cap's carve-out, without shared chunks (call 133).
+            // The cap's carve-out, without shared chunks.
             (
                 Operator::Layernorm,
                 DType::Bf16,
@@ -3583,7 +3565,7 @@ mod tests {
                 assert_eq!(p.early_columns, 2, "{what}");
             }
             // Evict-last columns and the L2 prefetch: bf16 only (f32 lost
-            // 8% with the one and 2-5% with the other, calls 139 and 143).
+            // 8% with the one and 2-5% with the other).
             assert_eq!(p.keep_columns, dtype == DType::Bf16, "{what}");
             let ahead = if dtype == DType::Bf16 { 8 } else { 0 };
             assert_eq!(p.l2_prefetch_rows, ahead, "{what}");
@@ -3592,7 +3574,7 @@ mod tests {
 
     #[test]
     fn regression_few_row_norms_take_one_pass_moments() {
-        // Session 12, call 57: paired against two passes, one-pass moments
+        // Paired against two passes, one-pass moments
         // ran 1.02-1.13x faster on every few-row layernorm and
         // residual_layernorm case.
         let h200 = Target::h200();
@@ -3628,7 +3610,7 @@ mod tests {
 
     #[test]
     fn regression_unaligned_16_bit_rows_take_packs_of_at_most_four_except_sum() {
-        // Session 12's tiny-row search: on bf16 rows of 127 and 257 every
+        // A tiny-row search: on bf16 rows of 127 and 257 every
         // access is scalar, and V=8 ran 1.10-1.19x slower than V=4.
         let h200 = Target::h200();
         for shape in ["1x127", "17x257", "3x1001"] {
@@ -3664,9 +3646,8 @@ mod tests {
 
     #[test]
     fn residual_layernorm_bf16_4096x32768_keeps_h_resident_by_default_at_that_shape_only() {
-        // Session 17, call 89 (`2026-12-01-rt-aa-h200`): 265.0 µs against
-        // the streamed plan's 269.3, which (sessions 6-15) had replaced the
-        // model's cluster: whole rows per pass with re-read hints, 284.8
+        // `2026-12-01-rt-aa-h200`: 265.0 µs against the streamed plan's
+        // 269.3, which had replaced the model's cluster: whole rows per pass with re-read hints, 284.8
         // µs against U=2 without hints, 310.2.
         let auto = automatic();
         let problem = typed(Operator::ResidualLayernorm, DType::Bf16, "4096x32768");
@@ -3712,7 +3693,7 @@ mod tests {
 
     #[test]
     fn regression_a_searched_winner_keeps_the_occupancy_promise_asked_for() {
-        // Session 17: the winner's own promise (residual_layernorm bf16
+        // Regression: the winner's own promise (residual_layernorm bf16
         // 4096x32768, two groups) once replaced the request's, so a search
         // run with `--occupancy 2` no longer found today's pick of
         // layernorm bf16 1024x262144 among its candidates.
@@ -3733,8 +3714,8 @@ mod tests {
 
     #[test]
     fn regression_rows_of_one_scalar_pack_per_worker_leave_addresses_unfolded() {
-        // Session 15's opaque worker index cost 0.1 µs on 1x127 (call 97:
-        // residual_layernorm bf16 1.34 -> 1.46 µs, behind torch.compile's
+        // An opaque worker index cost 0.1 µs on 1x127 (residual_layernorm
+        // bf16 1.34 -> 1.46 µs, behind torch.compile's
         // 1.35), where each worker has one scalar pack and nothing folds.
         let h200 = Target::h200();
         for op in Operator::SIX {
@@ -3793,7 +3774,7 @@ mod tests {
 
     #[test]
     fn regression_target4_misses_take_the_searched_winner_on_the_h200_only() {
-        // Session 6's target-4 check: the automatic mapping reached 86-89%
+        // The automatic mapping once reached 86-89%
         // of the searched winner on these three shapes.
         let auto = automatic();
         for w in &SEARCHED_WINNERS {
@@ -3848,12 +3829,10 @@ mod tests {
     #[test]
     fn regression_cross_entropy_long_rows_take_the_online_normalizer_and_layernorm_one_pass_moments(
     ) {
-        // Paired H200 benches (2026-11-30-online-v2-h200, -moments-h200):
-        // cross_entropy on rows over 32768 read once with the online
-        // normalizer ran 1.18-1.94x faster; layernorm bf16 4096x131072
-        // with one-pass moments 1.26x; f32 1.00-1.02x on the pushed
-        // cluster (session 11, -ln-long-f32-om-ob0-h200); rows of 32768
-        // since session 13.
+        // Paired H200 benches: cross_entropy on rows over 32768 read once
+        // with the online normalizer ran 1.18-1.94x faster; layernorm bf16
+        // 4096x131072 with one-pass moments 1.26x; f32 1.00-1.02x on the
+        // pushed cluster; rows of 32768 too.
         let t = Target::h200();
         let auto = automatic();
         let (ce, ln, sm) = (
@@ -3870,8 +3849,7 @@ mod tests {
             (ln, DType::Bf16, "1024x262144", false, true),
             (ln, DType::F32, "4096x131072", false, true),
             (ln, DType::F32, "1024x262144", false, true),
-            // Session 13, paired with all three peers
-            // (-ln-w32k-om-replay-h200): 1.020x f32, 1.045x bf16.
+            // Paired with all three peers: 1.020x f32, 1.045x bf16.
             (ln, DType::F32, "4096x32768", false, true),
             (ln, DType::Bf16, "4096x32768", false, true),
             // Measured slower or no faster, or unmeasured: unchanged.
@@ -3917,8 +3895,7 @@ mod tests {
 
     #[test]
     fn regression_long_16_bit_rows_pack_their_resident_tiles() {
-        // Paired H200 benches of one binary (2026-11-30-long-bf16-{plain,
-        // packed}-h200): softmax 1.07x and 1.12x, rmsnorm 1.01x and 1.11x,
+        // Paired H200 benches of one binary: softmax 1.07x and 1.12x, rmsnorm 1.01x and 1.11x,
         // layernorm 1.05x and 1.09x, residual_layernorm 1.04x and 1.25x.
         let t = Target::h200();
         let auto = automatic();
@@ -3977,19 +3954,16 @@ mod tests {
 
     #[test]
     fn regression_long_f32_layernorm_rows_push_without_an_occupancy_promise() {
-        // Session 9 promised three groups per multiprocessor (1.10x on the
-        // fenced form). Session 11, call 43, one binary
-        // (2026-11-30-ln-long-{v10-default,pushed-ob0}-h200): pushed with no
-        // promise (104 registers, no spill) 1.06x on 4096x131072 and 1.08x
-        // on 1024x262144 against the promise with the relaxed exit; and
-        // rmsnorm f32 pushed without the staged weight 1.03-1.04x
-        // (-rms-long-pushed-unstaged-h200, call 45's
-        // -rms-131072-pushed-unstaged-h200). The defaults are those plans.
+        // A promise of three groups per multiprocessor ran 1.10x on the
+        // fenced form. Paired, one binary: pushed with no promise (104
+        // registers, no spill) 1.06x on 4096x131072 and 1.08x on
+        // 1024x262144 against the promise with the relaxed exit; and
+        // rmsnorm f32 pushed without the staged weight 1.03-1.04x. The
+        // defaults are those plans.
         let t = Target::h200();
         let auto = automatic();
         // (op, shape, workers, cluster, group threads, pushed, staged
-        // weight). Session 16 (call 88): layernorm 1024x262144 in eight
-        // 512-thread groups, 1.03x.
+        // weight). Layernorm 1024x262144 in eight 512-thread groups: 1.03x.
         for (op, shape, workers, cluster, threads, pushed, staged) in [
             (
                 Operator::Layernorm,
@@ -4024,9 +3998,9 @@ mod tests {
             assert_eq!(p.groups_per_row, cluster, "{what}");
             assert_eq!(p.pushed_cluster_reduce, pushed, "{what}");
             assert_eq!(p.staged_columns(), staged, "{what}");
-            // Call 47: one-pass moments 1.00-1.02x on these layernorm plans.
+            // One-pass moments 1.00-1.02x on these layernorm plans.
             assert_eq!(p.one_pass_moments(), op == Operator::Layernorm, "{what}");
-            // No promise; session 23's cap on layernorm 1024x262144 is a
+            // No promise; the cap on layernorm 1024x262144 is a
             // carve-out for its shared chunks, named as such.
             let note = automatic_note(&problem, &t, &auto).unwrap_or_default();
             assert!(
@@ -4041,11 +4015,10 @@ mod tests {
 
     #[test]
     fn regression_long_cluster_rows_push_their_partials_or_exit_relaxed_as_measured() {
-        // Paired H200 benches of one binary, session 10 call 37
-        // (2026-11-30-exit-{fenced,relaxed,pushed}-h200): pushed 1.10-1.34x
-        // for softmax and the bf16 norms; for the f32 norms pushed was
-        // 0.95-1.01x and the relaxed exit 1.02-1.07x. Call 39
-        // (-exit2-{rln,ce}-*-h200): residual_layernorm 1.22-1.37x, and
+        // Paired H200 benches of one binary: pushed 1.10-1.34x for softmax
+        // and the bf16 norms; for the f32 norms pushed was 0.95-1.01x and
+        // the relaxed exit 1.02-1.07x. Another pair: residual_layernorm
+        // 1.22-1.37x, and
         // cross_entropy 1024x262144 1.02-1.04x.
         let t = Target::h200();
         let auto = automatic();
@@ -4101,9 +4074,9 @@ mod tests {
             let note = automatic_note(&problem, &t, &auto).unwrap_or_default();
             if pushed || relaxed {
                 assert!(p.groups_per_row > 1, "{what}");
-                assert!(note.contains("campaign 10"), "{note}");
+                assert!(note.contains("pushed by st.async"), "{note}");
             } else {
-                assert!(!note.contains("campaign 10"), "{what}: {note}");
+                assert!(!note.contains("pushed by st.async"), "{what}: {note}");
             }
             // An explicit layout keeps its recorded barriers (frozen replays).
             let explicit = LayoutRequest {
@@ -4121,11 +4094,10 @@ mod tests {
 
     #[test]
     fn regression_long_rmsnorm_rows_stage_their_weight_where_it_measured_faster() {
-        // Paired H200 benches (2026-11-30-long-async-h200 against
-        // -long-default-2-h200): f32 4096x131072 1.10x, 1024x262144 1.13x,
+        // Paired H200 benches: f32 4096x131072 1.10x, 1024x262144 1.13x,
         // bf16 1024x262144 1.07x; bf16 4096x131072 0.71x, layernorm f32
         // 0.63-0.74x (a 128 KB stage leaves one group per multiprocessor).
-        // Session 11: f32 pushes unstaged instead, 1.03-1.04x.
+        // f32 pushes unstaged instead, 1.03-1.04x.
         let t = Target::h200();
         let auto = automatic();
         for (op, dtype, shape, staged) in [
@@ -4161,10 +4133,9 @@ mod tests {
 
     #[test]
     fn regression_64_slot_register_plans_of_rmsnorm_and_bf16_softmax_stream_with_reread_hints() {
-        // Paired H200 replays with all three peers (2026-11-30-hints-replay-*-h200):
-        // these streamed plans beat the register defaults by 2-11%. Softmax
+        // Paired H200 replays with all three peers: these streamed plans beat the register defaults by 2-11%. Softmax
         // bf16 4096x32768 streamed too until its register plan was packed
-        // (2026-11-30-w32k-{default,regpk-bf16}-h200: 150.4 -> 131.7 µs).
+        // (150.4 -> 131.7 µs).
         let t = Target::h200();
         let auto = automatic();
         let pick = |op, dtype, shape: &str, r: &LayoutRequest| {
@@ -4195,7 +4166,7 @@ mod tests {
             );
         }
         // Measured slower, unmeasured, or not the 64-slot plan: unchanged.
-        // (layernorm f32 4096x32768 streams since session 15, as the
+        // (layernorm f32 4096x32768 streams, as the
         // search's winner: norm_rows_of_128_kib_stream_one_row_per_multiprocessor.)
         for (op, dtype, shape) in [
             (ln, DType::Bf16, "4096x32768"),
@@ -4235,8 +4206,8 @@ mod tests {
 
     #[test]
     fn regression_rows_of_4096_to_8192_stream_whole_rows_per_pass() {
-        // Session 13 (2026-11-30-t1s-*-h200; the f32 norms replayed in
-        // 2026-11-30-t1-norms-v13-aa-h200): torch.compile and Liger were
+        // In 2026-11-30-t1s-*-h200 (the f32 norms also replayed A/A):
+        // torch.compile and Liger were
         // 1-4% ahead of the model's picks here.
         let t = Target::h200();
         let auto = automatic();
@@ -4318,7 +4289,7 @@ mod tests {
     fn shared_memory_caps_the_groups_per_multiprocessor_of_a_staged_plan() {
         // layernorm f32 4096x131072 on 8 groups of 256 threads stages two
         // 64 KB slices: one group per SM, whatever the registers (measured
-        // 1910 against 1404 µs unstaged, 2026-11-30-long-async-h200).
+        // 1910 against 1404 µs unstaged).
         let t = Target::h200();
         let request = LayoutRequest {
             workers: 2048,
@@ -4434,11 +4405,11 @@ mod tests {
         );
     }
 
-    /// Session 16's defaults: 16-bit layernorm rows that one group holds
+    /// The defaults: 16-bit layernorm rows that one group holds
     /// keep packed tiles and load their columns in order; rows spanning a
-    /// cluster never order their columns (slower there, call 86), and
+    /// cluster never order their columns (slower there), and
     /// layernorm 1024x262144 runs in clusters of eight 512-thread groups
-    /// in both dtypes (call 87-88).
+    /// in both dtypes.
     #[test]
     fn layernorm_defaults_of_session_16_pack_order_columns_and_pick_512_thread_groups() {
         let t = Target::h200();

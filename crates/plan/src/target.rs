@@ -63,7 +63,7 @@ fn default_shared_bytes_per_multiprocessor() -> u32 {
 impl Target {
     /// NVIDIA H200 (sm_90): 132 SMs, 64K registers and 227 KiB of shared
     /// memory per block, clusters of up to 16 blocks (non-portable size); copy bandwidth and
-    /// graph-node cost as measured on our machine (DEVELOPERS.md, issue 6).
+    /// graph-node cost as measured on our machine.
     pub fn h200() -> Target {
         Target {
             name: "h200".into(),

@@ -2,7 +2,7 @@
 //! (bench/results/2026-11-29-*-search-h200): each candidate's recorded
 //! layout is planned again and scored; the model's pick must be within 10%
 //! of the best measured candidate. In-sample: roofline-v2 and v3 were
-//! adjusted after these searches (bench/NOTES.md), so this pins the lessons,
+//! adjusted after these searches, so this pins the lessons,
 //! it does not prove the model on unseen shapes.
 
 use lanefold_ir::{DType, Operator, OperatorOptions};
@@ -145,7 +145,7 @@ fn score(dirs: &[&str]) -> Vec<Scored> {
                 }
                 if let Some(describe) = c["plan"]["describe"].as_str() {
                     // Rows of one scalar pack per worker leave their
-                    // addresses unfolded since session 18, a codegen choice
+                    // addresses unfolded, a later codegen choice
                     // the older files' descriptions do not name.
                     let today = plan.describe().replace(" unfolded-addresses", "");
                     assert_eq!(
@@ -201,7 +201,7 @@ fn the_cost_model_picks_within_10_percent_of_every_h200_search_winner() {
             // Known miss, pinned so it cannot grow: on 4096x32768 f32
             // rmsnorm a streamed W=1024 plan, re-reading each row from L2,
             // beat every register plan; the model prices re-reads as DRAM
-            // traffic (bench/NOTES.md, campaign 2). The mapper now takes
+            // traffic. The mapper now takes
             // that plan through a rule beside the model
             // (`hinted_stream_instead`, measured 1.106x in a paired replay);
             // this test holds the model's own pick.
