@@ -3,8 +3,8 @@
 Speaks the same JSON-lines protocol with the standard library only:
 - hello / quit as the real peer;
 - op "die": exits (a dead peer);
-- mode "liger": refused, as the real peer does when Liger-Kernel is
-  not installed;
+- modes "liger" and "quack": refused, as the real peer does when
+  Liger-Kernel or Quack is not installed;
 - op "sum", f32: answered in every other mode with fixed timings per mode.
   When input set 0's x.npy exists the row sums are really computed and
   written as y.npy (so a replay validates them); otherwise the output is
@@ -51,6 +51,8 @@ def run(req):
     mode = req["mode"]
     if mode == "liger":
         return {"ok": False, "error": "mode 'liger': Liger-Kernel is not installed (fake peer)"}
+    if mode == "quack":
+        return {"ok": False, "error": "mode 'quack': Quack (quack-kernels) is not installed (fake peer)"}
     if req.get("op") != "sum":
         return {"ok": False, "error": "only sum"}
     sets = req.get("input_sets") or [req.get("inputs", {})]
@@ -80,7 +82,7 @@ def run(req):
 for line in sys.stdin:
     req = json.loads(line)
     if req.get("cmd") == "hello":
-        out = {"ok": True, "torch": "fake", "cuda": None, "device": "none", "liger": None}
+        out = {"ok": True, "torch": "fake", "cuda": None, "device": "none", "liger": None, "quack": None}
     elif req.get("cmd") == "quit":
         break
     elif req.get("op") == "die":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dump what torch.compile generates for one lanefold operator, for reading
-side by side with lanefold's kernel (bench/NOTES.md, campaign 4: f32 rmsnorm
-and layernorm run 3% behind torch.compile and no layout closes it).
+side by side with lanefold's kernel (e.g. where torch.compile is faster on a
+case and no layout closes the gap).
 
 Usage: python3 python/inductor_dump.py OP DTYPE ROWSxN OUTDIR
 
@@ -27,7 +27,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     cache = tempfile.mkdtemp(prefix="triton-cache-")
     # Inductor's compile workers keep their Triton artifacts under its own
-    # cache directory (call 70 found none in the Triton cache): a fresh one.
+    # cache directory (none land in the Triton cache): a fresh one.
     inductor_cache = tempfile.mkdtemp(prefix="inductor-cache-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache
     # A fresh Triton cache, so what it holds afterwards is this compilation.

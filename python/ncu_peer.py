@@ -1,9 +1,10 @@
 """One call of a PyTorch peer's operator inside the NVTX range "measure",
 for Nsight Compute (`ncu --nvtx --nvtx-include measure/`): the same
 operator definitions as torch_peer.py, on seeded random inputs, after
-warm-up calls that cover torch.compile's compilation and autotuning.
+warm-up calls that cover torch.compile's (or Quack's) compilation and
+autotuning.
 
-Usage: python3 python/ncu_peer.py OP DTYPE ROWSxN eager|compile
+Usage: python3 python/ncu_peer.py OP DTYPE ROWSxN eager|compile|quack
 """
 
 import os
@@ -14,7 +15,7 @@ import torch_peer  # noqa: E402
 
 
 def main(argv):
-    if len(argv) != 4 or argv[3] not in ("eager", "compile"):
+    if len(argv) != 4 or argv[3] not in ("eager", "compile", "quack"):
         print(__doc__, file=sys.stderr)
         return 2
     op, dtype_name, shape, mode = argv
@@ -27,8 +28,18 @@ def main(argv):
     if op not in torch_peer.OPS:
         print(f"ncu_peer: unknown op {op!r}", file=sys.stderr)
         return 2
+    prepare = None
+    if mode == "quack":
+        try:
+            fn, prepare = torch_peer.quack_op(op, n, torch_peer.storage_dtype(dtype_name), [])
+        except torch_peer.Refused as e:
+            print(f"ncu_peer: {e}", file=sys.stderr)
+            return 2
+    else:
+        fn = torch_peer.eager_op(op, n)
     inputs = torch_peer.seeded_inputs(op, dtype_name, rows, n)
-    fn = torch_peer.eager_op(op, n)
+    if prepare is not None:
+        inputs.update(prepare(inputs))
     if mode == "compile":
         fn = torch.compile(fn, dynamic=False)
     for _ in range(3):

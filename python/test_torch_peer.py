@@ -7,6 +7,7 @@ the rest is skipped with a message; the exit status is 0 unless a check
 fails.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -49,9 +50,24 @@ def check_protocol_without_torch():
     assert r["ok"] is False and r["error"], r
     hello = peer.ask({"cmd": "hello"})
     assert "ok" in hello
+    if hello.get("ok"):
+        assert "quack" in hello, hello
+    if not quack_importable():
+        # Refused, naming Quack, before any torch or CUDA check.
+        r = peer.ask({"op": "rmsnorm", "mode": "quack"})
+        assert r["ok"] is False and "Quack" in r["error"], r
+        assert "not installed" in r["error"], r
     peer.close()
     print("protocol checks: ok")
     return hello
+
+
+def quack_importable():
+    """Can this interpreter import quack? (In a child: importing it loads
+    the CUTLASS DSL.)"""
+    if importlib.util.find_spec("quack") is None:
+        return False
+    return subprocess.run([sys.executable, "-c", "import quack"], capture_output=True).returncode == 0
 
 
 def main():
@@ -120,6 +136,18 @@ def main():
     cases += [("rmsnorm", torch.float16, "eager", 3), ("softmax", torch.float32, "compile", 2)]
     if hello.get("liger"):
         cases += [("rmsnorm", torch.bfloat16, "liger", 1), ("cross_entropy", torch.float32, "liger", 1)]
+    quack = quack_importable()
+    if quack:
+        cases += [
+            ("rmsnorm", torch.bfloat16, "quack", 1),
+            ("rmsnorm", torch.float32, "quack", 2),
+            ("layernorm", torch.bfloat16, "quack", 1),
+            ("layernorm", torch.float32, "quack", 1),
+            ("softmax", torch.bfloat16, "quack", 1),
+            ("cross_entropy", torch.bfloat16, "quack", 1),
+            ("cross_entropy", torch.float32, "quack", 1),
+            ("residual_layernorm", torch.float32, "quack", 1),
+        ]
     failures = []
     peer = Peer()
     for op, dtype, mode, nsets in cases:
@@ -174,6 +202,14 @@ def main():
                     "outputs_dir": tmp, "mode": "eager", "samples": 1,
                     "sample_ms": 1.0, "warmup_ms": 0.0})
     assert bad["ok"] is False, bad
+    if quack:
+        # What Quack has no form of (with these semantics) is refused.
+        for op, dtype_name in (("sum", "f32"), ("residual_layernorm", "bf16")):
+            req = {"op": op, "dtype": dtype_name, "rows": rows, "n": n, "mode": "quack",
+                   "inputs": {name: os.path.join(tmp, "absent.npy") for name in ops[op]},
+                   "outputs_dir": tmp, "samples": 1, "sample_ms": 1.0, "warmup_ms": 0.0}
+            r = peer.ask(req)
+            assert r["ok"] is False and "Quack" in r["error"], r
     assert peer.ask({"cmd": "hello"})["ok"] is True
     peer.close()
     import shutil

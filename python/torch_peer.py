@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of lanefold (DESIGN.md section 5, issue 4).
+"""The PyTorch peer of lanefold: PyTorch eager, torch.compile, Liger-Kernel
+and Quack timed on lanefold's own inputs, through lanefold's phases.
 
 lanefold starts this script as a subprocess and talks JSON lines: one
 request object per line on stdin, one reply object per line on stdout.
@@ -9,14 +10,15 @@ to a private duplicate of the original stdout.
 
 Commands:
   {"cmd": "hello"} -> {"ok": true, "torch": ..., "cuda": ..., "device": ...,
-                       "liger": "0.x.y" | null, "python": ...}
+                       "liger": "0.x.y" | null, "quack": "0.x.y" | null,
+                       "python": ...}
   {"cmd": "quit"}  -> exit 0 (so does end of input)
 
 A case:
   {"op": "rmsnorm", "dtype": "bf16", "rows": 64, "n": 4096,
    "inputs": {"x": "/abs/x.npy", "weight": "/abs/weight.npy"},
    "input_sets": [{...}, {...}],          # optional, replaces "inputs"
-   "outputs_dir": "/abs/dir", "mode": "eager" | "compile" | "liger",
+   "outputs_dir": "/abs/dir", "mode": "eager" | "compile" | "liger" | "quack",
    "samples": 7, "single_samples": 15, "sample_ms": 20.0, "warmup_ms": 100.0}
   -> {"ok": true, "mode": ..., "outputs": {"y": "/abs/dir/y.npy"},
       "gpu": [{"batch": B, "total_us": T}, ...], "gpu_graph": true,
@@ -49,6 +51,14 @@ Semantics are PyTorch's own, output dtype = input dtype:
                                      ignore_index=-100)          -> loss
   add                x + residual                                -> y
 bf16 travels through .npy files as raw bits (<u2 or <i2).
+
+Mode "liger" runs Liger-Kernel's functional operators and mode "quack" the
+forward kernels of Quack (quack-kernels, CuTe-DSL), each only where it has
+the operator with these semantics; other cases are refused (ok: false) with
+the reason, and so is every case of a mode whose package is not importable.
+Quack needs `import quack` to work in this interpreter (e.g. unpacked wheels
+on PYTHONPATH, with nvidia_cutlass_dsl/dsl_packages beside them); see
+quack_op for the calls and where they differ from the eager forms.
 """
 
 import json
@@ -77,7 +87,7 @@ OPS = {
     "cross_entropy": (["x", "target"], [], ["loss"]),
     "add": (["x", "residual"], [], ["y"]),
 }
-MODES = ("eager", "compile", "liger")
+MODES = ("eager", "compile", "liger", "quack")
 
 torch = None
 F = None
@@ -114,6 +124,25 @@ def package_version(name):
         return None
 
 
+def quack_version():
+    """Quack's version, or None where it is not installed. The package
+    metadata where present; else, where a `quack` package is on the path
+    (unpacked wheels without metadata), its __version__ after importing it."""
+    version = package_version("quack-kernels") or package_version("quack_kernels")
+    if version is not None:
+        return version
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("quack") is None:
+            return None
+        import quack
+
+        return str(getattr(quack, "__version__", "unknown"))
+    except Exception:  # noqa: BLE001 - not importable: no version
+        return None
+
+
 def hello():
     if IMPORT_ERROR is not None:
         return {"ok": False, "error": f"import torch failed: {IMPORT_ERROR}"}
@@ -135,6 +164,7 @@ def hello():
         "device_uuid": None if uuid is None else f"GPU-{uuid}",
         "liger": package_version("liger-kernel")
         or package_version("liger_kernel"),
+        "quack": quack_version(),
         "triton": package_version("triton"),
         "numpy": np.__version__,
         "python": platform.python_version(),
@@ -330,6 +360,113 @@ def liger_op(op, n, dtype, notes):
     raise Refused(f"{label} has no {op} operator")
 
 
+def import_quack():
+    """The quack package, or Refused with the reason it cannot be imported
+    (it needs torch, the CUTLASS DSL and a CUDA toolkit of its own)."""
+    try:
+        import quack
+    except Exception as e:  # noqa: BLE001 - report any import failure
+        raise Refused(
+            f"mode 'quack': Quack (quack-kernels) is not installed or not importable "
+            f"({type(e).__name__}: {e})"
+        )
+    return quack
+
+
+def quack_op(op, n, dtype, notes):
+    """Quack's forward kernels: (fn, prepare), where prepare(input set) gives
+    the extra tensors fn reads from that set, made once before any timing.
+    Refused where Quack has no forward with lanefold's semantics."""
+    quack = import_quack()
+    label = f"Quack {quack_version() or getattr(quack, '__version__', '(unknown version)')}"
+    dev = "cuda"
+    if op == "rmsnorm":
+        from quack.rmsnorm import rmsnorm_fwd
+
+        # rmsnorm_fwd(x, weight, ...) -> (out, residual_out, rstd); without a
+        # residual, residual_out is x itself and rstd None (store_rstd=False).
+        notes.append(
+            f"{label} quack.rmsnorm.rmsnorm_fwd(x, weight, eps={RMSNORM_EPS}) "
+            "(analytical config, not autotuned); weight in the input dtype"
+        )
+        return (
+            lambda a: (rmsnorm_fwd(a["x"], a.get("weight"), eps=RMSNORM_EPS)[0],),
+            lambda s: {},
+        )
+    if op in ("layernorm", "residual_layernorm"):
+
+        def f32_columns(s):
+            # Quack's LayerNorm takes float32 weight and bias only: exact
+            # copies, made once per input set outside the timing.
+            w, b = s.get("weight"), s.get("bias")
+            return {
+                "_w32": torch.ones(n, dtype=torch.float32, device=dev)
+                if w is None
+                else w.float().contiguous(),
+                "_b32": None if b is None else b.float().contiguous(),
+            }
+
+        if op == "layernorm":
+            from quack.rmsnorm import layernorm_fwd
+
+            notes.append(
+                f"{label} quack.rmsnorm.layernorm_fwd(x, weight, bias, eps={LAYERNORM_EPS}); "
+                "weight and bias passed as float32 copies (Quack requires float32), "
+                "made before the timing; absent weight passed as ones"
+            )
+            return (
+                lambda a: (layernorm_fwd(a["x"], a["_w32"], a["_b32"], eps=LAYERNORM_EPS),),
+                f32_columns,
+            )
+        if dtype != torch.float32:
+            raise Refused(
+                f"{label} residual_layernorm: Quack's fused residual LayerNorm "
+                "normalizes the float32 sum x + residual, not h rounded to the "
+                "storage dtype as lanefold's residual_layernorm does; served for "
+                "f32 only, where the two agree"
+            )
+        from quack.rmsnorm import _rmsnorm_fwd
+
+        def f(a):
+            x = a["x"]
+            y = torch.empty_like(x)
+            h = torch.empty_like(x)
+            # (x, weight, out, bias, rstd, mean, residual, residual_out, eps,
+            # is_layernorm): the kernel rmsnorm_fwd and layernorm_fwd share.
+            _rmsnorm_fwd(
+                x, a["_w32"], y, a["_b32"], None, None, a["residual"], h, LAYERNORM_EPS, True
+            )
+            return (h, y)
+
+        notes.append(
+            f"{label} quack.rmsnorm._rmsnorm_fwd(x, weight, out, bias, None, None, "
+            f"residual, residual_out, {LAYERNORM_EPS}, is_layernorm=True) (the fused "
+            "residual LayerNorm under layernorm_fwd; not public API), f32 only; "
+            "weight and bias as float32 copies made before the timing"
+        )
+        return f, f32_columns
+    if op == "softmax":
+        from quack.softmax import softmax_fwd
+
+        notes.append(f"{label} quack.softmax.softmax_fwd(x)")
+        return (lambda a: (softmax_fwd(a["x"]),)), (lambda s: {})
+    if op == "cross_entropy":
+        from quack.cross_entropy import cross_entropy_fwd
+
+        notes.append(
+            f"{label} quack.cross_entropy.cross_entropy_fwd(x, target, "
+            f"ignore_index={IGNORE_INDEX}) (per-row loss, reduction none; an "
+            "ignored row's loss is 0 as in PyTorch); the timed calls write the "
+            "loss as float32, Quack's only loss dtype, cast to the input dtype "
+            "after the timing for validation"
+        )
+        return (
+            lambda a: (cross_entropy_fwd(a["x"], a["target"], ignore_index=IGNORE_INDEX),),
+            lambda s: {},
+        )
+    raise Refused(f"{label} has no {op} operator")
+
+
 # --- timing -----------------------------------------------------------------
 
 
@@ -496,6 +633,12 @@ def number(req, key, kind, minimum):
 
 
 def run_case(req):
+    mode = req.get("mode", "eager")
+    if mode not in MODES:
+        raise Refused(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+    if mode == "quack":
+        # Before torch's checks: the refusal names Quack on any machine.
+        import_quack()
     if IMPORT_ERROR is not None:
         raise Refused(f"import torch failed: {IMPORT_ERROR}")
     if not torch.cuda.is_available():
@@ -503,9 +646,6 @@ def run_case(req):
     op = req.get("op")
     if op not in OPS:
         raise Refused(f"unknown op {op!r} (expected one of {', '.join(OPS)})")
-    mode = req.get("mode", "eager")
-    if mode not in MODES:
-        raise Refused(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
     dtype = storage_dtype(req.get("dtype"))
     rows = number(req, "rows", int, 1)
     n = number(req, "n", int, 1)
@@ -523,6 +663,10 @@ def run_case(req):
     else:
         paths = [req.get("inputs")]
     required, optional, out_names = OPS[op]
+    notes = []
+    if mode == "quack":
+        # Before any input is loaded: a case Quack cannot do is refused as such.
+        fn, prepare = quack_op(op, n, dtype, notes)
     sets = []
     for i, p in enumerate(paths):
         if not isinstance(p, dict):
@@ -543,11 +687,13 @@ def run_case(req):
             if bool(bad.any()):
                 raise Refused(f"target indices out of range [0, {n}) (and not {IGNORE_INDEX})")
 
-    notes = []
     if mode == "liger":
         fn, extra = liger_op(op, n, dtype, notes)
         for s in sets:
             s.update(extra)
+    elif mode == "quack":
+        for s in sets:
+            s.update(prepare(s))
     else:
         fn = eager_op(op, n)
         if mode == "compile":

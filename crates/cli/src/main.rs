@@ -199,6 +199,10 @@ struct BenchArgs {
     /// Also measure Liger-Kernel (where installed and where it has the op).
     #[arg(long)]
     liger: bool,
+    /// Also measure Quack's forward kernels (where `import quack` works in
+    /// the peer's interpreter and Quack has the op).
+    #[arg(long)]
+    quack: bool,
     #[arg(long, default_value_t = 7)]
     samples: usize,
     #[arg(long, default_value_t = 20.0)]
@@ -1047,6 +1051,9 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     }
     if args.liger {
         peer_modes.push("liger".to_string());
+    }
+    if args.quack {
+        peer_modes.push("quack".to_string());
     }
     let spec = BenchSpec {
         problems,

@@ -44,6 +44,11 @@ pub struct ReplayArgs {
     /// with the reason).
     #[arg(long)]
     pub liger: bool,
+    /// Also measure Quack's forward kernels through the Python peer, every
+    /// round (a case it cannot run, e.g. Quack not importable or an op it
+    /// lacks, is recorded missing with the reason).
+    #[arg(long)]
+    pub quack: bool,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     #[arg(long)]
@@ -86,6 +91,7 @@ pub fn replay_cmd(args: ReplayArgs) -> Result<()> {
             (args.torch, PeerMode::Eager),
             (args.torch_compile, PeerMode::Compile),
             (args.liger, PeerMode::Liger),
+            (args.quack, PeerMode::Quack),
         ]
         .into_iter()
         .filter_map(|(on, m)| on.then_some(m))

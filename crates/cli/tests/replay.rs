@@ -236,7 +236,7 @@ fn peer_flags_add_each_side_and_a_refusing_peer_is_recorded_missing() {
     let Some(fake) = fake_peer() else {
         return;
     };
-    // The stand-in peer answers only `sum` (and never liger): on rmsnorm
+    // The stand-in peer answers only `sum` (and never liger or quack): on rmsnorm
     // every peer side refuses, which must cost those sides, not the replay.
     let r = bench("peers", &[]);
     let out = tmp("peers-out");
@@ -248,18 +248,19 @@ fn peer_flags_add_each_side_and_a_refusing_peer_is_recorded_missing() {
             "--torch",
             "--torch-compile",
             "--liger",
+            "--quack",
             "--peer-script",
             fake.to_str().unwrap(),
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
     let v = load(&out);
-    let peers = serde_json::json!(["torch-eager", "torch-compile", "torch-liger"]);
+    let peers = serde_json::json!(["torch-eager", "torch-compile", "torch-liger", "torch-quack"]);
     assert_eq!(v["peers"], peers);
     assert_eq!(v["torch"], true);
     for case in v["cases"].as_array().unwrap() {
         for round in case["rounds"].as_array().unwrap() {
-            assert_eq!(round["order"].as_array().unwrap().len(), 5);
+            assert_eq!(round["order"].as_array().unwrap().len(), 6);
             assert_eq!(round["sides"].as_array().unwrap().len(), 2);
             let missing: Vec<&str> = round["missing"]
                 .as_array()
@@ -280,10 +281,15 @@ fn peer_flags_add_each_side_and_a_refusing_peer_is_recorded_missing() {
         let e2e = &case["stats"]["phases"]["e2e"];
         assert!(e2e["torch_gain"]["summary"].is_null());
         assert!(e2e["peer_gains"]["torch-liger"]["summary"].is_null());
+        assert!(e2e["peer_gains"]["torch-quack"]["summary"].is_null());
     }
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     assert!(
         md.contains("candidate vs torch-compile median [range]"),
+        "{md}"
+    );
+    assert!(
+        md.contains("candidate vs torch-quack median [range]"),
         "{md}"
     );
     let o = audit(&out);

@@ -36,7 +36,7 @@ pub struct BenchSpec {
     pub request: LayoutRequest,
     pub device: Device,
     pub config: PhaseConfig,
-    /// Peer modes: `eager`, `compile`, `liger`.
+    /// Peer modes: `eager`, `compile`, `liger`, `quack`.
     pub peer_modes: Vec<String>,
     pub python: String,
     pub peer_script: PathBuf,

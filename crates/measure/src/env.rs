@@ -127,6 +127,7 @@ pub fn capture(
         env.torch = s("torch");
         env.torch_cuda = s("cuda");
         env.liger = s("liger");
+        env.quack = s("quack");
         env.python = s("python");
     }
     EnvironmentCapture {

@@ -2,7 +2,7 @@
 //! in JSON lines (one request per line on its stdin, one reply per line on
 //! its stdout; its stderr is forwarded to ours, prefixed, and its tail kept
 //! for error messages). It loads the same `.npy` inputs, runs PyTorch
-//! (eager, `torch.compile` or Liger-Kernel) through the same three phases
+//! (eager, `torch.compile`, Liger-Kernel or Quack) through the same three phases
 //! and writes its outputs for validation.
 
 use crate::phases::{BatchSample, SingleCall};
@@ -25,10 +25,18 @@ pub enum PeerMode {
     Compile,
     /// Liger-Kernel's functional operators, where they exist.
     Liger,
+    /// Quack's (quack-kernels, CuTe DSL) forward kernels, where they exist
+    /// with lanefold's semantics.
+    Quack,
 }
 
 impl PeerMode {
-    pub const ALL: [PeerMode; 3] = [PeerMode::Eager, PeerMode::Compile, PeerMode::Liger];
+    pub const ALL: [PeerMode; 4] = [
+        PeerMode::Eager,
+        PeerMode::Compile,
+        PeerMode::Liger,
+        PeerMode::Quack,
+    ];
 
     /// The side name results files record for this mode (bench and replay).
     pub const fn side(self) -> &'static str {
@@ -36,6 +44,7 @@ impl PeerMode {
             PeerMode::Eager => "torch-eager",
             PeerMode::Compile => "torch-compile",
             PeerMode::Liger => "torch-liger",
+            PeerMode::Quack => "torch-quack",
         }
     }
 
@@ -51,6 +60,7 @@ impl std::fmt::Display for PeerMode {
             PeerMode::Eager => "eager",
             PeerMode::Compile => "compile",
             PeerMode::Liger => "liger",
+            PeerMode::Quack => "quack",
         })
     }
 }
@@ -62,7 +72,9 @@ impl std::str::FromStr for PeerMode {
         PeerMode::ALL
             .into_iter()
             .find(|m| m.to_string() == s)
-            .ok_or_else(|| anyhow!("unknown peer mode {s:?} (expected eager, compile or liger)"))
+            .ok_or_else(|| {
+                anyhow!("unknown peer mode {s:?} (expected eager, compile, liger or quack)")
+            })
     }
 }
 
@@ -81,7 +93,7 @@ pub struct PeerRequest {
     pub input_sets: Vec<BTreeMap<String, PathBuf>>,
     /// Where the peer writes `<output>.npy`.
     pub outputs_dir: PathBuf,
-    /// `eager`, `compile` or `liger` (see [`PeerMode`]).
+    /// `eager`, `compile`, `liger` or `quack` (see [`PeerMode`]).
     pub mode: String,
     pub samples: usize,
     /// Single calls to time ([`crate::phases::single_calls`]); scripts
@@ -108,7 +120,8 @@ pub struct PeerReply {
     /// Host time to enqueue each e2e sample's batch, µs.
     pub e2e_enqueue_us: Vec<f64>,
     pub single: Vec<SingleCall>,
-    /// Free-text remarks from the peer (fallbacks, compile time, Liger).
+    /// Free-text remarks from the peer (fallbacks, compile time, the
+    /// Liger or Quack call used).
     #[serde(default)]
     pub notes: Vec<String>,
 }
@@ -227,7 +240,8 @@ impl TorchPeer {
         Ok(peer)
     }
 
-    /// The peer's hello reply: torch, cuda, device, liger, python versions.
+    /// The peer's hello reply: torch, cuda, device, liger, quack, python
+    /// versions.
     pub fn hello(&self) -> &serde_json::Value {
         &self.hello
     }
@@ -494,13 +508,60 @@ pub(crate) mod tests {
         req.op = "sum".into();
         let e = format!("{:#}", peer.run(&req).unwrap_err());
         assert!(e.contains("no longer usable"), "{e}");
-        // Other modes answer too; liger is refused as when not installed.
+        // Other modes answer too; liger and quack are refused as when not
+        // installed.
         let mut peer = fake_peer().unwrap();
         req.mode = PeerMode::Compile.to_string();
         assert_eq!(peer.run(&req).unwrap().mode, "compile");
-        req.mode = PeerMode::Liger.to_string();
-        let e = format!("{:#}", peer.run(&req).unwrap_err());
-        assert!(e.contains("not installed"), "{e}");
+        for mode in [PeerMode::Liger, PeerMode::Quack] {
+            req.mode = mode.to_string();
+            let e = format!("{:#}", peer.run(&req).unwrap_err());
+            assert!(e.contains("not installed"), "{e}");
+        }
+    }
+
+    /// The real script, without Quack: a quack case is refused with a
+    /// reason naming Quack (checked before torch and the device, so on any
+    /// machine), and the peer keeps answering.
+    #[test]
+    fn quack_mode_is_refused_clearly_without_quack() {
+        if !has("python3", "json") || has("python3", "quack") {
+            eprintln!("no python3, or Quack is importable here; skipping");
+            return;
+        }
+        let mut child = Command::new("python3")
+            .arg("-u")
+            .arg(script())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut ask = |v: serde_json::Value| -> serde_json::Value {
+            writeln!(stdin, "{v}").unwrap();
+            stdin.flush().unwrap();
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            serde_json::from_str(&line).unwrap()
+        };
+        let mut req = serde_json::to_value(request()).unwrap();
+        req["mode"] = PeerMode::Quack.to_string().into();
+        let reply = ask(req);
+        assert_eq!(reply["ok"], false, "{reply}");
+        let why = reply["error"].as_str().unwrap();
+        assert!(
+            why.contains("Quack") && why.contains("not installed"),
+            "{why}"
+        );
+        let hello = ask(serde_json::json!({"cmd": "hello"}));
+        if hello["ok"] == true {
+            assert!(hello["quack"].is_null(), "{hello}");
+        }
+        writeln!(stdin, "{{\"cmd\": \"quit\"}}").unwrap();
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
     }
 
     #[test]
@@ -510,6 +571,12 @@ pub(crate) mod tests {
             assert_eq!(m.to_string().parse::<PeerMode>().unwrap(), m);
         }
         assert_eq!(PeerMode::Eager.side(), "torch-eager");
+        assert_eq!(PeerMode::Quack.side(), "torch-quack");
+        assert_eq!("quack".parse::<PeerMode>().unwrap(), PeerMode::Quack);
+        assert_eq!(
+            serde_json::to_value(PeerMode::Quack).unwrap(),
+            serde_json::json!("quack")
+        );
         assert_eq!(PeerMode::of_side("lanefold"), None);
         assert!("fast".parse::<PeerMode>().is_err());
     }

@@ -45,6 +45,9 @@ pub fn markdown(file: &ResultsFile) -> String {
     let mut md = header("bench", e);
     md.push('\n');
     let _ = writeln!(md, "| environment | |\n|---|---|");
+    // Quack's row only where a peer reported it: reports of files written
+    // without it render as before.
+    let quack = e.quack.clone().map(|v| ("Quack", Some(v)));
     for (k, v) in [
         ("GPU", e.gpu_name.clone()),
         ("GPU UUID", e.gpu_uuid.clone()),
@@ -61,9 +64,13 @@ pub fn markdown(file: &ResultsFile) -> String {
         ),
         ("PyTorch", e.torch.clone()),
         ("Liger-Kernel", e.liger.clone()),
+    ]
+    .into_iter()
+    .chain(quack)
+    .chain([
         ("Python", e.python.clone()),
         ("rustc", Some(e.rustc.clone())),
-    ] {
+    ]) {
         let _ = writeln!(md, "| {k} | {} |", v.unwrap_or_else(|| "—".into()));
     }
     // The file's own single-call label: older files timed it differently.

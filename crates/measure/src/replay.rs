@@ -7,7 +7,7 @@
 //!   the plan reproduces the recorded layout; the regenerated kernel
 //!   source's SHA-256 must equal the recorded one where a file has it.
 //! - Rounds: every case measures reference, candidate (and each enabled
-//!   PyTorch peer side: eager, torch.compile, Liger-Kernel) on the same
+//!   PyTorch peer side: eager, torch.compile, Liger-Kernel, Quack) on the same
 //!   freshly seeded inputs; A/B positions and the peers' block position
 //!   (before / after the native sides) are balanced across rounds; a peer
 //!   that refuses a case is recorded missing with its reason; every output
@@ -744,7 +744,7 @@ fn resume_mismatch(earlier: &ReplayFile, now: &ReplayFile) -> Option<String> {
         return differ("--aa or --seed");
     }
     if earlier.peer_sides() != now.peer_sides() {
-        return differ("the peer sides (--torch, --torch-compile, --liger)");
+        return differ("the peer sides (--torch, --torch-compile, --liger, --quack)");
     }
     for (a, b) in earlier.sources.iter().zip(&now.sources) {
         if a.role != b.role || a.file_sha256 != b.file_sha256 || a.cases != b.cases {
@@ -2076,12 +2076,12 @@ mod tests {
         let mut before = 0;
         for r in 0..4 {
             let o = round_order(r, &peers);
-            assert_eq!(o.len(), 5);
+            assert_eq!(o.len(), 2 + peers.len());
             // The natives alternate as without peers, the block is intact.
             let native: Vec<&String> = o.iter().filter(|n| !peers.contains(n)).collect();
             assert_eq!(native, round_order(r, &[]).iter().collect::<Vec<_>>());
             let at = if torch_first(r) { 0 } else { 2 };
-            assert_eq!(o[at..at + 3], peers[..]);
+            assert_eq!(o[at..at + peers.len()], peers[..]);
             before += usize::from(torch_first(r));
         }
         assert_eq!(before, 2);
@@ -2240,8 +2240,9 @@ mod tests {
     #[test]
     fn paired_gains_for_several_peers() {
         let peers = all_peers();
-        let (eager, compile, liger) = (&peers[0], &peers[1], &peers[2]);
-        // Candidate 10 µs/op; eager 20, 30; compile 5, 10; liger only round 1.
+        let (eager, compile, liger, quack) = (&peers[0], &peers[1], &peers[2], &peers[3]);
+        // Candidate 10 µs/op; eager 20, 30; compile 5, 10; liger only round
+        // 1; quack 4 in both.
         let rounds: Vec<ReplayRound> = (0..2)
             .map(|r| {
                 let mut sides = vec![
@@ -2249,6 +2250,7 @@ mod tests {
                     side(CANDIDATE, &[10.0], true),
                     side(eager, &[20.0 + 10.0 * r as f64], true),
                     side(compile, &[5.0 + 5.0 * r as f64], true),
+                    side(quack, &[4.0], true),
                 ];
                 if r == 1 {
                     sides.push(side(liger, &[15.0], true));
@@ -2265,11 +2267,13 @@ mod tests {
         assert_eq!(ratios(eager), vec![Some(2.0), Some(3.0)]);
         assert_eq!(ratios(compile), vec![Some(0.5), Some(1.0)]);
         assert_eq!(ratios(liger), vec![None, Some(1.5)]);
+        assert_eq!(ratios(quack), vec![Some(0.4), Some(0.4)]);
+        assert_eq!(e.headline[quack], Some(4.0));
         // Eager keeps its own field; the others are keyed by side.
         assert_eq!(e.torch_gain.as_ref().unwrap().numerator, *eager);
         assert_eq!(
             e.peer_gains.keys().collect::<Vec<_>>(),
-            vec![compile, liger]
+            vec![compile, liger, quack]
         );
         let g = e.peer_gain(compile).unwrap().summary.unwrap();
         assert_eq!((g.n, g.median, g.below, g.ties), (2, 0.75, 1, 1));
@@ -2695,27 +2699,31 @@ mod tests {
         let file = run_replay(&sp).unwrap();
         let peers = all_peers();
         let liger = PeerMode::Liger.side();
+        let quack = PeerMode::Quack.side();
         assert_eq!(file.peers.as_ref(), Some(&peers));
         assert!(file.torch);
         for case in &file.cases {
             for (i, round) in case.rounds.iter().enumerate() {
                 assert_eq!(round.order, round_order(i, &peers));
-                // The fake peer refuses liger: missing with its reason.
+                // The fake peer refuses liger and quack: missing with the reason.
                 let names: Vec<&str> = round.sides.iter().map(|s| s.name.as_str()).collect();
                 assert!(!names.contains(&liger), "{names:?}");
+                assert!(!names.contains(&quack), "{names:?}");
                 assert_eq!(names.len(), 4);
-                assert!(
-                    round.missing.len() == 1
-                        && round.missing[0].starts_with(&format!("{liger} did not run"))
-                        && round.missing[0].contains("not installed"),
-                    "{:?}",
-                    round.missing
-                );
+                assert_eq!(round.missing.len(), 2, "{:?}", round.missing);
+                for (reason, side) in round.missing.iter().zip([liger, quack]) {
+                    assert!(
+                        reason.starts_with(&format!("{side} did not run"))
+                            && reason.contains("not installed"),
+                        "{reason}"
+                    );
+                }
             }
             let e = &case.stats.phases["e2e"];
             assert_eq!(e.peer_gain(TORCH).unwrap().summary.unwrap().n, 2);
             assert_eq!(e.peer_gain(&peers[1]).unwrap().summary.unwrap().n, 2);
             assert!(e.peer_gain(liger).unwrap().summary.is_none());
+            assert!(e.peer_gain(quack).unwrap().summary.is_none());
             assert_eq!(case.stats.outputs_invalid, 0);
         }
         let md = std::fs::read_to_string(out.join("results.md")).unwrap();
@@ -2792,10 +2800,10 @@ mod tests {
         );
         // A peer dropped from the file's list leaves its side unexpected.
         let mut v = clean.clone();
-        v["peers"] = serde_json::json!([TORCH, liger]);
+        v["peers"] = serde_json::json!([TORCH, liger, quack]);
         let f = audit_replay(&out, &v);
         assert!(f.iter().any(|m| m.contains("is not")), "{f:?}");
-        v["peers"] = serde_json::json!([TORCH, compile, liger, "torch-fast"]);
+        v["peers"] = serde_json::json!([TORCH, compile, liger, quack, "torch-fast"]);
         let f = audit_replay(&out, &v);
         assert!(
             f.iter().any(|m| m.contains("not a PyTorch peer side")),

@@ -62,6 +62,10 @@ pub struct Environment {
     pub torch: Option<String>,
     pub torch_cuda: Option<String>,
     pub liger: Option<String>,
+    /// Quack's version where the peer had it (absent in files written
+    /// before Quack was a peer, and where it was not installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quack: Option<String>,
     pub python: Option<String>,
     pub rustc: String,
     pub git_sha: String,
@@ -167,7 +171,8 @@ impl HostBound {
 /// One side of a case: lanefold, or a PyTorch peer mode.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Side {
-    /// `lanefold`, or a peer side (`torch-eager`, `torch-compile`, `torch-liger`).
+    /// `lanefold`, or a peer side (`torch-eager`, `torch-compile`,
+    /// `torch-liger`, `torch-quack`).
     pub name: String,
     pub validation: Validation,
     /// An invalid output voids the side's timing: its samples are dropped.

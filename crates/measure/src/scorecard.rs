@@ -671,6 +671,67 @@ mod tests {
         assert!(md.contains("## Target 1 large shapes: "), "{md}");
     }
 
+    /// A Quack side is judged as every peer side that ran: where it is the
+    /// fastest peer, the bandwidth verdict names it with its worst ratio.
+    /// (The committed large-shape replay, with a Quack side added to one
+    /// case at half of torch.compile's times.)
+    #[test]
+    fn a_faster_quack_side_is_named_in_the_verdict() {
+        use crate::results::Side;
+        let mut file = committed("2026-11-29-large-final-replay-h200");
+        let before = score(&file);
+        let quack = PeerMode::Quack.side();
+        let compile = PeerMode::Compile.side();
+        let mut peers = file.peer_sides();
+        peers.push(quack.to_string());
+        file.peers = Some(peers.clone());
+        let id = "rmsnorm/f32/32768x4096";
+        let case = file.cases.iter_mut().find(|c| c.id == id).unwrap();
+        let half =
+            |s: &mut Vec<crate::phases::BatchSample>| s.iter_mut().for_each(|b| b.total_us /= 2.0);
+        for round in &mut case.rounds {
+            let theirs = round.sides.iter().find(|s| s.name == compile).unwrap();
+            let mut phases = theirs.phases.clone();
+            if let Some(gpu) = phases.gpu.as_mut() {
+                half(gpu);
+            }
+            half(&mut phases.e2e);
+            let side = Side::new(quack, theirs.validation.clone(), phases, case.bytes_moved);
+            round.order.push(quack.to_string());
+            round.sides.push(side);
+        }
+        case.stats = crate::replay::case_stats(&case.rounds, &peers);
+        let after = score(&file);
+        let get = |v: &[Verdict]| v.iter().find(|v| v.id == id).unwrap().clone();
+        let (was, now) = (get(&before), get(&after));
+        assert_eq!(now.misses[..was.misses.len()], was.misses[..]);
+        assert_eq!(now.misses.len(), was.misses.len() + 1, "{:?}", now.misses);
+        let named = now.misses.last().unwrap();
+        assert!(
+            named.starts_with("torch-quack faster in a round (0."),
+            "{named}"
+        );
+        // Its worst ratio is the smallest of the case's peers.
+        let phase = &case_phase(&file, id);
+        let worst = |p: &str| worst_ratio(phase, p).unwrap();
+        assert!(peers
+            .iter()
+            .filter(|p| *p != quack)
+            .all(|p| worst(p) > worst(quack)));
+        assert!(markdown(&after).contains(named.as_str()));
+        // Every other case's verdict is unchanged.
+        for (a, b) in before.iter().zip(&after) {
+            if a.id != id {
+                assert_eq!(a, b);
+            }
+        }
+    }
+
+    fn case_phase(file: &ReplayFile, id: &str) -> PhaseStats {
+        let case = file.cases.iter().find(|c| c.id == id).unwrap();
+        case.stats.phases[&case.stats.objective].clone()
+    }
+
     /// The load-policy replay's 1024x4096 cases ran torch.compile and Liger
     /// but no torch eager: short rows cannot be met without it, and the
     /// single call (14.8 µs on rmsnorm bf16) is above 10 µs.
