@@ -679,7 +679,7 @@ mod tests {
     fn a_faster_quack_side_is_named_in_the_verdict() {
         use crate::results::Side;
         let mut file = committed("2026-11-29-large-final-replay-h200");
-        let before = score(&file);
+        let before = score(&file, &targets());
         let quack = PeerMode::Quack.side();
         let compile = PeerMode::Compile.side();
         let mut peers = file.peer_sides();
@@ -701,7 +701,7 @@ mod tests {
             round.sides.push(side);
         }
         case.stats = crate::replay::case_stats(&case.rounds, &peers);
-        let after = score(&file);
+        let after = score(&file, &targets());
         let get = |v: &[Verdict]| v.iter().find(|v| v.id == id).unwrap().clone();
         let (was, now) = (get(&before), get(&after));
         assert_eq!(now.misses[..was.misses.len()], was.misses[..]);
@@ -718,7 +718,7 @@ mod tests {
             .iter()
             .filter(|p| *p != quack)
             .all(|p| worst(p) > worst(quack)));
-        assert!(markdown(&after).contains(named.as_str()));
+        assert!(markdown(&after, &targets()).contains(named.as_str()));
         // Every other case's verdict is unchanged.
         for (a, b) in before.iter().zip(&after) {
             if a.id != id {
