@@ -15,10 +15,13 @@
 #   Env: see scripts/lib/common.sh (LIGER_WHEEL, ROUNDS, BUDGET_S, RESUME,
 #   TAR_TO, GPU_TAG).
 #
-# Device time, one call per part: about 5 minutes (residual_layernorm
-# about 7), from the committed A/A replays with all three peers (10-13 s a
-# case and round for 32768x4096-class cases, e.g. 2026-11-30-large-v14-aa:
-# 12 cases x 2 rounds inside 316 s; bench about 5 s a case).
+# Device time, one call per part (measured on the H200 with lanefold
+# f048c66d, 4 rounds): sum 2.1 minutes, residual_layernorm 7.5
+# (the heaviest: 2 GB a f32 case; Liger has neither op); softmax, rmsnorm
+# and layernorm about 6 and cross_entropy about 3, scaled by bytes moved
+# and by the committed A/A replays with Liger (2026-11-30-large-v14-aa: 12
+# such cases x 2 rounds inside 316 s). Add 1-2 minutes for the machine's
+# start.
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 part=${1:?"usage: reproduce-large.sh PART [OUT_PREFIX]  (PART: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy)"}

@@ -15,10 +15,12 @@
 #   Env: see scripts/lib/common.sh (LIGER_WHEEL, ROUNDS, BUDGET_S, RESUME,
 #   TAR_TO, GPU_TAG).
 #
-# Device time, one call per part: about 6 minutes, from the committed A/A
-# replays (2026-12-01-drift-long-aa: 8 long-row cases x 2 rounds with all
-# three peers in about 305 s, 19 s a case and round; bench about 8 s a
-# case).
+# Device time, one call per part (4 rounds): layernorm 7.4 minutes
+# measured on the H200 with lanefold f048c66d (bench 24 s,
+# rounds of about 100 s); softmax and rmsnorm move the same bytes, about
+# 7.5; cross_entropy reads only its logits, about 5 (the committed
+# 2026-12-01-drift-long-aa ran 8 softmax and cross_entropy cases x 2
+# rounds in about 305 s). Add 1-2 minutes for the machine's start.
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 part=${1:?"usage: reproduce-long.sh PART [OUT_PREFIX]  (PART: softmax, rmsnorm, layernorm, cross_entropy)"}

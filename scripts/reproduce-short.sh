@@ -13,9 +13,10 @@
 #   Env: see scripts/lib/common.sh (ROUNDS, BUDGET_S, RESUME, TAR_TO,
 #   GPU_TAG).
 #
-# Device time, one call: about 5 minutes, from the committed runs (bench
-# and a 3-round A/A replay of the 84 cases with both torch peers in 202 s
-# of one call, 2026-12-01-short-all-s18: about 50 s a round).
+# Device time, one call: about 4.5 minutes (the committed bench and
+# 3-round A/A replay of the 84 cases with both torch peers took 202 s of
+# one call, 2026-12-01-short-all-s18: about 50 s a round). Add 1-2
+# minutes for the machine's start.
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 lf_prefix short "${1:-}"
