@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 6's standing over every committed replay and search: per case, the latest
-# verdict about the layout today's mapper picks (`lanefold scorecard
-# --standing`). Writes bench/STANDING.md (or $1) atomically; CI regenerates
-# it and fails when the committed file is stale.
+# The standing over every committed replay and search: per case and speed
+# target, the latest verdict about the layout today's mapper picks
+# (`lanefold scorecard --standing`). Writes bench/STANDING.md (or $1)
+# atomically; CI regenerates it and fails when the committed file is stale.
 # Env: BIN (default target/release/lanefold).
 set -euo pipefail
 cd "$(dirname "$0")/.."
