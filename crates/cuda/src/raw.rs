@@ -99,7 +99,7 @@ impl CudaBackend {
                         )))
                     }
                 };
-                if ptr == 0 || ptr % 16 != 0 {
+                if ptr == 0 || !ptr.is_multiple_of(16) {
                     return Err(CudaError::Data(format!(
                         "buffer '{}': device pointer {ptr:#x} is null or not 16-byte aligned",
                         param.name

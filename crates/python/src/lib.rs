@@ -161,7 +161,7 @@ fn element(kind: BufferKind, dtype: DType) -> (usize, &'static str) {
     }
 }
 
-fn find<'a>(buffers: &'a [(String, usize)], name: &str) -> PyResult<usize> {
+fn find(buffers: &[(String, usize)], name: &str) -> PyResult<usize> {
     let mut hits = buffers.iter().filter(|(n, _)| n == name);
     match (hits.next(), hits.next()) {
         (Some((_, p)), None) => Ok(*p),
@@ -205,7 +205,7 @@ unsafe fn write_host(ptr: usize, t: &Tensor) {
 }
 
 fn check_address(name: &str, ptr: usize, size: usize) -> PyResult<()> {
-    if ptr == 0 || ptr % size != 0 {
+    if ptr == 0 || !ptr.is_multiple_of(size) {
         return Err(value_error(format!(
             "buffer '{name}': address {ptr:#x} is null or not aligned to its {size}-byte elements"
         )));
