@@ -31,6 +31,48 @@ _IGNORE_INDEX = -100  # the sentinel the kernels know
 
 # ----------------------------------------------------------------- launching
 
+_nvrtc_ready = False
+
+
+def _preload_nvrtc() -> None:
+    """Make NVRTC loadable by name for the native module.
+
+    lanefold-cuda opens ``libnvrtc.so.<major>`` by name through the dynamic
+    loader. PyTorch's pip wheels bring NVRTC in the ``nvidia`` packages
+    (``nvidia/cu13/lib``, ``nvidia/cuda_nvrtc/lib``), outside the loader's
+    path; loading it once here by full path makes the later by-name open
+    find the loaded library. A system NVRTC on the loader's path is used
+    as it is. Best effort: a missing NVRTC is reported by the first launch.
+    """
+    global _nvrtc_ready
+    if _nvrtc_ready:
+        return
+    _nvrtc_ready = True
+    import ctypes
+    import glob
+    import os
+    import sys
+
+    if os.environ.get("LANEFOLD_NO_NVRTC_PRELOAD"):
+        return
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            pass
+    for base in sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
+            found = sorted(glob.glob(os.path.join(base, sub, "libnvrtc.so.*")))
+            # libnvrtc.so.13 (not libnvrtc.so.13.x.y alone, nor builtins)
+            main = [f for f in found if os.path.basename(f).count(".") == 2]
+            for lib in main or found:
+                try:
+                    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                    return
+                except OSError:
+                    continue
+
 
 def _ready(t: torch.Tensor) -> torch.Tensor:
     """Contiguous, and on CUDA 16-byte aligned (the kernels' vector loads)."""
@@ -58,6 +100,7 @@ def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
     elif x.device.type == "cuda":
         device = x.device.index if x.device.index is not None else torch.cuda.current_device()
         stream = torch.cuda.current_stream(x.device).cuda_stream
+        _preload_nvrtc()
         _C.cuda_run(
             op,
             dtype,
