@@ -59,7 +59,7 @@ def test_every_op_against_float64(dtype, shape):
     assert rel_err(y, F.layer_norm(h.double(), (n,), d(w), d(b), 1e-5)) < tol
     xs = data(shape, dtype, 5, -8.0, 8.0)
     assert rel_err(lanefold.softmax(xs), F.softmax(xs.double(), -1)) < tol
-    xp = data(shape, dtype, 6, 0.0, 1.0)
+    xp = data(shape, dtype, 6, 0.0, 0.5)  # f16 holds the sum of 131072 of these
     s = lanefold.sum(xp)
     assert s.shape == xp.shape[:-1]
     assert rel_err(s, xp.double().sum(-1)) < tol

@@ -95,7 +95,7 @@ class RMSNorm(_TorchRMSNorm):
                 eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
                 w = None if self.weight is None else self.weight.reshape(-1)
                 return _ops.rms_norm(xf, w, eps).view(x.shape)
-        fallback = self.__dict__.get("_lanefold_fallback")
+        fallback = getattr(self, "_lanefold_fallback", None)
         if fallback is not None:
             return fallback(x)
         return super().forward(x)
