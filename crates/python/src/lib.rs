@@ -324,6 +324,39 @@ fn kernel(device: usize, key: Key) -> PyResult<RawKernel> {
     Ok(k)
 }
 
+/// The calling thread's current CUDA context, put back on drop: opening a
+/// backend, loading a kernel and launching make the device's primary
+/// context current, and torch's notion of the current device is the
+/// current context, which a call on another device than torch's current
+/// one must leave as it found it.
+struct RestoreContext(Option<cudarc::driver::sys::CUcontext>);
+
+impl RestoreContext {
+    fn save() -> RestoreContext {
+        static DRIVER: OnceLock<bool> = OnceLock::new();
+        // cudarc loads the driver on first use and panics without one.
+        if !*DRIVER.get_or_init(|| lanefold_cuda::probe_driver().is_ok()) {
+            return RestoreContext(None);
+        }
+        let mut ctx: cudarc::driver::sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the driver is loaded; writes one handle.
+        let ok = unsafe { cudarc::driver::sys::cuCtxGetCurrent(&mut ctx) }
+            .result()
+            .is_ok();
+        RestoreContext((ok && !ctx.is_null()).then_some(ctx))
+    }
+}
+
+impl Drop for RestoreContext {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            // SAFETY: a context that was current on this thread, still
+            // alive (torch holds its primary contexts for the process).
+            let _ = unsafe { cudarc::driver::sys::cuCtxSetCurrent(ctx) };
+        }
+    }
+}
+
 /// Enqueue `op` on CUDA device `device`, stream `stream` (a `CUstream`,
 /// `torch.cuda.current_stream().cuda_stream`), on torch's memory.
 ///
@@ -345,6 +378,7 @@ fn cuda_run(
 ) -> PyResult<()> {
     let names: Vec<&str> = buffers.iter().map(|(n, _)| n.as_str()).collect();
     let key = Key::new(op, dtype, rows, n, eps, &names)?;
+    let _restore = RestoreContext::save();
     // Planning and NVRTC may take a while on a cache miss: without the GIL.
     let k = py.detach(|| kernel(device, key))?;
     if k.shape() != (rows, n) {
