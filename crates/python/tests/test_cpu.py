@@ -309,10 +309,11 @@ def test_rms_norm_module_is_a_drop_in(dtype):
     assert rel_err(got, want) < 2e-5
 
 
-def test_modules_fall_back_to_torch_where_a_gradient_is_needed():
+def test_modules_train_through_lanefold_and_fall_back_for_other_dtypes():
     m = lanefold.nn.LayerNorm(32)
     x = data((4, 32), torch.float32, 24).requires_grad_()
     y = m(x)
+    assert "lanefold" in str(y.grad_fn).lower() or y.grad_fn is not None
     y.sum().backward()
     assert x.grad is not None and m.weight.grad is not None
     r = lanefold.nn.RMSNorm(32)
@@ -321,6 +322,64 @@ def test_modules_fall_back_to_torch_where_a_gradient_is_needed():
     # float64 is not lanefold's, the module still works (torch's forward).
     with torch.no_grad():
         assert m.double()(x.double().detach()).dtype == torch.float64
+
+
+def _grads(f, args):
+    """f(*args) and the gradients of a fixed random projection of it."""
+    args = [a.detach().clone().requires_grad_(a.is_floating_point()) if a is not None else None for a in args]
+    out = f(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    g = torch.Generator().manual_seed(99)
+    loss = builtins_sum((o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64)).sum() for o in outs)
+    leaves = [a for a in args if a is not None and a.requires_grad]
+    return torch.autograd.grad(loss, leaves)
+
+
+def builtins_sum(xs):
+    total = 0
+    for x in xs:
+        total = total + x
+    return total
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_match_torch(dtype):
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    x, r = data((2, 3, 50), dtype, 40), data((2, 3, 50), dtype, 41)
+    w, b = data((50,), dtype, 42, 0.5, 1.5), data((50,), dtype, 43)
+    t = torch.tensor([[1, -100, 49], [0, 7, 7]])
+    cases = [
+        (lambda x, w: lanefold.rms_norm(x, w, 1e-5), lambda x, w: F.rms_norm(x, (50,), w, 1e-5), (x, w)),
+        (lambda x: lanefold.rms_norm(x), lambda x: F.rms_norm(x, (50,), None, 1e-6), (x,)),
+        (
+            lambda x, w, b: lanefold.layer_norm(x, w, b, 1e-3),
+            lambda x, w, b: F.layer_norm(x, (50,), w, b, 1e-3),
+            (x, w, b),
+        ),
+        (lambda x: lanefold.layer_norm(x), lambda x: F.layer_norm(x, (50,)), (x,)),
+        (
+            lambda x, r, w, b: lanefold.add_layer_norm(x, r, w, b),
+            lambda x, r, w, b: (F.layer_norm(x + r, (50,), w, b), x + r),
+            (x, r, w, b),
+        ),
+        (lambda x: lanefold.softmax(x), lambda x: F.softmax(x, -1), (x,)),
+        (lambda x: lanefold.sum(x), lambda x: x.sum(-1), (x,)),
+    ]
+    for mine, ref, args in cases:
+        got = _grads(mine, args)
+        want = _grads(lambda *a: ref(*[v.float() for v in a]), args)
+        for g, e in zip(got, want):
+            assert g.dtype == dtype
+            assert rel_err(g, e) < tol
+    for reduction in ["mean", "sum", "none"]:
+        got = _grads(lambda x: lanefold.cross_entropy(x, t, reduction=reduction), (x,))
+        want = _grads(
+            lambda x: F.cross_entropy(x.float().reshape(-1, 50), t.reshape(-1), reduction=reduction).reshape(
+                () if reduction != "none" else (2, 3)
+            ),
+            (x,),
+        )
+        assert rel_err(got[0], want[0]) < tol, reduction
 
 
 class LlamaRMSNorm(torch.nn.Module):
@@ -410,9 +469,16 @@ def test_custom_ops_pass_torch_library_opcheck():
         (torch.ops.lanefold.cross_entropy_rows.default, (x, t)),
     ]
     for op, args in cases:
-        # The ops are forward only: no autograd registration to check.
         torch.library.opcheck(
-            op, args, test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static")
+            op,
+            args,
+            test_utils=(
+                "test_schema",
+                "test_autograd_registration",
+                "test_faketensor",
+                "test_aot_dispatch_static",
+                "test_aot_dispatch_dynamic",
+            ),
         )
 
 
@@ -459,3 +525,14 @@ def test_torch_compile_fullgraph_on_cpu():
     with torch.no_grad():
         eager = model(x)
         assert torch.allclose(torch.compile(model, fullgraph=True)(x), eager, rtol=1e-5, atol=1e-6)
+
+    # Training: the backward formulas compile too.
+    def loss(x, w, b):
+        return (lanefold.layer_norm(x, w, b) * 0.5).sum() + lanefold.cross_entropy(x, target)
+
+    args = [t.clone().requires_grad_() for t in (x, w, b)]
+    torch.compile(loss, fullgraph=True)(*args).backward()
+    eager = [t.clone().requires_grad_() for t in (x, w, b)]
+    loss(*eager).backward()
+    for a, e in zip(args, eager):
+        torch.testing.assert_close(a.grad, e.grad)

@@ -222,3 +222,50 @@ def test_no_memory_is_freed_or_leaked_by_lanefold():
     assert torch.cuda.memory_allocated() == before
     # Inputs are intact after many launches (nothing freed them).
     assert torch.isfinite(x).all().item() and torch.equal(w, torch.ones_like(w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_match_torch(dtype):
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    n = 1000
+    x, r = data((3, 5, n), dtype, 27), data((3, 5, n), dtype, 28)
+    w, b = data((n,), dtype, 29, 0.5, 1.5), data((n,), dtype, 30)
+    t = torch.randint(0, n, (3, 5), device="cuda")
+    t[0, 0] = -100
+    cases = [
+        (lambda x, w: lanefold.rms_norm(x, w, 1e-5), lambda x, w: F.rms_norm(x, (n,), w, 1e-5), (x, w)),
+        (
+            lambda x, w, b: lanefold.layer_norm(x, w, b),
+            lambda x, w, b: F.layer_norm(x, (n,), w, b),
+            (x, w, b),
+        ),
+        (
+            lambda x, r, w, b: lanefold.add_layer_norm(x, r, w, b),
+            lambda x, r, w, b: (F.layer_norm(x + r, (n,), w, b), x + r),
+            (x, r, w, b),
+        ),
+        (lambda x: lanefold.softmax(x), lambda x: F.softmax(x, -1), (x,)),
+        (lambda x: lanefold.sum(x), lambda x: x.sum(-1), (x,)),
+        (
+            lambda x: lanefold.cross_entropy(x, t),
+            lambda x: F.cross_entropy(x.reshape(-1, n), t.reshape(-1)),
+            (x,),
+        ),
+    ]
+
+    def grads(f, args):
+        leaves = [a.detach().clone().requires_grad_() for a in args]
+        out = f(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        g = torch.Generator(device="cuda").manual_seed(99)
+        loss = 0
+        for o in outs:
+            loss = loss + (o.double() * torch.randn(o.shape, generator=g, device="cuda", dtype=torch.float64)).sum()
+        return torch.autograd.grad(loss, leaves)
+
+    for mine, ref, args in cases:
+        got = grads(mine, args)
+        want = grads(lambda *a: ref(*[v.float() for v in a]), args)
+        for g, e in zip(got, want):
+            assert g.dtype == dtype
+            assert rel_err(g, e) < tol

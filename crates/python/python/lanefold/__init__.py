@@ -7,8 +7,8 @@ float16. CPU tensors run lanefold's exact-order CPU executor; CUDA tensors
 run its generated kernels on the tensor's device and the current stream.
 Each is a ``torch.library`` custom op (``torch.ops.lanefold.*``), so
 ``torch.compile(fullgraph=True)`` and CUDA graph capture see one opaque op.
-Forward only: the ops have no autograd formula (the modules in
-:mod:`lanefold.nn` fall back to torch's when a gradient is needed).
+Each op has a backward in torch ops (float32 from the saved inputs): the
+forward is lanefold's kernel, gradients are torch's arithmetic.
 """
 
 from ._ops import (  # noqa: F401

@@ -230,6 +230,126 @@ def _(logits, target):
     return logits.new_empty((logits.shape[0],))
 
 
+# ----------------------------------------------------------------- autograd
+#
+# Backward formulas in torch ops, in float32 from the saved inputs (or
+# outputs), for every op: the forward is lanefold's, the backward torch's
+# arithmetic. Gradients come back in the inputs' dtypes.
+
+
+def _ln_parts(x: torch.Tensor, eps: float):
+    xf = x.float()
+    xc = xf - xf.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
+    return xc * rstd, rstd
+
+
+def _ln_backward(ctx, h, weight, bias, g):
+    """Gradients of LayerNorm(h) given dL/dy = g (float32)."""
+    xhat, rstd = _ln_parts(h, ctx.eps)
+    gw = gb = None
+    if bias is not None and ctx.needs_input_grad[ctx.weight_at + 1]:
+        gb = g.sum(0).to(bias.dtype)
+    if weight is not None:
+        if ctx.needs_input_grad[ctx.weight_at]:
+            gw = (g * xhat).sum(0).to(weight.dtype)
+        g = g * weight.float()
+    gx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    return gx, gw, gb
+
+
+def _rms_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_backward(ctx, gy):
+    x, weight = ctx.saved_tensors
+    xf, g = x.float(), gy.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
+    xhat = xf * rstd
+    gw = None
+    if weight is not None:
+        if ctx.needs_input_grad[1]:
+            gw = (g * xhat).sum(0).to(weight.dtype)
+        g = g * weight.float()
+    gx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+    return gx.to(x.dtype), gw, None
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    x, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.eps = eps
+    ctx.weight_at = 1
+
+
+def _layer_norm_backward(ctx, gy):
+    x, weight, bias = ctx.saved_tensors
+    gx, gw, gb = _ln_backward(ctx, x, weight, bias, gy.float())
+    return gx.to(x.dtype), gw, gb, None
+
+
+def _add_layer_norm_setup(ctx, inputs, output):
+    x, residual, weight, bias, eps = inputs
+    ctx.save_for_backward(output[1], weight, bias)
+    ctx.eps = eps
+    ctx.weight_at = 2
+
+
+def _add_layer_norm_backward(ctx, gy, gh):
+    h, weight, bias = ctx.saved_tensors
+    g = gy.float() if gy is not None else torch.zeros_like(h, dtype=torch.float32)
+    gx, gw, gb = _ln_backward(ctx, h, weight, bias, g)
+    if gh is not None:
+        gx = gx + gh.float()
+    gx = gx.to(h.dtype)
+    return gx, gx.clone(), gw, gb, None
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, gy):
+    (y,) = ctx.saved_tensors
+    yf, g = y.float(), gy.float()
+    return (yf * (g - (g * yf).sum(-1, keepdim=True))).to(y.dtype)
+
+
+def _sum_setup(ctx, inputs, output):
+    (x,) = inputs
+    ctx.shape = x.shape
+    ctx.dtype = x.dtype
+
+
+def _sum_backward(ctx, gy):
+    return gy.to(ctx.dtype).unsqueeze(-1).expand(ctx.shape).contiguous()
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    logits, target = inputs
+    ctx.save_for_backward(logits, target)
+
+
+def _cross_entropy_backward(ctx, gl):
+    logits, target = ctx.saved_tensors
+    p = torch.softmax(logits.float(), -1)
+    kept = target != _IGNORE_INDEX
+    onehot = torch.zeros_like(p).scatter_(-1, target.clamp(min=0).unsqueeze(-1), 1.0)
+    scale = (gl.float() * kept.float()).unsqueeze(-1)
+    return ((p - onehot) * scale).to(logits.dtype), None
+
+
+_rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
+_layer_norm_op.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
+_add_layer_norm_op.register_autograd(_add_layer_norm_backward, setup_context=_add_layer_norm_setup)
+_softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+_sum_op.register_autograd(_sum_backward, setup_context=_sum_setup)
+_cross_entropy_op.register_autograd(_cross_entropy_backward, setup_context=_cross_entropy_setup)
+
+
 # ------------------------------------------------------------ argument checks
 
 

@@ -2,10 +2,10 @@
 
 :class:`LayerNorm` and :class:`RMSNorm` subclass torch.nn's: the same
 constructor arguments, parameters (``weight``, ``bias``) and state_dict
-keys. Their forward runs lanefold's op; it falls back to torch's own
-forward where lanefold's cannot serve: a gradient is needed (the ops are
-forward only), an unsupported dtype or device, or parameters whose dtype
-or device differ from the input's.
+keys. Their forward runs lanefold's op (whose backward is torch's
+arithmetic); it falls back to torch's own forward where lanefold's cannot
+serve: an unsupported dtype or device, or parameters whose dtype or
+device differ from the input's.
 """
 
 import math
@@ -27,8 +27,6 @@ def _fast_ok(x, *params) -> bool:
     for p in present:
         if p.dtype != x.dtype or p.device != x.device:
             return False
-    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in present)):
-        return False
     return True
 
 
