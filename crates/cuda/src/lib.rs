@@ -14,11 +14,13 @@ mod call_graph;
 mod completion;
 mod latency;
 mod prepared;
+mod raw;
 
 pub use cache::{compile_key, default_dir as default_kernel_cache_dir, sha256_hex, DiskCache};
 pub use call_graph::CallCompletion;
 pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
+pub use raw::RawKernel;
 
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,

@@ -1,0 +1,538 @@
+"""The custom ops (namespace ``lanefold``) and the torch.nn.functional-like
+functions over them.
+
+Each op takes 2-D row-major inputs (rows x n; weight and bias of n; targets
+of rows) and returns freshly allocated outputs. The public functions check
+their arguments, flatten leading dims to rows, call the op and restore the
+shape. On CPU tensors the op runs lanefold's exact-order CPU executor; on
+CUDA tensors it launches lanefold's generated kernel on the tensor's device
+and the current torch stream, reading and writing torch's memory directly.
+"""
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from . import _lanefold as _C
+
+__all__ = [
+    "rms_norm",
+    "layer_norm",
+    "add_layer_norm",
+    "softmax",
+    "cross_entropy",
+    "sum",
+]
+
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+SUPPORTED_DTYPES = tuple(_DTYPES)
+_IGNORE_INDEX = -100  # the sentinel the kernels know
+
+
+# ----------------------------------------------------------------- launching
+
+_nvrtc_ready = False
+
+
+def _preload_nvrtc() -> None:
+    """Make NVRTC loadable by name for the native module.
+
+    lanefold-cuda opens ``libnvrtc.so.<major>`` by name through the dynamic
+    loader. PyTorch's pip wheels bring NVRTC in the ``nvidia`` packages
+    (``nvidia/cu13/lib``, ``nvidia/cuda_nvrtc/lib``), outside the loader's
+    path; loading it once here by full path makes the later by-name open
+    find the loaded library. A system NVRTC on the loader's path is used
+    as it is. Best effort: a missing NVRTC is reported by the first launch.
+    """
+    global _nvrtc_ready
+    if _nvrtc_ready:
+        return
+    _nvrtc_ready = True
+    import ctypes
+    import glob
+    import os
+    import sys
+
+    if os.environ.get("LANEFOLD_NO_NVRTC_PRELOAD"):
+        return
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            pass
+    for base in sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
+            found = sorted(glob.glob(os.path.join(base, sub, "libnvrtc.so.*")))
+            # libnvrtc.so.13 (not libnvrtc.so.13.x.y alone, nor builtins)
+            main = [f for f in found if os.path.basename(f).count(".") == 2]
+            for lib in main or found:
+                try:
+                    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                    return
+                except OSError:
+                    continue
+
+
+def _ready(t: torch.Tensor) -> torch.Tensor:
+    """Contiguous, and on CUDA 16-byte aligned (the kernels' vector loads)."""
+    t = t.contiguous()
+    if t.is_cuda and t.data_ptr() % 16 != 0:
+        t = t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
+    """Run ``op`` over the rows of the 2-D ``x``: ``inputs`` and ``outputs``
+    are (buffer name, tensor) pairs, every tensor contiguous on x's device."""
+    rows, n = x.shape
+    dtype = _DTYPES[x.dtype]
+    if x.device.type == "cpu":
+        _C.cpu_run(
+            op,
+            dtype,
+            rows,
+            n,
+            float(eps),
+            [(name, t.data_ptr()) for name, t in inputs],
+            [(name, t.data_ptr()) for name, t in outputs],
+        )
+    elif x.device.type == "cuda":
+        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        _preload_nvrtc()
+        _C.cuda_run(
+            op,
+            dtype,
+            rows,
+            n,
+            float(eps),
+            device,
+            stream,
+            [(name, t.data_ptr()) for name, t in list(inputs) + list(outputs)],
+        )
+    else:
+        raise RuntimeError(f"lanefold: tensors on {x.device} are not supported (CPU or CUDA)")
+
+
+def _columns(weight: Optional[torch.Tensor], bias: Optional[torch.Tensor]):
+    cols = []
+    if weight is not None:
+        cols.append(("weight", _ready(weight)))
+    if bias is not None:
+        cols.append(("bias", _ready(bias)))
+    return cols
+
+
+# ------------------------------------------------------------ the custom ops
+
+
+@torch.library.custom_op("lanefold::rms_norm", mutates_args=())
+def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    x = _ready(x)
+    y = torch.empty_like(x)
+    if x.shape[0] > 0:
+        _launch("rmsnorm", x, eps, [("x", x)] + _columns(weight, None), [("y", y)])
+    return y
+
+
+@_rms_norm_op.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::layer_norm", mutates_args=())
+def _layer_norm_op(
+    x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float
+) -> torch.Tensor:
+    x = _ready(x)
+    y = torch.empty_like(x)
+    if x.shape[0] > 0:
+        _launch("layernorm", x, eps, [("x", x)] + _columns(weight, bias), [("y", y)])
+    return y
+
+
+@_layer_norm_op.register_fake
+def _(x, weight, bias, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::add_layer_norm", mutates_args=())
+def _add_layer_norm_op(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    eps: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    x, residual = _ready(x), _ready(residual)
+    y = torch.empty_like(x)
+    h = torch.empty_like(x)
+    if x.shape[0] > 0:
+        _launch(
+            "residual_layernorm",
+            x,
+            eps,
+            [("x", x), ("residual", residual)] + _columns(weight, bias),
+            [("y", y), ("h", h)],
+        )
+    return y, h
+
+
+@_add_layer_norm_op.register_fake
+def _(x, residual, weight, bias, eps):
+    return (
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+    )
+
+
+@torch.library.custom_op("lanefold::softmax", mutates_args=())
+def _softmax_op(x: torch.Tensor) -> torch.Tensor:
+    x = _ready(x)
+    y = torch.empty_like(x)
+    if x.shape[0] > 0:
+        _launch("softmax", x, 1.0, [("x", x)], [("y", y)])
+    return y
+
+
+@_softmax_op.register_fake
+def _(x):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::row_sum", mutates_args=())
+def _sum_op(x: torch.Tensor) -> torch.Tensor:
+    x = _ready(x)
+    y = x.new_empty((x.shape[0],))
+    if x.shape[0] > 0:
+        _launch("sum", x, 1.0, [("x", x)], [("y", y)])
+    return y
+
+
+@_sum_op.register_fake
+def _(x):
+    return x.new_empty((x.shape[0],))
+
+
+@torch.library.custom_op("lanefold::cross_entropy_rows", mutates_args=())
+def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-row loss; rows whose target is -100 get 0."""
+    logits, target = _ready(logits), _ready(target)
+    loss = logits.new_empty((logits.shape[0],))
+    if logits.shape[0] > 0:
+        _launch("cross_entropy", logits, 1.0, [("x", logits), ("target", target)], [("loss", loss)])
+    return loss
+
+
+@_cross_entropy_op.register_fake
+def _(logits, target):
+    return logits.new_empty((logits.shape[0],))
+
+
+# ----------------------------------------------------------------- autograd
+#
+# Backward formulas in torch ops, in float32 from the saved inputs (or
+# outputs), for every op: the forward is lanefold's, the backward torch's
+# arithmetic. Gradients come back in the inputs' dtypes.
+
+
+def _ln_parts(x: torch.Tensor, eps: float):
+    xf = x.float()
+    xc = xf - xf.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
+    return xc * rstd, rstd
+
+
+def _ln_backward(ctx, h, weight, bias, g):
+    """Gradients of LayerNorm(h) given dL/dy = g (float32)."""
+    xhat, rstd = _ln_parts(h, ctx.eps)
+    gw = gb = None
+    if bias is not None and ctx.needs_input_grad[ctx.weight_at + 1]:
+        gb = g.sum(0).to(bias.dtype)
+    if weight is not None:
+        if ctx.needs_input_grad[ctx.weight_at]:
+            gw = (g * xhat).sum(0).to(weight.dtype)
+        g = g * weight.float()
+    gx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    return gx, gw, gb
+
+
+def _rms_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+
+
+def _rms_backward(ctx, gy):
+    x, weight = ctx.saved_tensors
+    xf, g = x.float(), gy.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
+    xhat = xf * rstd
+    gw = None
+    if weight is not None:
+        if ctx.needs_input_grad[1]:
+            gw = (g * xhat).sum(0).to(weight.dtype)
+        g = g * weight.float()
+    gx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+    return gx.to(x.dtype), gw, None
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    x, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.eps = eps
+    ctx.weight_at = 1
+
+
+def _layer_norm_backward(ctx, gy):
+    x, weight, bias = ctx.saved_tensors
+    gx, gw, gb = _ln_backward(ctx, x, weight, bias, gy.float())
+    return gx.to(x.dtype), gw, gb, None
+
+
+def _add_layer_norm_setup(ctx, inputs, output):
+    x, residual, weight, bias, eps = inputs
+    ctx.save_for_backward(output[1], weight, bias)
+    ctx.eps = eps
+    ctx.weight_at = 2
+
+
+def _add_layer_norm_backward(ctx, gy, gh):
+    h, weight, bias = ctx.saved_tensors
+    g = gy.float() if gy is not None else torch.zeros_like(h, dtype=torch.float32)
+    gx, gw, gb = _ln_backward(ctx, h, weight, bias, g)
+    if gh is not None:
+        gx = gx + gh.float()
+    gx = gx.to(h.dtype)
+    return gx, gx.clone(), gw, gb, None
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, gy):
+    (y,) = ctx.saved_tensors
+    yf, g = y.float(), gy.float()
+    return (yf * (g - (g * yf).sum(-1, keepdim=True))).to(y.dtype)
+
+
+def _sum_setup(ctx, inputs, output):
+    (x,) = inputs
+    ctx.shape = x.shape
+    ctx.dtype = x.dtype
+
+
+def _sum_backward(ctx, gy):
+    return gy.to(ctx.dtype).unsqueeze(-1).expand(ctx.shape).contiguous()
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    logits, target = inputs
+    ctx.save_for_backward(logits, target)
+
+
+def _cross_entropy_backward(ctx, gl):
+    logits, target = ctx.saved_tensors
+    p = torch.softmax(logits.float(), -1)
+    kept = target != _IGNORE_INDEX
+    onehot = torch.zeros_like(p).scatter_(-1, target.clamp(min=0).unsqueeze(-1), 1.0)
+    scale = (gl.float() * kept.float()).unsqueeze(-1)
+    return ((p - onehot) * scale).to(logits.dtype), None
+
+
+_rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
+_layer_norm_op.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
+_add_layer_norm_op.register_autograd(_add_layer_norm_backward, setup_context=_add_layer_norm_setup)
+_softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+_sum_op.register_autograd(_sum_backward, setup_context=_sum_setup)
+_cross_entropy_op.register_autograd(_cross_entropy_backward, setup_context=_cross_entropy_setup)
+
+
+# ------------------------------------------------------------ argument checks
+
+
+def _check_tensor(t, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"lanefold: {what} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _check_input(x, what: str = "x") -> None:
+    _check_tensor(x, what)
+    if x.dtype not in _DTYPES:
+        raise TypeError(
+            f"lanefold: {what} has dtype {x.dtype}; supported: float32, bfloat16, float16"
+        )
+    if x.dim() == 0:
+        raise ValueError(f"lanefold: {what} must have at least one dimension, got a scalar")
+    if x.device.type not in ("cpu", "cuda"):
+        raise RuntimeError(f"lanefold: {what} is on {x.device}; supported: CPU and CUDA")
+    if x.shape[-1] == 0:
+        raise ValueError(f"lanefold: {what} has rows of length 0 (shape {tuple(x.shape)})")
+
+
+def _check_like(t, x: torch.Tensor, what: str, shape: Sequence[int]) -> None:
+    """``t`` (weight, bias, residual) matches x's dtype and device and has ``shape``."""
+    _check_tensor(t, what)
+    if t.device != x.device:
+        raise RuntimeError(
+            f"lanefold: {what} is on {t.device} but x is on {x.device}; "
+            "all tensors must be on the same device"
+        )
+    if t.dtype != x.dtype:
+        raise TypeError(f"lanefold: {what} has dtype {t.dtype} but x has {x.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(
+            f"lanefold: {what} has shape {tuple(t.shape)}, expected {tuple(shape)} "
+            f"for x of shape {tuple(x.shape)}"
+        )
+
+
+def _check_eps(eps) -> float:
+    try:
+        e = float(eps)
+    except (TypeError, ValueError):
+        raise TypeError(f"lanefold: eps must be a number, got {type(eps).__name__}") from None
+    if not (e > 0.0 and e < float("inf")):
+        raise ValueError(f"lanefold: eps must be positive and finite, got {eps}")
+    return e
+
+
+def _check_last_dim(x: torch.Tensor, dim) -> None:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"lanefold: dim must be an int, got {type(dim).__name__}")
+    if dim not in (-1, x.dim() - 1):
+        raise ValueError(
+            f"lanefold: only the last dim is supported (dim=-1 or {x.dim() - 1}), got dim={dim}"
+        )
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+# --------------------------------------------------------- public functions
+
+
+def rms_norm(
+    x: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: float = 1e-6
+) -> torch.Tensor:
+    """``x * rsqrt(mean(x^2) + eps) * weight`` over the last dim."""
+    _check_input(x)
+    if weight is not None:
+        _check_like(weight, x, "weight", x.shape[-1:])
+    eps = _check_eps(eps)
+    return _rms_norm_op(_rows(x), weight, eps).view(x.shape)
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """LayerNorm over the last dim (biased variance, as torch)."""
+    _check_input(x)
+    if weight is not None:
+        _check_like(weight, x, "weight", x.shape[-1:])
+    if bias is not None:
+        _check_like(bias, x, "bias", x.shape[-1:])
+    eps = _check_eps(eps)
+    return _layer_norm_op(_rows(x), weight, bias, eps).view(x.shape)
+
+
+def add_layer_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``h = x + residual`` (rounded to x's dtype) and ``LayerNorm(h)``:
+    returns ``(y, h)``."""
+    _check_input(x)
+    _check_like(residual, x, "residual", x.shape)
+    if weight is not None:
+        _check_like(weight, x, "weight", x.shape[-1:])
+    if bias is not None:
+        _check_like(bias, x, "bias", x.shape[-1:])
+    eps = _check_eps(eps)
+    y, h = _add_layer_norm_op(_rows(x), _rows(residual), weight, bias, eps)
+    return y.view(x.shape), h.view(x.shape)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax over the last dim."""
+    _check_input(x)
+    _check_last_dim(x, dim)
+    return _softmax_op(_rows(x)).view(x.shape)
+
+
+def sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:  # noqa: A001 (torch's name)
+    """Sum over the last dim, in x's dtype (FP32 accumulation)."""
+    _check_input(x)
+    _check_last_dim(x, dim)
+    return _sum_op(_rows(x)).view(x.shape[:-1])
+
+
+def cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Cross entropy of class-index targets over the last dim of ``logits``.
+
+    ``reduction``: ``"none"`` (per-row losses, shape ``logits.shape[:-1]``,
+    0 where ignored), ``"sum"``, or ``"mean"`` (over the rows not ignored,
+    as torch). Losses are in logits' dtype; the reductions accumulate in
+    float32. On the CPU an out-of-range target raises ValueError; on CUDA
+    it is not checked (a check would synchronize).
+    """
+    _check_input(logits, "logits")
+    _check_tensor(target, "target")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(
+            f"lanefold: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
+        )
+    if target.device != logits.device:
+        raise RuntimeError(
+            f"lanefold: target is on {target.device} but logits are on {logits.device}; "
+            "all tensors must be on the same device"
+        )
+    if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
+        raise TypeError(
+            f"lanefold: target must hold class indices (an integer dtype), got {target.dtype}"
+        )
+    if tuple(target.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"lanefold: target has shape {tuple(target.shape)}, expected {tuple(logits.shape[:-1])} "
+            f"for logits of shape {tuple(logits.shape)}"
+        )
+    if not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
+        raise TypeError(f"lanefold: ignore_index must be an int, got {type(ignore_index).__name__}")
+    t = target.reshape(-1).to(torch.int64)
+    if ignore_index != _IGNORE_INDEX:
+        t = torch.where(t == ignore_index, torch.full_like(t, _IGNORE_INDEX), t)
+    loss = _cross_entropy_op(_rows(logits), t)
+    if reduction == "none":
+        return loss.view(logits.shape[:-1])
+    total = loss.to(torch.float32).sum()
+    if reduction == "sum":
+        return total.to(logits.dtype)
+    count = (t != _IGNORE_INDEX).sum().to(torch.float32)
+    return (total / count).to(logits.dtype)
+
+
+def describe_plan(op: str, x: torch.Tensor, weight: bool = True, bias: bool = True) -> str:
+    """The plan lanefold picks for ``op`` (rmsnorm, layernorm,
+    residual_layernorm, softmax, cross_entropy, sum) on x's rows."""
+    _check_input(x)
+    rows = x.numel() // x.shape[-1]
+    return _C.describe_plan(op, _DTYPES[x.dtype], rows, x.shape[-1], weight, bias, x.is_cuda)
+
+
+def clear_caches() -> None:
+    """Forget every cached plan and loaded kernel of this process."""
+    _C.clear_caches()

@@ -1,0 +1,440 @@
+//! `lanefold._lanefold`: the native half of the PyTorch package.
+//!
+//! Python validates tensors (dtype, shape, device, contiguity) and
+//! allocates every output with torch; this module gets the operator, the
+//! dtype, the rows x n shape, eps and each buffer's address
+//! (`tensor.data_ptr()`), plans with the automatic mapper, and
+//!
+//! - on the CPU runs the exact-order executor, reading the inputs from and
+//!   writing the outputs to torch's memory;
+//! - on CUDA launches the plan's kernel on torch's memory and torch's
+//!   current stream (the device's primary context, which torch and cudarc
+//!   share): no copy, no allocation, no synchronization. Kernels are
+//!   compiled once per (device, operator, columns, dtype, shape, eps) in
+//!   this process, through lanefold-cuda's memory and on-disk caches.
+//!
+//! Every failure is a Python exception (ValueError for bad arguments,
+//! RuntimeError for planning, compilation, driver errors), never a panic.
+
+use lanefold_codegen::CodegenOptions;
+use lanefold_cpu::data::expected_len;
+use lanefold_cpu::{Buffers, Tensor};
+use lanefold_cuda::{CudaBackend, RawKernel};
+use lanefold_ir::{
+    BufferKind, DType, Instr, Operator, OperatorOptions, LAYERNORM_EPS, RMSNORM_EPS,
+};
+use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Shape, Target};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+fn value_error(msg: impl Into<String>) -> PyErr {
+    PyValueError::new_err(msg.into())
+}
+
+fn runtime_error(msg: impl Into<String>) -> PyErr {
+    PyRuntimeError::new_err(msg.into())
+}
+
+/// What a plan is made for: one entry of the plan and kernel caches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    op: Operator,
+    weight: bool,
+    bias: bool,
+    dtype: DType,
+    rows: usize,
+    n: usize,
+    eps_bits: u32,
+}
+
+impl Key {
+    fn new(
+        op: &str,
+        dtype: &str,
+        rows: usize,
+        n: usize,
+        eps: f64,
+        names: &[&str],
+    ) -> PyResult<Key> {
+        let op: Operator = op.parse().map_err(|e| value_error(format!("{e}")))?;
+        if op == Operator::Add {
+            return Err(value_error("'add' is not one of the package's operators"));
+        }
+        let dtype: DType = dtype.parse().map_err(|e| value_error(format!("{e}")))?;
+        Shape::new(rows, n).map_err(|e| value_error(format!("{e}")))?;
+        let eps32 = eps as f32;
+        if !(eps32.is_finite() && eps32 > 0.0) {
+            return Err(value_error(format!(
+                "eps must be a positive finite number, got {eps}"
+            )));
+        }
+        let options = OperatorOptions {
+            weight: names.contains(&"weight"),
+            bias: names.contains(&"bias"),
+        }
+        .applied_to(op);
+        Ok(Key {
+            op,
+            weight: options.weight,
+            bias: options.bias,
+            dtype,
+            rows,
+            n,
+            eps_bits: eps32.to_bits(),
+        })
+    }
+
+    fn problem(&self) -> Problem {
+        Problem::operator(
+            self.op,
+            OperatorOptions {
+                weight: self.weight,
+                bias: self.bias,
+            },
+            self.dtype,
+            Shape {
+                rows: self.rows,
+                n: self.n,
+            },
+        )
+    }
+
+    /// The automatic plan on `target`, with this key's eps.
+    fn plan(&self, target: &Target) -> PyResult<Plan> {
+        let problem = self.problem();
+        let mut p = plan(&problem, target, &LayoutRequest::default()).map_err(|e| {
+            runtime_error(format!(
+                "lanefold could not plan {} {} {}x{}: {e}",
+                self.op, self.dtype, self.rows, self.n
+            ))
+        })?;
+        set_eps(&mut p, self.op, f32::from_bits(self.eps_bits))?;
+        Ok(p)
+    }
+}
+
+/// The operator programs carry the PyTorch default eps as a constant;
+/// replace it (in the plan's own program, which may be a rewritten form
+/// of the operator's) with the caller's.
+fn set_eps(plan: &mut Plan, op: Operator, eps: f32) -> PyResult<()> {
+    let default = match op {
+        Operator::Rmsnorm => RMSNORM_EPS,
+        Operator::Layernorm | Operator::ResidualLayernorm => LAYERNORM_EPS,
+        _ => return Ok(()),
+    };
+    let mut found = 0;
+    for instr in &mut plan.problem.program.body {
+        if let Instr::Const(c) = instr {
+            if c.to_bits() == default.to_bits() {
+                *c = eps;
+                found += 1;
+            }
+        }
+    }
+    if found != 1 {
+        return Err(runtime_error(format!(
+            "internal: the {op} program has {found} eps constants, expected 1"
+        )));
+    }
+    Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means another call failed midway; the maps
+    // stay consistent (entries are inserted whole).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn cpu_plans() -> &'static Mutex<HashMap<Key, Arc<Plan>>> {
+    static PLANS: OnceLock<Mutex<HashMap<Key, Arc<Plan>>>> = OnceLock::new();
+    PLANS.get_or_init(Default::default)
+}
+
+/// The element size and dtype name of a program buffer.
+fn element(kind: BufferKind, dtype: DType) -> (usize, &'static str) {
+    if kind == BufferKind::RowIndex {
+        (8, "i64")
+    } else {
+        (dtype.size_bytes(), dtype.name())
+    }
+}
+
+fn find(buffers: &[(String, usize)], name: &str) -> PyResult<usize> {
+    let mut hits = buffers.iter().filter(|(n, _)| n == name);
+    match (hits.next(), hits.next()) {
+        (Some((_, p)), None) => Ok(*p),
+        (None, _) => Err(value_error(format!("missing buffer '{name}'"))),
+        (Some(_), Some(_)) => Err(value_error(format!("buffer '{name}' given twice"))),
+    }
+}
+
+/// Copy `len` elements at host address `ptr` into a tensor.
+///
+/// # Safety
+/// `ptr` must point at `len` readable elements of the kind given.
+unsafe fn read_host(ptr: usize, len: usize, kind: BufferKind, dtype: DType) -> Tensor {
+    use std::slice::from_raw_parts;
+    unsafe {
+        if kind == BufferKind::RowIndex {
+            return Tensor::I64(from_raw_parts(ptr as *const i64, len).to_vec());
+        }
+        match dtype {
+            DType::F32 => Tensor::F32(from_raw_parts(ptr as *const f32, len).to_vec()),
+            DType::Bf16 => Tensor::Bf16(from_raw_parts(ptr as *const half::bf16, len).to_vec()),
+            DType::F16 => Tensor::F16(from_raw_parts(ptr as *const half::f16, len).to_vec()),
+        }
+    }
+}
+
+/// Copy a tensor to host address `ptr`.
+///
+/// # Safety
+/// `ptr` must point at `t.len()` writable elements of `t`'s type.
+unsafe fn write_host(ptr: usize, t: &Tensor) {
+    use std::ptr::copy_nonoverlapping;
+    unsafe {
+        match t {
+            Tensor::F32(v) => copy_nonoverlapping(v.as_ptr(), ptr as *mut f32, v.len()),
+            Tensor::Bf16(v) => copy_nonoverlapping(v.as_ptr(), ptr as *mut half::bf16, v.len()),
+            Tensor::F16(v) => copy_nonoverlapping(v.as_ptr(), ptr as *mut half::f16, v.len()),
+            Tensor::I64(v) => copy_nonoverlapping(v.as_ptr(), ptr as *mut i64, v.len()),
+        }
+    }
+}
+
+fn check_address(name: &str, ptr: usize, size: usize) -> PyResult<()> {
+    if ptr == 0 || !ptr.is_multiple_of(size) {
+        return Err(value_error(format!(
+            "buffer '{name}': address {ptr:#x} is null or not aligned to its {size}-byte elements"
+        )));
+    }
+    Ok(())
+}
+
+/// Run `op` on host memory with the CPU executor.
+///
+/// `inputs` and `outputs` are (buffer name, `tensor.data_ptr()`) pairs of
+/// contiguous CPU tensors of the program's lengths: rows x n for rows, n
+/// for weight and bias, rows for target (int64) and for per-row outputs.
+/// The caller (the Python package) guarantees the lengths and dtypes.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cpu_run(
+    py: Python<'_>,
+    op: &str,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    eps: f64,
+    inputs: Vec<(String, usize)>,
+    outputs: Vec<(String, usize)>,
+) -> PyResult<()> {
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+    let key = Key::new(op, dtype, rows, n, eps, &names)?;
+    let cached = lock(cpu_plans()).get(&key).cloned();
+    let plan = match cached {
+        Some(p) => p,
+        None => {
+            let p = Arc::new(key.plan(&Target::cpu())?);
+            lock(cpu_plans()).insert(key, p.clone());
+            p
+        }
+    };
+    let program = &plan.problem.program;
+    for (name, _) in &inputs {
+        if program.input(name).is_none() {
+            return Err(value_error(format!("{op} takes no input '{name}'")));
+        }
+    }
+    for (name, _) in &outputs {
+        if program.output(name).is_none() {
+            return Err(value_error(format!("{op} has no output '{name}'")));
+        }
+    }
+    let mut host_inputs = Buffers::new();
+    for decl in &program.inputs {
+        let ptr = find(&inputs, &decl.name)?;
+        let (size, _) = element(decl.kind, key.dtype);
+        check_address(&decl.name, ptr, size)?;
+        let len = expected_len(decl.kind, rows, n);
+        // SAFETY: the caller passed a live contiguous tensor of this
+        // buffer's length and dtype (checked by the Python package).
+        let t = unsafe { read_host(ptr, len, decl.kind, key.dtype) };
+        host_inputs.insert(decl.name.clone(), t);
+    }
+    let mut targets = vec![];
+    for decl in &program.outputs {
+        let ptr = find(&outputs, &decl.name)?;
+        let (size, _) = element(decl.kind, key.dtype);
+        check_address(&decl.name, ptr, size)?;
+        targets.push((decl.name.clone(), ptr));
+    }
+    let mut host_outputs = Buffers::new();
+    let plan_ref = &plan;
+    let result = py.detach(|| lanefold_cpu::execute(plan_ref, &host_inputs, &mut host_outputs));
+    result.map_err(|e| value_error(format!("{e}")))?;
+    for (name, ptr) in targets {
+        let t = host_outputs
+            .get(&name)
+            .ok_or_else(|| runtime_error(format!("internal: output '{name}' not written")))?;
+        // SAFETY: as for the inputs; the executor wrote the program's
+        // length of this output.
+        unsafe { write_host(ptr, t) };
+    }
+    Ok(())
+}
+
+/// One open backend per device ordinal, opened on first use.
+fn backends() -> &'static Mutex<HashMap<usize, Arc<CudaBackend>>> {
+    static BACKENDS: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
+    BACKENDS.get_or_init(Default::default)
+}
+
+fn kernels() -> &'static Mutex<HashMap<(usize, Key), RawKernel>> {
+    static KERNELS: OnceLock<Mutex<HashMap<(usize, Key), RawKernel>>> = OnceLock::new();
+    KERNELS.get_or_init(Default::default)
+}
+
+fn backend(device: usize) -> PyResult<Arc<CudaBackend>> {
+    let mut map = lock(backends());
+    if let Some(b) = map.get(&device) {
+        return Ok(b.clone());
+    }
+    let b = Arc::new(CudaBackend::open(device).map_err(|e| {
+        runtime_error(format!("lanefold could not open CUDA device {device}: {e}"))
+    })?);
+    map.insert(device, b.clone());
+    Ok(b)
+}
+
+/// The kernel for `key` on `device`: planned, compiled and loaded on the
+/// first call, then taken from the in-process cache.
+fn kernel(device: usize, key: Key) -> PyResult<RawKernel> {
+    if let Some(k) = lock(kernels()).get(&(device, key)) {
+        return Ok(k.clone());
+    }
+    let backend = backend(device)?;
+    let plan = key.plan(&Target::h200())?;
+    let k = backend
+        .load_raw(&plan, &CodegenOptions::default())
+        .map_err(|e| runtime_error(format!("lanefold: {e}")))?;
+    lock(kernels()).insert((device, key), k.clone());
+    Ok(k)
+}
+
+/// The calling thread's current CUDA context, put back on drop: opening a
+/// backend, loading a kernel and launching make the device's primary
+/// context current, and torch's notion of the current device is the
+/// current context, which a call on another device than torch's current
+/// one must leave as it found it.
+struct RestoreContext(Option<cudarc::driver::sys::CUcontext>);
+
+impl RestoreContext {
+    fn save() -> RestoreContext {
+        static DRIVER: OnceLock<bool> = OnceLock::new();
+        // cudarc loads the driver on first use and panics without one.
+        if !*DRIVER.get_or_init(|| lanefold_cuda::probe_driver().is_ok()) {
+            return RestoreContext(None);
+        }
+        let mut ctx: cudarc::driver::sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the driver is loaded; writes one handle.
+        let ok = unsafe { cudarc::driver::sys::cuCtxGetCurrent(&mut ctx) }
+            .result()
+            .is_ok();
+        RestoreContext((ok && !ctx.is_null()).then_some(ctx))
+    }
+}
+
+impl Drop for RestoreContext {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            // SAFETY: a context that was current on this thread, still
+            // alive (torch holds its primary contexts for the process).
+            let _ = unsafe { cudarc::driver::sys::cuCtxSetCurrent(ctx) };
+        }
+    }
+}
+
+/// Enqueue `op` on CUDA device `device`, stream `stream` (a `CUstream`,
+/// `torch.cuda.current_stream().cuda_stream`), on torch's memory.
+///
+/// `buffers` are (buffer name, `tensor.data_ptr()`) pairs for every input
+/// and output, of contiguous 16-byte aligned tensors on that device with
+/// the program's lengths (as for [`cpu_run`]). Returns once enqueued.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cuda_run(
+    py: Python<'_>,
+    op: &str,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    eps: f64,
+    device: usize,
+    stream: usize,
+    buffers: Vec<(String, u64)>,
+) -> PyResult<()> {
+    let names: Vec<&str> = buffers.iter().map(|(n, _)| n.as_str()).collect();
+    let key = Key::new(op, dtype, rows, n, eps, &names)?;
+    let _restore = RestoreContext::save();
+    // Planning and NVRTC may take a while on a cache miss: without the GIL.
+    let k = py.detach(|| kernel(device, key))?;
+    if k.shape() != (rows, n) {
+        return Err(runtime_error("internal: cached kernel of another shape"));
+    }
+    let named: Vec<(&str, u64)> = buffers.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+    let backend = backend(device)?;
+    // SAFETY: the Python package passes live, contiguous, 16-byte aligned
+    // torch tensors on `device` of the program's lengths and dtypes, and
+    // the current torch stream of that device; the launch is enqueued on
+    // that stream, so torch's caching allocator orders reuse after it.
+    unsafe { backend.launch_raw(&k, &named, stream as cudarc::driver::sys::CUstream) }
+        .map_err(|e| runtime_error(format!("lanefold: {e}")))
+}
+
+/// Drop every cached plan and kernel (compiled binaries stay on disk).
+#[pyfunction]
+fn clear_caches() {
+    lock(cpu_plans()).clear();
+    lock(kernels()).clear();
+}
+
+/// A description of the plan the automatic mapper picks (for the CPU
+/// executor's target, or the H200's with `cuda=True`).
+#[pyfunction]
+#[pyo3(signature = (op, dtype, rows, n, weight=true, bias=true, cuda=false))]
+fn describe_plan(
+    op: &str,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    weight: bool,
+    bias: bool,
+    cuda: bool,
+) -> PyResult<String> {
+    let mut names = vec![];
+    if weight {
+        names.push("weight");
+    }
+    if bias {
+        names.push("bias");
+    }
+    let default_eps = match op {
+        "rmsnorm" => RMSNORM_EPS,
+        _ => LAYERNORM_EPS,
+    };
+    let key = Key::new(op, dtype, rows, n, default_eps as f64, &names)?;
+    let target = if cuda { Target::h200() } else { Target::cpu() };
+    Ok(key.plan(&target)?.describe())
+}
+
+#[pymodule]
+fn _lanefold(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cpu_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_run, m)?)?;
+    m.add_function(wrap_pyfunction!(clear_caches, m)?)?;
+    m.add_function(wrap_pyfunction!(describe_plan, m)?)?;
+    Ok(())
+}

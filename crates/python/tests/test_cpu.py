@@ -1,0 +1,538 @@
+"""lanefold on CPU tensors: numerics against torch in float64, shapes,
+dtypes, errors, the custom ops, the modules and swap_norms."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lanefold
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# Normwise relative error allowed against float64 (lanefold's own
+# validation tolerances: f32 1e-5, f16 2e-3, bf16 1e-2), with headroom
+# for the inputs' own rounding in the 16-bit dtypes.
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+SHAPES = [(1, 127), (17, 257), (2, 3, 64), (4, 1), (3, 1000)]
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.double(), want.double()
+    num = (got - want).norm().item()
+    den = want.norm().item()
+    return num / den if den > 0 else num
+
+
+def data(shape, dtype, seed=0, lo=-2.0, hi=2.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+    return x.to(dtype)
+
+
+def test_import_and_ops_registered():
+    assert callable(lanefold.rms_norm)
+    for name in ["rms_norm", "layer_norm", "add_layer_norm", "softmax", "row_sum", "cross_entropy_rows"]:
+        assert hasattr(torch.ops.lanefold, name), name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm(dtype, shape):
+    n = shape[-1]
+    x = data(shape, dtype, 1)
+    w = data((n,), dtype, 2, 0.5, 1.5)
+    for weight in [w, None]:
+        for eps in [1e-6, 1e-2]:
+            y = lanefold.rms_norm(x, weight, eps=eps)
+            assert y.shape == x.shape and y.dtype == dtype
+            want = F.rms_norm(x.double(), (n,), None if weight is None else weight.double(), eps)
+            assert rel_err(y, want) < TOL[dtype], (weight is None, eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm(dtype, shape):
+    n = shape[-1]
+    x = data(shape, dtype, 3)
+    w = data((n,), dtype, 4, 0.5, 1.5)
+    b = data((n,), dtype, 5)
+    for weight, bias in [(w, b), (w, None), (None, b), (None, None)]:
+        for eps in [1e-5, 0.1]:
+            y = lanefold.layer_norm(x, weight, bias, eps=eps)
+            assert y.shape == x.shape and y.dtype == dtype
+            d = lambda t: None if t is None else t.double()  # noqa: E731
+            want = F.layer_norm(x.double(), (n,), d(weight), d(bias), eps)
+            if n == 1 and bias is None:
+                # Every output is 0: compare absolutely.
+                assert y.abs().max().item() == 0.0
+                continue
+            assert rel_err(y, want) < TOL[dtype], (weight is None, bias is None, eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_add_layer_norm(dtype, shape):
+    n = shape[-1]
+    x, r = data(shape, dtype, 6), data(shape, dtype, 7)
+    w, b = data((n,), dtype, 8, 0.5, 1.5), data((n,), dtype, 9)
+    y, h = lanefold.add_layer_norm(x, r, w, b, eps=1e-5)
+    assert y.shape == x.shape and h.shape == x.shape and y.dtype == dtype and h.dtype == dtype
+    # h is x + r rounded to the dtype once, as torch's add.
+    assert torch.equal(h, x + r)
+    want = F.layer_norm(h.double(), (n,), w.double(), b.double(), 1e-5)
+    assert rel_err(y, want) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax(dtype, shape):
+    x = data(shape, dtype, 10, -8.0, 8.0)
+    y = lanefold.softmax(x)
+    assert y.shape == x.shape and y.dtype == dtype
+    assert rel_err(y, F.softmax(x.double(), -1)) < TOL[dtype]
+    assert torch.equal(lanefold.softmax(x, dim=x.dim() - 1), y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sum(dtype, shape):
+    x = data(shape, dtype, 11, 0.0, 1.0)
+    y = lanefold.sum(x)
+    assert y.shape == x.shape[:-1] and y.dtype == dtype
+    assert rel_err(y, x.double().sum(-1)) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 127), (17, 257), (2, 3, 64), (3, 1000)])
+def test_cross_entropy(dtype, shape):
+    n = shape[-1]
+    logits = data(shape, dtype, 12, -4.0, 4.0)
+    g = torch.Generator().manual_seed(13)
+    target = torch.randint(0, n, shape[:-1], generator=g)
+    flat = target.reshape(-1)
+    flat[0] = -100
+    for ignore_index in [-100, 5]:
+        t = target.clone()
+        if ignore_index != -100:
+            t[t == -100] = ignore_index
+        for reduction in ["none", "sum", "mean"]:
+            got = lanefold.cross_entropy(logits, t, ignore_index=ignore_index, reduction=reduction)
+            want = F.cross_entropy(
+                logits.double().reshape(-1, n),
+                t.reshape(-1),
+                ignore_index=ignore_index,
+                reduction=reduction,
+            )
+            if reduction == "none":
+                assert got.shape == shape[:-1]
+                want = want.reshape(shape[:-1])
+            assert got.dtype == dtype
+            if want.numel() == 1 and want.isnan().item():
+                assert got.isnan().item()  # every row ignored: 0/0 as torch
+                continue
+            assert rel_err(got, want) < TOL[dtype], (ignore_index, reduction)
+
+
+def test_cross_entropy_int32_targets_and_all_ignored():
+    logits = data((4, 10), torch.float32, 14)
+    t = torch.tensor([1, 2, 3, 4], dtype=torch.int32)
+    want = F.cross_entropy(logits.double(), t.long())
+    assert rel_err(lanefold.cross_entropy(logits, t), want) < 1e-5
+    ignored = torch.full((4,), -100)
+    assert lanefold.cross_entropy(logits, ignored).isnan().item()
+    assert lanefold.cross_entropy(logits, ignored, reduction="sum").item() == 0.0
+
+
+def test_non_contiguous_inputs_are_made_contiguous():
+    base = data((8, 130), torch.float32, 15)
+    x = base[:, 1:129]  # strided rows
+    assert not x.is_contiguous()
+    w = data((128,), torch.float32, 16, 0.5, 1.5)
+    assert rel_err(lanefold.rms_norm(x, w), F.rms_norm(x.double(), (128,), w.double(), 1e-6)) < 2e-5
+    xt = data((64, 8), torch.float32, 17).t()  # 8 x 64, transposed
+    assert rel_err(lanefold.softmax(xt), F.softmax(xt.double(), -1)) < 2e-5
+    # An offset view: contiguous but not at the start of its storage.
+    flat = data((1001,), torch.float16, 18)
+    xo = flat[1:].view(10, 100)
+    assert rel_err(lanefold.layer_norm(xo), F.layer_norm(xo.double(), (100,))) < 4e-3
+
+
+def test_empty_rows():
+    x = torch.empty((0, 16))
+    assert lanefold.layer_norm(x).shape == (0, 16)
+    assert lanefold.sum(x).shape == (0,)
+    assert lanefold.cross_entropy(x, torch.empty((0,), dtype=torch.long), reduction="none").shape == (0,)
+
+
+def test_one_dimensional_input():
+    x = data((300,), torch.float32, 19)
+    assert rel_err(lanefold.softmax(x), F.softmax(x.double(), -1)) < 2e-5
+    assert lanefold.sum(x).shape == ()
+
+
+# -------------------------------------------------------------------- errors
+
+
+def test_errors():
+    x = data((4, 32), torch.float32, 20)
+    w = torch.ones(32)
+    with pytest.raises(TypeError, match="dtype"):
+        lanefold.rms_norm(x.double())
+    with pytest.raises(TypeError, match="dtype"):
+        lanefold.softmax(torch.ones(4, 4, dtype=torch.int32))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        lanefold.softmax([1.0, 2.0])
+    with pytest.raises(TypeError, match="weight has dtype"):
+        lanefold.rms_norm(x, w.half())
+    with pytest.raises(ValueError, match="weight has shape"):
+        lanefold.rms_norm(x, torch.ones(31))
+    with pytest.raises(ValueError, match="bias has shape"):
+        lanefold.layer_norm(x, w, torch.ones(2, 32))
+    with pytest.raises(ValueError, match="residual has shape"):
+        lanefold.add_layer_norm(x, x[:2])
+    with pytest.raises(ValueError, match="last dim"):
+        lanefold.softmax(x, dim=0)
+    with pytest.raises(ValueError, match="last dim"):
+        lanefold.sum(x, dim=-2)
+    with pytest.raises(ValueError, match="eps"):
+        lanefold.layer_norm(x, eps=0.0)
+    with pytest.raises(ValueError, match="eps"):
+        lanefold.rms_norm(x, eps=float("nan"))
+    with pytest.raises(ValueError, match="scalar"):
+        lanefold.softmax(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="length 0"):
+        lanefold.softmax(torch.ones(3, 0))
+    with pytest.raises(ValueError, match="reduction"):
+        lanefold.cross_entropy(x, torch.zeros(4, dtype=torch.long), reduction="avg")
+    with pytest.raises(ValueError, match="target has shape"):
+        lanefold.cross_entropy(x, torch.zeros(5, dtype=torch.long))
+    with pytest.raises(TypeError, match="class indices"):
+        lanefold.cross_entropy(x, torch.zeros(4))
+    with pytest.raises(ValueError, match="out of range"):
+        lanefold.cross_entropy(x, torch.tensor([0, 1, 32, 3]))
+    with pytest.raises(ValueError, match="out of range"):
+        lanefold.cross_entropy(x, torch.tensor([0, 1, -1, 3]))
+    with pytest.raises(ValueError, match="too large"):
+        lanefold.sum(torch.empty((2**16, 2**15 + 1), dtype=torch.float16).expand(2**16, 2**15 + 1))
+
+
+def test_native_module_rejects_bad_arguments_without_panicking():
+    from lanefold import _lanefold as C
+
+    x = torch.ones(2, 8)
+    y = torch.empty(2, 8)
+    ok = [("x", x.data_ptr())]
+    with pytest.raises(ValueError, match="unknown operator"):
+        C.cpu_run("norm", "f32", 2, 8, 1e-5, ok, [("y", y.data_ptr())])
+    with pytest.raises(ValueError, match="dtype"):
+        C.cpu_run("softmax", "f64", 2, 8, 1e-5, ok, [("y", y.data_ptr())])
+    with pytest.raises(ValueError, match="zero rows"):
+        C.cpu_run("softmax", "f32", 0, 8, 1e-5, ok, [("y", y.data_ptr())])
+    with pytest.raises(ValueError, match="missing buffer 'y'"):
+        C.cpu_run("softmax", "f32", 2, 8, 1e-5, ok, [])
+    with pytest.raises(ValueError, match="no input 'residual'"):
+        C.cpu_run("softmax", "f32", 2, 8, 1e-5, ok + [("residual", x.data_ptr())], [("y", y.data_ptr())])
+    with pytest.raises(ValueError, match="not aligned|null"):
+        C.cpu_run("softmax", "f32", 2, 8, 1e-5, [("x", 0)], [("y", y.data_ptr())])
+    with pytest.raises(ValueError, match="eps"):
+        C.cpu_run("rmsnorm", "f32", 2, 8, -1.0, ok, [("y", y.data_ptr())])
+    # Without a GPU (or driver), the CUDA entry point raises.
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError):
+            C.cuda_run("softmax", "f32", 2, 8, 1e-5, 0, 0, [("x", 16), ("y", 32)])
+
+
+def test_plans_are_described():
+    x = torch.ones(64, 4096)
+    assert "W=" in lanefold.describe_plan("rmsnorm", x, bias=False)
+
+
+# ------------------------------------------------------------------ modules
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_module_is_a_drop_in(dtype):
+    torch.manual_seed(0)
+    ref = torch.nn.LayerNorm(96, eps=1e-4, dtype=dtype)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5)
+        ref.bias.uniform_(-1, 1)
+    mine = lanefold.nn.LayerNorm(96, eps=1e-4, dtype=dtype)
+    assert isinstance(mine, torch.nn.LayerNorm)
+    assert list(mine.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    mine.load_state_dict(ref.state_dict())
+    ref.load_state_dict(mine.state_dict())
+    x = data((5, 7, 96), dtype, 21)
+    with torch.no_grad():
+        got = mine(x)
+    want = F.layer_norm(x.double(), (96,), ref.weight.double(), ref.bias.double(), 1e-4)
+    assert rel_err(got, want) < TOL[dtype]
+    for kwargs, keys in [
+        (dict(bias=False), ["weight"]),
+        (dict(elementwise_affine=False), []),
+    ]:
+        a, b = torch.nn.LayerNorm(96, **kwargs), lanefold.nn.LayerNorm(96, **kwargs)
+        assert list(a.state_dict()) == list(b.state_dict()) == keys
+        with torch.no_grad():
+            assert rel_err(b(x.float()), a(x.float())) < 2e-5
+
+
+def test_layer_norm_module_over_two_trailing_dims():
+    m = lanefold.nn.LayerNorm((4, 24))
+    x = data((3, 4, 24), torch.float32, 22)
+    with torch.no_grad():
+        assert rel_err(m(x), F.layer_norm(x.double(), (4, 24))) < 2e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_module_is_a_drop_in(dtype):
+    ref = torch.nn.RMSNorm(80, eps=1e-6, dtype=dtype)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5)
+    mine = lanefold.nn.RMSNorm(80, eps=1e-6, dtype=dtype)
+    assert isinstance(mine, torch.nn.RMSNorm)
+    assert list(mine.state_dict()) == ["weight"]
+    mine.load_state_dict(ref.state_dict())
+    x = data((2, 9, 80), dtype, 23)
+    with torch.inference_mode():
+        got = mine(x)
+    assert rel_err(got, F.rms_norm(x.double(), (80,), ref.weight.double(), 1e-6)) < TOL[dtype]
+    # eps=None is torch.finfo(dtype).eps, as torch's.
+    none_eps = lanefold.nn.RMSNorm(80)
+    with torch.no_grad():
+        got = none_eps(x.float())
+    want = F.rms_norm(x.double(), (80,), None, torch.finfo(torch.float32).eps)
+    assert rel_err(got, want) < 2e-5
+
+
+def test_modules_train_through_lanefold_and_fall_back_for_other_dtypes():
+    m = lanefold.nn.LayerNorm(32)
+    x = data((4, 32), torch.float32, 24).requires_grad_()
+    y = m(x)
+    assert "lanefold" in str(y.grad_fn).lower() or y.grad_fn is not None
+    y.sum().backward()
+    assert x.grad is not None and m.weight.grad is not None
+    r = lanefold.nn.RMSNorm(32)
+    r(x).pow(2).sum().backward()
+    assert r.weight.grad is not None
+    # float64 is not lanefold's, the module still works (torch's forward).
+    with torch.no_grad():
+        assert m.double()(x.double().detach()).dtype == torch.float64
+
+
+def _grads(f, args):
+    """f(*args) and the gradients of a fixed random projection of it."""
+    args = [a.detach().clone().requires_grad_(a.is_floating_point()) if a is not None else None for a in args]
+    out = f(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    g = torch.Generator().manual_seed(99)
+    loss = builtins_sum((o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64)).sum() for o in outs)
+    leaves = [a for a in args if a is not None and a.requires_grad]
+    return torch.autograd.grad(loss, leaves)
+
+
+def builtins_sum(xs):
+    total = 0
+    for x in xs:
+        total = total + x
+    return total
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_match_torch(dtype):
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    x, r = data((2, 3, 50), dtype, 40), data((2, 3, 50), dtype, 41)
+    w, b = data((50,), dtype, 42, 0.5, 1.5), data((50,), dtype, 43)
+    t = torch.tensor([[1, -100, 49], [0, 7, 7]])
+    cases = [
+        (lambda x, w: lanefold.rms_norm(x, w, 1e-5), lambda x, w: F.rms_norm(x, (50,), w, 1e-5), (x, w)),
+        (lambda x: lanefold.rms_norm(x), lambda x: F.rms_norm(x, (50,), None, 1e-6), (x,)),
+        (
+            lambda x, w, b: lanefold.layer_norm(x, w, b, 1e-3),
+            lambda x, w, b: F.layer_norm(x, (50,), w, b, 1e-3),
+            (x, w, b),
+        ),
+        (lambda x: lanefold.layer_norm(x), lambda x: F.layer_norm(x, (50,)), (x,)),
+        (
+            lambda x, r, w, b: lanefold.add_layer_norm(x, r, w, b),
+            lambda x, r, w, b: (F.layer_norm(x + r, (50,), w, b), x + r),
+            (x, r, w, b),
+        ),
+        (lambda x: lanefold.softmax(x), lambda x: F.softmax(x, -1), (x,)),
+        (lambda x: lanefold.sum(x), lambda x: x.sum(-1), (x,)),
+    ]
+    for mine, ref, args in cases:
+        got = _grads(mine, args)
+        want = _grads(lambda *a: ref(*[v.float() for v in a]), args)
+        for g, e in zip(got, want):
+            assert g.dtype == dtype
+            assert rel_err(g, e) < tol
+    for reduction in ["mean", "sum", "none"]:
+        got = _grads(lambda x: lanefold.cross_entropy(x, t, reduction=reduction), (x,))
+        want = _grads(
+            lambda x: F.cross_entropy(x.float().reshape(-1, 50), t.reshape(-1), reduction=reduction).reshape(
+                () if reduction != "none" else (2, 3)
+            ),
+            (x,),
+        )
+        assert rel_err(got[0], want[0]) < tol, reduction
+
+
+class LlamaRMSNorm(torch.nn.Module):
+    """transformers' LlamaRMSNorm, as written there."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.proj = torch.nn.Linear(d, d)
+        self.rms = torch.nn.RMSNorm(d, eps=1e-5)
+        self.llama = LlamaRMSNorm(d, eps=1e-5)
+        self.inner = torch.nn.Sequential(torch.nn.LayerNorm(d, bias=False), torch.nn.GELU())
+
+    def forward(self, x):
+        return self.inner(self.llama(self.rms(self.proj(self.ln(x)))))
+
+
+def test_swap_norms_keeps_state_and_outputs():
+    torch.manual_seed(1)
+    model = Block()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(0.5, 1.5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = {k: id(v) for k, v in model.named_parameters()}
+    x = data((3, 5, 64), torch.float32, 25)
+    with torch.no_grad():
+        want = model(x)
+    out = lanefold.nn.swap_norms(model)
+    assert out is model
+    assert isinstance(model.ln, lanefold.nn.LayerNorm)
+    assert isinstance(model.rms, lanefold.nn.RMSNorm)
+    assert isinstance(model.llama, lanefold.nn.RMSNorm) and model.llama.eps == 1e-5
+    assert isinstance(model.inner[0], lanefold.nn.LayerNorm)
+    assert isinstance(model.proj, torch.nn.Linear)
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert {k: id(v) for k, v in model.named_parameters()} == ids  # shared, not copied
+    with torch.no_grad():
+        got = model(x)
+    assert rel_err(got, want) < 2e-5
+    # Training still works (torch's forward where gradients flow).
+    model(x).sum().backward()
+    assert model.llama.weight.grad is not None
+    # A norm as the model itself is returned replaced.
+    assert isinstance(lanefold.nn.swap_norms(torch.nn.LayerNorm(8)), lanefold.nn.LayerNorm)
+
+
+def test_swapped_llama_norm_with_float32_weight_on_bfloat16_keeps_its_own_forward():
+    m = LlamaRMSNorm(32)
+    x = data((2, 32), torch.bfloat16, 26)
+    with torch.no_grad():
+        want = m(x)
+        got = lanefold.nn.swap_norms(torch.nn.Sequential(m))[0](x)
+    assert got.dtype == want.dtype == torch.float32
+    assert torch.equal(got, want)
+
+
+# ---------------------------------------------------------------- compile
+
+
+def test_custom_ops_pass_torch_library_opcheck():
+    x = data((3, 40), torch.float32, 27)
+    w, b = torch.ones(40), torch.zeros(40)
+    t = torch.tensor([1, -100, 39])
+    cases = [
+        (torch.ops.lanefold.rms_norm.default, (x, w, 1e-6)),
+        (torch.ops.lanefold.layer_norm.default, (x, w, b, 1e-5)),
+        (torch.ops.lanefold.add_layer_norm.default, (x, x, None, b, 1e-5)),
+        (torch.ops.lanefold.softmax.default, (x,)),
+        (torch.ops.lanefold.row_sum.default, (x,)),
+        (torch.ops.lanefold.cross_entropy_rows.default, (x, t)),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(
+            op,
+            args,
+            test_utils=(
+                "test_schema",
+                "test_autograd_registration",
+                "test_faketensor",
+                "test_aot_dispatch_static",
+                "test_aot_dispatch_dynamic",
+            ),
+        )
+
+
+def _compile_works() -> str:
+    """'' if torch.compile with the inductor backend runs here, else why not."""
+    if os.environ.get("LANEFOLD_SKIP_COMPILE"):
+        return "LANEFOLD_SKIP_COMPILE is set"
+    code = "import torch\nf = torch.compile(lambda x: x.sin() + 1, fullgraph=True)\nf(torch.ones(4))\n"
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        return "torch.compile takes over 240 s here"
+    if r.returncode != 0:
+        return "torch.compile does not work here: " + r.stderr.decode()[-300:]
+    return ""
+
+
+def test_torch_compile_fullgraph_on_cpu():
+    why = _compile_works()
+    if why:
+        pytest.skip(why)
+    torch._dynamo.reset()
+
+    def f(x, r, w, b, logits, target):
+        y, h = lanefold.add_layer_norm(x, r, w, b)
+        z = lanefold.rms_norm(y, w)
+        s = lanefold.softmax(z)
+        return s * 2, lanefold.sum(h), lanefold.cross_entropy(logits, target)
+
+    x, r = data((6, 48), torch.float32, 28), data((6, 48), torch.float32, 29)
+    w, b = data((48,), torch.float32, 30, 0.5, 1.5), data((48,), torch.float32, 31)
+    logits = data((6, 48), torch.float32, 32)
+    target = torch.tensor([0, 1, 2, -100, 4, 47])
+    started = time.time()
+    compiled = torch.compile(f, fullgraph=True)
+    got = compiled(x, r, w, b, logits, target)
+    want = f(x, r, w, b, logits, target)
+    for g, e in zip(got, want):
+        assert torch.allclose(g, e, rtol=1e-5, atol=1e-6)
+    assert time.time() - started < 600
+
+    # A model with swapped norms compiles whole too (inference).
+    model = lanefold.nn.swap_norms(Block(48)).eval()
+    with torch.no_grad():
+        eager = model(x)
+        assert torch.allclose(torch.compile(model, fullgraph=True)(x), eager, rtol=1e-5, atol=1e-6)
+
+    # Training: the backward formulas compile too.
+    def loss(x, w, b):
+        return (lanefold.layer_norm(x, w, b) * 0.5).sum() + lanefold.cross_entropy(x, target)
+
+    args = [t.clone().requires_grad_() for t in (x, w, b)]
+    torch.compile(loss, fullgraph=True)(*args).backward()
+    eager = [t.clone().requires_grad_() for t in (x, w, b)]
+    loss(*eager).backward()
+    for a, e in zip(args, eager):
+        torch.testing.assert_close(a.grad, e.grad)

@@ -1,0 +1,271 @@
+"""lanefold on CUDA tensors (skipped without CUDA): every op and dtype on
+odd shapes against torch in float64, torch's current (non-default)
+stream, CUDA graph capture, torch.compile(fullgraph=True), devices."""
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lanefold
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+# Odd lengths (tails, scalar packs), a leading-dims batch, a typical
+# hidden size, and a row long enough for a cluster of groups.
+SHAPES = [(1, 127), (17, 257), (3, 5, 1000), (64, 4096), (4, 131072)]
+
+
+def rel_err(got, want) -> float:
+    got, want = got.double().cpu(), want.double().cpu()
+    den = want.norm().item()
+    num = (got - want).norm().item()
+    return num / den if den > 0 else num
+
+
+def data(shape, dtype, seed=0, lo=-2.0, hi=2.0, device="cuda"):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.rand(shape, generator=g, device=device, dtype=torch.float32) * (hi - lo) + lo
+    return x.to(dtype)
+
+
+def d(t):
+    return None if t is None else t.double()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_op_against_float64(dtype, shape):
+    n = shape[-1]
+    x = data(shape, dtype, 1)
+    r = data(shape, dtype, 2)
+    w = data((n,), dtype, 3, 0.5, 1.5)
+    b = data((n,), dtype, 4)
+    tol = TOL[dtype]
+    for weight in [w, None]:
+        y = lanefold.rms_norm(x, weight, eps=1e-6)
+        assert y.device == x.device and y.dtype == dtype and y.shape == x.shape
+        assert rel_err(y, F.rms_norm(x.double(), (n,), d(weight), 1e-6)) < tol
+    for weight, bias in [(w, b), (None, None), (w, None)]:
+        y = lanefold.layer_norm(x, weight, bias, eps=1e-5)
+        assert rel_err(y, F.layer_norm(x.double(), (n,), d(weight), d(bias), 1e-5)) < tol
+    y = lanefold.layer_norm(x, w, b, eps=0.25)  # a non-default eps reaches the kernel
+    assert rel_err(y, F.layer_norm(x.double(), (n,), d(w), d(b), 0.25)) < tol
+    y, h = lanefold.add_layer_norm(x, r, w, b)
+    assert torch.equal(h, x + r)
+    assert rel_err(y, F.layer_norm(h.double(), (n,), d(w), d(b), 1e-5)) < tol
+    xs = data(shape, dtype, 5, -8.0, 8.0)
+    assert rel_err(lanefold.softmax(xs), F.softmax(xs.double(), -1)) < tol
+    xp = data(shape, dtype, 6, 0.0, 0.5)  # f16 holds the sum of 131072 of these
+    s = lanefold.sum(xp)
+    assert s.shape == xp.shape[:-1]
+    assert rel_err(s, xp.double().sum(-1)) < tol
+    g = torch.Generator(device="cuda").manual_seed(7)
+    target = torch.randint(0, n, shape[:-1], generator=g, device="cuda")
+    target.view(-1)[0] = -100
+    for reduction in ["none", "sum", "mean"]:
+        got = lanefold.cross_entropy(xs, target, reduction=reduction)
+        want = F.cross_entropy(xs.double().reshape(-1, n), target.reshape(-1), reduction=reduction)
+        if reduction == "none":
+            want = want.reshape(shape[:-1])
+        if want.numel() == 1 and want.isnan().item():
+            assert got.isnan().item()
+            continue
+        assert rel_err(got, want) < tol, reduction
+
+
+def test_unaligned_and_strided_inputs():
+    flat = data((1 + 8 * 300,), torch.float16, 8)
+    x = flat[1:].view(8, 300)  # contiguous, 2 bytes past an aligned start
+    assert x.data_ptr() % 16 != 0
+    assert rel_err(lanefold.layer_norm(x), F.layer_norm(x.double(), (300,))) < 4e-3
+    base = data((16, 520), torch.float32, 9)
+    xs = base[:, 3:515]
+    assert not xs.is_contiguous()
+    assert rel_err(lanefold.softmax(xs), F.softmax(xs.double(), -1)) < 2e-5
+
+
+def test_runs_on_the_current_non_default_stream():
+    s = torch.cuda.Stream()
+    x = data((256, 4096), torch.bfloat16, 10)
+    w = data((4096,), torch.bfloat16, 11, 0.5, 1.5)
+    lanefold.rms_norm(x, w)  # compiled outside the timed part
+    torch.cuda.synchronize()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)  # keep the stream busy
+        x2 = x * 2  # produced on s: the kernel must run after it
+        y = lanefold.rms_norm(x2, w)
+        assert not s.query(), "the launch did not go on the current stream"
+    s.synchronize()
+    assert rel_err(y, F.rms_norm((x.double() * 2), (4096,), w.double(), 1e-6)) < 2e-2
+
+
+def test_cuda_graph_capture_and_replay():
+    n = 1000
+    static_x = data((33, n), torch.float32, 12)
+    static_r = data((33, n), torch.float32, 13)
+    w, b = data((n,), torch.float32, 14, 0.5, 1.5), data((n,), torch.float32, 15)
+    target = torch.randint(0, n, (33,), device="cuda")
+
+    def step():
+        y, h = lanefold.add_layer_norm(static_x, static_r, w, b)
+        z = lanefold.rms_norm(y, w)
+        return lanefold.softmax(z), lanefold.sum(h), lanefold.cross_entropy(static_x, target, reduction="none")
+
+    # Warm up on a side stream (compiles and loads every kernel), as
+    # torch's CUDA graph docs ask.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    for seed in [16, 17]:
+        static_x.copy_(data((33, n), torch.float32, seed))
+        static_r.copy_(data((33, n), torch.float32, seed + 100))
+        graph.replay()
+        torch.cuda.synchronize()
+        h = static_x.double() + static_r.double()
+        y = F.layer_norm(h, (n,), w.double(), b.double(), 1e-5)
+        z = F.rms_norm(y, (n,), w.double(), 1e-6)
+        assert rel_err(outs[0], F.softmax(z, -1)) < 1e-4
+        assert rel_err(outs[1], h.sum(-1)) < 1e-5
+        want = F.cross_entropy(static_x.double(), target, reduction="none")
+        assert rel_err(outs[2], want) < 1e-5
+
+
+def test_torch_compile_fullgraph():
+    torch._dynamo.reset()
+
+    def f(x, r, w, b, logits, target):
+        y, h = lanefold.add_layer_norm(x, r, w, b)
+        z = lanefold.rms_norm(y * 0.5, w)
+        return lanefold.softmax(z) + 1, lanefold.sum(h), lanefold.cross_entropy(logits, target)
+
+    x, r = data((8, 4096), torch.bfloat16, 18), data((8, 4096), torch.bfloat16, 19)
+    w, b = data((4096,), torch.bfloat16, 20, 0.5, 1.5), data((4096,), torch.bfloat16, 21)
+    logits = data((8, 4096), torch.bfloat16, 22)
+    target = torch.randint(0, 4096, (8,), device="cuda")
+    want = f(x, r, w, b, logits, target)
+    got = torch.compile(f, fullgraph=True)(x, r, w, b, logits, target)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+    # With CUDA graphs under torch.compile.
+    torch._dynamo.reset()
+    cg = torch.compile(f, fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):
+        got = cg(x, r, w, b, logits, target)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+
+
+def test_swapped_model_compiles_on_cuda():
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.LayerNorm(256), torch.nn.RMSNorm(256)
+    ).cuda().half().eval()
+    x = data((4, 7, 256), torch.float16, 23)
+    with torch.no_grad():
+        want = model(x)
+        lanefold.nn.swap_norms(model)
+        assert isinstance(model[1], lanefold.nn.LayerNorm)
+        eager = model(x)
+        compiled = torch.compile(model, fullgraph=True)(x)
+    assert rel_err(eager, want) < 4e-3
+    torch.testing.assert_close(compiled, eager)
+
+
+def test_mismatched_devices_raise():
+    x = data((4, 64), torch.float32, 24)
+    with pytest.raises(RuntimeError, match="same device"):
+        lanefold.rms_norm(x, torch.ones(64))
+    with pytest.raises(RuntimeError, match="same device"):
+        lanefold.layer_norm(x, torch.ones(64, device="cuda"), torch.zeros(64))
+    with pytest.raises(RuntimeError, match="same device"):
+        lanefold.add_layer_norm(x, x.cpu())
+    with pytest.raises(RuntimeError, match="same device"):
+        lanefold.cross_entropy(x, torch.zeros(4, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="same device"):
+        lanefold.rms_norm(x.cpu(), torch.ones(64, device="cuda"))
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(RuntimeError, match="same device"):
+            lanefold.rms_norm(x, torch.ones(64, device="cuda:1"))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="one GPU")
+def test_runs_on_the_tensors_own_device():
+    x = data((8, 512), torch.float32, 25, device="cuda:1")
+    with torch.cuda.device(0):
+        y = lanefold.softmax(x)
+    assert y.device == x.device
+    assert rel_err(y, F.softmax(x.double(), -1)) < 2e-5
+
+
+def test_no_memory_is_freed_or_leaked_by_lanefold():
+    x = data((64, 4096), torch.float32, 26)
+    w = torch.ones(4096, device="cuda")
+    lanefold.rms_norm(x, w)
+    torch.cuda.synchronize()
+    gc.collect()
+    before = torch.cuda.memory_allocated()
+    for _ in range(50):
+        y = lanefold.rms_norm(x, w)
+    del y
+    torch.cuda.synchronize()
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
+    # Inputs are intact after many launches (nothing freed them).
+    assert torch.isfinite(x).all().item() and torch.equal(w, torch.ones_like(w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_match_torch(dtype):
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    n = 1000
+    x, r = data((3, 5, n), dtype, 27), data((3, 5, n), dtype, 28)
+    w, b = data((n,), dtype, 29, 0.5, 1.5), data((n,), dtype, 30)
+    t = torch.randint(0, n, (3, 5), device="cuda")
+    t[0, 0] = -100
+    cases = [
+        (lambda x, w: lanefold.rms_norm(x, w, 1e-5), lambda x, w: F.rms_norm(x, (n,), w, 1e-5), (x, w)),
+        (
+            lambda x, w, b: lanefold.layer_norm(x, w, b),
+            lambda x, w, b: F.layer_norm(x, (n,), w, b),
+            (x, w, b),
+        ),
+        (
+            lambda x, r, w, b: lanefold.add_layer_norm(x, r, w, b),
+            lambda x, r, w, b: (F.layer_norm(x + r, (n,), w, b), x + r),
+            (x, r, w, b),
+        ),
+        (lambda x: lanefold.softmax(x), lambda x: F.softmax(x, -1), (x,)),
+        (lambda x: lanefold.sum(x), lambda x: x.sum(-1), (x,)),
+        (
+            lambda x: lanefold.cross_entropy(x, t),
+            lambda x: F.cross_entropy(x.reshape(-1, n), t.reshape(-1)),
+            (x,),
+        ),
+    ]
+
+    def grads(f, args):
+        leaves = [a.detach().clone().requires_grad_() for a in args]
+        out = f(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        g = torch.Generator(device="cuda").manual_seed(99)
+        loss = 0
+        for o in outs:
+            loss = loss + (o.double() * torch.randn(o.shape, generator=g, device="cuda", dtype=torch.float64)).sum()
+        return torch.autograd.grad(loss, leaves)
+
+    for mine, ref, args in cases:
+        got = grads(mine, args)
+        want = grads(lambda *a: ref(*[v.float() for v in a]), args)
+        for g, e in zip(got, want):
+            assert g.dtype == dtype
+            assert rel_err(g, e) < tol
