@@ -101,7 +101,7 @@ enum Command {
     },
     /// The headline hardware counters of each profiled launch in these
     /// directories (Nsight Compute raw pages, `NAME-raw.csv[.gz]`, from
-    /// scripts/h200-ncu.sh), as a markdown table.
+    /// scripts/profile-ncu.sh), as a markdown table.
     Counters {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,

@@ -530,7 +530,7 @@ fn plan_shows_an_occupancy_cap_and_batched_loads_and_refuses_a_promise_above_the
 
 /// `--version` names the commit the binary was built from, so a binary run
 /// on another machine (whose checkout may be another commit) still says
-/// which source it is: `gpu-selftest.sh` records it.
+/// which source it is: `scripts/selftest-cuda.sh` records it.
 #[test]
 fn version_names_the_commit_the_binary_was_built_from() {
     let o = lanefold(&["--version"]);

@@ -1,4 +1,4 @@
-//! Hardware-counter evidence from Nsight Compute (`scripts/h200-ncu.sh`):
+//! Hardware-counter evidence from Nsight Compute (`scripts/profile-ncu.sh`):
 //! per profiled launch, `NAME-raw.csv[.gz]` (`ncu --page raw --csv`: a
 //! header row of metric names, a row of units, one row per kernel) beside
 //! `NAME-details.txt`, the page ncu rendered from the same report. The
