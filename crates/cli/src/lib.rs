@@ -14,6 +14,7 @@ use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Refusal, Shape, Target};
 pub mod args;
 pub mod compile_check;
 pub mod corpus_cmd;
+pub mod demo;
 pub mod doctor;
 pub mod latency;
 pub mod replay_cmd;

@@ -32,10 +32,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The six operators on the seed's shapes, planned, executed and validated.
+    /// What lanefold is for, in one screen: realistic problems validated
+    /// against float64, then timed against this machine's copy bandwidth
+    /// and torch eager. `--verbose`: every operator on the seed's shapes,
+    /// per layout.
     Demo {
         #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
         backend: BackendArg,
+        /// The Python whose torch is compared (CUDA only).
+        #[arg(long, default_value = "python3")]
+        python: String,
     },
     /// What lanefold sees here (GPU, driver, NVRTC, caches, Python peers)
     /// and what it will use; exit 1 if the asked backend cannot work.
@@ -453,7 +459,13 @@ fn main() {
     let cli = Cli::parse();
     lanefold_cuda::set_verbose(cli.verbose);
     let result = match cli.command {
-        Command::Demo { backend } => demo(backend),
+        Command::Demo { backend, python } => {
+            if cli.verbose {
+                demo(backend)
+            } else {
+                demo_cmd(backend, &python)
+            }
+        }
         Command::Plan(args) => plan_cmd(args),
         Command::Run(args) => run_cmd(args),
         Command::Selftest {
@@ -658,6 +670,16 @@ fn report_cmd(dir: &std::path::Path) -> Result<()> {
     }
 }
 
+/// The demo: realistic problems validated, then timed against this
+/// machine's copy bandwidth and torch eager.
+fn demo_cmd(backend: BackendArg, python: &str) -> Result<()> {
+    match open_backend(backend)? {
+        Backend::Cuda(c) => lanefold::demo::demo(Some(&c), python),
+        Backend::Cpu => lanefold::demo::demo(None, python),
+    }
+}
+
+/// `demo --verbose`: every operator on the seed's shapes, per layout.
 fn demo(backend: BackendArg) -> Result<()> {
     let backend = open_backend(backend)?;
     let started = Instant::now();
@@ -1080,6 +1102,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
             weight: !args.no_weight,
             bias: !args.no_bias,
         },
+        quiet: false,
     };
     let file = run_bench(&spec)?;
     let invalid = file

@@ -421,6 +421,45 @@ impl CudaBackend {
         self.ctx.ordinal()
     }
 
+    /// Device-to-device copy bandwidth, GB/s counting bytes read plus bytes
+    /// written (the yardstick of a memory-bound kernel): the best of
+    /// `samples` timed copies of `bytes` after one warm-up copy.
+    pub fn copy_gbps(&self, bytes: usize, samples: usize) -> Result<f64, CudaError> {
+        let src = self
+            .stream
+            .alloc_zeros::<u8>(bytes)
+            .map_err(driver("allocating the copy source"))?;
+        let mut dst = self
+            .stream
+            .alloc_zeros::<u8>(bytes)
+            .map_err(driver("allocating the copy destination"))?;
+        let event = || {
+            self.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(driver("creating an event"))
+        };
+        let (start, end) = (event()?, event()?);
+        let mut best = f64::INFINITY;
+        for k in 0..=samples.max(1) {
+            start
+                .record(&self.stream)
+                .map_err(driver("recording an event"))?;
+            self.stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(driver("copying"))?;
+            end.record(&self.stream)
+                .map_err(driver("recording an event"))?;
+            end.synchronize().map_err(driver("copying"))?;
+            let ms = start
+                .elapsed_ms(&end)
+                .map_err(driver("reading the events"))? as f64;
+            if k > 0 {
+                best = best.min(ms);
+            }
+        }
+        Ok(2.0 * bytes as f64 / (best * 1e-3) / 1e9)
+    }
+
     /// Generate, compile (cached) and load the kernel for `plan`.
     fn load(&self, plan: &Plan, options: &CodegenOptions) -> Result<Arc<Loaded>, CudaError> {
         self.load_kernel(generate(plan, options)?, options)

@@ -52,6 +52,8 @@ pub struct BenchSpec {
     /// Per-column inputs to leave out (PyTorch's modules have both). Only
     /// lanefold runs such cases: the peers build the default modules.
     pub options: OperatorOptions,
+    /// No per-case lines on stdout (the caller prints its own summary).
+    pub quiet: bool,
 }
 
 /// One case of a bench: an operator on rows of one dtype and shape.
@@ -232,7 +234,10 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 jobs.push((p, CodegenOptions::default()));
             }
         }
-        eprintln!("{}", c.precompile(&jobs));
+        let report = c.precompile(&jobs);
+        if !spec.quiet {
+            eprintln!("{report}");
+        }
     }
     'cases: for &BenchProblem { op, dtype, shape } in &spec.problems {
         if !deadline.allows_another() {
@@ -320,9 +325,11 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                 )
             })
             .collect();
-        println!("{id:<60} {}", line.join("  "));
-        // Where a case's wall time goes, for planning device calls.
-        println!("        wall s: {}", wall.join(", "));
+        if !spec.quiet {
+            println!("{id:<60} {}", line.join("  "));
+            // Where a case's wall time goes, for planning device calls.
+            println!("        wall s: {}", wall.join(", "));
+        }
         file.cases.push(CaseResult {
             id,
             op: op.name().into(),

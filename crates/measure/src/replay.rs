@@ -2311,6 +2311,7 @@ mod tests {
             deadline_s: None,
             occupancy_from_compiler: false,
             options: OperatorOptions::default(),
+            quiet: false,
         }
     }
 
