@@ -28,6 +28,9 @@ struct Cli {
     /// directory searched for the CUDA driver when falling back to the CPU.
     #[arg(long, global = true)]
     verbose: bool,
+    /// No progress bars (they are drawn on stderr, and only on a terminal).
+    #[arg(long, global = true)]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -458,6 +461,7 @@ fn main() {
     restore_default_sigpipe();
     let cli = Cli::parse();
     lanefold_cuda::set_verbose(cli.verbose);
+    lanefold_measure::progress::set_quiet(cli.quiet);
     let result = match cli.command {
         Command::Demo { backend, python } => {
             if cli.verbose {

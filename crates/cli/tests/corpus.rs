@@ -55,6 +55,8 @@ fn bench_runs_the_problems_of_a_corpus_part() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o));
+    // Progress bars are drawn only on a terminal: piped output has none.
+    assert!(!text(&o).contains("ETA"), "{}", text(&o));
     let v = load_results(&out);
     let ids: Vec<&str> = v["cases"]
         .as_array()

@@ -239,7 +239,9 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
             eprintln!("{report}");
         }
     }
+    let pb = crate::progress::bar(planned as u64, "bench");
     'cases: for &BenchProblem { op, dtype, shape } in &spec.problems {
+        pb.set_message(format!("{op} {dtype} {shape}"));
         if !deadline.allows_another() {
             println!(
                 "deadline: stopping after {k} of {planned} cases (--deadline-s {})",
@@ -326,10 +328,13 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
             })
             .collect();
         if !spec.quiet {
-            println!("{id:<60} {}", line.join("  "));
-            // Where a case's wall time goes, for planning device calls.
-            println!("        wall s: {}", wall.join(", "));
+            pb.suspend(|| {
+                println!("{id:<60} {}", line.join("  "));
+                // Where a case's wall time goes, for planning device calls.
+                println!("        wall s: {}", wall.join(", "));
+            });
         }
+        pb.inc(1);
         file.cases.push(CaseResult {
             id,
             op: op.name().into(),
@@ -349,6 +354,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         k += 1;
         deadline.end_unit();
     }
+    pb.finish_and_clear();
     capture_env.record_end_clocks(&mut file.environment);
     file.write(&spec.output.join("results.json"))?;
     write_report(&file, &spec.output)?;

@@ -12,6 +12,7 @@ pub mod devices;
 pub mod env;
 pub mod peer;
 pub mod phases;
+pub mod progress;
 pub mod render;
 pub mod replay;
 pub mod results;

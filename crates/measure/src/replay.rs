@@ -963,6 +963,10 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             .collect();
         eprintln!("{}", c.precompile(&jobs));
     }
+    let pb = crate::progress::bar(
+        ((spec.rounds - file.rounds_done.min(spec.rounds)) * prepared.len()) as u64,
+        "replay",
+    );
     for r in file.rounds_done..spec.rounds {
         if !deadline.allows_another() {
             println!(
@@ -975,6 +979,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
         deadline.start_unit();
         let order = round_order(r, &peers);
         for (k, case) in prepared.iter().enumerate() {
+            pb.set_message(format!("round {} of {}: {}", r + 1, spec.rounds, case.id));
             let case_started = std::time::Instant::now();
             let mut wall: Vec<(String, f64)> = vec![];
             let seed = spec.seed + (r as u64) * 1_000_003 + (k as u64) * 10_007;
@@ -1063,20 +1068,24 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             }
             rec.rounds.push(round);
             rec.stats = case_stats(&rec.rounds, &peers);
-            print_round(rec, r, &peers);
             // Where a round's wall time goes, for planning device calls.
             let parts: Vec<String> = wall.iter().map(|(w, t)| format!("{w} {t:.1}")).collect();
-            println!(
-                "        wall s: {} (case {:.1})",
-                parts.join(", "),
-                case_started.elapsed().as_secs_f64()
-            );
+            pb.suspend(|| {
+                print_round(rec, r, &peers);
+                println!(
+                    "        wall s: {} (case {:.1})",
+                    parts.join(", "),
+                    case_started.elapsed().as_secs_f64()
+                );
+            });
+            pb.inc(1);
         }
         file.rounds_done = r + 1;
         // An interrupted replay keeps every round already measured.
         file.write(&results)?;
         deadline.end_unit();
     }
+    pb.finish_and_clear();
     let session = file.resumed.last_mut().unwrap_or(&mut file.environment);
     capture_env.record_end_clocks(session);
     file.write(&results)?;

@@ -440,19 +440,26 @@ pub fn search(spec: &SearchSpec) -> Result<SearchFile> {
         problems: vec![],
     };
     let mut k = 0u64;
+    let pb = crate::progress::bar(
+        (spec.shapes.len() * spec.ops.len() * spec.dtypes.len()) as u64,
+        "search",
+    );
     for &shape in &spec.shapes {
         for &op in &spec.ops {
             for &dtype in &spec.dtypes {
+                pb.set_message(format!("{op} {dtype} {shape}"));
                 let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
                 let result = search_problem(spec, cuda.as_ref(), &target, &problem, spec.seed + k)?;
-                print_problem(&result, spec.objective);
+                pb.suspend(|| print_problem(&result, spec.objective));
                 file.problems.push(result);
                 // An interrupted search keeps every problem already done.
                 file.write(&spec.output)?;
                 k += 1;
+                pb.inc(1);
             }
         }
     }
+    pb.finish_and_clear();
     file.write(&spec.output)?;
     Ok(file)
 }
