@@ -1493,9 +1493,14 @@ fn golden_residual_layernorm_bf16_4096x32768_rounded_resident() {
         1
     );
     assert!(k.source.contains("= lf_bits("));
-    // x and the residual are loaded in phase 0 only; phase 1 re-widens h.
+    // x and the residual are loaded in phase 0 only (phase 1 names them
+    // in the rare rescaled path alone); phase 1 re-widens h.
     let phase1 = &k.source[k.source.find("// ---- phase 1 ----").unwrap()..];
-    assert!(!phase1.contains("p_x") && !phase1.contains("p_residual"));
+    let loads: String = phase1
+        .lines()
+        .filter(|l| !l.contains("lf_rescue("))
+        .collect();
+    assert!(!loads.contains("p_x") && !loads.contains("p_residual"));
     assert!(phase1.contains("lf_rewiden<1>("));
     insta::assert_snapshot!(golden(&p));
 }

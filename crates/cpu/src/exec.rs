@@ -4,7 +4,7 @@
 //! for the GPU's reduction order as well as a CPU path.
 
 use crate::data::{check_inputs, expected_len, Buffers, DataError, Tensor};
-use lanefold_ir::{BinaryOp, BufferKind, Instr, ReduceOp, UnaryOp};
+use lanefold_ir::{BinaryOp, BufferKind, Instr, ReduceOp, RowStat, UnaryOp, RESCUE_SCALE};
 use lanefold_plan::{Layout, Plan, TreeLevels};
 use rayon::prelude::*;
 
@@ -151,8 +151,13 @@ pub fn online_push_pack((m, s): (f32, f32), pack: &[f32]) -> (f32, f32) {
     } else {
         (m, s)
     };
+    // A running maximum of -inf means every element so far is -inf (a
+    // masked entry) or NaN: each -inf adds exp(-inf) = 0 rather than
+    // exp(-inf - -inf) = NaN, so a worker holding only masked entries
+    // stays empty, while a NaN still propagates.
+    let base = if m == f32::NEG_INFINITY { 0.0 } else { m };
     for &x in pack {
-        s += (x - m).exp();
+        s += (x - base).exp();
     }
     (m, s)
 }
@@ -171,6 +176,46 @@ pub fn online_combine((m1, s1): (f32, f32), (m2, s2): (f32, f32)) -> (f32, f32) 
 fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
     let acc = worker_accumulators(tile, layout, (f32::NEG_INFINITY, 0.0f32), online_push_pack);
     tree_combine(acc, tree, online_combine).1
+}
+
+/// The slow path of [`Instr::Rescaled`]: `stat` of the row `h`, scaled by
+/// [`RESCUE_SCALE`], each sum taken by one worker in element order with
+/// every operation rounded on its own (the generated kernel's
+/// `lf_rescue_*`, which every thread of the row runs alike). The smallest
+/// normal f32 added under each square root keeps a constant row's
+/// statistics finite (its centred elements are exactly 0) and lets an
+/// infinity or NaN through.
+pub fn rescued_stat(stat: RowStat, h: &[f32]) -> f32 {
+    let s = RESCUE_SCALE;
+    let n = h.len() as f32;
+    match stat {
+        RowStat::Scale => s,
+        RowStat::RmsRstd => {
+            let mut acc = 0.0f32;
+            for &v in h {
+                let t = v * s;
+                acc += t * t;
+            }
+            (1.0 / (acc / n + f32::MIN_POSITIVE).sqrt()) * s
+        }
+        RowStat::Mean | RowStat::Rstd => {
+            let k = h[0] * s;
+            let mut s1 = 0.0f32;
+            for &v in h {
+                s1 += v * s - k;
+            }
+            let dm = s1 / n;
+            if stat == RowStat::Mean {
+                return k + dm;
+            }
+            let mut s2 = 0.0f32;
+            for &v in h {
+                let c = (v * s - k) - dm;
+                s2 += c * c;
+            }
+            1.0 / (s2 / n + f32::MIN_POSITIVE).sqrt()
+        }
+    }
 }
 
 /// Run `plan` over `inputs`, writing every element of `outputs`.
@@ -258,6 +303,29 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                         otherwise
                     };
                     Val::Scalar(vals[pick.index()].scalar())
+                }
+                Instr::Rescaled {
+                    stat,
+                    check,
+                    fast,
+                    x,
+                    residual,
+                } => {
+                    if vals[check.index()].scalar().is_finite() {
+                        Val::Scalar(vals[fast.index()].scalar())
+                    } else {
+                        let x = &inputs[x];
+                        let h: Vec<f32> = match residual {
+                            None => (0..n).map(|i| x.get(row * n + i)).collect(),
+                            Some(r) => {
+                                let r = &inputs[r];
+                                (0..n)
+                                    .map(|i| dtype.round(x.get(row * n + i) + r.get(row * n + i)))
+                                    .collect()
+                            }
+                        };
+                        Val::Scalar(rescued_stat(*stat, &h))
+                    }
                 }
                 Instr::Store { buffer, value } => {
                     let slot = program

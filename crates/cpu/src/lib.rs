@@ -9,5 +9,5 @@ pub mod reference;
 mod validate;
 
 pub use data::{Buffers, DataError, Tensor};
-pub use exec::{execute, reduce_tree, ExecError};
+pub use exec::{execute, reduce_tree, rescued_stat, ExecError};
 pub use validate::{validate, OutputCheck, Validation};

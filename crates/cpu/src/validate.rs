@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 pub struct OutputCheck {
     pub name: String,
     pub elements: usize,
-    /// Elements that are NaN or infinite where the reference is finite
-    /// (an unwritten, poisoned element lands here).
+    /// Elements whose kind disagrees with the reference: NaN or infinite
+    /// where the reference is finite (an unwritten, poisoned element lands
+    /// here), or anything but the reference's own NaN, +inf or -inf where
+    /// the reference is non-finite.
     pub nonfinite: usize,
     pub max_abs_err: f64,
     /// ||out - ref||_2 / ||scale||_2 (scale = |ref|, or sum |x| for sums).
@@ -46,9 +48,27 @@ struct Partial {
 /// block order, so the result does not depend on the thread count.
 const BLOCK: usize = 1 << 16;
 
+/// Does `got` match a non-finite expected value `want` exactly in kind:
+/// NaN for NaN, an infinity of the same sign for an infinity?
+fn same_nonfinite(got: f64, want: f64) -> bool {
+    if want.is_nan() {
+        got.is_nan()
+    } else {
+        got == want
+    }
+}
+
 /// Compare `got` with `want` element by element (`scale[i]` or `|want[i]|`
-/// weighs the relative error).
-fn compare(got: &crate::data::Tensor, want: &[f64], scale: Option<&[f64]>) -> Partial {
+/// weighs the relative error). Non-finite expected values must be met
+/// exactly and stay out of the norms; a finite expected value beyond the
+/// storage dtype's range (`max_finite`) may also be met by the infinity of
+/// its sign, the value the rounding to storage gives.
+fn compare(
+    got: &crate::data::Tensor,
+    want: &[f64],
+    scale: Option<&[f64]>,
+    max_finite: f64,
+) -> Partial {
     let len = got.len().min(want.len());
     let blocks: Vec<Partial> = (0..len.div_ceil(BLOCK))
         .into_par_iter()
@@ -58,8 +78,22 @@ fn compare(got: &crate::data::Tensor, want: &[f64], scale: Option<&[f64]>) -> Pa
                 let r = want[i];
                 let s = scale.map_or(r.abs(), |s| s[i]);
                 let g = got.get(i) as f64;
-                if !g.is_finite() && r.is_finite() {
-                    p.nonfinite += 1;
+                if !r.is_finite() {
+                    if !same_nonfinite(g, r) {
+                        p.nonfinite += 1;
+                    }
+                    continue;
+                }
+                if !g.is_finite() {
+                    let overflowed = r.abs() > max_finite && g == r.signum() * f64::INFINITY;
+                    if !overflowed {
+                        p.nonfinite += 1;
+                    }
+                    continue;
+                }
+                if !s.is_finite() {
+                    // A sum's scale over a row holding infinities: judged
+                    // by its kind alone, as above.
                     continue;
                 }
                 let d = g - r;
@@ -102,7 +136,12 @@ pub fn validate(dtype: DType, outputs: &Buffers, reference: &Reference) -> Valid
             ref2,
             max_abs,
             nonfinite,
-        } = compare(got, want, expected.scale.as_deref());
+        } = compare(
+            got,
+            want,
+            expected.scale.as_deref(),
+            dtype.max_finite() * (1.0 - tolerance),
+        );
         // An all-zero reference (e.g. every row ignored) is judged absolutely.
         let rel = if ref2 > 0.0 {
             (diff2 / ref2).sqrt()

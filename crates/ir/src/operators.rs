@@ -1,7 +1,7 @@
 //! The six operators, written as row programs (plus `add`, an element-only
 //! program used as a copy-bandwidth baseline and to exercise refusals).
 
-use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, UnaryOp};
+use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -130,7 +130,9 @@ impl Operator {
                 let ms = b.div(ss, n);
                 let eps = b.constant(RMSNORM_EPS);
                 let v = b.add(ms, eps);
-                let r = b.unary(UnaryOp::Rsqrt, v);
+                let fast = b.unary(UnaryOp::Rsqrt, v);
+                // A row whose sum of squares overflows f32 takes the slow path.
+                let r = b.rescaled(RowStat::RmsRstd, ss, fast, "x", None);
                 let rb = b.broadcast(r);
                 let mut y = b.mul(x, rb);
                 if opts.weight {
@@ -146,7 +148,7 @@ impl Operator {
                 } else {
                     x
                 };
-                layer_norm_body(&mut b, h, opts, false);
+                layer_norm_body(&mut b, h, self.residual_input(), opts, false);
             }
             Operator::CrossEntropy => {
                 let x = b.input("x", BufferKind::Row);
@@ -224,7 +226,7 @@ impl Operator {
             x
         };
         if !form.one_pass_moments {
-            layer_norm_body(&mut b, h, opts, form.fused_output);
+            layer_norm_body(&mut b, h, self.residual_input(), opts, form.fused_output);
             return Some(b.finish());
         }
         let k = match self {
@@ -251,32 +253,68 @@ impl Operator {
         let ve = b.add(var, eps);
         let rstd = b.unary(UnaryOp::Rsqrt, ve);
         let mean = b.add(m1, k);
-        if form.fused_output {
-            fused_output(&mut b, h, mean, rstd, opts);
-        } else {
-            let mb = b.broadcast(mean);
-            let c = b.sub(h, mb);
-            normalized_output(&mut b, c, rstd, opts);
-        }
+        let residual = self.residual_input();
+        scaled_output(&mut b, h, s2, mean, rstd, residual, opts, form.fused_output);
         Some(b.finish())
+    }
+
+    /// The residual input of `h = x + residual`, for residual_layernorm.
+    fn residual_input(self) -> Option<&'static str> {
+        (self == Operator::ResidualLayernorm).then_some("residual")
     }
 }
 
-fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fused: bool) {
+fn layer_norm_body(
+    b: &mut Builder,
+    h: crate::Value,
+    residual: Option<&str>,
+    opts: OperatorOptions,
+    fused: bool,
+) {
     let n = b.row_len();
-    let s = b.reduce(ReduceOp::Sum, x);
+    let s = b.reduce(ReduceOp::Sum, h);
     let mean = b.div(s, n);
     let mb = b.broadcast(mean);
-    let c = b.sub(x, mb);
+    let c = b.sub(h, mb);
     let sq = b.unary(UnaryOp::Square, c);
     let ss = b.reduce(ReduceOp::Sum, sq);
     let var = b.div(ss, n);
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
     let rstd = b.unary(UnaryOp::Rsqrt, ve);
+    scaled_output(b, h, ss, mean, rstd, residual, opts, fused);
+}
+
+/// layernorm's output from the fast `mean` and `rstd`, each with the rare
+/// slow path of [`crate::Instr::Rescaled`] taken where the sum of squares
+/// `check` is not finite: `y = (h * scale - mean) * rstd`, with `scale` 1
+/// on the fast path (the product is exact, so the fast path's bits are
+/// those of `(h - mean) * rstd`) and the slow path's statistics those of
+/// the scaled row, so that neither `h - mean` nor `rstd` leaves f32's range.
+#[allow(clippy::too_many_arguments)]
+fn scaled_output(
+    b: &mut Builder,
+    h: crate::Value,
+    check: crate::Value,
+    mean: crate::Value,
+    rstd: crate::Value,
+    residual: Option<&str>,
+    opts: OperatorOptions,
+    fused: bool,
+) {
+    let one = b.constant(1.0);
+    let scale = b.rescaled(RowStat::Scale, check, one, "x", residual);
+    let mean = b.rescaled(RowStat::Mean, check, mean, "x", residual);
+    let rstd = b.rescaled(RowStat::Rstd, check, rstd, "x", residual);
     if fused {
-        fused_output(b, x, mean, rstd, opts);
+        // h * (scale * rstd) + -(mean * rstd): the same per-element work.
+        let rstd_h = b.mul(scale, rstd);
+        fused_output(b, h, rstd_h, mean, rstd, opts);
     } else {
+        let sb = b.broadcast(scale);
+        let hs = b.mul(h, sb);
+        let mb = b.broadcast(mean);
+        let c = b.sub(hs, mb);
         normalized_output(b, c, rstd, opts);
     }
 }
@@ -319,13 +357,14 @@ fn columns_and_store(b: &mut Builder, mut y: crate::Value, opts: OperatorOptions
 fn fused_output(
     b: &mut Builder,
     h: crate::Value,
+    rstd_h: crate::Value,
     mean: crate::Value,
     rstd: crate::Value,
     opts: OperatorOptions,
 ) {
     let shift = b.mul(mean, rstd);
     let neg_shift = b.unary(UnaryOp::Neg, shift);
-    let rb = b.broadcast(rstd);
+    let rb = b.broadcast(rstd_h);
     let sb = b.broadcast(neg_shift);
     let scaled = b.mul(h, rb);
     let y = b.add(scaled, sb);
