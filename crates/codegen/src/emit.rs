@@ -247,40 +247,56 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
 /// The rare slow path of a norm's per-row statistics
 /// ([`lanefold_ir::Instr::Rescaled`]), taken where the row's sum of squares
 /// is not finite: every thread of the row reads the whole row and sums it
-/// in element order, scaled by 2^-76, each operation rounded on its own so
+/// (compensated) in element order, scaled by 2^-76, each operation rounded
+/// on its own so
 /// the result is the CPU executor's `rescued_stat` bit for bit. `stat`: 0
-/// rmsnorm's rstd, 1 layernorm's scaled mean, 2 its scaled rstd; `r` the
-/// residual of `h = round(x + r)`, or null.
+/// rmsnorm's rstd, 1 layernorm's scaled mean less the shift, 2 its scaled
+/// rstd, 3 the scaled shift (h's first element); `r` the residual of
+/// `h = round(x + r)`, or null.
 fn rescue_helper() -> String {
     let s = lit(lanefold_ir::RESCUE_SCALE);
     let tiny = lit(f32::MIN_POSITIVE);
+    let max = lit(f32::MAX);
     format!(
         "__device__ __forceinline__ float lf_rescue_h(const lf_store_t* x, const lf_store_t* r, size_t i) {{
     return r ? lf_round(__fadd_rn(lf_widen(x[i]), lf_widen(r[i]))) : lf_widen(x[i]);
+}}
+__device__ __forceinline__ void lf_kahan(float& sum, float& c, float& plain, float v) {{
+    plain = __fadd_rn(plain, v);
+    const float y = __fsub_rn(v, c);
+    const float t = __fadd_rn(sum, y);
+    c = __fsub_rn(__fsub_rn(t, sum), y);
+    sum = t;
+}}
+__device__ __forceinline__ float lf_kahan_result(float sum, float plain) {{
+    return fabsf(plain) <= {max} ? sum : plain;
 }}
 __device__ __noinline__ float lf_rescue(int stat, const lf_store_t* x, const lf_store_t* r, size_t off, int n) {{
     const float s = {s};
     const float fn = (float)n;
     if (stat == 0) {{
-        float acc = 0.0f;
+        float acc = 0.0f, c = 0.0f, p = 0.0f;
         for (int i = 0; i < n; ++i) {{
             const float t = __fmul_rn(lf_rescue_h(x, r, off + i), s);
-            acc = __fadd_rn(acc, __fmul_rn(t, t));
+            lf_kahan(acc, c, p, __fmul_rn(t, t));
         }}
+        acc = lf_kahan_result(acc, p);
         return __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(acc, fn), {tiny}))), s);
     }}
     const float k = __fmul_rn(lf_rescue_h(x, r, off), s);
-    float s1 = 0.0f;
+    if (stat == 3) return k;
+    float s1 = 0.0f, c1 = 0.0f, p1 = 0.0f;
     for (int i = 0; i < n; ++i) {{
-        s1 = __fadd_rn(s1, __fsub_rn(__fmul_rn(lf_rescue_h(x, r, off + i), s), k));
+        lf_kahan(s1, c1, p1, __fsub_rn(__fmul_rn(lf_rescue_h(x, r, off + i), s), k));
     }}
-    const float dm = __fdiv_rn(s1, fn);
-    if (stat == 1) return __fadd_rn(k, dm);
-    float s2 = 0.0f;
+    const float dm = __fdiv_rn(lf_kahan_result(s1, p1), fn);
+    if (stat == 1) return dm;
+    float s2 = 0.0f, c2 = 0.0f, p2 = 0.0f;
     for (int i = 0; i < n; ++i) {{
-        const float c = __fsub_rn(__fsub_rn(__fmul_rn(lf_rescue_h(x, r, off + i), s), k), dm);
-        s2 = __fadd_rn(s2, __fmul_rn(c, c));
+        const float d = __fsub_rn(__fsub_rn(__fmul_rn(lf_rescue_h(x, r, off + i), s), k), dm);
+        lf_kahan(s2, c2, p2, __fmul_rn(d, d));
     }}
+    s2 = lf_kahan_result(s2, p2);
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(s2, fn), {tiny})));
 }}
 "
@@ -947,6 +963,7 @@ impl Ctx<'_> {
                     RowStat::RmsRstd => Some(0),
                     RowStat::Mean => Some(1),
                     RowStat::Rstd => Some(2),
+                    RowStat::Shift => Some(3),
                 };
                 let slow =
                     match code {

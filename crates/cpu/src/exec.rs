@@ -179,8 +179,8 @@ fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
 }
 
 /// The slow path of [`Instr::Rescaled`]: `stat` of the row `h`, scaled by
-/// [`RESCUE_SCALE`], each sum taken by one worker in element order with
-/// every operation rounded on its own (the generated kernel's
+/// [`RESCUE_SCALE`], each sum a compensated one taken by one worker in
+/// element order with every operation rounded on its own (the generated kernel's
 /// `lf_rescue_*`, which every thread of the row runs alike). The smallest
 /// normal f32 added under each square root keeps a constant row's
 /// statistics finite (its centred elements are exactly 0) and lets an
@@ -191,30 +191,47 @@ pub fn rescued_stat(stat: RowStat, h: &[f32]) -> f32 {
     match stat {
         RowStat::Scale => s,
         RowStat::RmsRstd => {
-            let mut acc = 0.0f32;
-            for &v in h {
+            let acc = kahan_sum(h.iter().map(|&v| {
                 let t = v * s;
-                acc += t * t;
-            }
+                t * t
+            }));
             (1.0 / (acc / n + f32::MIN_POSITIVE).sqrt()) * s
         }
-        RowStat::Mean | RowStat::Rstd => {
+        RowStat::Shift | RowStat::Mean | RowStat::Rstd => {
             let k = h[0] * s;
-            let mut s1 = 0.0f32;
-            for &v in h {
-                s1 += v * s - k;
+            if stat == RowStat::Shift {
+                return k;
             }
-            let dm = s1 / n;
+            let dm = kahan_sum(h.iter().map(|&v| v * s - k)) / n;
             if stat == RowStat::Mean {
-                return k + dm;
+                return dm;
             }
-            let mut s2 = 0.0f32;
-            for &v in h {
+            let s2 = kahan_sum(h.iter().map(|&v| {
                 let c = (v * s - k) - dm;
-                s2 += c * c;
-            }
+                c * c
+            }));
             1.0 / (s2 / n + f32::MIN_POSITIVE).sqrt()
         }
+    }
+}
+
+/// Kahan's compensated sum in element order (the slow path's; its error
+/// does not grow with the row length the way a single running sum's does).
+/// Where the plain running sum is not finite it is the answer: an infinity
+/// stays one (the compensation of an infinite sum is NaN).
+fn kahan_sum(values: impl Iterator<Item = f32>) -> f32 {
+    let (mut sum, mut c, mut plain) = (0.0f32, 0.0f32, 0.0f32);
+    for v in values {
+        plain += v;
+        let y = v - c;
+        let t = sum + y;
+        c = (t - sum) - y;
+        sum = t;
+    }
+    if plain.is_finite() {
+        sum
+    } else {
+        plain
     }
 }
 

@@ -4,7 +4,9 @@
 
 pub mod data;
 mod exec;
+pub mod fuzz;
 pub mod npy;
+pub mod oracle;
 pub mod reference;
 mod validate;
 

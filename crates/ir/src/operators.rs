@@ -229,14 +229,7 @@ impl Operator {
             layer_norm_body(&mut b, h, self.residual_input(), opts, form.fused_output);
             return Some(b.finish());
         }
-        let k = match self {
-            Operator::Layernorm => b.row_first("x"),
-            _ => {
-                let (x0, r0) = (b.row_first("x"), b.row_first("residual"));
-                let k0 = b.add(x0, r0);
-                b.round_to_storage(k0)
-            }
-        };
+        let k = row_shift(&mut b, self.residual_input());
         let n = b.row_len();
         let kb = b.broadcast(k);
         let d = b.sub(h, kb);
@@ -252,9 +245,18 @@ impl Operator {
         let eps = b.constant(LAYERNORM_EPS);
         let ve = b.add(var, eps);
         let rstd = b.unary(UnaryOp::Rsqrt, ve);
-        let mean = b.add(m1, k);
         let residual = self.residual_input();
-        scaled_output(&mut b, h, s2, mean, rstd, residual, opts, form.fused_output);
+        scaled_output(
+            &mut b,
+            h,
+            s2,
+            k,
+            m1,
+            rstd,
+            residual,
+            opts,
+            form.fused_output,
+        );
         Some(b.finish())
     }
 
@@ -271,9 +273,17 @@ fn layer_norm_body(
     opts: OperatorOptions,
     fused: bool,
 ) {
+    // The mean about the row's first element k, `k + sum(h - k) / n`: a
+    // constant row's mean is then exactly k and its variance exactly 0
+    // (summing h itself rounds, and the rounding normalised by a variance
+    // of ~0 is of order 1 where the answer is the bias).
+    let k = row_shift(b, residual);
     let n = b.row_len();
-    let s = b.reduce(ReduceOp::Sum, h);
-    let mean = b.div(s, n);
+    let kb = b.broadcast(k);
+    let d = b.sub(h, kb);
+    let s = b.reduce(ReduceOp::Sum, d);
+    let md = b.div(s, n);
+    let mean = b.add(md, k);
     let mb = b.broadcast(mean);
     let c = b.sub(h, mb);
     let sq = b.unary(UnaryOp::Square, c);
@@ -282,39 +292,70 @@ fn layer_norm_body(
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
     let rstd = b.unary(UnaryOp::Rsqrt, ve);
-    scaled_output(b, h, ss, mean, rstd, residual, opts, fused);
+    scaled_output(b, h, ss, k, md, rstd, residual, opts, fused);
 }
 
-/// layernorm's output from the fast `mean` and `rstd`, each with the rare
-/// slow path of [`crate::Instr::Rescaled`] taken where the sum of squares
-/// `check` is not finite: `y = (h * scale - mean) * rstd`, with `scale` 1
-/// on the fast path (the product is exact, so the fast path's bits are
-/// those of `(h - mean) * rstd`) and the slow path's statistics those of
-/// the scaled row, so that neither `h - mean` nor `rstd` leaves f32's range.
+/// The row's first element of h, the shift of layernorm's moments.
+fn row_shift(b: &mut Builder, residual: Option<&str>) -> crate::Value {
+    match residual {
+        None => b.row_first("x"),
+        Some(r) => {
+            let (x0, r0) = (b.row_first("x"), b.row_first(r));
+            let k0 = b.add(x0, r0);
+            b.round_to_storage(k0)
+        }
+    }
+}
+
+/// layernorm's output from the fast shift `k` (h's first element), mean
+/// `md` of `h - k` and `rstd`, each with the rare slow path of
+/// [`crate::Instr::Rescaled`] taken where the sum of squares `check` is not
+/// finite: `y = ((h * scale - k) - md) * rstd`, `scale` 1 on the fast path
+/// (exact, so the fast path is `((h - k) - md) * rstd`) and the slow path's
+/// statistics those of the row scaled by 2^-76, so that neither the centred
+/// row nor `rstd` leaves f32's range. Centring by `k` first keeps the
+/// centred values exact where the row sits far from 0 relative to its
+/// spread (rounding `k + md` would cost up to half an ulp of the mean,
+/// amplified by `rstd`).
 #[allow(clippy::too_many_arguments)]
 fn scaled_output(
     b: &mut Builder,
     h: crate::Value,
     check: crate::Value,
-    mean: crate::Value,
+    k: crate::Value,
+    md: crate::Value,
     rstd: crate::Value,
     residual: Option<&str>,
     opts: OperatorOptions,
     fused: bool,
 ) {
+    let check = if fused {
+        // The fused form's `mean * rstd` overflows on a near-constant row
+        // of |h| > 1e36 (rstd is up to 1/sqrt(eps)) though the moments do
+        // not: such a row takes the slow path too.
+        let mean = b.add(md, k);
+        let shift = b.mul(mean, rstd);
+        b.add(check, shift)
+    } else {
+        check
+    };
     let one = b.constant(1.0);
     let scale = b.rescaled(RowStat::Scale, check, one, "x", residual);
-    let mean = b.rescaled(RowStat::Mean, check, mean, "x", residual);
+    let k = b.rescaled(RowStat::Shift, check, k, "x", residual);
+    let md = b.rescaled(RowStat::Mean, check, md, "x", residual);
     let rstd = b.rescaled(RowStat::Rstd, check, rstd, "x", residual);
     if fused {
-        // h * (scale * rstd) + -(mean * rstd): the same per-element work.
+        // h * (scale * rstd) + -((k + md) * rstd): the same per-element work.
         let rstd_h = b.mul(scale, rstd);
+        let mean = b.add(md, k);
         fused_output(b, h, rstd_h, mean, rstd, opts);
     } else {
         let sb = b.broadcast(scale);
         let hs = b.mul(h, sb);
-        let mb = b.broadcast(mean);
-        let c = b.sub(hs, mb);
+        let kb = b.broadcast(k);
+        let d = b.sub(hs, kb);
+        let mb = b.broadcast(md);
+        let c = b.sub(d, mb);
         normalized_output(b, c, rstd, opts);
     }
 }

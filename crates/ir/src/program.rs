@@ -89,7 +89,9 @@ pub enum RowStat {
     RmsRstd,
     /// layernorm's scale of h: the fast value (1) or [`RESCUE_SCALE`].
     Scale,
-    /// layernorm's mean of the scaled row.
+    /// layernorm's shift: h's first element, scaled.
+    Shift,
+    /// layernorm's mean of the scaled row less the shift.
     Mean,
     /// layernorm's `1 / sqrt(var + eps)` of the scaled row.
     Rstd,
