@@ -258,4 +258,69 @@ mod tests {
         let r = reference(&problem, &inputs).unwrap();
         assert!(!validate(DType::F32, &outputs, &r).pass);
     }
+
+    fn expected(values: Vec<f64>) -> Reference {
+        let mut r = Reference::new();
+        r.insert(
+            "y".into(),
+            crate::reference::Expected {
+                values,
+                scale: None,
+            },
+        );
+        r
+    }
+
+    fn judged(dtype: DType, got: &[f32], want: &[f64]) -> OutputCheck {
+        let mut out = Buffers::new();
+        out.insert("y".into(), Tensor::from_f32(dtype, got));
+        validate(dtype, &out, &expected(want.to_vec())).outputs[0].clone()
+    }
+
+    #[test]
+    fn non_finite_expected_values_must_be_met_in_kind_and_place() {
+        let (nan, inf) = (f64::NAN, f64::INFINITY);
+        let want = [1.0, nan, inf, -inf, 2.0];
+        let exact = [1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 2.0];
+        let c = judged(DType::F32, &exact, &want);
+        assert!(c.pass && c.nonfinite == 0 && c.rel_err == 0.0, "{c:?}");
+        // The tolerance applies to the finite part alone.
+        let near = [1.0 + 1e-7, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 2.0];
+        assert!(judged(DType::F32, &near, &want).pass);
+        for wrong in [
+            [1.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, 2.0],
+            [1.0, f32::NAN, f32::NEG_INFINITY, f32::NEG_INFINITY, 2.0],
+            [1.0, f32::NAN, f32::NAN, f32::NEG_INFINITY, 2.0],
+            [1.0, f32::NAN, f32::INFINITY, -3.0e38, 2.0],
+            [f32::NAN, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 2.0],
+            [
+                1.0,
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+            ],
+        ] {
+            let c = judged(DType::F32, &wrong, &want);
+            assert!(!c.pass && c.nonfinite == 1, "{wrong:?}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn a_finite_value_beyond_the_storage_range_may_round_to_infinity() {
+        // 1e5 is past f16's 65504: the infinity of its sign is the rounding.
+        assert!(judged(DType::F16, &[f32::INFINITY, 1.0], &[1e5, 1.0]).pass);
+        assert!(!judged(DType::F16, &[f32::NEG_INFINITY, 1.0], &[1e5, 1.0]).pass);
+        assert!(!judged(DType::F16, &[f32::INFINITY, 1.0], &[6e4, 1.0]).pass);
+        assert!(!judged(DType::F32, &[f32::INFINITY, 1.0], &[1e5, 1.0]).pass);
+    }
+
+    #[test]
+    fn subnormal_outputs_are_judged_at_their_resolution() {
+        // 3 x 2^-149 against 3.4 x 2^-149: 12% off, within the floor.
+        let t = 2f64.powi(-149);
+        let got = [(3.0 * t) as f32; 4];
+        assert!(judged(DType::F32, &got, &[3.4 * t; 4]).pass);
+        assert!(!judged(DType::F32, &[1e-30; 4], &[1.1e-30; 4]).pass);
+    }
 }

@@ -37,10 +37,16 @@ proptest! {
     }
 }
 
+/// One failing case's elements, printed: `LANEFOLD_FUZZ_SEED=<seed from
+/// the failure> cargo test -p lanefold-cpu --test differential_fuzz
+/// replay_one_case -- --ignored --nocapture`.
 #[test]
 #[ignore]
-fn debug_seed() {
-    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+fn replay_one_case() {
+    let seed: u64 = std::env::var("LANEFOLD_FUZZ_SEED")
+        .expect("LANEFOLD_FUZZ_SEED")
+        .parse()
+        .unwrap();
     let case = draw(
         seed,
         0,
