@@ -708,8 +708,8 @@ mod tests {
             let y = &out["y"];
             let total: f32 = (0..96).map(|i| y.get(i)).sum();
             assert!((total - 1.0).abs() < 1e-5, "{}", p.describe());
-            for i in 0..96 {
-                if rows[0][i] == NEG {
+            for (i, &x) in rows[0].iter().enumerate() {
+                if x == NEG {
                     assert_eq!(y.get(i), 0.0, "{} [{i}]", p.describe());
                 }
                 assert!(y.get(96 + i).is_nan(), "{} [{i}]", p.describe());

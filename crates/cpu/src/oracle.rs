@@ -107,8 +107,8 @@ fn layernorm(h: &[f64], weight: Option<&[f64]>, bias: Option<&[f64]>) -> Vec<f64
 
 fn sum(x: &[f64]) -> (f64, f64) {
     let nan = x.iter().any(|v| v.is_nan());
-    let pos = x.iter().any(|v| *v == f64::INFINITY);
-    let neg = x.iter().any(|v| *v == f64::NEG_INFINITY);
+    let pos = x.contains(&f64::INFINITY);
+    let neg = x.contains(&f64::NEG_INFINITY);
     let value = match (nan, pos, neg) {
         (true, ..) | (false, true, true) => f64::NAN,
         (false, true, false) => f64::INFINITY,

@@ -12,7 +12,7 @@ fn cases() -> u32 {
     std::env::var("LANEFOLD_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(160)
+        .unwrap_or(1500)
 }
 
 proptest! {
