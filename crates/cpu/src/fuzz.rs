@@ -311,28 +311,27 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
     }
 }
 
-/// Judge `outputs` of `case` against the float64 oracle. A sum is held to
-/// the bound of its own order where that is looser than the dtype's
-/// tolerance: each worker's running sum over `ceil(N / W)` elements, then
-/// `log2 W` tree levels, each addition rounding by up to 2^-24 of the sum
-/// of magnitudes (a W=1 plan over 14k constant elements is 1e-4 off, as
-/// any sequential f32 sum is).
+/// Judge `outputs` of `case` against the float64 oracle. Each output is
+/// held to the dtype's tolerance or, where looser, to the worst-case bound
+/// of the plan's own summation order: each worker's running sum over
+/// `ceil(N / W)` elements, then `log2 W` tree levels, each addition
+/// rounding by up to 2^-24 (a W=1 plan over 69k elements is ~1e-5 off in
+/// f32, as any sequential f32 sum of that length can be; torch's trees
+/// are shallower).
 pub fn check(case: &FuzzCase, outputs: &Buffers) -> Validation {
     let problem = &case.plan.problem;
     let want = crate::oracle::expected(problem, &case.inputs).expect("an operator program");
     let mut v = validate(problem.dtype, outputs, &want);
-    if problem.operator_kind() == Some(Operator::Sum) {
-        let w = case.plan.layout.workers.max(1) as f64;
-        let chain = (problem.shape.n as f64 / w).ceil() + w.log2().ceil();
-        let bound = 2.0 * chain * 2f64.powi(-24);
-        for o in &mut v.outputs {
-            if o.nonfinite == 0 && o.rel_err <= bound.max(o.tolerance) {
-                o.tolerance = o.tolerance.max(bound);
-                o.pass = o.elements == want[&o.name].values.len();
-            }
+    let w = case.plan.layout.workers.max(1) as f64;
+    let chain = (problem.shape.n as f64 / w).ceil() + w.log2().ceil();
+    let bound = chain * 2f64.powi(-24);
+    for o in &mut v.outputs {
+        if bound > o.tolerance && o.nonfinite == 0 && o.rel_err <= bound {
+            o.tolerance = bound;
+            o.pass = o.elements == want[&o.name].values.len();
         }
-        v.pass = v.outputs.iter().all(|o| o.pass);
     }
+    v.pass = !v.outputs.is_empty() && v.outputs.iter().all(|o| o.pass);
     v
 }
 
