@@ -517,3 +517,24 @@ fn masked_and_huge_npy_inputs_validate() {
         assert!(stdout(&o).contains("validated against float64"), "{op}");
     }
 }
+
+/// `selftest --fuzz N --seed S` runs N drawn cases against the oracle and
+/// ends with the selftest's summary line.
+#[test]
+fn selftest_fuzz_runs_its_cases_against_the_oracle() {
+    let o = lanefold(&[
+        "selftest",
+        "--backend",
+        "cpu",
+        "--fuzz",
+        "3",
+        "--seed",
+        "11",
+    ]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("fuzz on cpu: 3 cases, seed 11"), "{out}");
+    assert!(out.trim_end().ends_with("3 passed, 0 failed"), "{out}");
+    let o = lanefold(&["selftest", "--seed", "11"]);
+    assert_clean_failure(&o, 2, "--fuzz");
+}
