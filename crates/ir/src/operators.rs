@@ -1,7 +1,7 @@
 //! The six operators, written as row programs (plus `add`, an element-only
 //! program used as a copy-bandwidth baseline and to exercise refusals).
 
-use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
+use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -130,9 +130,7 @@ impl Operator {
                 let ms = b.div(ss, n);
                 let eps = b.constant(RMSNORM_EPS);
                 let v = b.add(ms, eps);
-                let fast = b.unary(UnaryOp::Rsqrt, v);
-                // A row whose sum of squares overflows f32 takes the slow path.
-                let r = b.rescaled(RowStat::RmsRstd, ss, fast, "x", None);
+                let r = b.unary(UnaryOp::Rsqrt, v);
                 let rb = b.broadcast(r);
                 let mut y = b.mul(x, rb);
                 if opts.weight {
@@ -148,7 +146,7 @@ impl Operator {
                 } else {
                     x
                 };
-                layer_norm_body(&mut b, h, self.residual_input(), opts, false);
+                layer_norm_body(&mut b, h, opts, false);
             }
             Operator::CrossEntropy => {
                 let x = b.input("x", BufferKind::Row);
@@ -226,10 +224,17 @@ impl Operator {
             x
         };
         if !form.one_pass_moments {
-            layer_norm_body(&mut b, h, self.residual_input(), opts, form.fused_output);
+            layer_norm_body(&mut b, h, opts, form.fused_output);
             return Some(b.finish());
         }
-        let k = row_shift(&mut b, self.residual_input());
+        let k = match self {
+            Operator::Layernorm => b.row_first("x"),
+            _ => {
+                let (x0, r0) = (b.row_first("x"), b.row_first("residual"));
+                let k0 = b.add(x0, r0);
+                b.round_to_storage(k0)
+            }
+        };
         let n = b.row_len();
         let kb = b.broadcast(k);
         let d = b.sub(h, kb);
@@ -245,117 +250,33 @@ impl Operator {
         let eps = b.constant(LAYERNORM_EPS);
         let ve = b.add(var, eps);
         let rstd = b.unary(UnaryOp::Rsqrt, ve);
-        let residual = self.residual_input();
-        scaled_output(
-            &mut b,
-            h,
-            s2,
-            k,
-            m1,
-            rstd,
-            residual,
-            opts,
-            form.fused_output,
-        );
+        let mean = b.add(m1, k);
+        if form.fused_output {
+            fused_output(&mut b, h, mean, rstd, opts);
+        } else {
+            let mb = b.broadcast(mean);
+            let c = b.sub(h, mb);
+            normalized_output(&mut b, c, rstd, opts);
+        }
         Some(b.finish())
-    }
-
-    /// The residual input of `h = x + residual`, for residual_layernorm.
-    fn residual_input(self) -> Option<&'static str> {
-        (self == Operator::ResidualLayernorm).then_some("residual")
     }
 }
 
-fn layer_norm_body(
-    b: &mut Builder,
-    h: crate::Value,
-    residual: Option<&str>,
-    opts: OperatorOptions,
-    fused: bool,
-) {
-    // The mean about the row's first element k, `k + sum(h - k) / n`: a
-    // constant row's mean is then exactly k and its variance exactly 0
-    // (summing h itself rounds, and the rounding normalised by a variance
-    // of ~0 is of order 1 where the answer is the bias).
-    let k = row_shift(b, residual);
+fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fused: bool) {
     let n = b.row_len();
-    let kb = b.broadcast(k);
-    let d = b.sub(h, kb);
-    let s = b.reduce(ReduceOp::Sum, d);
-    let md = b.div(s, n);
-    let mean = b.add(md, k);
+    let s = b.reduce(ReduceOp::Sum, x);
+    let mean = b.div(s, n);
     let mb = b.broadcast(mean);
-    let c = b.sub(h, mb);
+    let c = b.sub(x, mb);
     let sq = b.unary(UnaryOp::Square, c);
     let ss = b.reduce(ReduceOp::Sum, sq);
     let var = b.div(ss, n);
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
     let rstd = b.unary(UnaryOp::Rsqrt, ve);
-    scaled_output(b, h, ss, k, md, rstd, residual, opts, fused);
-}
-
-/// The row's first element of h, the shift of layernorm's moments.
-fn row_shift(b: &mut Builder, residual: Option<&str>) -> crate::Value {
-    match residual {
-        None => b.row_first("x"),
-        Some(r) => {
-            let (x0, r0) = (b.row_first("x"), b.row_first(r));
-            let k0 = b.add(x0, r0);
-            b.round_to_storage(k0)
-        }
-    }
-}
-
-/// layernorm's output from the fast shift `k` (h's first element), mean
-/// `md` of `h - k` and `rstd`, each with the rare slow path of
-/// [`crate::Instr::Rescaled`] taken where the sum of squares `check` is not
-/// finite: `y = ((h * scale - k) - md) * rstd`, `scale` 1 on the fast path
-/// (exact, so the fast path is `((h - k) - md) * rstd`) and the slow path's
-/// statistics those of the row scaled by 2^-76, so that neither the centred
-/// row nor `rstd` leaves f32's range. Centring by `k` first keeps the
-/// centred values exact where the row sits far from 0 relative to its
-/// spread (rounding `k + md` would cost up to half an ulp of the mean,
-/// amplified by `rstd`).
-#[allow(clippy::too_many_arguments)]
-fn scaled_output(
-    b: &mut Builder,
-    h: crate::Value,
-    check: crate::Value,
-    k: crate::Value,
-    md: crate::Value,
-    rstd: crate::Value,
-    residual: Option<&str>,
-    opts: OperatorOptions,
-    fused: bool,
-) {
-    let check = if fused {
-        // The fused form's `mean * rstd` overflows on a near-constant row
-        // of |h| > 1e36 (rstd is up to 1/sqrt(eps)) though the moments do
-        // not: such a row takes the slow path too.
-        let mean = b.add(md, k);
-        let shift = b.mul(mean, rstd);
-        b.add(check, shift)
-    } else {
-        check
-    };
-    let one = b.constant(1.0);
-    let scale = b.rescaled(RowStat::Scale, check, one, "x", residual);
-    let k = b.rescaled(RowStat::Shift, check, k, "x", residual);
-    let md = b.rescaled(RowStat::Mean, check, md, "x", residual);
-    let rstd = b.rescaled(RowStat::Rstd, check, rstd, "x", residual);
     if fused {
-        // h * (scale * rstd) + -((k + md) * rstd): the same per-element work.
-        let rstd_h = b.mul(scale, rstd);
-        let mean = b.add(md, k);
-        fused_output(b, h, rstd_h, mean, rstd, opts);
+        fused_output(b, x, mean, rstd, opts);
     } else {
-        let sb = b.broadcast(scale);
-        let hs = b.mul(h, sb);
-        let kb = b.broadcast(k);
-        let d = b.sub(hs, kb);
-        let mb = b.broadcast(md);
-        let c = b.sub(d, mb);
         normalized_output(b, c, rstd, opts);
     }
 }
@@ -398,14 +319,13 @@ fn columns_and_store(b: &mut Builder, mut y: crate::Value, opts: OperatorOptions
 fn fused_output(
     b: &mut Builder,
     h: crate::Value,
-    rstd_h: crate::Value,
     mean: crate::Value,
     rstd: crate::Value,
     opts: OperatorOptions,
 ) {
     let shift = b.mul(mean, rstd);
     let neg_shift = b.unary(UnaryOp::Neg, shift);
-    let rb = b.broadcast(rstd_h);
+    let rb = b.broadcast(rstd);
     let sb = b.broadcast(neg_shift);
     let scaled = b.mul(h, rb);
     let y = b.add(scaled, sb);

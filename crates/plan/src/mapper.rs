@@ -691,17 +691,11 @@ impl Plan {
     /// Are layernorm's moments summed in one pass (see
     /// [`LayoutRequest::one_pass_moments`])?
     pub fn one_pass_moments(&self) -> bool {
-        self.problem.program.body.iter().any(|i| {
-            // The clamp of one-pass moments' variance, `max(raw, 0)`:
-            // the only scalar maximum in any operator program.
-            matches!(
-                i,
-                lanefold_ir::Instr::Binary {
-                    op: lanefold_ir::BinaryOp::Max,
-                    ..
-                }
-            )
-        })
+        self.problem
+            .program
+            .body
+            .iter()
+            .any(|i| matches!(i, lanefold_ir::Instr::RowFirst { .. }))
     }
 
     /// Is a `sum(exp(x - max))` accumulated with its maximum (see
