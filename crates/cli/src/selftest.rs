@@ -114,7 +114,9 @@ fn precompile(backend: &Backend, cases: &[Case], options: &CodegenOptions) {
 
 pub fn run_cases(backend: &Backend, cases: &[Case], report: &mut Report) {
     precompile(backend, cases, &CodegenOptions::default());
+    let pb = lanefold_measure::progress::bar(cases.len() as u64, "selftest");
     for case in cases {
+        pb.inc(1);
         let label = format!(
             "{} {} {} W={} V={}",
             case.op, case.dtype, case.shape, case.request.workers, case.request.pack
@@ -124,23 +126,26 @@ pub fn run_cases(backend: &Backend, cases: &[Case], report: &mut Report) {
             Ok(out) => {
                 let worst = out.validation.worst_rel_err();
                 if case.shape.elements() >= 1 << 20 {
-                    println!(
-                        "{label:<44} {:<36} rel err {worst:.2e} {} ({:.1} s)",
-                        out.plan.describe(),
-                        if out.validation.pass { "ok" } else { "INVALID" },
-                        started.elapsed().as_secs_f64()
-                    );
+                    pb.suspend(|| {
+                        println!(
+                            "{label:<44} {:<36} rel err {worst:.2e} {} ({:.1} s)",
+                            out.plan.describe(),
+                            if out.validation.pass { "ok" } else { "INVALID" },
+                            started.elapsed().as_secs_f64()
+                        )
+                    });
                 }
                 let detail = format!(
                     "{} rel err {worst:.3e} {:?}",
                     out.plan.describe(),
                     out.validation.outputs
                 );
-                report.record(out.validation.pass, &label, &detail);
+                pb.suspend(|| report.record(out.validation.pass, &label, &detail));
             }
-            Err(e) => report.record(false, &label, &format!("{e:#}")),
+            Err(e) => pb.suspend(|| report.record(false, &label, &format!("{e:#}"))),
         }
     }
+    pb.finish_and_clear();
 }
 
 /// Sums whose order is fixed by the plan: on the CPU, W=1 equals a plain
