@@ -5,6 +5,7 @@
 mod cost;
 mod layout;
 mod mapper;
+mod schedule;
 mod shape;
 mod target;
 
@@ -15,5 +16,6 @@ pub use mapper::{
     ArithmeticKey, Candidate, ColumnStage, LayoutRequest, MapperPolicy, ModelScore, OccupancyCap,
     Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch, SharedChunks,
 };
+pub use schedule::ScheduleError;
 pub use shape::{Shape, ShapeError};
 pub use target::Target;

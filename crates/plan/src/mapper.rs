@@ -752,97 +752,54 @@ impl Plan {
         }
     }
 
-    /// One-line description: `W=256 V=4 U=1 G=1 registers`.
+    /// One-line description: the schedule of the request this plan
+    /// realises ([`Plan::schedule`], in its text form) with what the plan
+    /// derives beside it: `cluster=N` after the residency where a row
+    /// spans N groups, and `staged-columns=N` where fewer column inputs
+    /// than the program's are staged. The schedule's tokens after
+    /// `group-threads` (the hinted loads' order, the reduction order, the
+    /// mapper, batch invariance) are left out: `W=256 V=4 U=1 G=1
+    /// registers`.
     pub fn describe(&self) -> String {
-        let l = &self.layout;
-        let residency = match self.residency {
-            Residency::Registers => "registers",
-            Residency::Stream => "stream",
-        };
-        let mut s = format!(
-            "W={} V={} U={} G={} {residency}",
-            l.workers, l.pack, l.unroll, l.rows_per_group
-        );
-        if self.groups_per_row > 1 {
-            s += &format!(" cluster={}", self.groups_per_row);
-        }
-        if self.streaming_hints {
-            s += " streaming-hints";
-        }
-        if self.hoisted_columns {
-            s += " hoisted-columns";
-        }
-        if self.reread_hints {
-            s += " reread-hints";
-        }
-        if self.keep_columns {
-            s += " keep-columns";
-        }
-        if self.l1_columns {
-            s += " l1-columns";
-        }
-        if self.unfolded_pack_addresses() {
-            s += " unfolded-addresses";
-        }
-        if self.ordered_columns {
-            s += " ordered-columns";
-        }
-        if self.early_columns > 0 {
-            s += &format!(" early-columns={}", self.early_columns);
-        }
-        if let Some(shared) = self.shared_chunks {
-            s += &format!(" shared-chunks={}", shared.chunks);
-        }
-        if self.l2_prefetch_rows > 0 {
-            s += &format!(" l2-prefetch={}", self.l2_prefetch_rows);
-        }
-        if let Some(stage) = self.column_stage {
-            s += " staged-columns";
-            if stage.columns < self.problem.program.column_inputs().count() {
-                s += &format!("={}", stage.columns);
+        let mut words = vec![];
+        for (name, text) in crate::schedule::described_tokens(&self.schedule()) {
+            match name {
+                "staged-columns" => match self.column_stage {
+                    Some(stage) if stage.columns < self.problem.program.column_inputs().count() => {
+                        words.push(format!("{text}={}", stage.columns));
+                    }
+                    _ => words.push(text),
+                },
+                "residency" if self.groups_per_row > 1 => {
+                    words.push(text);
+                    words.push(format!("cluster={}", self.groups_per_row));
+                }
+                _ => words.push(text),
             }
         }
-        if self.packed_resident {
-            s += " packed-resident";
-        }
-        if self.rounded_resident {
-            s += " rounded-resident";
-        }
-        if self.relaxed_cluster_exit {
-            s += " relaxed-exit";
-        }
-        if self.pushed_cluster_reduce {
-            s += " push-reduce";
-        }
-        if self.persistent_clusters {
-            s += " persistent-clusters";
-        }
-        if self.row_prefetch.is_some() {
-            s += " prefetch-rows";
-        }
-        if self.online_normalizer() {
-            s += " online-normalizer";
-        }
-        if self.one_pass_moments() {
-            s += " one-pass-moments";
-        }
-        if self.fused_output() {
-            s += " fused-output";
-        }
-        if let Some(b) = self.min_groups_per_multiprocessor {
-            s += &format!(" occupancy={b}");
-        }
-        if let Some(cap) = self.occupancy_cap {
-            s += &format!(" occupancy-cap={}", cap.groups);
-        }
-        if self.batched_loads {
-            s += " batched-loads";
-        }
+        words.join(" ")
+    }
+
+    /// The request that plans to exactly this plan, every choice pinned,
+    /// each token in its canonical form (no cluster group size where it is
+    /// the target's or no row spans a cluster, no order where the program
+    /// decides it): what [`Plan::describe`] prints.
+    pub fn schedule(&self) -> LayoutRequest {
+        let program = &self.problem.program;
+        let program_orders_sequentially = program.has_sum() && !program.reassociation;
+        let base = LayoutRequest {
+            order: (self.order == ReductionOrder::Sequential && !program_orders_sequentially)
+                .then_some(ReductionOrder::Sequential),
+            batch_invariant: self.batch_invariant,
+            ..Default::default()
+        };
+        let mut request =
+            self.pinned_request(&base, self.min_groups_per_multiprocessor.unwrap_or(0));
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
-        if self.groups_per_row > 1 && default_group_threads != Some(self.row_threads_per_group()) {
-            s += &format!(" group-threads={}", self.row_threads_per_group());
+        if default_group_threads == Some(request.cluster_group_threads) {
+            request.cluster_group_threads = 0;
         }
-        s
+        request
     }
 }
 
