@@ -8,6 +8,7 @@ mod mapper;
 mod schedule;
 mod shape;
 mod target;
+pub mod tuned;
 
 pub use cost::{CostPolicy, Features, RooflinePolicy};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
