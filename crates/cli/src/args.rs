@@ -96,6 +96,9 @@ pub fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
     Ok(out)
 }
 
+/// The help heading of the flags that stand for schedule tokens.
+pub const SHORTHANDS: &str = "Schedule shorthands";
+
 /// The schedule a request asks for, in its one text form (`--schedule`),
 /// and the flags that stand for single tokens of it: shared by every
 /// command that plans (`plan`, `run`, `bench`, `compile-check`, `speed`)
@@ -103,7 +106,6 @@ pub fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
 /// shorthands: each adds its token to the schedule text, which is then
 /// parsed once ([`PolicyArgs::request_with`]).
 #[derive(Args, Clone, Debug, Default)]
-#[command(next_help_heading = "Schedule shorthands")]
 pub struct PolicyArgs {
     /// The schedule, in the text form `lanefold plan` prints, e.g.
     /// `W=1024 V=4 U=8 G=1 stream reread-hints occupancy=1`: the one form
@@ -115,154 +117,154 @@ pub struct PolicyArgs {
     /// Evict-first cache hints on read-once row tiles and row outputs
     /// (`ld/st.global.cs`; vector accesses only). Same results, bit for bit.
     /// Shorthand for the schedule token `streaming-hints`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub streaming_hints: bool,
     /// Load weight and bias with the row tile and keep them in registers
     /// (where they fit), instead of after the reduction. Same results.
     /// Shorthand for the schedule token `hoisted-columns`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub hoist_columns: bool,
     /// Threads per group when a row spans a cluster, a power of two
     /// (0: automatic; the model mapping picks 512 or 256 on the H200,
     /// explicit layouts and the seed mapping take the target's 512).
     /// Shorthand for the schedule token `group-threads=N`.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0)]
     pub cluster_group_threads: u32,
     /// Groups per multiprocessor the kernel promises to allow
     /// (`__launch_bounds__(threads, groups)`): the compiler must fit that
     /// many, capping registers and spilling if it must (0: no promise).
     /// Same results.
     /// Shorthand for the schedule token `occupancy=N`.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0)]
     pub occupancy: u32,
     /// Streamed plans: a re-read row tile's first load asks L2 to keep it
     /// (evict-last), its last re-read lets it go (evict-first). Same results.
     /// Shorthand for the schedule token `reread-hints`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub reread_hints: bool,
     /// Load weight and bias (read again by every row) with L2 evict-last
     /// priority, in register plans too. Same results.
     /// Shorthand for the schedule token `keep-columns`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub keep_columns: bool,
     /// Rows spanning a cluster: each group copies its slice of weight and
     /// bias into shared memory asynchronously while it loads and reduces
     /// the row. Cluster register plans only. Same results.
     /// Shorthand for the schedule token `staged-columns`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub stage_columns: bool,
     /// bf16 and f16 register plans: keep each resident tile as its loaded
     /// words, two values per register, widening at each use (half the
     /// registers). Vector packs without a partial pack only. Same results.
     /// Shorthand for the schedule token `packed-resident`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub pack_resident: bool,
     /// residual_layernorm register plans: keep h = round(x + residual)
     /// resident (one tile) instead of x and the residual (two); later
     /// phases read h instead of adding again. Same results.
     /// Shorthand for the schedule token `rounded-resident`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub rounded_resident: bool,
     /// Rows spanning a cluster: arrive at the barrier before exit without
     /// a release, so a group need not wait for its stores to be
     /// acknowledged before it leaves. Same results.
     /// Shorthand for the schedule token `relaxed-exit`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub relaxed_cluster_exit: bool,
     /// Rows spanning a cluster: each group pushes its partials into every
     /// group's shared memory by `st.async` and waits on its own `mbarrier`,
     /// instead of a cluster barrier per reduction. Same results.
     /// Shorthand for the schedule token `push-reduce`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub push_cluster_reduce: bool,
     /// Rows spanning a cluster, pushed: a persistent grid of the clusters
     /// that fit at once, each looping over rows, so staged columns
     /// (`--stage-columns`) are copied once per group, not once per row.
     /// Same results.
     /// Shorthand for the schedule token `persistent-clusters`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub persistent_clusters: bool,
     /// softmax and cross_entropy: accumulate the sum of exponentials with
     /// its maximum in one pass (one reduction tree fewer, one re-read fewer
     /// when streamed). Same values up to rounding.
     /// Shorthand for the schedule token `online-normalizer`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub online_normalizer: bool,
     /// layernorm and residual_layernorm: both moments summed in one pass
     /// about the row's first element (two phases instead of three). Same
     /// values up to rounding.
     /// Shorthand for the schedule token `one-pass-moments`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub one_pass_moments: bool,
     /// layernorm and residual_layernorm on 16-bit rows: the output as
     /// `h * rstd - mean * rstd`, one fused multiply-add per element (f32
     /// rows keep `(h - mean) * rstd`). Same values up to rounding.
     /// Shorthand for the schedule token `fused-output`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub fused_output: bool,
     /// Register plans of one group per row: a persistent grid whose groups
     /// copy their next row into shared memory (`cp.async.bulk`) while they
     /// reduce and write the current one. Programs with one row input whose
     /// row fits in shared memory. Same results.
     /// Shorthand for the schedule token `prefetch-rows`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub prefetch_rows: bool,
     /// Load row tiles with `L1::no_allocate` and prefer the largest L1
     /// carve-out, so weight and bias, which every row reads again, stay in
     /// L1. Vector accesses only. Same results.
     /// Shorthand for the schedule token `l1-columns`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub l1_columns: bool,
     /// Leave each pack's address to the compiler (no opaque worker index,
     /// which register plans use by default). Same results.
     /// Shorthand for the schedule token `unfolded-addresses`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub unfold_pack_addresses: bool,
     /// Load each chunk's weight and bias only after the chunk before has
     /// stored its outputs, so the compiler holds one chunk's columns in
     /// registers instead of all of them. Vector packs only. Same results.
     /// Shorthand for the schedule token `ordered-columns`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub ordered_columns: bool,
     /// Issue hinted loads without `.nc`, so the compiler keeps each below
     /// the stores before it (as lanefold's older kernels did; fewer
     /// registers, fewer loads in flight). Same results.
     /// Shorthand for the schedule token `ordered-hinted-loads`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub ordered_hinted_loads: bool,
     /// At most N groups per multiprocessor: each group takes a share of
     /// shared memory that leaves no room for one more, and the kernel asks
     /// for the smallest carve-out holding N, the rest staying L1 (0: no
     /// cap). Same results.
     /// Shorthand for the schedule token `occupancy-cap=N`.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
     pub occupancy_cap: u32,
     /// Streamed plans whose row is one unrolled loop of at most 8 packs a
     /// worker: issue every load of a phase before computing on any. Same
     /// results.
     /// Shorthand for the schedule token `batched-loads`.
-    #[arg(long)]
+    #[arg(long, help_heading = SHORTHANDS)]
     pub batch_loads: bool,
     /// Register plans with weight or bias: load the columns of the output
     /// phase's first N chunks before the reduction before it, so their L2
     /// round trip overlaps the reduction's exchange (0: off). Vector packs
     /// only. Same results.
     /// Shorthand for the schedule token `early-columns=N`.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
     pub early_columns: u32,
     /// Register plans of one row input: hold the row's last N chunks in
     /// shared memory instead of registers (copied by `cp.async`, read back
     /// by the worker that copied them), so more groups fit on an SM
     /// (0: off). Vector packs only. Same results.
     /// Shorthand for the schedule token `shared-chunks=N`.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
     pub shared_chunks: u32,
     /// Register plans of one row per group: as a row starts, ask L2 to
     /// fetch the group's share of the row N ahead (one bulk prefetch per
     /// chunk), so its DRAM reads are in flight before its group starts
     /// (0: off; about the rows resident at once). Same results.
     /// Shorthand for the schedule token `l2-prefetch=N`.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
     pub l2_prefetch_rows: u32,
 }
 

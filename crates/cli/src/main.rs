@@ -312,43 +312,42 @@ impl ProblemArgs {
 /// A request's layout flags beside `--schedule` and its policy
 /// shorthands: each stands for one schedule token.
 #[derive(Args, Clone)]
-#[command(next_help_heading = "Schedule shorthands")]
 struct LayoutArgs {
+    #[command(flatten)]
+    policies: lanefold::args::PolicyArgs,
     /// W: workers per row, a power of two (0: automatic). Shorthand for
     /// the schedule token `W=N`.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
     workers: u32,
     /// V: consecutive elements per worker, 1, 2, 4 or 8 (0: automatic).
     /// Shorthand for the schedule token `V=N`.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
     pack: u32,
     /// U: stripe unroll, 1 to 8 (0: automatic). Shorthand for the
     /// schedule token `U=N`.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
     unroll: u32,
     /// G: rows per group (0: automatic). Shorthand for the schedule token
     /// `G=N`.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
     rows_per_group: u32,
     /// Ask for a reduction order explicitly. Shorthand for the schedule
     /// token `order=tree` or `order=sequential` (exact).
-    #[arg(long, value_enum)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum)]
     order: Option<OrderArg>,
     /// Shorthand for the schedule token `registers` or `stream` (auto:
     /// none).
-    #[arg(long, value_enum, default_value_t = ResidencyArg::Auto)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum, default_value_t = ResidencyArg::Auto)]
     residency: ResidencyArg,
     /// Only plans whose per-row results do not depend on how many rows run.
     /// Shorthand for the schedule token `batch-invariant`.
-    #[arg(long)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS)]
     batch_invariant: bool,
     /// How an automatic W and V are chosen: `model` (lowest cost-model
     /// prediction) or `seed` (V=1, the seed's reference). Shorthand for
     /// the schedule token `mapper=seed`.
-    #[arg(long, value_enum, default_value_t = MapperArg::Model)]
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum, default_value_t = MapperArg::Model)]
     mapper: MapperArg,
-    #[command(flatten)]
-    policies: lanefold::args::PolicyArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
