@@ -95,6 +95,13 @@ fn bench_runs_the_problems_of_a_corpus_part() {
         .collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
     assert!(ids[0].starts_with("rmsnorm/bf16/3x257/"), "{ids:?}");
+    // Each case records its request's schedule text beside the JSON.
+    for case in v["cases"].as_array().unwrap() {
+        let request: lanefold_plan::LayoutRequest =
+            serde_json::from_value(case["request"].clone()).unwrap();
+        let text = case["schedule"].as_str().unwrap();
+        assert_eq!(text.parse::<lanefold_plan::LayoutRequest>(), Ok(request));
+    }
     assert!(ids[1].starts_with("softmax/f32/2x64/"), "{ids:?}");
 
     let o = lanefold(&[

@@ -249,6 +249,13 @@ impl FromStr for LayoutRequest {
             let (field, value) = match (TOKENS.iter().find(|f| f.name == name), value) {
                 (Some(f), Some(v)) if matches!(f.kind, Kind::Count | Kind::Choice) => (f, v),
                 (Some(f), None) if f.kind == Kind::Flag => (f, ""),
+                (Some(f), Some(_)) if f.name == "staged-columns" => {
+                    return Err(ScheduleError::new(
+                        word,
+                        "how many columns are staged is the plan's to derive (as a \
+                         description shows it): write staged-columns",
+                    ));
+                }
                 (Some(f), Some(_)) if f.kind == Kind::Flag => {
                     return Err(ScheduleError::new(word, "a flag takes no value"));
                 }
@@ -275,6 +282,13 @@ impl FromStr for LayoutRequest {
                     return Err(ScheduleError::new(
                         word,
                         "'auto' stands alone, for the request that asks for nothing",
+                    ));
+                }
+                (None, Some(_)) if name == "cluster" => {
+                    return Err(ScheduleError::new(
+                        word,
+                        "groups per row are the plan's to derive from W, V and the group \
+                         size (as a description shows them): leave the token out",
                     ));
                 }
                 (None, _) => return Err(ScheduleError::new(word, "unknown token")),
