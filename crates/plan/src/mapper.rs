@@ -652,6 +652,11 @@ pub struct Plan {
     /// How many rows ahead each group asks L2 to fetch its share (see
     /// [`LayoutRequest::l2_prefetch_rows`]); 0 where that does not apply.
     pub l2_prefetch_rows: u32,
+    /// `registers` counts packed resident tiles two values a register, as
+    /// an explicit register request budgets them; false where the
+    /// estimate is of unpacked tiles (an automatic residency, so that
+    /// packing never moves a layout) or nothing is packed.
+    pub packed_register_estimate: bool,
 }
 
 /// A persistent grid whose groups each copy their next row into shared
@@ -772,9 +777,21 @@ impl Plan {
                     }
                     _ => words.push(text),
                 },
-                "residency" if self.groups_per_row > 1 => {
+                // The residency realised, which the schedule may leave to
+                // the mapper (see `Plan::schedule`), after G.
+                "residency" => {}
+                "G" => {
                     words.push(text);
-                    words.push(format!("cluster={}", self.groups_per_row));
+                    words.push(
+                        match self.residency {
+                            Residency::Registers => "registers",
+                            Residency::Stream => "stream",
+                        }
+                        .to_string(),
+                    );
+                    if self.groups_per_row > 1 {
+                        words.push(format!("cluster={}", self.groups_per_row));
+                    }
                 }
                 _ => words.push(text),
             }
@@ -785,7 +802,10 @@ impl Plan {
     /// The request that plans to exactly this plan, every choice pinned,
     /// each token in its canonical form (no cluster group size where it is
     /// the target's or no row spans a cluster, no order where the program
-    /// decides it): what [`Plan::describe`] prints.
+    /// decides it): what [`Plan::describe`] prints. Packed resident tiles
+    /// that an automatic residency put in registers keep it automatic: an
+    /// explicit `registers` budgets them in packed words
+    /// ([`Plan::packed_register_estimate`]), another register estimate.
     pub fn schedule(&self) -> LayoutRequest {
         let program = &self.problem.program;
         let program_orders_sequentially = program.has_sum() && !program.reassociation;
@@ -800,6 +820,9 @@ impl Plan {
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
         if default_group_threads == Some(request.cluster_group_threads) {
             request.cluster_group_threads = 0;
+        }
+        if self.packed_resident && !self.packed_register_estimate {
+            request.residency = ResidencyRequest::Auto;
         }
         request
     }
@@ -1948,6 +1971,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
     let groups = rows.div_ceil(rows_per_group as usize) as u64 * groups_per_row as u64;
     Ok(Plan {
+        packed_register_estimate: packs_explicitly && packed_resident,
         problem: problem.clone(),
         analysis,
         layout,

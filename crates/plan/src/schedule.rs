@@ -445,6 +445,54 @@ mod tests {
         }
     }
 
+    /// Plans of every operator and dtype over short, long and cluster rows,
+    /// asked for by many requests (automatic, explicit, with policies):
+    /// each one's schedule text, parsed back, plans to the same plan.
+    #[test]
+    fn every_plans_schedule_text_plans_back_to_the_same_plan() {
+        use crate::{enumerate, plan, Problem, Shape, Target};
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        let requests = [
+            "auto",
+            "stream reread-hints",
+            "registers packed-resident ordered-columns",
+            "staged-columns push-reduce persistent-clusters one-pass-moments",
+            "group-threads=256 relaxed-exit online-normalizer",
+            "registers G=1 prefetch-rows l2-prefetch=2",
+            "keep-columns l1-columns occupancy=2 streaming-hints hoisted-columns",
+            "batch-invariant",
+            "order=sequential",
+            "mapper=seed unfolded-addresses",
+        ];
+        let mut planned = 0;
+        for target in [Target::h200(), Target::cpu()] {
+            for op in Operator::SIX {
+                for dtype in [DType::F32, DType::Bf16] {
+                    for shape in ["1x127", "64x4096", "4x32768", "4x131072"] {
+                        let shape: Shape = shape.parse().unwrap();
+                        let problem =
+                            Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                        for text in requests {
+                            let base: LayoutRequest = text.parse().unwrap();
+                            let candidates =
+                                enumerate(&problem, &target, &base, &[0, 256], &[0, 4], &[0]);
+                            for p in candidates.into_iter().filter_map(|c| c.outcome.ok()) {
+                                let schedule = p.schedule().to_string();
+                                let parsed: LayoutRequest = schedule.parse().unwrap();
+                                let again = plan(&problem, &target, &parsed).unwrap_or_else(|e| {
+                                    panic!("{op} {dtype} {shape} {text}: {schedule}: {e}")
+                                });
+                                assert_eq!(again, p, "{op} {dtype} {shape} {text}: {schedule}");
+                                planned += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(planned > 1000, "{planned}");
+    }
+
     #[test]
     fn malformed_schedules_are_refused_naming_the_token() {
         for (text, token, reason) in [
