@@ -9,8 +9,7 @@ use lanefold_cpu::data::{expected_len, random_inputs};
 use lanefold_cpu::npy::{self, Element};
 use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
 use lanefold_plan::{
-    enumerate, plan, CostPolicy, Features, LayoutRequest, MapperPolicy, Problem, ReductionOrder,
-    ResidencyRequest, RooflinePolicy, Shape, Target,
+    enumerate, plan, CostPolicy, Features, LayoutRequest, Problem, RooflinePolicy, Shape, Target,
 };
 use std::path::PathBuf;
 use std::time::Instant;
@@ -319,34 +318,45 @@ impl ProblemArgs {
     }
 }
 
+/// A request's layout flags beside `--schedule` and its policy
+/// shorthands: each stands for one schedule token.
 #[derive(Args, Clone)]
 struct LayoutArgs {
-    /// W: workers per row, a power of two (0: automatic).
-    #[arg(long, default_value_t = 0)]
-    workers: u32,
-    /// V: consecutive elements per worker, 1, 2, 4 or 8 (0: automatic).
-    #[arg(long, default_value_t = 0)]
-    pack: u32,
-    /// U: stripe unroll, 1 to 8 (0: automatic).
-    #[arg(long, default_value_t = 0)]
-    unroll: u32,
-    /// G: rows per group (0: automatic).
-    #[arg(long, default_value_t = 0)]
-    rows_per_group: u32,
-    /// Ask for a reduction order explicitly.
-    #[arg(long, value_enum)]
-    order: Option<OrderArg>,
-    #[arg(long, value_enum, default_value_t = ResidencyArg::Auto)]
-    residency: ResidencyArg,
-    /// Only plans whose per-row results do not depend on how many rows run.
-    #[arg(long)]
-    batch_invariant: bool,
-    /// How an automatic W and V are chosen: `model` (lowest cost-model
-    /// prediction) or `seed` (V=1, the seed's reference).
-    #[arg(long, value_enum, default_value_t = MapperArg::Model)]
-    mapper: MapperArg,
     #[command(flatten)]
     policies: lanefold::args::PolicyArgs,
+    /// W: workers per row, a power of two (0: automatic). Shorthand for
+    /// the schedule token `W=N`.
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
+    workers: u32,
+    /// V: consecutive elements per worker, 1, 2, 4 or 8 (0: automatic).
+    /// Shorthand for the schedule token `V=N`.
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
+    pack: u32,
+    /// U: stripe unroll, 1 to 8 (0: automatic). Shorthand for the
+    /// schedule token `U=N`.
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
+    unroll: u32,
+    /// G: rows per group (0: automatic). Shorthand for the schedule token
+    /// `G=N`.
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
+    rows_per_group: u32,
+    /// Ask for a reduction order explicitly. Shorthand for the schedule
+    /// token `order=tree` or `order=sequential` (exact).
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum)]
+    order: Option<OrderArg>,
+    /// Shorthand for the schedule token `registers` or `stream` (auto:
+    /// none).
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum, default_value_t = ResidencyArg::Auto)]
+    residency: ResidencyArg,
+    /// Only plans whose per-row results do not depend on how many rows run.
+    /// Shorthand for the schedule token `batch-invariant`.
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS)]
+    batch_invariant: bool,
+    /// How an automatic W and V are chosen: `model` (lowest cost-model
+    /// prediction) or `seed` (V=1, the seed's reference). Shorthand for
+    /// the schedule token `mapper=seed`.
+    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum, default_value_t = MapperArg::Model)]
+    mapper: MapperArg,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -356,28 +366,37 @@ enum MapperArg {
 }
 
 impl LayoutArgs {
-    fn request(&self) -> LayoutRequest {
-        LayoutRequest {
-            workers: self.workers,
-            pack: self.pack,
-            unroll: self.unroll,
-            rows_per_group: self.rows_per_group,
-            order: self.order.map(|o| match o {
-                OrderArg::Tree => ReductionOrder::Tree,
-                OrderArg::Exact => ReductionOrder::Sequential,
-            }),
-            residency: match self.residency {
-                ResidencyArg::Auto => ResidencyRequest::Auto,
-                ResidencyArg::Registers => ResidencyRequest::Registers,
-                ResidencyArg::Stream => ResidencyRequest::Stream,
-            },
-            batch_invariant: self.batch_invariant,
-            mapper: match self.mapper {
-                MapperArg::Seed => MapperPolicy::Seed,
-                MapperArg::Model => MapperPolicy::Model,
-            },
-            ..self.policies.request()
+    /// The request of `--schedule` with every shorthand's token added,
+    /// refused (naming the token) when the text does not parse.
+    fn request(&self) -> Result<LayoutRequest> {
+        let mut tokens = vec![];
+        for (n, name) in [
+            (self.workers, "W"),
+            (self.pack, "V"),
+            (self.unroll, "U"),
+            (self.rows_per_group, "G"),
+        ] {
+            if n != 0 {
+                tokens.push(format!("{name}={n}"));
+            }
         }
+        match self.order {
+            Some(OrderArg::Tree) => tokens.push("order=tree".into()),
+            Some(OrderArg::Exact) => tokens.push("order=sequential".into()),
+            None => {}
+        }
+        match self.residency {
+            ResidencyArg::Auto => {}
+            ResidencyArg::Registers => tokens.push("registers".into()),
+            ResidencyArg::Stream => tokens.push("stream".into()),
+        }
+        if self.batch_invariant {
+            tokens.push("batch-invariant".into());
+        }
+        if self.mapper == MapperArg::Seed {
+            tokens.push("mapper=seed".into());
+        }
+        self.policies.request_with(&tokens)
     }
 }
 
@@ -534,21 +553,23 @@ fn main() {
                 &ops,
                 &shapes,
                 &dtypes,
-                &layout.request(),
+                &layout.request()?,
                 &arch,
                 occupancy_from_compiler,
                 cubin_dir.as_deref(),
             )
         }),
-        Command::Speed(args) => lanefold::speed::speed(
-            &args.shapes,
-            &args.dtypes,
-            &args.ops,
-            &args.layout.request(),
-            args.samples,
-            args.batch_us,
-            &args.output,
-        ),
+        Command::Speed(args) => args.layout.request().and_then(|request| {
+            lanefold::speed::speed(
+                &args.shapes,
+                &args.dtypes,
+                &args.ops,
+                &request,
+                args.samples,
+                args.batch_us,
+                &args.output,
+            )
+        }),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -754,7 +775,7 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
     let target = Target::by_name(&args.target)
         .with_context(|| format!("unknown target '{}' (expected h200 or cpu)", args.target))?;
     let problem = args.problem.problem();
-    let base = args.layout.request();
+    let base = args.layout.request()?;
     if args.print_ir {
         print!("{}", problem.as_requested(&base).program.to_text());
     }
@@ -844,6 +865,9 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
     );
     println!("{table}");
     if !searching {
+        if let Some(Ok(p)) = candidates.first().map(|c| &c.outcome) {
+            println!("schedule: {}", p.schedule());
+        }
         if let Some(note) = lanefold_plan::automatic_note(&problem, &target, &base) {
             println!("note: {note}");
         }
@@ -865,13 +889,13 @@ fn run_cmd(args: RunArgs) -> Result<()> {
     let backend = open_backend(args.backend)?;
     let problem = args.problem.problem();
     let (request, from_cache) = if args.no_tuning_cache || args.problem.no_reassociate {
-        (args.layout.request(), false)
+        (args.layout.request()?, false)
     } else {
         backend.tuned(
             args.problem.op,
             problem.dtype,
             problem.shape,
-            args.layout.request(),
+            args.layout.request()?,
         )
     };
     if from_cache {
@@ -1083,7 +1107,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     }
     let spec = BenchSpec {
         problems,
-        request: args.layout.request(),
+        request: args.layout.request()?,
         device: args.backend.into(),
         config: PhaseConfig {
             samples: args.samples,

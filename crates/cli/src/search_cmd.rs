@@ -157,7 +157,7 @@ fn summarize(file: &SearchFile, dir: &std::path::Path) {
 /// `lanefold search`: every problem searched, results.json + results.md.
 /// A problem without a winner is recorded, not an error.
 pub fn search_cmd(args: SearchArgs) -> Result<()> {
-    let base = args.policies.request();
+    let base = args.policies.request()?;
     let spec = args.search.spec(base, args.output.clone())?;
     let file = search(&spec)?;
     summarize(&file, &args.output);

@@ -17,6 +17,37 @@ fn default_plans_of_the_corpus_on_the_h200() {
     insta::assert_snapshot!(lines);
 }
 
+/// Every corpus problem's default plan, written as its schedule text and
+/// parsed back, plans explicitly to the same plan and the same kernel
+/// source: the text form names everything the mapper chose.
+#[test]
+fn the_default_plans_schedule_text_plans_back_to_the_same_kernel() {
+    use lanefold_ir::OperatorOptions;
+    use lanefold_plan::{plan, LayoutRequest, Problem};
+    let corpus =
+        load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/corpus.csv")).unwrap();
+    let target = Target::h200();
+    let options = lanefold_codegen::CodegenOptions::default();
+    for p in &corpus {
+        let problem = Problem::operator(p.op, OperatorOptions::default(), p.dtype, p.shape);
+        let chosen = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+        let text = chosen.schedule().to_string();
+        let parsed: LayoutRequest = text.parse().unwrap();
+        assert_eq!(parsed, chosen.schedule(), "{text}");
+        let again = plan(&problem, &target, &parsed)
+            .unwrap_or_else(|e| panic!("{} {} {}: {text}: {e}", p.op, p.dtype, p.shape));
+        assert_eq!(again, chosen, "{} {} {}: {text}", p.op, p.dtype, p.shape);
+        assert_eq!(again.describe(), chosen.describe());
+        assert_eq!(
+            lanefold_codegen::generate(&again, &options).unwrap().source,
+            lanefold_codegen::generate(&chosen, &options)
+                .unwrap()
+                .source,
+            "{text}"
+        );
+    }
+}
+
 mod common;
 use common::{lanefold, load as load_results, text, tmp};
 
@@ -66,6 +97,13 @@ fn bench_runs_the_problems_of_a_corpus_part() {
         .collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
     assert!(ids[0].starts_with("rmsnorm/bf16/3x257/"), "{ids:?}");
+    // Each case records its request's schedule text beside the JSON.
+    for case in v["cases"].as_array().unwrap() {
+        let request: lanefold_plan::LayoutRequest =
+            serde_json::from_value(case["request"].clone()).unwrap();
+        let text = case["schedule"].as_str().unwrap();
+        assert_eq!(text.parse::<lanefold_plan::LayoutRequest>(), Ok(request));
+    }
     assert!(ids[1].starts_with("softmax/f32/2x64/"), "{ids:?}");
 
     let o = lanefold(&[

@@ -341,6 +341,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
             options,
             dtype: dtype.name().into(),
             shape: shape.to_string(),
+            schedule: Some(request.to_string()),
             request,
             plan: PlanRecord::of(&p, &features, &target),
             kernel: kernel.take(),

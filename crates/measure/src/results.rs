@@ -278,6 +278,10 @@ pub struct CaseResult {
     pub dtype: String,
     pub shape: String,
     pub request: LayoutRequest,
+    /// The request in its schedule text form, beside the JSON above
+    /// (absent from files written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
     pub plan: PlanRecord,
     pub kernel: Option<KernelRecord>,
     /// Inputs read once plus outputs written once.

@@ -145,6 +145,9 @@ pub enum Status {
 pub struct SearchCandidate {
     pub index: usize,
     pub request: LayoutRequest,
+    /// The request in its schedule text form (absent from older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
     /// Realizes the automatic mapping (the base request as given).
     pub automatic: bool,
     /// Not part of the W x V x U product: the automatic mapping added
@@ -174,6 +177,9 @@ pub struct Winner {
     pub candidate: usize,
     /// The recorded parameters the winner was regenerated from.
     pub request: LayoutRequest,
+    /// The request in its schedule text form (absent from older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
     pub describe: String,
     /// Source hash of the regenerated kernel (equal to the recorded one).
     pub source_sha256: String,
@@ -546,6 +552,7 @@ fn search_problem(
         let mut rec = SearchCandidate {
             index: i,
             request: c.request,
+            schedule: Some(c.request.to_string()),
             automatic: false,
             added,
             status: Status::Refused,
@@ -743,6 +750,7 @@ fn search_problem(
             Some(Winner {
                 candidate: i,
                 request: c.request,
+                schedule: Some(c.request.to_string()),
                 describe: p.describe(),
                 source_sha256: recorded,
                 source_file: c.source_file.clone(),

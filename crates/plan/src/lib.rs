@@ -5,8 +5,10 @@
 mod cost;
 mod layout;
 mod mapper;
+mod schedule;
 mod shape;
 mod target;
+pub mod tuned;
 
 pub use cost::{CostPolicy, Features, RooflinePolicy};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
@@ -15,5 +17,6 @@ pub use mapper::{
     ArithmeticKey, Candidate, ColumnStage, LayoutRequest, MapperPolicy, ModelScore, OccupancyCap,
     Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch, SharedChunks,
 };
+pub use schedule::ScheduleError;
 pub use shape::{Shape, ShapeError};
 pub use target::Target;

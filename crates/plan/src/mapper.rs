@@ -450,8 +450,10 @@ impl LayoutRequest {
         }
         // The rules that replace the model's pick skip batch-invariant
         // requests, and these variants may change the arithmetic.
-        if let Some(winner) = searched_winner(problem).filter(|_| !self.batch_invariant) {
-            (winner.variants)(&mut request);
+        if let Some(entry) =
+            crate::tuned::lookup(&target.name, problem).filter(|_| !self.batch_invariant)
+        {
+            entry.add_variants(&mut request);
         }
         request
     }
@@ -650,6 +652,11 @@ pub struct Plan {
     /// How many rows ahead each group asks L2 to fetch its share (see
     /// [`LayoutRequest::l2_prefetch_rows`]); 0 where that does not apply.
     pub l2_prefetch_rows: u32,
+    /// `registers` counts packed resident tiles two values a register, as
+    /// an explicit register request budgets them; false where the
+    /// estimate is of unpacked tiles (an automatic residency, so that
+    /// packing never moves a layout) or nothing is packed.
+    pub packed_register_estimate: bool,
 }
 
 /// A persistent grid whose groups each copy their next row into shared
@@ -752,97 +759,72 @@ impl Plan {
         }
     }
 
-    /// One-line description: `W=256 V=4 U=1 G=1 registers`.
+    /// One-line description: the schedule of the request this plan
+    /// realises ([`Plan::schedule`], in its text form) with what the plan
+    /// derives beside it: `cluster=N` after the residency where a row
+    /// spans N groups, and `staged-columns=N` where fewer column inputs
+    /// than the program's are staged. The schedule's tokens after
+    /// `group-threads` (the hinted loads' order, the reduction order, the
+    /// mapper, batch invariance) are left out: `W=256 V=4 U=1 G=1
+    /// registers`.
     pub fn describe(&self) -> String {
-        let l = &self.layout;
-        let residency = match self.residency {
-            Residency::Registers => "registers",
-            Residency::Stream => "stream",
-        };
-        let mut s = format!(
-            "W={} V={} U={} G={} {residency}",
-            l.workers, l.pack, l.unroll, l.rows_per_group
-        );
-        if self.groups_per_row > 1 {
-            s += &format!(" cluster={}", self.groups_per_row);
-        }
-        if self.streaming_hints {
-            s += " streaming-hints";
-        }
-        if self.hoisted_columns {
-            s += " hoisted-columns";
-        }
-        if self.reread_hints {
-            s += " reread-hints";
-        }
-        if self.keep_columns {
-            s += " keep-columns";
-        }
-        if self.l1_columns {
-            s += " l1-columns";
-        }
-        if self.unfolded_pack_addresses() {
-            s += " unfolded-addresses";
-        }
-        if self.ordered_columns {
-            s += " ordered-columns";
-        }
-        if self.early_columns > 0 {
-            s += &format!(" early-columns={}", self.early_columns);
-        }
-        if let Some(shared) = self.shared_chunks {
-            s += &format!(" shared-chunks={}", shared.chunks);
-        }
-        if self.l2_prefetch_rows > 0 {
-            s += &format!(" l2-prefetch={}", self.l2_prefetch_rows);
-        }
-        if let Some(stage) = self.column_stage {
-            s += " staged-columns";
-            if stage.columns < self.problem.program.column_inputs().count() {
-                s += &format!("={}", stage.columns);
+        let mut words = vec![];
+        for (name, text) in crate::schedule::described_tokens(&self.schedule()) {
+            match name {
+                "staged-columns" => match self.column_stage {
+                    Some(stage) if stage.columns < self.problem.program.column_inputs().count() => {
+                        words.push(format!("{text}={}", stage.columns));
+                    }
+                    _ => words.push(text),
+                },
+                // The residency realised, which the schedule may leave to
+                // the mapper (see `Plan::schedule`), after G.
+                "residency" => {}
+                "G" => {
+                    words.push(text);
+                    words.push(
+                        match self.residency {
+                            Residency::Registers => "registers",
+                            Residency::Stream => "stream",
+                        }
+                        .to_string(),
+                    );
+                    if self.groups_per_row > 1 {
+                        words.push(format!("cluster={}", self.groups_per_row));
+                    }
+                }
+                _ => words.push(text),
             }
         }
-        if self.packed_resident {
-            s += " packed-resident";
-        }
-        if self.rounded_resident {
-            s += " rounded-resident";
-        }
-        if self.relaxed_cluster_exit {
-            s += " relaxed-exit";
-        }
-        if self.pushed_cluster_reduce {
-            s += " push-reduce";
-        }
-        if self.persistent_clusters {
-            s += " persistent-clusters";
-        }
-        if self.row_prefetch.is_some() {
-            s += " prefetch-rows";
-        }
-        if self.online_normalizer() {
-            s += " online-normalizer";
-        }
-        if self.one_pass_moments() {
-            s += " one-pass-moments";
-        }
-        if self.fused_output() {
-            s += " fused-output";
-        }
-        if let Some(b) = self.min_groups_per_multiprocessor {
-            s += &format!(" occupancy={b}");
-        }
-        if let Some(cap) = self.occupancy_cap {
-            s += &format!(" occupancy-cap={}", cap.groups);
-        }
-        if self.batched_loads {
-            s += " batched-loads";
-        }
+        words.join(" ")
+    }
+
+    /// The request that plans to exactly this plan, every choice pinned,
+    /// each token in its canonical form (no cluster group size where it is
+    /// the target's or no row spans a cluster, no order where the program
+    /// decides it): what [`Plan::describe`] prints. Packed resident tiles
+    /// that an automatic residency put in registers keep it automatic: an
+    /// explicit `registers` budgets them in packed words
+    /// ([`Plan::packed_register_estimate`]), another register estimate.
+    pub fn schedule(&self) -> LayoutRequest {
+        let program = &self.problem.program;
+        let program_orders_sequentially = program.has_sum() && !program.reassociation;
+        let base = LayoutRequest {
+            order: (self.order == ReductionOrder::Sequential && !program_orders_sequentially)
+                .then_some(ReductionOrder::Sequential),
+            batch_invariant: self.batch_invariant,
+            ..Default::default()
+        };
+        let mut request =
+            self.pinned_request(&base, self.min_groups_per_multiprocessor.unwrap_or(0));
         let default_group_threads = Target::by_name(&self.target).map(|t| t.cluster_group_threads);
-        if self.groups_per_row > 1 && default_group_threads != Some(self.row_threads_per_group()) {
-            s += &format!(" group-threads={}", self.row_threads_per_group());
+        if default_group_threads == Some(request.cluster_group_threads) {
+            request.cluster_group_threads = 0;
         }
-        s
+        if self.packed_resident && !self.packed_register_estimate {
+            request.residency = ResidencyRequest::Auto;
+        }
+        request
     }
 }
 
@@ -1147,7 +1129,7 @@ struct RuleBesideModel {
 }
 
 /// The request a rule beside the cost model puts in place of the model's
-/// `pick` (see [`searched_layout_instead`], [`hinted_stream_instead`]).
+/// `pick` (see [`tuned_layout_instead`], [`hinted_stream_instead`]).
 fn rule_beside_model(
     problem: &Problem,
     target: &Target,
@@ -1216,11 +1198,11 @@ fn layout_rule_beside_model(
         return Ok(None);
     }
     let model_plan = plan_rows(problem, target, pick)?;
-    if let Some((searched, evidence)) = searched_layout_instead(problem, target, pick) {
+    if let Some((tuned, evidence)) = tuned_layout_instead(problem, target, pick) {
         return Ok(Some(RuleBesideModel {
-            request: searched,
+            request: tuned,
             model_plan,
-            why: format!("the H200 search's winner for this shape ({evidence})"),
+            why: format!("the tuning database's schedule for this problem ({evidence})"),
         }));
     }
     if let Some(narrower) = few_rows_narrower_instead(problem, target, &model_plan, pick) {
@@ -1257,354 +1239,21 @@ fn layout_rule_beside_model(
     )
 }
 
-/// Shapes where the H200 search's winner beat the model's pick by more
-/// than 10% for a reason the model cannot see: the winner's layout, taken as measured, on that operator, dtype
-/// and row length, at the row count searched or, where the form was
-/// measured ahead at several, at every row count from the least of them
-/// (`WinnerRows`). The model's view of each miss:
-/// - residual_layernorm bf16 4096x32768: W=512 in registers with h kept
-///   resident, packed (one tile: 64 registers under the promise of two
-///   groups), 265.0 µs against the streamed W=1024 plan's 269.3, which
-///   re-read x and the residual from L2 and had itself replaced the
-///   model's cluster of 8 groups (312 against 362; the model prices
-///   re-reads as DRAM traffic and cannot see the packed tile).
-/// - rmsnorm bf16 4096x131072: V=4 in 4 groups of 512 threads compiles to
-///   64 registers, V=8 in 8 groups of 256 to 71: 591 µs against 664; the
-///   register estimate cannot see a 7-register gap.
-/// - cross_entropy bf16 1024x4096: W=128 V=4 in 512 groups against the
-///   model's W=64 V=8 in 256 (less than one wave): 3.21 µs against 3.59.
-/// - softmax bf16 1024x4096: W=128 V=8 in 512 groups of two rows at 62
-///   registers against the model's W=64 V=8 U=4 in groups of four at 119:
-///   4.21 µs against 4.84. On today's kernels 8-byte packs (W=256 V=4)
-///   ran 4.19 against its 4.30.
-/// - rmsnorm f32 1024x4096: W=512 V=4 (two packs per worker, two waves of
-///   512-thread groups) against the model's W=256 (one wave): 5.95 µs
-///   against 7.02, in L2; the model ranks W=512 19th of 30.
-/// - layernorm f32 and bf16, residual_layernorm bf16 at 1024x4096
-///   (searches ranked by synchronized single calls, which also record
-///   the gpu phase): the model's groups of two or four rows compile to
-///   77-132 registers; wider groups of one row ran 1.05-1.24x faster in the
-///   gpu phase and 0.8-2.8 µs faster per single call. A later grid
-///   (V=4 and 8, today's kernels) put 8-byte packs ahead at 16-bit:
-///   layernorm bf16 W=128 V=4 G=2 at 4.11 against W=256 V=8's 4.51 µs,
-///   residual_layernorm bf16 W=256 V=4 at 6.07 against 6.37.
-struct SearchedWinner {
-    op: Operator,
-    dtype: DType,
-    rows: WinnerRows,
-    /// The row length the winner was measured at.
-    n: usize,
-    workers: u32,
-    pack: u32,
-    unroll: u32,
-    rows_per_group: u32,
-    residency: ResidencyRequest,
-    cluster_group_threads: u32,
-    /// Streamed winners measured with re-read hints.
-    reread_hints: bool,
-    /// The winner's occupancy promise (0: none).
-    occupancy: u32,
-    /// The load and arithmetic variants the winner was measured with:
-    /// applied with the measured variants
-    /// ([`LayoutRequest::with_measured_variants`]) on this operator, dtype
-    /// and the rows it covers only, since the arithmetic is settled before
-    /// the layout.
-    variants: fn(&mut LayoutRequest),
-    evidence: &'static str,
-}
-
-/// The row counts a searched winner covers at its row length.
-#[derive(Clone, Copy, Debug)]
-enum WinnerRows {
-    /// The shape searched, alone.
-    Exactly(usize),
-    /// Every row count from this one up: the form was measured ahead at
-    /// several row counts (a per-row form past the first wave of clusters).
-    AtLeast(usize),
-}
-
-impl WinnerRows {
-    fn covers(self, rows: usize) -> bool {
-        match self {
-            WinnerRows::Exactly(r) => rows == r,
-            WinnerRows::AtLeast(r) => rows >= r,
-        }
-    }
-}
-
-const SEARCHED_WINNERS: [SearchedWinner; 12] = [
-    SearchedWinner {
-        op: Operator::Layernorm,
-        dtype: DType::F32,
-        rows: WinnerRows::Exactly(4096),
-        n: 32768,
-        workers: 1024,
-        pack: 4,
-        unroll: 8,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Stream,
-        cluster_group_threads: 0,
-        reread_hints: true,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "2026-12-01-cpb-ln-aa-h200 (the whole row per pass, one group per SM, promised, batched loads: see one_row_per_multiprocessor), 258.1 against the register plan's 268.4 µs (2026-11-30-fold-aa-h200)",
-    },
-    SearchedWinner {
-        op: Operator::ResidualLayernorm,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(4096),
-        n: 32768,
-        workers: 512,
-        pack: 8,
-        unroll: 4,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 2,
-        variants: |request| {
-            request.pack_resident = true;
-            request.rounded_resident = true;
-            request.ordered_columns = true;
-            request.one_pass_moments = true;
-        },
-        evidence: "2026-12-01-rt-aa-h200 (h kept resident, packed: 64 registers under the promise of two groups; A/A with all three peers), 265.0 against the streamed W=1024 plan's 269.3 µs (its reference side, measured beside it), which had replaced the model's cluster (2026-11-30-residual-search-h200, 312 against 362)",
-    },
-    SearchedWinner {
-        op: Operator::Layernorm,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(1024),
-        n: 262144,
-        workers: 4096,
-        pack: 8,
-        unroll: 4,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 512,
-        reread_hints: false,
-        occupancy: 0,
-        // Two chunks of columns loaded before the exchange (64 registers,
-        // still two groups per SM) under the cap's carve-out (the cap
-        // alone changed nothing); shared chunks beside them
-        // were 1-9% slower. The columns load evict-last, so
-        // the stream of x does not push them out of L2 (1.2%; layernorm
-        // f32 lost 8% with it, rmsnorm bf16 nothing).
-        // Each group asks L2 for its share of the row 8 ahead as it starts
-        // (6%: 270-272 µs at 4-15 rows ahead, 279 at 20, 349 at 30;
-        // layernorm f32 and rmsnorm bf16 lost 2-5%, softmax bf16
-        // unchanged).
-        variants: |request| {
-            request.early_columns = 2;
-            request.occupancy_cap = 2;
-            request.keep_columns = true;
-            request.l2_prefetch_rows = 8;
-        },
-        evidence: "2026-12-02-l2d-replay-h200 (the row 8 ahead prefetched into L2, paired with the plan before it and both torch peers, 3 rounds: 271.9 against 290.8 µs, 1.067-1.069x, 3.95 TB/s; 4, 11 and 15 rows ahead ran 272.3, 270.3 and 271.9), which had won (the columns evict-last, paired with the default and both torch peers, 3 rounds each: 287.96 and 288.37 against 291.4 µs, 1.009-1.012x every round), which had won (two early chunks of columns under an occupancy cap of 2, paired with the default and both torch peers, 3 rounds: 291.5 against 293.8 µs, 1.007-1.009x every round), which had won 293.9 in clusters of eight 512-thread groups (61 registers, packed words stay packed) against sixteen 256-thread groups' 302.6 µs (2026-12-01-pk-long-aa-h200); the steps before the prefetch are in git history at 2d680226",
-    },
-    SearchedWinner {
-        op: Operator::Layernorm,
-        dtype: DType::F32,
-        // Measured ahead at 512-2048 rows.
-        rows: WinnerRows::AtLeast(512),
-        n: 262144,
-        workers: 4096,
-        pack: 4,
-        unroll: 4,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 512,
-        reread_hints: false,
-        occupancy: 0,
-        // Two groups per SM instead of one: the row's last 10 of 16
-        // chunks in shared memory, under an occupancy cap whose carve-out
-        // leaves the rest to L1 (all shared memory, 28 KB of L1, made it
-        // 0.97x instead); the registers that frees load two chunks of
-        // columns before the exchange (64 registers; early columns off
-        // cost 8.8%, 13 shared chunks 5%).
-        variants: |request| hold_chunks_shared_and_columns_early(request, 2),
-        evidence: "2026-12-01-ecx-replay-h200 (10 shared chunks and two chunks of early columns under an occupancy cap of 2, paired with 12 shared chunks and one early chunk and both torch peers, 3 rounds: 558.3 µs, 3.85 TB/s; at 2048 rows 1095.9 against the model's sixteen 256-thread groups' 1221 µs, every round ahead, and 512 rows 287.6 against 309.4 in one bench), which had won 570.6 against 598.6 µs and 612.8 against sixteen 256-thread groups' 629.4 (those in git history at 2d680226)",
-    },
-    SearchedWinner {
-        op: Operator::Layernorm,
-        dtype: DType::F32,
-        // Measured ahead at 2048-8192 rows.
-        rows: WinnerRows::AtLeast(512),
-        n: 131072,
-        workers: 2048,
-        pack: 4,
-        unroll: 4,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 256,
-        reread_hints: false,
-        occupancy: 0,
-        // 1024x262144's form on the same 64 slots a thread: 10 chunks in
-        // shared memory and two chunks of columns early (64 registers),
-        // four 256-thread groups per SM instead of two under the cap's
-        // carve-out.
-        variants: |request| hold_chunks_shared_and_columns_early(request, 4),
-        evidence: "2026-12-01-l131-replay-h200 (10 shared chunks and two early chunks under an occupancy cap of 4, paired with the default and both torch peers, 3 rounds: 1053.9 against 1113.1 µs, 1.055-1.057x every round, 4.08 TB/s; 8192 and 2048 rows 1.059x and 1.057x in one bench each); clusters of four 512-thread groups with the same chunks ran 1071.8 in one bench (those in git history at 2d680226)",
-    },
-    SearchedWinner {
-        op: Operator::Rmsnorm,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(4096),
-        n: 131072,
-        workers: 2048,
-        pack: 4,
-        unroll: 1,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 512,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "591 against 664 µs on 2026-11-30 (in git history at 2d680226); on today's kernels 2026-12-01-t4-rmsnorm-bf16-4096x131072-s20-h200's winner at 538 µs",
-    },
-    SearchedWinner {
-        op: Operator::CrossEntropy,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(1024),
-        n: 4096,
-        workers: 128,
-        pack: 4,
-        unroll: 1,
-        rows_per_group: 2,
-        residency: ResidencyRequest::Auto,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "3.21 against 3.59 µs in a 2026-11-30 search (in git history at 2d680226)",
-    },
-    SearchedWinner {
-        op: Operator::Softmax,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(1024),
-        n: 4096,
-        workers: 256,
-        pack: 4,
-        unroll: 2,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 4.19 against W=128 V=8 U=1 G=2's 4.30 µs, which had won on 2026-11-30's kernels (2026-11-30-grid-1024x4096-search-h200, 4.21 against 4.84)",
-    },
-    SearchedWinner {
-        op: Operator::Rmsnorm,
-        dtype: DType::F32,
-        rows: WinnerRows::Exactly(1024),
-        n: 4096,
-        workers: 512,
-        pack: 4,
-        unroll: 2,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "2026-11-30-grid-1024x4096-search-h200 and a 2026-11-30 rmsnorm search (in git history at 2d680226), 5.95 against 7.02 µs",
-    },
-    SearchedWinner {
-        op: Operator::Layernorm,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(1024),
-        n: 4096,
-        workers: 128,
-        pack: 4,
-        unroll: 2,
-        rows_per_group: 2,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels; V=4 was not among the earlier search's candidates), 4.11 against W=256 V=8 U=2's 4.51 µs, which had beaten the model's W=64 V=8 U=4 G=4 in a search ranked by single calls (in git history at 2d680226): 4.57 against 5.65 µs, a single call took 9.38 against 10.41",
-    },
-    SearchedWinner {
-        op: Operator::Layernorm,
-        dtype: DType::F32,
-        rows: WinnerRows::Exactly(1024),
-        n: 4096,
-        workers: 512,
-        pack: 4,
-        unroll: 1,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "a search ranked by single calls (in git history at 2d680226): 6.61 against the model's W=256 at 7.11 µs in the gpu phase, a single call took 11.71 against 12.49",
-    },
-    SearchedWinner {
-        op: Operator::ResidualLayernorm,
-        dtype: DType::Bf16,
-        rows: WinnerRows::Exactly(1024),
-        n: 4096,
-        workers: 256,
-        pack: 4,
-        unroll: 4,
-        rows_per_group: 1,
-        residency: ResidencyRequest::Registers,
-        cluster_group_threads: 0,
-        reread_hints: false,
-        occupancy: 0,
-        variants: |_| {},
-        evidence: "2026-12-01-t4-grid-1024x4096-s20-h200 (today's kernels), 6.07 against W=128 V=8 U=4 G=2's 6.37 µs, which had beaten the model's W=256 V=8 U=2 in a search ranked by single calls (in git history at 2d680226): 6.27 against 6.57 µs, a single call took 11.01 against 13.77",
-    },
-];
-
-/// The layernorm f32 form of 64 slots a thread: 10 of 16
-/// chunks in shared memory, two chunks of columns loaded before the
-/// exchange in the registers that frees, under a cap of `groups` per SM.
-fn hold_chunks_shared_and_columns_early(request: &mut LayoutRequest, groups: u32) {
-    request.shared_chunks = 10;
-    request.early_columns = 2;
-    request.occupancy_cap = groups;
-}
-
-/// The searched winner of this operator, dtype and shape, if any.
-fn searched_winner(problem: &Problem) -> Option<&'static SearchedWinner> {
-    let op = problem.operator_kind()?;
-    let Shape { rows, n } = problem.shape;
-    SEARCHED_WINNERS
-        .iter()
-        .find(|w| w.op == op && w.dtype == problem.dtype && w.n == n && w.rows.covers(rows))
-}
-
-fn searched_layout_instead(
+/// The shipped tuning database's schedule for this problem in place of
+/// the model's `pick` ([`crate::tuned`]: `tuning/h200.json`), with the
+/// entry's evidence and results directory; None where no entry covers the
+/// problem or the mapper refuses the entry's layout.
+fn tuned_layout_instead(
     problem: &Problem,
     target: &Target,
     pick: &LayoutRequest,
-) -> Option<(LayoutRequest, &'static str)> {
-    if target.name != "h200" {
-        return None;
-    }
-    let winner = searched_winner(problem)?;
-    let request = LayoutRequest {
-        workers: winner.workers,
-        pack: winner.pack,
-        unroll: winner.unroll,
-        rows_per_group: winner.rows_per_group,
-        residency: winner.residency,
-        cluster_group_threads: winner.cluster_group_threads,
-        reread_hints: winner.reread_hints || pick.reread_hints,
-        // A promise the user asked for stands where the winner has none.
-        occupancy: match winner.occupancy {
-            0 => pick.occupancy,
-            groups => groups,
-        },
-        ..*pick
-    };
-    let target = with_cluster_group_threads(target, winner.cluster_group_threads).ok()?;
+) -> Option<(LayoutRequest, String)> {
+    let entry = crate::tuned::lookup(&target.name, problem)?;
+    let request = entry.with_layout(pick);
+    let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
     plan_rows(problem, &target, &request)
         .ok()
-        .map(|_| (request, winner.evidence))
+        .map(|_| (request, format!("{}; {}", entry.evidence, entry.results)))
 }
 
 /// Why the automatic mapping of `request` is not the cost model's own
@@ -2322,6 +1971,7 @@ fn plan_rows(problem: &Problem, target: &Target, request: &LayoutRequest) -> Res
     }
     let groups = rows.div_ceil(rows_per_group as usize) as u64 * groups_per_row as u64;
     Ok(Plan {
+        packed_register_estimate: packs_explicitly && packed_resident,
         problem: problem.clone(),
         analysis,
         layout,
@@ -3769,7 +3419,7 @@ mod tests {
         assert_eq!(plan(&p, &Target::h200(), &asked).unwrap().groups_per_row, 1);
         let note = automatic_note(&p, &Target::h200(), &asked).unwrap_or_default();
         assert!(!note.contains("row length: ;"), "{note}");
-        assert!(note.contains("search's winner"), "{note}");
+        assert!(note.contains("tuning database's schedule"), "{note}");
     }
 
     #[test]
@@ -3777,12 +3427,12 @@ mod tests {
         // The automatic mapping once reached 86-89%
         // of the searched winner on these three shapes.
         let auto = automatic();
-        for w in &SEARCHED_WINNERS {
-            let (rows, rows_outside) = match w.rows {
-                WinnerRows::Exactly(r) => (r, r * 2),
-                WinnerRows::AtLeast(r) => (r * 4, r / 2),
+        for w in crate::tuned::shipped() {
+            let (rows, rows_outside) = match w.rows.max {
+                Some(r) => (r, r * 2),
+                None => (w.rows.min * 4, w.rows.min / 2),
             };
-            let shape = Shape { rows, n: w.n };
+            let shape = Shape { rows, n: w.n.min };
             let p = Problem::operator(w.op, OperatorOptions::default(), w.dtype, shape);
             let got = plan(&p, &Target::h200(), &auto).unwrap();
             assert_eq!(
@@ -3792,18 +3442,26 @@ mod tests {
                     got.layout.unroll,
                     got.layout.rows_per_group
                 ),
-                (w.workers, w.pack, w.unroll, w.rows_per_group),
+                (
+                    w.schedule.workers,
+                    w.schedule.pack,
+                    w.schedule.unroll,
+                    w.schedule.rows_per_group
+                ),
                 "{}",
                 got.describe()
             );
-            if w.residency == ResidencyRequest::Stream {
+            if w.schedule.residency == ResidencyRequest::Stream {
                 assert_eq!(got.residency, Residency::Stream, "{}", got.describe());
             }
-            if w.occupancy > 0 {
-                assert_eq!(got.min_groups_per_multiprocessor, Some(w.occupancy));
+            if w.schedule.occupancy > 0 {
+                assert_eq!(
+                    got.min_groups_per_multiprocessor,
+                    Some(w.schedule.occupancy)
+                );
             }
             let note = automatic_note(&p, &Target::h200(), &auto).unwrap();
-            assert!(note.contains(w.evidence), "{note}");
+            assert!(note.contains(&w.evidence), "{note}");
             // Another shape of the same operator and dtype keeps the model.
             let other = Problem::operator(
                 w.op,
@@ -3811,11 +3469,11 @@ mod tests {
                 w.dtype,
                 Shape {
                     rows: rows_outside,
-                    n: w.n,
+                    n: w.n.min,
                 },
             );
             let note = automatic_note(&other, &Target::h200(), &auto);
-            assert!(!note.is_some_and(|n| n.contains("search's winner")));
+            assert!(!note.is_some_and(|n| n.contains("tuning database's schedule")));
             // The CPU target keeps the model's pick.
             let cpu = plan(&p, &Target::cpu(), &auto).unwrap();
             assert!(
