@@ -833,13 +833,13 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: rows whose sum of squares overflows f32 normalise to 0 (no rescaled slow path); fixed on branch numerics at a measured cost"]
+    #[ignore = "layernorm: rows whose sum of squares overflows f32 normalise to 0 (no rescaled slow path); fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_rows_whose_sum_of_squares_overflows_went_to_zero() {
         overflowing_rows_are_normalised(&[Operator::Layernorm, Operator::ResidualLayernorm]);
     }
 
     #[test]
-    #[ignore = "layernorm: the fused output's mean * rstd overflows on huge near-constant rows; fixed on branch numerics at a measured cost"]
+    #[ignore = "layernorm: the fused output's mean * rstd overflows on huge near-constant rows; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_fused_output_overflowed_on_a_huge_constant_row() {
         // h * rstd and mean * rstd with rstd = 1/sqrt(eps) overflow at
         // |h| > 1e36 although the moments do not.
@@ -861,7 +861,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: constant rows lose the bias to the mean's rounding; fixed on branch numerics at a measured cost"]
+    #[ignore = "layernorm: constant rows lose the bias to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_constant_row_normalised_its_mean_rounding() {
         // Summing 1.1 261 times rounds; the mean's error over a variance
         // of 0 gave outputs of order 1e-2 where the answer is the bias.
@@ -880,7 +880,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed on branch numerics at a measured cost"]
+    #[ignore = "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_offset_row_lost_its_centring_to_the_mean_rounding() {
         // n = 2 rows about 600 with a spread of 0.5: rounding k + mean to
         // f32 cost 1e-4 of the output; centring on k first is exact.
@@ -896,7 +896,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed on branch numerics at a measured cost"]
+    #[ignore = "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_one_pass_moments_of_a_masked_row_were_not_nan() {
         let rows = vec![
             vec![NEG, -1.0487585, 0.5, 1.5],

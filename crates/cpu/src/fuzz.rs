@@ -129,31 +129,31 @@ pub enum LayernormLimit {
 pub const LAYERNORM_EXCLUSIONS: &[(LayernormLimit, &str)] = &[
     (
         LayernormLimit::Rows(RowKind::Constant),
-        "layernorm: constant rows lose the bias to the mean's rounding; fixed on branch numerics at a measured cost",
+        "layernorm: constant rows lose the bias to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost",
     ),
     (
         LayernormLimit::Rows(RowKind::Offset),
-        "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed on branch numerics at a measured cost",
+        "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost",
     ),
     (
         LayernormLimit::Rows(RowKind::Huge),
-        "layernorm: rows whose sum of squares overflows f32 normalise to 0 (no rescaled slow path); fixed on branch numerics at a measured cost",
+        "layernorm: rows whose sum of squares overflows f32 normalise to 0 (no rescaled slow path); fixed in commit a507bd6a, reverted for its measured cost",
     ),
     (
         LayernormLimit::Rows(RowKind::Mixed),
-        "layernorm: mixed rows carry huge values whose squares overflow f32; fixed on branch numerics at a measured cost",
+        "layernorm: mixed rows carry huge values whose squares overflow f32; fixed in commit a507bd6a, reverted for its measured cost",
     ),
     (
         LayernormLimit::OnePassRows(RowKind::Masked),
-        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed on branch numerics at a measured cost",
+        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed in commit a507bd6a, reverted for its measured cost",
     ),
     (
         LayernormLimit::OnePassRows(RowKind::NonFinite),
-        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with an infinity gives infinities where torch gives NaN; fixed on branch numerics at a measured cost",
+        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with an infinity gives infinities where torch gives NaN; fixed in commit a507bd6a, reverted for its measured cost",
     ),
     (
         LayernormLimit::FusedOutput,
-        "layernorm: the fused output h * rstd - mean * rstd cancels on rows far from 0 and overflows on huge ones; fixed on branch numerics at a measured cost",
+        "layernorm: the fused output h * rstd - mean * rstd cancels on rows far from 0 and overflows on huge ones; fixed in commit a507bd6a, reverted for its measured cost",
     ),
 ];
 
