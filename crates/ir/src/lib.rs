@@ -19,7 +19,6 @@ pub use operators::{
     RMSNORM_EPS,
 };
 pub use program::{
-    BinaryOp, BufferDecl, BufferKind, Builder, Instr, Program, ReduceOp, RowStat, UnaryOp, Value,
-    RESCUE_SCALE,
+    BinaryOp, BufferDecl, BufferKind, Builder, Instr, Program, ReduceOp, UnaryOp, Value,
 };
 pub use verify::{Analysis, Kind, VerifyError};
