@@ -68,23 +68,31 @@ fn bench_runs_the_problems_of_a_corpus_part() {
     )
     .unwrap();
     let out = dir.join("out");
-    let o = lanefold(&[
-        "bench",
-        "--backend",
-        "cpu",
-        "--corpus",
-        file.to_str().unwrap(),
-        "--ops",
-        "rmsnorm,softmax",
-        "--samples",
-        "1",
-        "--sample-ms",
-        "1",
-        "--warmup-ms",
-        "0",
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let bench = |output: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--backend",
+            "cpu",
+            "--corpus",
+            file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.extend(["--output", output.to_str().unwrap()]);
+        lanefold(&args)
+    };
+    let o = bench(
+        &out,
+        &[
+            "--ops",
+            "rmsnorm,softmax",
+            "--samples",
+            "1",
+            "--sample-ms",
+            "1",
+            "--warmup-ms",
+            "0",
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o));
     // Progress bars are drawn only on a terminal: piped output has none.
     assert!(!text(&o).contains("ETA"), "{}", text(&o));
@@ -106,30 +114,12 @@ fn bench_runs_the_problems_of_a_corpus_part() {
     }
     assert!(ids[1].starts_with("softmax/f32/2x64/"), "{ids:?}");
 
-    let o = lanefold(&[
-        "bench",
-        "--backend",
-        "cpu",
-        "--corpus",
-        file.to_str().unwrap(),
-        "--dtypes",
-        "f16",
-        "--output",
-        dir.join("none").to_str().unwrap(),
-    ]);
+    let o = bench(&dir.join("none"), &["--dtypes", "f16"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no problem of"), "{}", text(&o));
 
     std::fs::write(&file, "model,op\nx,y\n").unwrap();
-    let o = lanefold(&[
-        "bench",
-        "--backend",
-        "cpu",
-        "--corpus",
-        file.to_str().unwrap(),
-        "--output",
-        dir.join("bad").to_str().unwrap(),
-    ]);
+    let o = bench(&dir.join("bad"), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("corpus.csv"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(dir);

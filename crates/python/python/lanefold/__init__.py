@@ -22,16 +22,6 @@ from ._ops import (  # noqa: F401
     softmax,
     sum,
 )
-from . import nn  # noqa: F401,E402
+from . import _ops, nn  # noqa: F401,E402
 
-__all__ = [
-    "rms_norm",
-    "layer_norm",
-    "add_layer_norm",
-    "softmax",
-    "cross_entropy",
-    "sum",
-    "describe_plan",
-    "clear_caches",
-    "nn",
-]
+__all__ = [*_ops.__all__, "describe_plan", "clear_caches", "nn"]
