@@ -357,15 +357,30 @@ impl Drop for RestoreContext {
     }
 }
 
-/// Enqueue `op` on CUDA device `device`, stream `stream` (a `CUstream`,
-/// `torch.cuda.current_stream().cuda_stream`), on torch's memory.
-///
-/// `buffers` are (buffer name, `tensor.data_ptr()`) pairs for every input
-/// and output, of contiguous 16-byte aligned tensors on that device with
-/// the program's lengths (as for [`cpu_run`]). Returns once enqueued.
+/// A kernel made ready for launches: its device, and the buffer names in
+/// the order [`cuda_launch`] takes their addresses.
+struct Prepared {
+    device: usize,
+    kernel: RawKernel,
+    names: Vec<String>,
+}
+
+/// Every prepared kernel of this process; a handle is an index. Handles
+/// stay valid for the process (the Python side caches them), so
+/// [`clear_caches`] leaves this list alone.
+fn prepared() -> &'static Mutex<Vec<Arc<Prepared>>> {
+    static PREPARED: OnceLock<Mutex<Vec<Arc<Prepared>>>> = OnceLock::new();
+    PREPARED.get_or_init(Default::default)
+}
+
+/// Plan, compile and load (or find in the caches) the kernel of `op` over
+/// rows x n on CUDA device `device`, for the buffers `names` (every input
+/// and output, in the order later launches give their addresses). Returns
+/// a handle for [`cuda_launch`]. The slow half of a call, paid once per
+/// (op, dtype, shape, eps, buffers, device) by the Python side's cache.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-fn cuda_run(
+fn cuda_prepare(
     py: Python<'_>,
     op: &str,
     dtype: &str,
@@ -373,24 +388,53 @@ fn cuda_run(
     n: usize,
     eps: f64,
     device: usize,
-    stream: usize,
-    buffers: Vec<(String, u64)>,
-) -> PyResult<()> {
-    let names: Vec<&str> = buffers.iter().map(|(n, _)| n.as_str()).collect();
-    let key = Key::new(op, dtype, rows, n, eps, &names)?;
+    names: Vec<String>,
+) -> PyResult<usize> {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let key = Key::new(op, dtype, rows, n, eps, &refs)?;
     let _restore = RestoreContext::save();
     // Planning and NVRTC may take a while on a cache miss: without the GIL.
-    let k = py.detach(|| kernel(device, key))?;
-    if k.shape() != (rows, n) {
+    let kernel = py.detach(|| kernel(device, key))?;
+    if kernel.shape() != (rows, n) {
         return Err(runtime_error("internal: cached kernel of another shape"));
     }
-    let named: Vec<(&str, u64)> = buffers.iter().map(|(n, p)| (n.as_str(), *p)).collect();
-    let backend = backend(device)?;
+    let mut list = lock(prepared());
+    list.push(Arc::new(Prepared {
+        device,
+        kernel,
+        names,
+    }));
+    Ok(list.len() - 1)
+}
+
+/// Enqueue one launch of a prepared kernel on `stream` (a `CUstream`,
+/// `torch.cuda.current_stream().cuda_stream`), on torch's memory:
+/// `addresses` are the `tensor.data_ptr()`s of the buffers named at
+/// [`cuda_prepare`], in that order, of contiguous 16-byte aligned tensors
+/// on the prepared device with the program's lengths. Returns once
+/// enqueued: no copy, no allocation, no synchronization.
+#[pyfunction]
+fn cuda_launch(handle: usize, stream: usize, addresses: Vec<u64>) -> PyResult<()> {
+    let p = lock(prepared())
+        .get(handle)
+        .cloned()
+        .ok_or_else(|| value_error(format!("no prepared kernel {handle}")))?;
+    if addresses.len() != p.names.len() {
+        return Err(value_error(format!(
+            "{} addresses for {} buffers",
+            addresses.len(),
+            p.names.len()
+        )));
+    }
+    let named: Vec<(&str, u64)> = p.names.iter().map(String::as_str).zip(addresses).collect();
+    let backend = backend(p.device)?;
+    let _restore = RestoreContext::save();
     // SAFETY: the Python package passes live, contiguous, 16-byte aligned
-    // torch tensors on `device` of the program's lengths and dtypes, and
-    // the current torch stream of that device; the launch is enqueued on
-    // that stream, so torch's caching allocator orders reuse after it.
-    unsafe { backend.launch_raw(&k, &named, stream as cudarc::driver::sys::CUstream) }
+    // torch tensors on the prepared device of the program's lengths and
+    // dtypes, and the current torch stream of that device; the launch is
+    // enqueued on that stream, so torch's caching allocator orders reuse
+    // after it.
+    unsafe { backend.launch_raw(&p.kernel, &named, stream as cudarc::driver::sys::CUstream) }
         .map_err(|e| runtime_error(format!("lanefold: {e}")))
 }
 
@@ -433,7 +477,8 @@ fn describe_plan(
 #[pymodule]
 fn _lanefold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu_run, m)?)?;
-    m.add_function(wrap_pyfunction!(cuda_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_prepare, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_launch, m)?)?;
     m.add_function(wrap_pyfunction!(clear_caches, m)?)?;
     m.add_function(wrap_pyfunction!(describe_plan, m)?)?;
     Ok(())

@@ -243,7 +243,9 @@ def test_native_module_rejects_bad_arguments_without_panicking():
     # Without a GPU (or driver), the CUDA entry point raises.
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError):
-            C.cuda_run("softmax", "f32", 2, 8, 1e-5, 0, 0, [("x", 16), ("y", 32)])
+            C.cuda_prepare("softmax", "f32", 2, 8, 1e-5, 0, ["x", "y"])
+    with pytest.raises(ValueError, match="no prepared kernel"):
+        C.cuda_launch(1 << 40, 0, [16, 32])
 
 
 def test_plans_are_described():
@@ -536,3 +538,38 @@ def test_torch_compile_fullgraph_on_cpu():
     loss(*eager).backward()
     for a, e in zip(args, eager):
         torch.testing.assert_close(a.grad, e.grad)
+
+
+def test_direct_calls_skip_the_op_only_where_nothing_can_tell():
+    from lanefold import _ops
+
+    x = torch.randn(3, 40)
+    w = torch.randn(40)
+    assert _ops._direct(x, w, None)
+    assert not _ops._direct(x, w.requires_grad_())
+    with torch.no_grad():
+        assert _ops._direct(x, w)
+    w.requires_grad_(False)
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert not _ops._direct(x.as_subclass(Sub))
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        assert not _ops._direct(x)
+        y = lanefold.rms_norm(x, w)
+    # A mode sees lanefold's op itself, not its parts.
+    assert any("lanefold.rms_norm" in f for f in seen), seen
+    # Both paths give the same bits.
+    direct = lanefold.rms_norm(x, w)
+    via_op = _ops._rms_norm_op(x, w, 1e-6)
+    assert torch.equal(direct, via_op) and torch.equal(direct, y)

@@ -12,8 +12,11 @@ and the current torch stream, reading and writing torch's memory directly.
 from typing import Optional, Sequence, Tuple
 
 import torch
+from torch.utils import _python_dispatch as _pd
 
 from . import _lanefold as _C
+
+_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", lambda t: False)
 
 __all__ = [
     "rms_norm",
@@ -82,6 +85,18 @@ def _ready(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+# (op, dtype, rows, n, eps, buffer names, device) -> prepared kernel handle
+_PREPARED: dict = {}
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(device: int) -> int:
+    """The current torch stream of ``device`` as a ``CUstream`` address."""
+    if _raw_stream is not None:
+        return _raw_stream(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
     """Run ``op`` over the rows of the 2-D ``x``: ``inputs`` and ``outputs``
     are (buffer name, tensor) pairs, every tensor contiguous on x's device."""
@@ -98,19 +113,15 @@ def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
             [(name, t.data_ptr()) for name, t in outputs],
         )
     elif x.device.type == "cuda":
-        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        stream = torch.cuda.current_stream(x.device).cuda_stream
-        _preload_nvrtc()
-        _C.cuda_run(
-            op,
-            dtype,
-            rows,
-            n,
-            float(eps),
-            device,
-            stream,
-            [(name, t.data_ptr()) for name, t in list(inputs) + list(outputs)],
-        )
+        buffers = list(inputs) + list(outputs)
+        device = x.device.index
+        key = (op, dtype, rows, n, eps, tuple(name for name, _ in buffers), device)
+        handle = _PREPARED.get(key)
+        if handle is None:
+            _preload_nvrtc()
+            handle = _C.cuda_prepare(op, dtype, rows, n, float(eps), device, list(key[5]))
+            _PREPARED[key] = handle
+        _C.cuda_launch(handle, _stream(device), [t.data_ptr() for _, t in buffers])
     else:
         raise RuntimeError(f"lanefold: tensors on {x.device} are not supported (CPU or CUDA)")
 
@@ -127,8 +138,7 @@ def _columns(weight: Optional[torch.Tensor], bias: Optional[torch.Tensor]):
 # ------------------------------------------------------------ the custom ops
 
 
-@torch.library.custom_op("lanefold::rms_norm", mutates_args=())
-def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+def _rms_norm_impl(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
     x = _ready(x)
     y = torch.empty_like(x)
     if x.shape[0] > 0:
@@ -136,13 +146,15 @@ def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) ->
     return y
 
 
+_rms_norm_op = torch.library.custom_op("lanefold::rms_norm", mutates_args=())(_rms_norm_impl)
+
+
 @_rms_norm_op.register_fake
 def _(x, weight, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("lanefold::layer_norm", mutates_args=())
-def _layer_norm_op(
+def _layer_norm_impl(
     x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float
 ) -> torch.Tensor:
     x = _ready(x)
@@ -152,13 +164,15 @@ def _layer_norm_op(
     return y
 
 
+_layer_norm_op = torch.library.custom_op("lanefold::layer_norm", mutates_args=())(_layer_norm_impl)
+
+
 @_layer_norm_op.register_fake
 def _(x, weight, bias, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("lanefold::add_layer_norm", mutates_args=())
-def _add_layer_norm_op(
+def _add_layer_norm_impl(
     x: torch.Tensor,
     residual: torch.Tensor,
     weight: Optional[torch.Tensor],
@@ -179,6 +193,9 @@ def _add_layer_norm_op(
     return y, h
 
 
+_add_layer_norm_op = torch.library.custom_op("lanefold::add_layer_norm", mutates_args=())(_add_layer_norm_impl)
+
+
 @_add_layer_norm_op.register_fake
 def _(x, residual, weight, bias, eps):
     return (
@@ -187,8 +204,7 @@ def _(x, residual, weight, bias, eps):
     )
 
 
-@torch.library.custom_op("lanefold::softmax", mutates_args=())
-def _softmax_op(x: torch.Tensor) -> torch.Tensor:
+def _softmax_impl(x: torch.Tensor) -> torch.Tensor:
     x = _ready(x)
     y = torch.empty_like(x)
     if x.shape[0] > 0:
@@ -196,13 +212,15 @@ def _softmax_op(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
+_softmax_op = torch.library.custom_op("lanefold::softmax", mutates_args=())(_softmax_impl)
+
+
 @_softmax_op.register_fake
 def _(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("lanefold::row_sum", mutates_args=())
-def _sum_op(x: torch.Tensor) -> torch.Tensor:
+def _sum_impl(x: torch.Tensor) -> torch.Tensor:
     x = _ready(x)
     y = x.new_empty((x.shape[0],))
     if x.shape[0] > 0:
@@ -210,19 +228,24 @@ def _sum_op(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
+_sum_op = torch.library.custom_op("lanefold::row_sum", mutates_args=())(_sum_impl)
+
+
 @_sum_op.register_fake
 def _(x):
     return x.new_empty((x.shape[0],))
 
 
-@torch.library.custom_op("lanefold::cross_entropy_rows", mutates_args=())
-def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def _cross_entropy_impl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-row loss; rows whose target is -100 get 0."""
     logits, target = _ready(logits), _ready(target)
     loss = logits.new_empty((logits.shape[0],))
     if logits.shape[0] > 0:
         _launch("cross_entropy", logits, 1.0, [("x", logits), ("target", target)], [("loss", loss)])
     return loss
+
+
+_cross_entropy_op = torch.library.custom_op("lanefold::cross_entropy_rows", mutates_args=())(_cross_entropy_impl)
 
 
 @_cross_entropy_op.register_fake
@@ -415,6 +438,26 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------- public functions
 
 
+def _direct(*tensors) -> bool:
+    """Whether a call may skip the custom op's dispatch (tens of µs of
+    host time) and run the implementation itself: only where nothing could
+    tell the difference, i.e. no autograd, no torch.compile tracing, no
+    tensor subclass, functorch transform or dispatch/function mode."""
+    if torch.compiler.is_compiling() or _pd.is_in_torch_dispatch_mode():
+        return False
+    if torch._C._is_torch_function_mode_enabled():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not torch.Tensor or (grad and t.requires_grad) or _wrapped(t):
+            return False
+    return True
+
+
+
+
 def rms_norm(
     x: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: float = 1e-6
 ) -> torch.Tensor:
@@ -423,7 +466,8 @@ def rms_norm(
     if weight is not None:
         _check_like(weight, x, "weight", x.shape[-1:])
     eps = _check_eps(eps)
-    return _rms_norm_op(_rows(x), weight, eps).view(x.shape)
+    op = _rms_norm_impl if _direct(x, weight) else _rms_norm_op
+    return op(_rows(x), weight, eps).view(x.shape)
 
 
 def layer_norm(
@@ -439,7 +483,8 @@ def layer_norm(
     if bias is not None:
         _check_like(bias, x, "bias", x.shape[-1:])
     eps = _check_eps(eps)
-    return _layer_norm_op(_rows(x), weight, bias, eps).view(x.shape)
+    op = _layer_norm_impl if _direct(x, weight, bias) else _layer_norm_op
+    return op(_rows(x), weight, bias, eps).view(x.shape)
 
 
 def add_layer_norm(
@@ -458,7 +503,8 @@ def add_layer_norm(
     if bias is not None:
         _check_like(bias, x, "bias", x.shape[-1:])
     eps = _check_eps(eps)
-    y, h = _add_layer_norm_op(_rows(x), _rows(residual), weight, bias, eps)
+    op = _add_layer_norm_impl if _direct(x, residual, weight, bias) else _add_layer_norm_op
+    y, h = op(_rows(x), _rows(residual), weight, bias, eps)
     return y.view(x.shape), h.view(x.shape)
 
 
@@ -466,14 +512,16 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax over the last dim."""
     _check_input(x)
     _check_last_dim(x, dim)
-    return _softmax_op(_rows(x)).view(x.shape)
+    op = _softmax_impl if _direct(x) else _softmax_op
+    return op(_rows(x)).view(x.shape)
 
 
 def sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:  # noqa: A001 (torch's name)
     """Sum over the last dim, in x's dtype (FP32 accumulation)."""
     _check_input(x)
     _check_last_dim(x, dim)
-    return _sum_op(_rows(x)).view(x.shape[:-1])
+    op = _sum_impl if _direct(x) else _sum_op
+    return op(_rows(x)).view(x.shape[:-1])
 
 
 def cross_entropy(
@@ -515,7 +563,8 @@ def cross_entropy(
     t = target.reshape(-1).to(torch.int64)
     if ignore_index != _IGNORE_INDEX:
         t = torch.where(t == ignore_index, torch.full_like(t, _IGNORE_INDEX), t)
-    loss = _cross_entropy_op(_rows(logits), t)
+    op = _cross_entropy_impl if _direct(logits, t) else _cross_entropy_op
+    loss = op(_rows(logits), t)
     if reduction == "none":
         return loss.view(logits.shape[:-1])
     total = loss.to(torch.float32).sum()
