@@ -438,6 +438,10 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------- public functions
 
 
+# Parameters only disable torch function overrides: plain for our purpose.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def _direct(*tensors) -> bool:
     """Whether a call may skip the custom op's dispatch (tens of µs of
     host time) and run the implementation itself: only where nothing could
@@ -451,7 +455,7 @@ def _direct(*tensors) -> bool:
     for t in tensors:
         if t is None:
             continue
-        if type(t) is not torch.Tensor or (grad and t.requires_grad) or _wrapped(t):
+        if type(t) not in _PLAIN or (grad and t.requires_grad) or _wrapped(t):
             return False
     return True
 
