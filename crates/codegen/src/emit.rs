@@ -1677,6 +1677,20 @@ impl Ctx<'_> {
                 .all(|(_, buffer)| !self.is_staged(buffer))
     }
 
+    /// May the partial chunk take whole packs as vectors? Where at least
+    /// one worker's pack lies wholly inside the row, the access is
+    /// vectorisable and no variant keeps per-chunk state (shared chunks,
+    /// early columns) that the vector path would index by the partial
+    /// chunk. Same arithmetic in the same order as the guarded form.
+    fn whole_packs_in_partial_chunk(&self) -> bool {
+        self.partial == self.v
+            && self.vector.is_some()
+            && self.prefetched.is_none()
+            && self.shared_tile().is_none()
+            && self.early_columns().is_none()
+            && !self.plan.packed_resident
+    }
+
     /// Phase `p`'s loads for every chunk into `lf_b<value>[chunk][access]`,
     /// issued before the chunk loop computes on any (see
     /// [`Self::batches_loads`]).
@@ -1846,7 +1860,19 @@ impl Ctx<'_> {
         if batched {
             self.close();
         }
-        if self.partial > 0 {
+        if self.partial > 0 && self.whole_packs_in_partial_chunk() {
+            // Guarded element loads are scalar and strided: a row shorter
+            // than one chunk ran all of it that way, 1.7x slower than V=4
+            // on short bf16 rmsnorm rows (2026-12-02-search-short-*).
+            self.open("{ // the partial chunk: whole packs as vectors, the last one guarded");
+            self.open("if ((LF_FULL * LF_W + w) * LF_V + LF_V <= LF_N) {");
+            self.emit_pack(p, "LF_FULL", None, false);
+            self.close();
+            self.open("else {");
+            self.emit_pack(p, "LF_FULL", Some(self.partial), false);
+            self.close();
+            self.close();
+        } else if self.partial > 0 {
             self.open("{ // the partial pack, guarded per element");
             self.emit_pack(p, "LF_FULL", Some(self.partial), false);
             self.close();

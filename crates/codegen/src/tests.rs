@@ -2101,3 +2101,24 @@ fn l2_prefetch_applies_only_to_register_plans_of_one_row_per_group() {
         assert_eq!(kernel(&asked).source, kernel(&plain).source);
     }
 }
+
+#[test]
+fn regression_a_row_shorter_than_one_chunk_loads_its_whole_packs_as_vectors() {
+    // 64x3072 bf16 at W=512 V=8: no complete chunk, so every element went
+    // through the guarded scalar path (2.97 µs against 1.74 for V=4).
+    let p = make(Operator::Rmsnorm, DType::Bf16, "64x3072", 512, 8, 1);
+    let src = generate(&p, &CodegenOptions::default()).unwrap().source;
+    assert!(src.contains("#define LF_FULL 0"), "{src}");
+    assert!(src.contains("if ((LF_FULL * LF_W + w) * LF_V + LF_V <= LF_N) {"));
+    // Input and weight are read as 16-byte vectors, the output written so.
+    assert_eq!(
+        src.matches("reinterpret_cast<const uint4*>").count(),
+        2,
+        "{src}"
+    );
+    assert_eq!(src.matches("reinterpret_cast<uint4*>").count(), 1, "{src}");
+    // Unaligned rows have no vector access: only the guarded form.
+    let q = make(Operator::Rmsnorm, DType::Bf16, "64x3075", 512, 4, 1);
+    let src = generate(&q, &CodegenOptions::default()).unwrap().source;
+    assert!(!src.contains("+ LF_V <= LF_N"), "{src}");
+}
