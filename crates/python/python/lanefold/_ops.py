@@ -113,13 +113,14 @@ def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
             [(name, t.data_ptr()) for name, t in outputs],
         )
     elif x.device.type == "cuda":
-        buffers = list(inputs) + list(outputs)
+        buffers = inputs + outputs
         device = x.device.index
-        key = (op, dtype, rows, n, eps, tuple(name for name, _ in buffers), device)
+        names = tuple([name for name, _ in buffers])
+        key = (op, dtype, rows, n, eps, names, device)
         handle = _PREPARED.get(key)
         if handle is None:
             _preload_nvrtc()
-            handle = _C.cuda_prepare(op, dtype, rows, n, float(eps), device, list(key[5]))
+            handle = _C.cuda_prepare(op, dtype, rows, n, float(eps), device, list(names))
             _PREPARED[key] = handle
         _C.cuda_launch(handle, _stream(device), [t.data_ptr() for _, t in buffers])
     else:
@@ -432,7 +433,12 @@ def _check_last_dim(x: torch.Tensor, dim) -> None:
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
-    return x.reshape(-1, x.shape[-1])
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+
+
+def _shaped(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``y`` (rows x n) in x's shape; a view only where one is needed."""
+    return y if x.dim() == 2 else y.view(x.shape)
 
 
 # --------------------------------------------------------- public functions
@@ -471,7 +477,7 @@ def rms_norm(
         _check_like(weight, x, "weight", x.shape[-1:])
     eps = _check_eps(eps)
     op = _rms_norm_impl if _direct(x, weight) else _rms_norm_op
-    return op(_rows(x), weight, eps).view(x.shape)
+    return _shaped(op(_rows(x), weight, eps), x)
 
 
 def layer_norm(
@@ -488,7 +494,7 @@ def layer_norm(
         _check_like(bias, x, "bias", x.shape[-1:])
     eps = _check_eps(eps)
     op = _layer_norm_impl if _direct(x, weight, bias) else _layer_norm_op
-    return op(_rows(x), weight, bias, eps).view(x.shape)
+    return _shaped(op(_rows(x), weight, bias, eps), x)
 
 
 def add_layer_norm(
@@ -517,7 +523,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     _check_input(x)
     _check_last_dim(x, dim)
     op = _softmax_impl if _direct(x) else _softmax_op
-    return op(_rows(x)).view(x.shape)
+    return _shaped(op(_rows(x)), x)
 
 
 def sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:  # noqa: A001 (torch's name)

@@ -23,9 +23,9 @@ def _fast_ok(x, *params) -> bool:
         return False
     if x.device.type not in ("cpu", "cuda") or x.dim() == 0 or x.numel() == 0:
         return False
-    present = [p for p in params if p is not None]
-    for p in present:
-        if p.dtype != x.dtype or p.device != x.device:
+    dtype, device = x.dtype, x.device
+    for p in params:
+        if p is not None and (p.dtype != dtype or p.device != device):
             return False
     return True
 
@@ -43,7 +43,12 @@ class LayerNorm(torch.nn.LayerNorm):
     """torch.nn.LayerNorm whose forward is lanefold's layer_norm."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _fast_ok(x, self.weight, self.bias):
+        weight, bias = self.weight, self.bias
+        if len(self.normalized_shape) == 1 and _fast_ok(x, weight, bias):
+            # The common case, without flattening: the function checks shapes.
+            if x.shape[-1:] == self.normalized_shape:
+                return _ops.layer_norm(x, weight, bias, self.eps)
+        if _fast_ok(x, weight, bias):
             xf = _flat(x, self.normalized_shape)
             if xf is not None:
                 w = None if self.weight is None else self.weight.reshape(-1)
@@ -87,6 +92,11 @@ class RMSNorm(_TorchRMSNorm):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if len(self.normalized_shape) == 1 and _fast_ok(x, weight):
+            if x.shape[-1:] == self.normalized_shape:
+                eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+                return _ops.rms_norm(x, weight, eps)
         if _fast_ok(x, self.weight):
             xf = _flat(x, self.normalized_shape)
             if xf is not None:
