@@ -479,9 +479,9 @@ impl CudaBackend {
         let mut binary = None;
         if let Some(disk) = &self.disk {
             if let Some(bytes) = disk.load(&key) {
-                match self.load_binary(&kernel, bytes) {
+                match self.load_binary(&kernel, bytes.clone()) {
                     Ok(l) => binary = Some(l),
-                    Err(e) => disk.evict(&key, &format!("the driver refused it: {e}")),
+                    Err(e) => disk.evict(&key, &bytes, &format!("the driver refused it: {e}")),
                 }
             }
         }
@@ -525,7 +525,7 @@ impl CudaBackend {
             let on_disk = |key: &str| {
                 self.disk
                     .as_ref()
-                    .is_some_and(|d| d.binary_path(key).exists())
+                    .is_some_and(|d| d.entry_path(key).exists())
             };
             kernels_to_compile(jobs, &self.arch, |key| {
                 memory.contains_key(key) || staged.contains_key(key) || on_disk(key)
