@@ -117,8 +117,8 @@ impl DiskCache {
         self.dir.join(".lock")
     }
 
-    /// The verified binary for `key`, or None (absent, unreadable, or
-    /// corrupt and now deleted; the last two with a line on stderr).
+    /// The verified binary for `key`, or None: absent, unreadable, or
+    /// corrupt (then deleted); the last two reported on stderr.
     pub fn load(&self, key: &str) -> Option<Vec<u8>> {
         let path = self.entry_path(key);
         let raw = match fs::read(&path) {
