@@ -73,9 +73,18 @@ enum Command {
         variants_only: bool,
         /// Only these variants' checks (comma-separated names, e.g.
         /// `l1-columns,prefetch-rows`; implies `--variants-only` without
-        /// the call-path checks).
+        /// the call-path checks). The base matrix's groups are named too:
+        /// `exact-sums`, `load-policy`, `cluster-groups`, `layout-matrix`.
         #[arg(long, value_delimiter = ',')]
         variant: Vec<String>,
+        /// Only these operators' checks (comma-separated names), e.g. for
+        /// a run under compute-sanitizer.
+        #[arg(long, value_delimiter = ',')]
+        ops: Vec<String>,
+        /// At most this many rows in any check (persistent and prefetch
+        /// checks then loop over fewer rows), e.g. under compute-sanitizer.
+        #[arg(long)]
+        max_rows: Option<usize>,
         /// Skip the opt-in variants' checks (run them apart with
         /// `--variants-only`), so the quick half and the variants each fit
         /// one device call (together they ran past 540 s).
@@ -497,6 +506,8 @@ fn main() {
             long_shapes_only,
             variants_only,
             variant,
+            ops,
+            max_rows,
             skip_variants,
         } => {
             let part = if long_shapes_only {
@@ -506,7 +517,9 @@ fn main() {
             } else {
                 SelftestPart::Full
             };
-            selftest_cmd(backend, part, variants_only, skip_variants, &variant)
+            parse_ops(&ops)
+                .and_then(|ops| selftest::narrow(selftest::Narrowing { ops, max_rows }))
+                .and_then(|()| selftest_cmd(backend, part, variants_only, skip_variants, &variant))
         }
         Command::Bench(args) => bench_cmd(args),
         Command::Audit { dirs } => audit_cmd(&dirs),
@@ -988,7 +1001,12 @@ fn selftest_cmd(
     skip_variants: bool,
     variants: &[String],
 ) -> Result<()> {
-    let known: Vec<&str> = selftest::VARIANT_CHECKS.iter().map(|(n, _)| *n).collect();
+    let groups = || {
+        selftest::MATRIX_CHECKS
+            .iter()
+            .chain(selftest::VARIANT_CHECKS)
+    };
+    let known: Vec<&str> = groups().map(|(n, _)| *n).collect();
     if let Some(unknown) = variants.iter().find(|v| !known.contains(&v.as_str())) {
         bail!(
             "unknown variant '{unknown}' for --variant; known: {}",
@@ -1006,7 +1024,7 @@ fn selftest_cmd(
     let started = Instant::now();
     let mut report = Report::default();
     if !variants.is_empty() {
-        for &(name, checks) in selftest::VARIANT_CHECKS {
+        for &(name, checks) in groups() {
             if variants.iter().any(|v| v == name) {
                 selftest::run_variant_group(name, checks, &backend, &mut report);
             }

@@ -31,8 +31,77 @@ impl Report {
     }
 }
 
+/// A narrowing of every check (`selftest --ops`, `--max-rows`), for runs
+/// that must stay small, such as under compute-sanitizer. Set once per
+/// process, before any check runs.
+#[derive(Clone, Debug, Default)]
+pub struct Narrowing {
+    /// Only these operators (empty: all six).
+    pub ops: Vec<Operator>,
+    /// At most this many rows in any check's shape.
+    pub max_rows: Option<usize>,
+}
+
+static NARROWING: std::sync::OnceLock<Narrowing> = std::sync::OnceLock::new();
+
+/// Narrow every check of this process; an error if already narrowed.
+pub fn narrow(narrowing: Narrowing) -> anyhow::Result<()> {
+    if let Some(op) = narrowing.ops.iter().find(|o| !Operator::SIX.contains(o)) {
+        anyhow::bail!("the selftest has no checks of '{op}'");
+    }
+    if narrowing.max_rows == Some(0) {
+        anyhow::bail!("--max-rows must be at least 1");
+    }
+    if let Some(line) = narrowing.describe() {
+        println!("{line}");
+    }
+    NARROWING
+        .set(narrowing)
+        .map_err(|_| anyhow::anyhow!("the selftest was already narrowed"))
+}
+
+impl Narrowing {
+    /// The six operators, less those left out.
+    pub fn operators(&self) -> Vec<Operator> {
+        Operator::SIX
+            .into_iter()
+            .filter(|op| self.ops.is_empty() || self.ops.contains(op))
+            .collect()
+    }
+
+    /// A check's row count, capped.
+    pub fn rows(&self, rows: usize) -> usize {
+        self.max_rows.map_or(rows, |max| rows.min(max))
+    }
+
+    /// What is narrowed, for the log; None when nothing is.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = vec![];
+        if !self.ops.is_empty() {
+            let names: Vec<_> = self.ops.iter().map(|o| o.name()).collect();
+            parts.push(format!("operators {}", names.join(",")));
+        }
+        if let Some(max) = self.max_rows {
+            parts.push(format!("at most {max} rows"));
+        }
+        (!parts.is_empty()).then(|| format!("narrowed to {}", parts.join(", ")))
+    }
+}
+
+fn narrowing() -> &'static Narrowing {
+    static NONE: Narrowing = Narrowing {
+        ops: Vec::new(),
+        max_rows: None,
+    };
+    NARROWING.get().unwrap_or(&NONE)
+}
+
+fn operators() -> Vec<Operator> {
+    narrowing().operators()
+}
+
 fn shape(rows: usize, n: usize) -> Shape {
-    Shape::new(rows, n).expect("selftest shapes are valid")
+    Shape::new(narrowing().rows(rows), n).expect("selftest shapes are valid")
 }
 
 /// 6 ops x V {1,2,4,8} x W {32,128,256} x N {1,31,33,127,128,129,257,4103}
@@ -40,7 +109,7 @@ fn shape(rows: usize, n: usize) -> Shape {
 pub fn layout_matrix(dtype: DType) -> Vec<Case> {
     let mut cases = vec![];
     let mut seed = 1;
-    for op in Operator::SIX {
+    for op in operators() {
         for pack in [1, 2, 4, 8] {
             for workers in [32, 128, 256] {
                 for n in [1, 31, 33, 127, 128, 129, 257, 4103] {
@@ -69,7 +138,7 @@ pub fn layout_matrix(dtype: DType) -> Vec<Case> {
 pub fn shape_matrix(shapes: &[(usize, usize)], packs: &[u32]) -> Vec<Case> {
     let mut cases = vec![];
     for &(rows, n) in shapes {
-        for op in Operator::SIX {
+        for op in operators() {
             for dtype in [DType::F32, DType::Bf16] {
                 for &pack in packs {
                     cases.push(Case {
@@ -318,7 +387,7 @@ fn row_bits(problem: &Problem, outputs: &Buffers, row: usize) -> Vec<u32> {
 /// runs alone, among 7 rows or among 4096.
 pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Report) {
     const ROW: usize = 3;
-    for op in Operator::SIX {
+    for op in operators() {
         for dtype in [DType::F32, DType::Bf16] {
             for &n in ns {
                 let label = format!("batch invariance {op} {dtype} N={n}");
@@ -366,7 +435,7 @@ pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Rep
 /// tiles load evict-first, and streamed plans, whose tiles do not).
 pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
-    for op in Operator::SIX {
+    for op in operators() {
         for dtype in [DType::F32, DType::Bf16] {
             for (rows, n, workers, residency) in [
                 (64, 4096, 256, ResidencyRequest::Auto),
@@ -436,7 +505,7 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
 /// from the 512-thread plan's, so results are judged against float64,
 /// not compared bit for bit.
 pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
-    for op in Operator::SIX {
+    for op in operators() {
         for dtype in [DType::F32, DType::Bf16] {
             for workers in [2048, 4096] {
                 let case = Case {
@@ -495,6 +564,20 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("batched-loads", batched_load_checks),
     ("batch-invariance", batch_invariance_default_checks),
 ];
+
+/// The base matrix's check groups by name, selectable like the variants'
+/// (`selftest --variant layout-matrix,...`), e.g. for a sanitizer run.
+pub const MATRIX_CHECKS: &[(&str, Checks)] = &[
+    ("exact-sums", exact_sum_checks),
+    ("load-policy", load_policy_checks),
+    ("cluster-groups", cluster_group_checks),
+    ("layout-matrix", layout_matrix_checks),
+];
+
+/// The f32 layout matrix ([`layout_matrix`]).
+pub fn layout_matrix_checks(backend: &Backend, report: &mut Report) {
+    run_cases(backend, &layout_matrix(DType::F32), report);
+}
 
 /// [`batch_invariance_checks`] on rows of 127 and 4096, as the full
 /// selftest runs them.
@@ -1100,7 +1183,7 @@ fn same_bits_policy_checks(
     };
     let options = CodegenOptions::default();
     let mut all = vec![];
-    for op in Operator::SIX {
+    for op in operators() {
         for &dtype in dtypes {
             for &layout in layouts {
                 all.extend([false, true].map(|on| case(op, dtype, layout, on)));
@@ -1212,7 +1295,7 @@ pub fn arithmetic_variant_checks(backend: &Backend, report: &mut Report) {
         seed,
     } in variants
     {
-        for op in ops {
+        for op in ops.into_iter().filter(|op| operators().contains(op)) {
             for dtype in dtypes {
                 for (rows, n, workers, pack, group_threads, residency) in [
                     (1, 127, 0, 0, 0, ResidencyRequest::Auto),
@@ -1348,5 +1431,31 @@ pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
             }
             Err(e) => report.record(false, &label, &format!("{e:#}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_narrowing_keeps_the_chosen_operators_in_order_and_caps_rows() {
+        let all = Narrowing::default();
+        assert_eq!(all.operators(), Operator::SIX.to_vec());
+        assert_eq!(all.rows(3001), 3001);
+        assert_eq!(all.describe(), None);
+        let some = Narrowing {
+            ops: vec![Operator::CrossEntropy, Operator::Softmax],
+            max_rows: Some(64),
+        };
+        assert_eq!(
+            some.operators(),
+            vec![Operator::Softmax, Operator::CrossEntropy]
+        );
+        assert_eq!((some.rows(3001), some.rows(5)), (64, 5));
+        assert_eq!(
+            some.describe().unwrap(),
+            "narrowed to operators cross_entropy,softmax, at most 64 rows"
+        );
     }
 }

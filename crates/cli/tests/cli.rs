@@ -405,6 +405,41 @@ fn selftest_runs_one_named_variant_and_refuses_unknown_names() {
     assert!(stderr(&o).contains("prefetch-rows"));
 }
 
+/// The base matrix's groups are named like the variants, and `--ops` and
+/// `--max-rows` narrow every check (a sanitizer run's subset).
+#[test]
+fn selftest_runs_named_matrix_groups_narrowed_to_some_operators() {
+    let o = lanefold(&[
+        "selftest",
+        "--variant",
+        "layout-matrix,cluster-groups",
+        "--ops",
+        "softmax",
+        "--max-rows",
+        "2",
+    ]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("narrowed to operators softmax, at most 2 rows"),
+        "{out}"
+    );
+    // 4 packs x 3 widths x 8 lengths x 2 row counts.
+    assert!(
+        out.contains("variant layout-matrix: 192 passed, 0 failed"),
+        "{out}"
+    );
+    // 2 dtypes x 2 widths.
+    assert!(
+        out.contains("variant cluster-groups: 4 passed, 0 failed"),
+        "{out}"
+    );
+    let o = lanefold(&["selftest", "--variant", "layout-matrix", "--ops", "add"]);
+    assert_clean_failure(&o, 1, "no checks of 'add'");
+    let o = lanefold(&["selftest", "--variant", "layout-matrix", "--max-rows", "0"]);
+    assert_clean_failure(&o, 1, "at least 1");
+}
+
 /// `--skip-variants` leaves the variant groups out (each prints a progress
 /// line when it runs) and cannot be combined with `--variants-only`.
 #[test]

@@ -214,20 +214,31 @@ struct DeviceArgs {
 impl DeviceArgs {
     /// Raw argument pointers for `cuLaunchKernelEx` (valid while `self` is).
     fn raw(&mut self, kernel: &Kernel) -> Vec<*mut c_void> {
-        let mut out = vec![];
-        let mut p = 0;
-        for param in &kernel.params {
-            match param.kind {
-                ParamKind::Input | ParamKind::Output => {
-                    out.push(&mut self.pointers[p] as *mut u64 as *mut c_void);
-                    p += 1;
-                }
-                ParamKind::Rows => out.push(&mut self.ints[0] as *mut i32 as *mut c_void),
-                ParamKind::N => out.push(&mut self.ints[1] as *mut i32 as *mut c_void),
-            }
-        }
-        out
+        argument_pointers(kernel, &mut self.pointers, &mut self.ints)
     }
+}
+
+/// The kernel's argument array: in parameter order, a pointer to the next
+/// of `pointers` for each buffer, to `ints[0]` for rows and `ints[1]` for
+/// N (valid while both are).
+fn argument_pointers(
+    kernel: &Kernel,
+    pointers: &mut [u64],
+    ints: &mut [i32; 2],
+) -> Vec<*mut c_void> {
+    let mut out = vec![];
+    let mut p = 0;
+    for param in &kernel.params {
+        match param.kind {
+            ParamKind::Input | ParamKind::Output => {
+                out.push(&mut pointers[p] as *mut u64 as *mut c_void);
+                p += 1;
+            }
+            ParamKind::Rows => out.push(&mut ints[0] as *mut i32 as *mut c_void),
+            ParamKind::N => out.push(&mut ints[1] as *mut i32 as *mut c_void),
+        }
+    }
+    out
 }
 
 /// Which driver entry point launches a kernel.
@@ -479,9 +490,9 @@ impl CudaBackend {
         let mut binary = None;
         if let Some(disk) = &self.disk {
             if let Some(bytes) = disk.load(&key) {
-                match self.load_binary(&kernel, bytes) {
+                match self.load_binary(&kernel, bytes.clone()) {
                     Ok(l) => binary = Some(l),
-                    Err(e) => disk.evict(&key, &format!("the driver refused it: {e}")),
+                    Err(e) => disk.evict(&key, &bytes, &format!("the driver refused it: {e}")),
                 }
             }
         }
@@ -525,7 +536,7 @@ impl CudaBackend {
             let on_disk = |key: &str| {
                 self.disk
                     .as_ref()
-                    .is_some_and(|d| d.binary_path(key).exists())
+                    .is_some_and(|d| d.entry_path(key).exists())
             };
             kernels_to_compile(jobs, &self.arch, |key| {
                 memory.contains_key(key) || staged.contains_key(key) || on_disk(key)
@@ -771,6 +782,28 @@ impl CudaBackend {
             .result()
             .map_err(driver("launching the kernel"));
         }
+        // SAFETY: `raw` points at live argument storage (`args`) matching
+        // the kernel's signature (generated from the same parameter list);
+        // the stream is this backend's own.
+        unsafe { self.launch_ex(loaded, &mut raw, self.stream.cu_stream()) }
+    }
+
+    /// Enqueue `loaded` on `stream` with `cuLaunchKernelEx`: the kernel's
+    /// grid, block, dynamic shared memory and, if it has one, its cluster
+    /// dimension as a launch attribute.
+    ///
+    /// # Safety
+    ///
+    /// `args` must point at live argument storage matching the kernel's
+    /// signature, valid until this returns; `stream` must be a stream of
+    /// this backend's context (or null, the legacy default stream).
+    pub(crate) unsafe fn launch_ex(
+        &self,
+        loaded: &Loaded,
+        args: &mut [*mut c_void],
+        stream: sys::CUstream,
+    ) -> Result<(), CudaError> {
+        let k = &loaded.kernel;
         let mut attrs: Vec<sys::CUlaunchAttribute> =
             k.cluster.map(cluster_dimension).into_iter().collect();
         let config = sys::CUlaunchConfig {
@@ -781,7 +814,7 @@ impl CudaBackend {
             blockDimY: k.block.1,
             blockDimZ: k.block.2,
             sharedMemBytes: k.shared_bytes,
-            hStream: self.stream.cu_stream(),
+            hStream: stream,
             attrs: if attrs.is_empty() {
                 std::ptr::null_mut()
             } else {
@@ -792,13 +825,13 @@ impl CudaBackend {
         self.ctx
             .bind_to_thread()
             .map_err(driver("binding the context"))?;
-        // SAFETY: `raw` points at live argument storage matching the
-        // kernel's signature (generated from the same parameter list).
+        // SAFETY: the caller vouches for `args` and `stream`; `config` and
+        // `attrs` live until the call returns.
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,
                 loaded.function.cu_function(),
-                raw.as_mut_ptr(),
+                args.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         }

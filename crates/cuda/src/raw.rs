@@ -9,11 +9,10 @@
 //! pointers are never wrapped in a `CudaSlice` (whose drop would free the
 //! caller's memory), so the launch is capturable in a CUDA graph.
 
-use crate::{cluster_dimension, driver, CudaBackend, CudaError, Loaded};
+use crate::{argument_pointers, CudaBackend, CudaError, Loaded};
 use cudarc::driver::sys;
 use lanefold_codegen::{generate, CodegenOptions, ParamKind};
 use lanefold_plan::Plan;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 /// A plan's kernel, compiled and loaded, for [`CudaBackend::launch_raw`].
@@ -116,51 +115,10 @@ impl CudaBackend {
             )));
         }
         let mut ints = [kernel.rows as i32, kernel.n as i32];
-        let mut raw: Vec<*mut c_void> = vec![];
-        let mut p = 0;
-        for param in &k.params {
-            match param.kind {
-                ParamKind::Input | ParamKind::Output => {
-                    raw.push(&mut pointers[p] as *mut u64 as *mut c_void);
-                    p += 1;
-                }
-                ParamKind::Rows => raw.push(&mut ints[0] as *mut i32 as *mut c_void),
-                ParamKind::N => raw.push(&mut ints[1] as *mut i32 as *mut c_void),
-            }
-        }
-        let mut attrs: Vec<sys::CUlaunchAttribute> =
-            k.cluster.map(cluster_dimension).into_iter().collect();
-        let config = sys::CUlaunchConfig {
-            gridDimX: k.grid.0,
-            gridDimY: k.grid.1,
-            gridDimZ: k.grid.2,
-            blockDimX: k.block.0,
-            blockDimY: k.block.1,
-            blockDimZ: k.block.2,
-            sharedMemBytes: k.shared_bytes,
-            hStream: stream,
-            attrs: if attrs.is_empty() {
-                std::ptr::null_mut()
-            } else {
-                attrs.as_mut_ptr()
-            },
-            numAttrs: attrs.len() as u32,
-        };
-        self.ctx
-            .bind_to_thread()
-            .map_err(driver("binding the context"))?;
+        let mut raw = argument_pointers(k, &mut pointers, &mut ints);
         // SAFETY: `raw` points at live argument storage (`pointers`, `ints`)
         // matching the kernel's signature, generated from the same
         // parameter list; the caller vouches for the pointers and stream.
-        unsafe {
-            sys::cuLaunchKernelEx(
-                &config,
-                kernel.loaded.function.cu_function(),
-                raw.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(driver("launching the kernel"))
+        unsafe { self.launch_ex(&kernel.loaded, &mut raw, stream) }
     }
 }

@@ -2,11 +2,12 @@
 //! shape bucket, in one JSON file (`$XDG_CACHE_HOME/lanefold/tuning.json`,
 //! else `~/.cache/lanefold/tuning.json`; `LANEFOLD_TUNING_CACHE` overrides).
 //!
-//! Writes are read-modify-write under an advisory lock file (created with
-//! `create_new`; a lock older than 60 s is stolen) and land atomically
-//! (temporary file + rename), so two processes tuning at once keep both
-//! their entries. A corrupt file is reported on stderr and treated as
-//! empty (then rewritten on the next record), never fatal.
+//! Writes are read-modify-write under an advisory lock (`flock` on
+//! `tuning.json.lock`, which the OS releases when its holder exits or dies,
+//! so no lock is ever stale) and land atomically (temporary file + rename),
+//! so processes and threads tuning at once keep all their entries and a
+//! reader never sees a partial file. A corrupt file is reported on stderr
+//! and treated as empty (then rewritten on the next record), never fatal.
 
 use crate::search::Objective;
 use anyhow::{Context, Result};
@@ -16,13 +17,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 pub const TUNING_SCHEMA: &str = "lanefold-tuning/1";
 /// The device key of the CPU executor.
 pub const CPU_DEVICE: &str = "cpu";
-/// A lock file older than this is considered abandoned and stolen.
-pub const STALE_LOCK: Duration = Duration::from_secs(60);
 /// Give up waiting for the lock after this long.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -155,50 +154,34 @@ fn read_entries(path: &Path) -> (BTreeMap<String, TuningEntry>, Option<String>) 
     }
 }
 
-/// Holds the advisory lock file; removes it on drop.
-struct LockGuard(PathBuf);
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn lock(path: &Path) -> Result<LockGuard> {
+/// The exclusive lock on `<path>.lock`, held until the file is dropped.
+/// The lock file is never deleted: a waiter could otherwise lock the
+/// deleted file while a newcomer locks a new one, and both would hold it.
+fn lock(path: &Path) -> Result<std::fs::File> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
     let lock = path.with_file_name(name);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .with_context(|| format!("open the lock {}", lock.display()))?;
     let started = Instant::now();
     loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&lock)
-        {
-            Ok(mut f) => {
-                let _ = writeln!(f, "{}", std::process::id());
-                return Ok(LockGuard(lock));
+        match fs4::FileExt::try_lock(&file) {
+            Ok(()) => return Ok(file),
+            Err(fs4::TryLockError::WouldBlock) if started.elapsed() < LOCK_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let age = std::fs::metadata(&lock)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| SystemTime::now().duration_since(t).ok());
-                if age.is_some_and(|a| a > STALE_LOCK) {
-                    eprintln!(
-                        "warning: stealing the tuning cache lock {} (older than {} s)",
-                        lock.display(),
-                        STALE_LOCK.as_secs()
-                    );
-                    let _ = std::fs::remove_file(&lock);
-                    continue;
-                }
-                if started.elapsed() > LOCK_TIMEOUT {
-                    anyhow::bail!("timed out waiting for the lock {}", lock.display());
-                }
-                std::thread::sleep(Duration::from_millis(5));
+            Err(fs4::TryLockError::WouldBlock) => anyhow::bail!(
+                "timed out after {} s waiting for the lock {} (another lanefold is writing the tuning cache)",
+                LOCK_TIMEOUT.as_secs(),
+                lock.display()
+            ),
+            Err(fs4::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("lock {}", lock.display()))
             }
-            Err(e) => return Err(e).with_context(|| format!("lock {}", lock.display())),
         }
     }
 }
@@ -411,12 +394,13 @@ mod tests {
         assert_eq!(again.lookup(&key(3, 257)).unwrap().workers, 128);
         assert_eq!(again.lookup(&key(8, 64)), None);
         assert_eq!(again.entry(&key(4, 64)).unwrap().key, key(4, 64));
-        // No lock or temporary file is left behind.
-        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        // No temporary file is left behind; the lock file stays.
+        let mut left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
-            .map(|e| e.unwrap().file_name())
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert_eq!(left, vec![std::ffi::OsString::from("tuning.json")]);
+        left.sort();
+        assert_eq!(left, vec!["tuning.json", "tuning.json.lock"]);
     }
 
     #[test]
@@ -460,21 +444,46 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_lock_is_stolen() {
-        let path = tmp("stale");
+    fn a_lock_file_left_by_a_dead_process_does_not_block() {
+        // An earlier version's lock (a file whose existence was the lock),
+        // fresh, as left by a process killed while writing: it blocked
+        // every writer for a minute, then was stolen.
+        let path = tmp("leftover");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let lock_path = path.with_file_name("tuning.json.lock");
         std::fs::write(&lock_path, "12345\n").unwrap();
-        let old = SystemTime::now() - Duration::from_secs(120);
-        std::fs::File::options()
-            .write(true)
-            .open(&lock_path)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        let started = Instant::now();
         let mut c = TuningCache::open(&path);
         c.record(&key(4, 64), entry(32)).unwrap();
-        assert!(!lock_path.exists());
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(TuningCache::open(&path).len(), 1);
+    }
+
+    #[test]
+    fn a_lock_held_long_is_never_stolen_from_its_holder() {
+        let path = tmp("held");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let held = lock(&path).unwrap();
+        // As if held for two minutes (a stopped or slow writer): a lock
+        // judged stale by age was stolen, and two writers overlapped.
+        std::fs::File::options()
+            .write(true)
+            .open(path.with_file_name("tuning.json.lock"))
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(120))
+            .unwrap();
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                TuningCache::open(&path)
+                    .record(&key(4, 64), entry(32))
+                    .unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!path.exists(), "the writer did not wait for the lock");
+        drop(held);
+        writer.join().unwrap();
         assert_eq!(TuningCache::open(&path).len(), 1);
     }
 }
