@@ -178,6 +178,7 @@ echo "$result" > "$log_dir/summary.txt"
 echo "logs: $log_dir"
 if [ -n "${TAR_TO:-}" ]; then
   dest=$(lf_path "$TAR_TO")
+  mkdir -p "$dest"
   tar czf "$dest/$(basename "$log_dir")-$lf_tag.tar.gz" -C "$(dirname "$log_dir")" "$(basename "$log_dir")"
   cp "$log_dir/summary.txt" "$dest/sanitize-summary.txt"
   echo "tarred into $dest/$(basename "$log_dir")-$lf_tag.tar.gz"
