@@ -514,7 +514,7 @@ pub fn markdown(card: &Card) -> String {
     let measured = card.rows.iter().filter(|r| r.case.is_some()).count();
     let _ = writeln!(
         md,
-        "# Shape corpus: {part}\n\n{measured} of {} problems measured. Ratio: the best valid peer's gpu p50 over lanefold's (above 1: lanefold faster); TB/s: bytes moved over lanefold's gpu p50. Taken from the latest file holding each problem:\n",
+        "# Shape corpus: {part}\n\n{measured} of {} problems measured. Ratio: the best valid peer's gpu p50 over lanefold's (above 1: lanefold faster); TB/s: bytes moved over lanefold's gpu p50. Each problem's figures come from the latest bench run holding it (one run, not a replay):\n",
         card.rows.len()
     );
     if card.sources.is_empty() {
