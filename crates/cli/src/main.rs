@@ -161,7 +161,8 @@ enum Command {
     /// Judge the replays in these directories against the speed targets
     /// of a targets file, case by case, from their recorded rounds, and
     /// searches against its automatic-mapping target (the automatic
-    /// mapping against the winner).
+    /// mapping against the winner); with --corpus, bench results against
+    /// its shape corpus targets.
     Scorecard {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
