@@ -45,6 +45,15 @@ pub enum CorpusFormat {
 }
 
 impl PartArg {
+    /// The part it names (None: both).
+    pub fn part(self) -> Option<Part> {
+        match self {
+            PartArg::All => None,
+            PartArg::Fit => Some(Part::Fit),
+            PartArg::Report => Some(Part::Report),
+        }
+    }
+
     pub fn admits(self, p: &CorpusProblem, seed: u64) -> bool {
         match self {
             PartArg::All => true,
@@ -158,4 +167,60 @@ pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `lanefold scorecard --corpus`: the bench results in `dirs` judged as a
+/// corpus scorecard (markdown on stdout).
+pub fn corpus_scorecard(
+    dirs: &[PathBuf],
+    targets: &Path,
+    corpus_file: Option<&Path>,
+    part: PartArg,
+) -> Result<()> {
+    use lanefold_measure::corpus_score::{self, Source};
+    use lanefold_measure::results::{read_text, ResultsFile};
+    let corpus_targets = lanefold_measure::scorecard::Targets::read(targets)?
+        .corpus
+        .with_context(|| format!("targets file {}: no [corpus] section", targets.display()))?;
+    let corpus_file = match corpus_file {
+        Some(f) => f.to_path_buf(),
+        None => nearest("bench/corpus.csv", "--corpus-file")?,
+    };
+    let problems = corpus::load(&corpus_file)?;
+    let mut sources = vec![];
+    for dir in dirs {
+        let path = dir.join("results.json");
+        let value: serde_json::Value = serde_json::from_str(&read_text(&path)?)
+            .with_context(|| format!("{}: not JSON", path.display()))?;
+        let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+        if !schema.starts_with("lanefold-results/") {
+            bail!(
+                "{}: the corpus scorecard reads bench results files (lanefold-results), not {schema:?}",
+                dir.display()
+            );
+        }
+        sources.push(Source {
+            dir: dir
+                .file_name()
+                .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into()),
+            file: ResultsFile::read(&path)?,
+        });
+    }
+    let card = corpus_score::score(&problems, part.part(), &sources, &corpus_targets);
+    print!("{}", corpus_score::markdown(&card));
+    Ok(())
+}
+
+/// `relative` in the current directory or the nearest one above it.
+fn nearest(relative: &str, flag: &str) -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("the current directory")?;
+    cwd.ancestors()
+        .map(|dir| dir.join(relative))
+        .find(|path| path.is_file())
+        .with_context(|| {
+            format!(
+                "no {relative} in {} or above it; pass {flag} FILE",
+                cwd.display()
+            )
+        })
 }

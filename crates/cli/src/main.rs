@@ -170,7 +170,8 @@ enum Command {
     /// Judge the replays in these directories against the speed targets
     /// of a targets file, case by case, from their recorded rounds, and
     /// searches against its automatic-mapping target (the automatic
-    /// mapping against the winner).
+    /// mapping against the winner); with --corpus, bench results against
+    /// its shape corpus targets.
     Scorecard {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
@@ -183,6 +184,17 @@ enum Command {
         /// picks by default, else the latest at all, with its directory.
         #[arg(long)]
         standing: bool,
+        /// Judge bench results instead: each case that is a problem of the
+        /// shape corpus, against the targets file's [corpus] targets.
+        #[arg(long, conflicts_with = "standing")]
+        corpus: bool,
+        /// With --corpus: the corpus file [default: bench/corpus.csv in the
+        /// current directory or the nearest one above it].
+        #[arg(long, value_name = "FILE", requires = "corpus")]
+        corpus_file: Option<PathBuf>,
+        /// With --corpus: the part of the split to judge.
+        #[arg(long, value_enum, default_value_t = lanefold::corpus_cmd::PartArg::Report, requires = "corpus")]
+        part: lanefold::corpus_cmd::PartArg,
     },
 }
 
@@ -534,7 +546,25 @@ fn main() {
         Command::Scorecard {
             dirs,
             targets,
+            corpus: true,
+            corpus_file,
+            part,
+            ..
+        } => targets
+            .map_or_else(default_targets_file, Ok)
+            .and_then(|targets| {
+                lanefold::corpus_cmd::corpus_scorecard(
+                    &dirs,
+                    &targets,
+                    corpus_file.as_deref(),
+                    part,
+                )
+            }),
+        Command::Scorecard {
+            dirs,
+            targets,
             standing,
+            ..
         } => scorecard_cmd(&dirs, targets.as_deref(), standing),
         Command::Latency {
             op,

@@ -124,3 +124,71 @@ fn bench_runs_the_problems_of_a_corpus_part() {
     assert!(text(&o).contains("corpus.csv"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `scorecard --corpus` judges the committed held-out run against the
+/// [corpus] targets: verdicts first, the 7 problems its deadline left out
+/// listed; other parts, another corpus file, a replay directory and a
+/// targets file without [corpus] behave as documented.
+#[test]
+fn corpus_scorecard_judges_the_committed_report_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let run = root.join("bench/results/2026-12-02-corpus-report-cold-h200");
+    let run = run.to_str().unwrap();
+    let o = lanefold(&["scorecard", "--corpus", run]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.starts_with("# Shape corpus: the report part\n\n44 of 51 problems measured."));
+    let targets = out.find("## Targets").unwrap();
+    assert!(targets < out.find("## rmsnorm").unwrap(), "{out}");
+    assert!(out.contains("| 19 of 44 (43%) | missed |"), "{out}");
+    assert_eq!(out.matches("| not measured |").count(), 7, "{out}");
+    assert!(out.contains("| f32 | 65536x77 | 30.21 | torch-eager | 14.42 | 0.477 |"));
+
+    let o = lanefold(&["scorecard", "--corpus", "--part", "fit", run]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("0 of 93 problems measured"),
+        "{}",
+        text(&o)
+    );
+
+    let dir = tmp("corpus", "scorecard");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("corpus.csv");
+    std::fs::write(
+        &file,
+        "model,tensor,op,dtype,rows,n,config\nm,t,rmsnorm,f32,1,4096,c\n",
+    )
+    .unwrap();
+    let args = ["scorecard", "--corpus", "--part", "all", "--corpus-file"];
+    let o = lanefold(&[&args[..], &[file.to_str().unwrap(), run]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("1 of 1 problems measured"),
+        "{}",
+        text(&o)
+    );
+
+    let replay = root.join("bench/results/2026-11-29-large-final-replay-h200");
+    let o = lanefold(&["scorecard", "--corpus", replay.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("reads bench results files"),
+        "{}",
+        text(&o)
+    );
+
+    let committed = std::fs::read_to_string(root.join("bench/targets.toml")).unwrap();
+    let without = dir.join("targets.toml");
+    std::fs::write(&without, &committed[..committed.find("[corpus]").unwrap()]).unwrap();
+    let o = lanefold(&[
+        "scorecard",
+        "--corpus",
+        "--targets",
+        without.to_str().unwrap(),
+        run,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no [corpus] section"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

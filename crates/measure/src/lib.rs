@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod bench;
 pub mod corpus;
+pub mod corpus_score;
 pub mod counters;
 pub mod deadline;
 pub mod devices;

@@ -45,6 +45,8 @@ pub struct Targets {
     pub families: Vec<Family>,
     pub automatic: Family,
     pub automatic_today: Family,
+    /// The shape corpus targets (`[corpus]`), where the file has them.
+    pub corpus: Option<crate::corpus_score::CorpusTargets>,
 }
 
 /// bench/targets.toml as written.
@@ -53,6 +55,7 @@ pub struct Targets {
 struct TargetsToml {
     family: Vec<FamilyToml>,
     automatic: AutomaticToml,
+    corpus: Option<crate::corpus_score::CorpusToml>,
 }
 
 #[derive(Deserialize)]
@@ -127,7 +130,12 @@ impl Targets {
                 raw.automatic.min_fraction,
             )?,
         };
+        let corpus = raw
+            .corpus
+            .map(crate::corpus_score::CorpusTargets::from_toml)
+            .transpose()?;
         Ok(Targets {
+            corpus,
             families,
             automatic_today: Family {
                 name: format!("{}, this binary's mapper", raw.automatic.name),
