@@ -156,6 +156,8 @@ pub struct Card {
 
 /// Judges the cases of `sources` that are problems of `corpus` in `part`;
 /// where several files hold a problem, the latest by `utc_time` counts.
+/// A case without any peer side (lanefold measured alone) is left out:
+/// it cannot say how lanefold stands against the peers.
 pub fn score(
     corpus: &[CorpusProblem],
     part: Option<Part>,
@@ -172,7 +174,8 @@ pub fn score(
     let mut latest: BTreeMap<String, (&Source, &CaseResult)> = BTreeMap::new();
     for source in &order {
         for case in &source.file.cases {
-            if let Some(key) = corpus_key(case) {
+            let peered = case.sides.iter().any(|side| side.name != "lanefold");
+            if let (Some(key), true) = (corpus_key(case), peered) {
                 latest.insert(key, (source, case));
             }
         }
@@ -888,5 +891,23 @@ mod tests {
         assert_eq!(card.sources.len(), 2);
         let md = markdown(&card);
         assert!(md.contains(" from |"), "{md}");
+    }
+
+    /// A later run of lanefold alone says nothing about the peers: the
+    /// earlier run with peers keeps judging the problem.
+    #[test]
+    fn a_later_run_without_peers_does_not_replace_one_with_them() {
+        let t = targets_from(&committed_targets_text());
+        let old = source(REPORT_DIR);
+        let mut alone = source(REPORT_DIR);
+        alone.dir = "alone".into();
+        alone.file.environment.utc_time = "2026-12-03T00:00:00Z".into();
+        for case in &mut alone.file.cases {
+            case.sides.retain(|s| s.name == "lanefold");
+        }
+        let card = score(&corpus(), Some(Part::Report), &[alone, old], &t);
+        let c = row(&card, "softmax/f32/65536x77").case.as_ref().unwrap();
+        assert_eq!(c.dir, REPORT_DIR);
+        assert_eq!(card.sources.len(), 1);
     }
 }
