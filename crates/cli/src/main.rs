@@ -226,7 +226,7 @@ struct BenchArgs {
     /// says would end past it, and write the report of the cases done.
     #[arg(long, value_parser = lanefold::args::parse_seconds)]
     deadline_s: Option<f64>,
-    /// Where no --occupancy is given: compile each plan (NVRTC) and, when
+    /// Where no occupancy token is given: compile each plan (NVRTC) and, when
     /// the compiler lands a few registers over an occupancy step, promise
     /// that step if the promised kernel does not spill; the promise is
     /// recorded as an explicit layout. Same results.

@@ -212,7 +212,7 @@ pub(crate) fn plan_rows(
     }
     let resident_tiles = analysis.resident.len();
     let needed_slots = resident_tiles * slot_bound;
-    // Chunks of the row held in shared memory (`--shared-chunks`) need no
+    // Chunks of the row held in shared memory (`shared-chunks=N`) need no
     // registers, so they count before the fit: a 1024-thread group holds
     // an f32 row slice of 64 slots only so. Nothing else may claim that
     // shared memory (staged columns, prefetched rows, persistent loops).

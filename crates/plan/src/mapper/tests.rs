@@ -780,7 +780,7 @@ fn regression_layernorm_long_rows_load_chunks_of_columns_early() {
     }
 }
 
-/// Regression: the register fit ignored `--shared-chunks`, so a
+/// Regression: the register fit ignored `shared-chunks=N`, so a
 /// 1024-thread group in a cluster of four was refused an f32 row slice
 /// of 64 slots even with 12 of its 16 chunks in shared memory.
 #[test]
@@ -1008,7 +1008,7 @@ fn residual_layernorm_bf16_4096x32768_keeps_h_resident_by_default_at_that_shape_
 fn regression_a_searched_winner_keeps_the_occupancy_promise_asked_for() {
     // Regression: the winner's own promise (residual_layernorm bf16
     // 4096x32768, two groups) once replaced the request's, so a search
-    // run with `--occupancy 2` no longer found today's pick of
+    // run with `occupancy=2` no longer found today's pick of
     // layernorm bf16 1024x262144 among its candidates.
     let asked = LayoutRequest {
         occupancy: 2,
