@@ -16,8 +16,8 @@
 //! ([`automatic_note`]).
 
 pub(crate) mod defaults;
-mod model;
-mod rules;
+pub(crate) mod model;
+pub(crate) mod rules;
 
 pub use model::{model_pick, ModelScore};
 pub use rules::occupancy_step_to_try;
@@ -27,12 +27,6 @@ use crate::mapper::{plan, LayoutRequest, Plan, Problem, Refusal, ResidencyReques
 use crate::target::Target;
 use model::{model_choice, ModelChoice};
 
-#[cfg(test)]
-pub(crate) use model::{
-    model_choice as model_choice_for_tests, ModelChoice as ModelChoiceForTests,
-};
-#[cfg(test)]
-pub(crate) use rules::{few_rows_max_workers, scalar_pack_too_wide};
 use rules::{
     few_rows_narrower_instead, hinted_stream_instead, one_row_per_multiprocessor,
     whole_row_stream_instead,

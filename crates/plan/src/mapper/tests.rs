@@ -1,8 +1,6 @@
 use super::*;
-use crate::choice::{
-    few_rows_max_workers, model_choice_for_tests as model_choice, scalar_pack_too_wide,
-    ModelChoiceForTests as ModelChoice,
-};
+use crate::choice::model::{model_choice, ModelChoice};
+use crate::choice::rules::{few_rows_max_workers, scalar_pack_too_wide};
 use crate::layout::VALID_PACKS;
 use crate::legality::overhead_registers;
 use crate::{automatic_note, enumerate, model_pick, occupancy_step_to_try, ModelScore};
