@@ -583,3 +583,6 @@ fn hoist_column_loads(program: &Program, analysis: &Analysis) -> Analysis {
 fn width(msg: String) -> Refusal {
     Refusal::InvalidWidth(msg)
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,6 +12,8 @@ mod mapper;
 mod schedule;
 mod shape;
 mod target;
+#[cfg(test)]
+mod testing;
 pub mod tuned;
 
 pub use choice::{automatic_note, model_pick, occupancy_step_to_try, ModelScore};

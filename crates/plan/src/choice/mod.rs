@@ -278,3 +278,6 @@ fn model_rule_note(problem: &Problem, target: &Target, request: &LayoutRequest) 
         rule.model_plan.describe()
     ))
 }
+
+#[cfg(test)]
+mod tests;
