@@ -738,7 +738,9 @@ impl Plan {
     }
 }
 
-/// Resolve `request` for `problem` on `target`, failing closed.
+/// Resolve `request` for `problem` on `target`, failing closed: the
+/// automatic choice ([`crate::choice`]: variants, then the layout) for an
+/// automatic request, then the legality check of the request planned.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
     let request = &request.with_measured_variants(problem, target);
     let problem = &*problem.as_requested(request);
