@@ -24,7 +24,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 part=${1:?"usage: reproduce-mapper.sh PART [OUT_PREFIX]  (PART: short, large-f32, large-bf16, long)"}
 lf_prefix mapper "${2:-}"
 
-# OPS DTYPES SHAPES [grid options]; "all" is the six operators.
+# OPS DTYPES SHAPES [grid options] [| schedule tokens every candidate
+# takes]; "all" is the six operators.
 case $part in
   short) problems="
 all f32,bf16 1024x4096 --tune-workers 64,128,256,512,1024 --tune-pack 4,8 --tune-unroll 1,2,4 --max-candidates 31
@@ -40,12 +41,12 @@ softmax f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2
 softmax f32 4096x32768 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
 rmsnorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
 rmsnorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-rmsnorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream --reread-hints --max-candidates 6
-layernorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream --one-pass-moments --reread-hints --max-candidates 20
+rmsnorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream --max-candidates 6 | reread-hints
+layernorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 1,2,4 --tune-residency registers,stream --max-candidates 20 | one-pass-moments reread-hints
 layernorm f32 16384x8192 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-layernorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream --one-pass-moments --reread-hints --max-candidates 6
+layernorm f32 4096x32768 --tune-workers 512,1024 --tune-pack 4 --tune-unroll 4,8 --tune-residency stream --max-candidates 6 | one-pass-moments reread-hints
 residual_layernorm f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8
-residual_layernorm f32 4096x32768 --tune-workers 4096 --tune-pack 4 --tune-unroll 1 --push-cluster-reduce --max-candidates 3
+residual_layernorm f32 4096x32768 --tune-workers 4096 --tune-pack 4 --tune-unroll 1 --max-candidates 3 | push-reduce
 cross_entropy f32 32768x4096 --tune-workers 256,512,1024 --tune-pack 4 --tune-unroll 2,4,8 --max-candidates 8" ;;
   large-bf16) problems="
 sum bf16 32768x4096 --tune-workers 64,128,256,512,1024 --tune-pack 8 --tune-unroll 1,2,4,8 --max-candidates 20
@@ -56,16 +57,16 @@ softmax bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 
 softmax bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
 rmsnorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
 rmsnorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-layernorm bf16 32768x4096 --tune-workers 128,256,512 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency registers,stream --one-pass-moments --reread-hints --max-candidates 20
+layernorm bf16 32768x4096 --tune-workers 128,256,512 --tune-pack 8 --tune-unroll 1,2,4 --tune-residency registers,stream --max-candidates 20 | one-pass-moments reread-hints
 layernorm bf16 16384x8192 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency registers --pack-resident --ordered-columns --one-pass-moments --max-candidates 6
+layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency registers --max-candidates 6 | packed-resident ordered-columns one-pass-moments
 residual_layernorm bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8
-residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency registers --pack-resident --ordered-columns --one-pass-moments --rounded-resident --occupancy 2 --max-candidates 6
+residual_layernorm bf16 4096x32768 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 2,4 --tune-residency registers --max-candidates 6 | packed-resident ordered-columns one-pass-moments rounded-resident occupancy=2
 cross_entropy bf16 32768x4096 --tune-workers 256,512,1024 --tune-pack 8 --tune-unroll 1,2,4 --max-candidates 8" ;;
   long) problems="
-softmax f32 4096x131072 --tune-workers 2048 --tune-pack 4 --tune-unroll 4 --cluster-group-threads 256 --push-cluster-reduce --max-candidates 3
+softmax f32 4096x131072 --tune-workers 2048 --tune-pack 4 --tune-unroll 4 --max-candidates 3 | group-threads=256 push-reduce
 softmax bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
-rmsnorm f32 4096x131072 --tune-workers 4096 --tune-pack 4 --tune-unroll 1 --push-cluster-reduce --max-candidates 3
+rmsnorm f32 4096x131072 --tune-workers 4096 --tune-pack 4 --tune-unroll 1 --max-candidates 3 | push-reduce
 rmsnorm bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
 layernorm f32 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 4 --tune-unroll 1,2 --max-candidates 6
 layernorm bf16 4096x131072 --tune-workers 1024,2048,4096 --tune-pack 8 --tune-unroll 1,2 --max-candidates 6
@@ -87,8 +88,11 @@ while read -r ops dtypes shapes grid; do
 done <<< "$problems"
 
 skipped=()
-while read -r ops dtypes shapes grid; do
+while IFS='|' read -r spec schedule; do
+  read -r ops dtypes shapes grid <<< "$spec"
   [ -n "$ops" ] || continue
+  sched=()
+  if [ -n "${schedule// /}" ]; then sched=(--schedule "$schedule"); fi
   d=$(dir_of "$ops" "$dtypes" "$shapes")
   if [ -e "$d" ]; then
     echo "-- $d exists (RESUME=1): not searched again"
@@ -101,7 +105,7 @@ while read -r ops dtypes shapes grid; do
   lf_step "search $ops $dtypes $shapes -> $d"
   # shellcheck disable=SC2086
   if ! "$bin" search --backend cuda --ops "$ops" --dtypes "$dtypes" --shapes "$shapes" $grid \
-    "${lf_phases[@]}" --tuning-metric gpu --capture-sources --output "$d"; then
+    ${sched[@]+"${sched[@]}"} "${lf_phases[@]}" --tuning-metric gpu --capture-sources --output "$d"; then
     lf_failed="${lf_failed:+$lf_failed; }the search into $d failed"
     continue
   fi

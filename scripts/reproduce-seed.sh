@@ -29,7 +29,7 @@ lf_peers
 shapes=1x127,17x257,64x4096,1024x4096
 s=(--samples "${SAMPLES:-5}" --sample-ms "${SAMPLE_MS:-10}" --warmup-ms "${WARMUP_MS:-50}")
 lf_step "reference: the seed's mapping -> $reference"
-"$bin" bench --backend cuda --ops rmsnorm --shapes "$shapes" --dtypes f32 --mapper seed "${s[@]}" \
+"$bin" bench --backend cuda --ops rmsnorm --shapes "$shapes" --dtypes f32 --schedule mapper=seed "${s[@]}" \
   --capture-sources --output "$reference"
 lf_step "search -> $search"
 "$bin" search --backend cuda --ops rmsnorm --shapes "$shapes" --dtypes f32 --tune-workers 0,32,128,256 \

@@ -96,223 +96,28 @@ pub fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
     Ok(out)
 }
 
-/// The help heading of the flags that stand for schedule tokens.
+/// The help heading of the layout flags that stand for schedule tokens.
 pub const SHORTHANDS: &str = "Schedule shorthands";
 
-/// The schedule a request asks for, in its one text form (`--schedule`),
-/// and the flags that stand for single tokens of it: shared by every
+/// The schedule a request asks for, in its one text form: shared by every
 /// command that plans (`plan`, `run`, `bench`, `compile-check`, `speed`)
-/// and by `search`, where every candidate takes them. The flags are
-/// shorthands: each adds its token to the schedule text, which is then
-/// parsed once ([`PolicyArgs::request_with`]).
+/// and by `search`, where every candidate takes it. Every kernel choice is
+/// a token of it; only W, V, U and G also have flags, which add their
+/// tokens to the text before it is parsed once
+/// ([`ScheduleArgs::request_with`]).
 #[derive(Args, Clone, Debug, Default)]
-pub struct PolicyArgs {
+pub struct ScheduleArgs {
     /// The schedule, in the text form `lanefold plan` prints, e.g.
-    /// `W=1024 V=4 U=8 G=1 stream reread-hints occupancy=1`: the one form
-    /// of a request (tokens the defaults leave out; `auto` for none).
-    /// The flags under "Schedule shorthands" each add one token to it; a
-    /// token given twice, or contradicting another, is refused.
+    /// `W=1024 V=4 U=8 G=1 stream reread-hints occupancy=1` (tokens the
+    /// defaults leave out; `auto` for none). A token given twice, or
+    /// contradicting another, is refused. docs/cli.md lists the tokens.
     #[arg(long, value_name = "TEXT", help_heading = "Schedule")]
     pub schedule: Option<String>,
-    /// Evict-first cache hints on read-once row tiles and row outputs
-    /// (`ld/st.global.cs`; vector accesses only). Same results, bit for bit.
-    /// Shorthand for the schedule token `streaming-hints`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub streaming_hints: bool,
-    /// Load weight and bias with the row tile and keep them in registers
-    /// (where they fit), instead of after the reduction. Same results.
-    /// Shorthand for the schedule token `hoisted-columns`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub hoist_columns: bool,
-    /// Threads per group when a row spans a cluster, a power of two
-    /// (0: automatic; the model mapping picks 512 or 256 on the H200,
-    /// explicit layouts and the seed mapping take the target's 512).
-    /// Shorthand for the schedule token `group-threads=N`.
-    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0)]
-    pub cluster_group_threads: u32,
-    /// Groups per multiprocessor the kernel promises to allow
-    /// (`__launch_bounds__(threads, groups)`): the compiler must fit that
-    /// many, capping registers and spilling if it must (0: no promise).
-    /// Same results.
-    /// Shorthand for the schedule token `occupancy=N`.
-    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0)]
-    pub occupancy: u32,
-    /// Streamed plans: a re-read row tile's first load asks L2 to keep it
-    /// (evict-last), its last re-read lets it go (evict-first). Same results.
-    /// Shorthand for the schedule token `reread-hints`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub reread_hints: bool,
-    /// Load weight and bias (read again by every row) with L2 evict-last
-    /// priority, in register plans too. Same results.
-    /// Shorthand for the schedule token `keep-columns`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub keep_columns: bool,
-    /// Rows spanning a cluster: each group copies its slice of weight and
-    /// bias into shared memory asynchronously while it loads and reduces
-    /// the row. Cluster register plans only. Same results.
-    /// Shorthand for the schedule token `staged-columns`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub stage_columns: bool,
-    /// bf16 and f16 register plans: keep each resident tile as its loaded
-    /// words, two values per register, widening at each use (half the
-    /// registers). Vector packs without a partial pack only. Same results.
-    /// Shorthand for the schedule token `packed-resident`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub pack_resident: bool,
-    /// residual_layernorm register plans: keep h = round(x + residual)
-    /// resident (one tile) instead of x and the residual (two); later
-    /// phases read h instead of adding again. Same results.
-    /// Shorthand for the schedule token `rounded-resident`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub rounded_resident: bool,
-    /// Rows spanning a cluster: arrive at the barrier before exit without
-    /// a release, so a group need not wait for its stores to be
-    /// acknowledged before it leaves. Same results.
-    /// Shorthand for the schedule token `relaxed-exit`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub relaxed_cluster_exit: bool,
-    /// Rows spanning a cluster: each group pushes its partials into every
-    /// group's shared memory by `st.async` and waits on its own `mbarrier`,
-    /// instead of a cluster barrier per reduction. Same results.
-    /// Shorthand for the schedule token `push-reduce`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub push_cluster_reduce: bool,
-    /// Rows spanning a cluster, pushed: a persistent grid of the clusters
-    /// that fit at once, each looping over rows, so staged columns
-    /// (`--stage-columns`) are copied once per group, not once per row.
-    /// Same results.
-    /// Shorthand for the schedule token `persistent-clusters`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub persistent_clusters: bool,
-    /// softmax and cross_entropy: accumulate the sum of exponentials with
-    /// its maximum in one pass (one reduction tree fewer, one re-read fewer
-    /// when streamed). Same values up to rounding.
-    /// Shorthand for the schedule token `online-normalizer`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub online_normalizer: bool,
-    /// layernorm and residual_layernorm: both moments summed in one pass
-    /// about the row's first element (two phases instead of three). Same
-    /// values up to rounding.
-    /// Shorthand for the schedule token `one-pass-moments`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub one_pass_moments: bool,
-    /// layernorm and residual_layernorm on 16-bit rows: the output as
-    /// `h * rstd - mean * rstd`, one fused multiply-add per element (f32
-    /// rows keep `(h - mean) * rstd`). Same values up to rounding.
-    /// Shorthand for the schedule token `fused-output`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub fused_output: bool,
-    /// Register plans of one group per row: a persistent grid whose groups
-    /// copy their next row into shared memory (`cp.async.bulk`) while they
-    /// reduce and write the current one. Programs with one row input whose
-    /// row fits in shared memory. Same results.
-    /// Shorthand for the schedule token `prefetch-rows`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub prefetch_rows: bool,
-    /// Load row tiles with `L1::no_allocate` and prefer the largest L1
-    /// carve-out, so weight and bias, which every row reads again, stay in
-    /// L1. Vector accesses only. Same results.
-    /// Shorthand for the schedule token `l1-columns`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub l1_columns: bool,
-    /// Leave each pack's address to the compiler (no opaque worker index,
-    /// which register plans use by default). Same results.
-    /// Shorthand for the schedule token `unfolded-addresses`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub unfold_pack_addresses: bool,
-    /// Load each chunk's weight and bias only after the chunk before has
-    /// stored its outputs, so the compiler holds one chunk's columns in
-    /// registers instead of all of them. Vector packs only. Same results.
-    /// Shorthand for the schedule token `ordered-columns`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub ordered_columns: bool,
-    /// Issue hinted loads without `.nc`, so the compiler keeps each below
-    /// the stores before it (as lanefold's older kernels did; fewer
-    /// registers, fewer loads in flight). Same results.
-    /// Shorthand for the schedule token `ordered-hinted-loads`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub ordered_hinted_loads: bool,
-    /// At most N groups per multiprocessor: each group takes a share of
-    /// shared memory that leaves no room for one more, and the kernel asks
-    /// for the smallest carve-out holding N, the rest staying L1 (0: no
-    /// cap). Same results.
-    /// Shorthand for the schedule token `occupancy-cap=N`.
-    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
-    pub occupancy_cap: u32,
-    /// Streamed plans whose row is one unrolled loop of at most 8 packs a
-    /// worker: issue every load of a phase before computing on any. Same
-    /// results.
-    /// Shorthand for the schedule token `batched-loads`.
-    #[arg(long, help_heading = SHORTHANDS)]
-    pub batch_loads: bool,
-    /// Register plans with weight or bias: load the columns of the output
-    /// phase's first N chunks before the reduction before it, so their L2
-    /// round trip overlaps the reduction's exchange (0: off). Vector packs
-    /// only. Same results.
-    /// Shorthand for the schedule token `early-columns=N`.
-    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
-    pub early_columns: u32,
-    /// Register plans of one row input: hold the row's last N chunks in
-    /// shared memory instead of registers (copied by `cp.async`, read back
-    /// by the worker that copied them), so more groups fit on an SM
-    /// (0: off). Vector packs only. Same results.
-    /// Shorthand for the schedule token `shared-chunks=N`.
-    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
-    pub shared_chunks: u32,
-    /// Register plans of one row per group: as a row starts, ask L2 to
-    /// fetch the group's share of the row N ahead (one bulk prefetch per
-    /// chunk), so its DRAM reads are in flight before its group starts
-    /// (0: off; about the rows resident at once). Same results.
-    /// Shorthand for the schedule token `l2-prefetch=N`.
-    #[arg(long, help_heading = SHORTHANDS, default_value_t = 0, value_name = "N")]
-    pub l2_prefetch_rows: u32,
 }
 
-impl PolicyArgs {
-    /// The schedule tokens the shorthand flags stand for.
-    fn shorthand_tokens(&self) -> Vec<String> {
-        let flags = [
-            (self.streaming_hints, "streaming-hints"),
-            (self.hoist_columns, "hoisted-columns"),
-            (self.reread_hints, "reread-hints"),
-            (self.keep_columns, "keep-columns"),
-            (self.stage_columns, "staged-columns"),
-            (self.pack_resident, "packed-resident"),
-            (self.rounded_resident, "rounded-resident"),
-            (self.relaxed_cluster_exit, "relaxed-exit"),
-            (self.push_cluster_reduce, "push-reduce"),
-            (self.persistent_clusters, "persistent-clusters"),
-            (self.online_normalizer, "online-normalizer"),
-            (self.one_pass_moments, "one-pass-moments"),
-            (self.fused_output, "fused-output"),
-            (self.prefetch_rows, "prefetch-rows"),
-            (self.l1_columns, "l1-columns"),
-            (self.unfold_pack_addresses, "unfolded-addresses"),
-            (self.ordered_columns, "ordered-columns"),
-            (self.ordered_hinted_loads, "ordered-hinted-loads"),
-            (self.batch_loads, "batched-loads"),
-        ];
-        let counts = [
-            (self.cluster_group_threads, "group-threads"),
-            (self.occupancy, "occupancy"),
-            (self.occupancy_cap, "occupancy-cap"),
-            (self.early_columns, "early-columns"),
-            (self.shared_chunks, "shared-chunks"),
-            (self.l2_prefetch_rows, "l2-prefetch"),
-        ];
-        let flags = flags
-            .iter()
-            .filter(|(set, _)| *set)
-            .map(|(_, token)| token.to_string());
-        let counts = counts
-            .iter()
-            .filter(|(n, _)| *n != 0)
-            .map(|(n, token)| format!("{token}={n}"));
-        flags.chain(counts).collect()
-    }
-
-    /// The request of `--schedule` with these shorthands' tokens and
-    /// `more` (the layout flags' tokens) added: one parse of one text.
+impl ScheduleArgs {
+    /// The request of `--schedule` with `more` (the layout flags' tokens)
+    /// added: one parse of one text.
     pub fn request_with(&self, more: &[String]) -> Result<LayoutRequest> {
         let given = self.schedule.as_deref().map(str::trim).unwrap_or("");
         let mut words: Vec<String> = if given == "auto" {
@@ -320,7 +125,6 @@ impl PolicyArgs {
         } else {
             vec![given.to_string()]
         };
-        words.extend(self.shorthand_tokens());
         words.extend(more.iter().cloned());
         let text = words.join(" ");
         text.parse().map_err(|e| match &self.schedule {
@@ -329,10 +133,64 @@ impl PolicyArgs {
         })
     }
 
-    /// The request of `--schedule` and these shorthands.
+    /// The request of `--schedule`.
     pub fn request(&self) -> Result<LayoutRequest> {
         self.request_with(&[])
     }
+}
+
+/// The flags that each stood for one schedule token before every kernel
+/// choice moved into `--schedule`, with their tokens (`N` for the value):
+/// command lines recorded in older results use them. Only for the hint of
+/// [`removed_flag_hint`]; no command accepts them.
+const REMOVED_FLAGS: &[(&str, &str)] = &[
+    ("--streaming-hints", "streaming-hints"),
+    ("--hoist-columns", "hoisted-columns"),
+    ("--cluster-group-threads", "group-threads=N"),
+    ("--occupancy", "occupancy=N"),
+    ("--reread-hints", "reread-hints"),
+    ("--keep-columns", "keep-columns"),
+    ("--stage-columns", "staged-columns"),
+    ("--pack-resident", "packed-resident"),
+    ("--rounded-resident", "rounded-resident"),
+    ("--relaxed-cluster-exit", "relaxed-exit"),
+    ("--push-cluster-reduce", "push-reduce"),
+    ("--persistent-clusters", "persistent-clusters"),
+    ("--online-normalizer", "online-normalizer"),
+    ("--one-pass-moments", "one-pass-moments"),
+    ("--fused-output", "fused-output"),
+    ("--prefetch-rows", "prefetch-rows"),
+    ("--l1-columns", "l1-columns"),
+    ("--unfold-pack-addresses", "unfolded-addresses"),
+    ("--ordered-columns", "ordered-columns"),
+    ("--ordered-hinted-loads", "ordered-hinted-loads"),
+    ("--occupancy-cap", "occupancy-cap=N"),
+    ("--batch-loads", "batched-loads"),
+    ("--early-columns", "early-columns=N"),
+    ("--shared-chunks", "shared-chunks=N"),
+    ("--l2-prefetch-rows", "l2-prefetch=N"),
+    ("--residency", "registers or stream"),
+    ("--order", "order=tree or order=sequential"),
+    ("--mapper", "mapper=seed"),
+];
+
+/// For a command line that clap refused: the first removed flag in it and
+/// the schedule token that replaces it, as a hint to add to the error.
+/// `--batch-invariant` stays a flag of `tune` (its cache key), so it is
+/// named only where the subcommand is not `tune`.
+pub fn removed_flag_hint(args: &[String]) -> Option<String> {
+    let tune = args.get(1).is_some_and(|a| a == "tune");
+    args.iter().find_map(|arg| {
+        let name = arg.split_once('=').map_or(arg.as_str(), |(n, _)| n);
+        let token = REMOVED_FLAGS
+            .iter()
+            .find(|(flag, _)| *flag == name)
+            .map(|(_, token)| *token)
+            .or((name == "--batch-invariant" && !tune).then_some("batch-invariant"))?;
+        Some(format!(
+            "{name} is now the schedule token {token}: pass it in --schedule '...'"
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -340,49 +198,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_policy_flags_are_shorthands_for_schedule_tokens() {
-        let flags = PolicyArgs {
-            reread_hints: true,
-            occupancy: 2,
-            l2_prefetch_rows: 8,
-            ..Default::default()
+    fn the_schedule_text_and_the_layout_tokens_parse_once() {
+        let text = ScheduleArgs {
+            schedule: Some("reread-hints occupancy=2".into()),
         };
-        let r = flags.request().unwrap();
-        assert_eq!(r.to_string(), "reread-hints l2-prefetch=8 occupancy=2");
-        let text = PolicyArgs {
-            schedule: Some(r.to_string()),
-            ..Default::default()
-        };
-        assert_eq!(text.request().unwrap(), r);
-        let both = PolicyArgs {
-            schedule: Some("W=256 keep-columns".into()),
-            ..flags.clone()
-        };
-        assert_eq!(
-            both.request().unwrap().to_string(),
-            "W=256 reread-hints keep-columns l2-prefetch=8 occupancy=2"
-        );
-        let twice = PolicyArgs {
-            schedule: Some("occupancy=1".into()),
-            ..flags
-        };
-        let e = twice.request().unwrap_err().to_string();
+        let r = text.request_with(&["W=256".into()]).unwrap();
+        assert_eq!(r.to_string(), "W=256 reread-hints occupancy=2");
+        let e = text
+            .request_with(&["occupancy=1".into()])
+            .unwrap_err()
+            .to_string();
         assert!(
-            e.contains("'occupancy=2': contradicts 'occupancy=1'"),
+            e.contains("'occupancy=1': contradicts 'occupancy=2'"),
             "{e}"
         );
-        let auto = PolicyArgs {
+        let auto = ScheduleArgs {
             schedule: Some("auto".into()),
-            keep_columns: true,
-            ..Default::default()
         };
-        assert_eq!(auto.request().unwrap().to_string(), "keep-columns");
-        let bad = PolicyArgs {
+        assert_eq!(
+            auto.request_with(&["V=4".into()]).unwrap().to_string(),
+            "V=4"
+        );
+        let bad = ScheduleArgs {
             schedule: Some("W=256 wide".into()),
-            ..Default::default()
         };
         let e = bad.request().unwrap_err().to_string();
         assert!(e.contains("'wide': unknown token"), "{e}");
+    }
+
+    #[test]
+    fn a_removed_policy_flag_is_answered_with_its_schedule_token() {
+        let line = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let hint = removed_flag_hint(&line("lanefold bench --reread-hints --torch")).unwrap();
+        assert!(
+            hint.contains("--reread-hints") && hint.contains("reread-hints"),
+            "{hint}"
+        );
+        let hint = removed_flag_hint(&line("lanefold run --occupancy-cap=2")).unwrap();
+        assert!(hint.contains("occupancy-cap=N"), "{hint}");
+        assert!(removed_flag_hint(&line("lanefold plan --batch-invariant")).is_some());
+        // Flags that stay are not named.
+        assert_eq!(
+            removed_flag_hint(&line("lanefold tune --batch-invariant")),
+            None
+        );
+        assert_eq!(
+            removed_flag_hint(&line(
+                "lanefold bench --occupancy-from-compiler --tune-residency stream"
+            )),
+            None
+        );
+        // Every removed flag's token is one the schedule parses.
+        for (_, token) in REMOVED_FLAGS {
+            let first = token.split(' ').next().unwrap().replace('N', "2");
+            assert!(first.parse::<LayoutRequest>().is_ok(), "{token}");
+        }
     }
 
     #[test]

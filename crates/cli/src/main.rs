@@ -1,5 +1,5 @@
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use lanefold::args::{parse_dtype, parse_operator, parse_ops, parse_shape, BackendArg, L2Arg};
 use lanefold::selftest::{self, Report};
@@ -247,7 +247,7 @@ struct BenchArgs {
     /// says would end past it, and write the report of the cases done.
     #[arg(long, value_parser = lanefold::args::parse_seconds)]
     deadline_s: Option<f64>,
-    /// Where no --occupancy is given: compile each plan (NVRTC) and, when
+    /// Where no occupancy token is given: compile each plan (NVRTC) and, when
     /// the compiler lands a few registers over an occupancy step, promise
     /// that step if the promised kernel does not spill; the promise is
     /// recorded as an explicit layout. Same results.
@@ -292,19 +292,6 @@ struct SpeedArgs {
     output: PathBuf,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum OrderArg {
-    Tree,
-    Exact,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ResidencyArg {
-    Auto,
-    Registers,
-    Stream,
-}
-
 #[derive(Args, Clone)]
 struct ProblemArgs {
     #[arg(long, value_parser = parse_operator)]
@@ -339,12 +326,12 @@ impl ProblemArgs {
     }
 }
 
-/// A request's layout flags beside `--schedule` and its policy
-/// shorthands: each stands for one schedule token.
+/// A request: `--schedule` and the layout flags, each of which stands for
+/// one schedule token.
 #[derive(Args, Clone)]
 struct LayoutArgs {
     #[command(flatten)]
-    policies: lanefold::args::PolicyArgs,
+    schedule: lanefold::args::ScheduleArgs,
     /// W: workers per row, a power of two (0: automatic). Shorthand for
     /// the schedule token `W=N`.
     #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
@@ -361,63 +348,23 @@ struct LayoutArgs {
     /// `G=N`.
     #[arg(long, help_heading = lanefold::args::SHORTHANDS, default_value_t = 0)]
     rows_per_group: u32,
-    /// Ask for a reduction order explicitly. Shorthand for the schedule
-    /// token `order=tree` or `order=sequential` (exact).
-    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum)]
-    order: Option<OrderArg>,
-    /// Shorthand for the schedule token `registers` or `stream` (auto:
-    /// none).
-    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum, default_value_t = ResidencyArg::Auto)]
-    residency: ResidencyArg,
-    /// Only plans whose per-row results do not depend on how many rows run.
-    /// Shorthand for the schedule token `batch-invariant`.
-    #[arg(long, help_heading = lanefold::args::SHORTHANDS)]
-    batch_invariant: bool,
-    /// How an automatic W and V are chosen: `model` (lowest cost-model
-    /// prediction) or `seed` (V=1, the seed's reference). Shorthand for
-    /// the schedule token `mapper=seed`.
-    #[arg(long, help_heading = lanefold::args::SHORTHANDS, value_enum, default_value_t = MapperArg::Model)]
-    mapper: MapperArg,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum MapperArg {
-    Seed,
-    Model,
 }
 
 impl LayoutArgs {
-    /// The request of `--schedule` with every shorthand's token added,
+    /// The request of `--schedule` with the layout flags' tokens added,
     /// refused (naming the token) when the text does not parse.
     fn request(&self) -> Result<LayoutRequest> {
-        let mut tokens = vec![];
-        for (n, name) in [
+        let tokens: Vec<String> = [
             (self.workers, "W"),
             (self.pack, "V"),
             (self.unroll, "U"),
             (self.rows_per_group, "G"),
-        ] {
-            if n != 0 {
-                tokens.push(format!("{name}={n}"));
-            }
-        }
-        match self.order {
-            Some(OrderArg::Tree) => tokens.push("order=tree".into()),
-            Some(OrderArg::Exact) => tokens.push("order=sequential".into()),
-            None => {}
-        }
-        match self.residency {
-            ResidencyArg::Auto => {}
-            ResidencyArg::Registers => tokens.push("registers".into()),
-            ResidencyArg::Stream => tokens.push("stream".into()),
-        }
-        if self.batch_invariant {
-            tokens.push("batch-invariant".into());
-        }
-        if self.mapper == MapperArg::Seed {
-            tokens.push("mapper=seed".into());
-        }
-        self.policies.request_with(&tokens)
+        ]
+        .iter()
+        .filter(|(n, _)| *n != 0)
+        .map(|(n, name)| format!("{name}={n}"))
+        .collect();
+        self.schedule.request_with(&tokens)
     }
 }
 
@@ -499,7 +446,20 @@ fn restore_default_sigpipe() {
 
 fn main() {
     restore_default_sigpipe();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // A command line of older results may carry a policy flag that
+        // is now a schedule token: say which.
+        let args: Vec<String> = std::env::args().collect();
+        let unknown = e.kind() == clap::error::ErrorKind::UnknownArgument;
+        match lanefold::args::removed_flag_hint(&args).filter(|_| unknown) {
+            Some(hint) => {
+                let _ = e.print();
+                eprintln!("hint: {hint}");
+                std::process::exit(e.exit_code());
+            }
+            None => e.exit(),
+        }
+    });
     lanefold_cuda::set_verbose(cli.verbose);
     lanefold_measure::progress::set_quiet(cli.quiet);
     let result = match cli.command {

@@ -48,7 +48,7 @@ pub struct SearchOptions {
     /// Residencies each W x V x U is tried with: auto (registers where
     /// they fit), registers, stream. Streamed candidates re-read tiles, so
     /// the cost model ranks them low: raise --max-candidates to measure
-    /// them (with --reread-hints they keep re-reads in L2).
+    /// them (with the schedule token reread-hints they keep re-reads in L2).
     #[arg(long, value_delimiter = ',', value_parser = parse_residency, default_value = "auto")]
     pub tune_residency: Vec<ResidencyRequest>,
     /// The objective: host-wall (e2e p50, the default), gpu (gpu-phase
@@ -83,11 +83,11 @@ pub struct SearchArgs {
     /// Directory for results.json (raw samples) and results.md.
     #[arg(long)]
     pub output: PathBuf,
-    /// Load, launch and arithmetic policies every candidate takes (see
-    /// `bench --help`; the automatic candidate may pick its own cluster
-    /// group size where none is given).
+    /// The schedule tokens every candidate takes besides its layout (load,
+    /// launch and arithmetic variants; the automatic candidate may pick its
+    /// own cluster group size where none is given).
     #[command(flatten)]
-    pub policies: crate::args::PolicyArgs,
+    pub schedule: crate::args::ScheduleArgs,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -157,7 +157,7 @@ fn summarize(file: &SearchFile, dir: &std::path::Path) {
 /// `lanefold search`: every problem searched, results.json + results.md.
 /// A problem without a winner is recorded, not an error.
 pub fn search_cmd(args: SearchArgs) -> Result<()> {
-    let base = args.policies.request()?;
+    let base = args.schedule.request()?;
     let spec = args.search.spec(base, args.output.clone())?;
     let file = search(&spec)?;
     summarize(&file, &args.output);

@@ -383,7 +383,7 @@ fn row_bits(problem: &Problem, outputs: &Buffers, row: usize) -> Vec<u32> {
     bits
 }
 
-/// With `--batch-invariant`, a row's outputs are bit-identical whether it
+/// With the `batch-invariant` token, a row's outputs are bit-identical whether it
 /// runs alone, among 7 rows or among 4096.
 pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Report) {
     const ROW: usize = 3;

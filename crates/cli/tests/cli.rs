@@ -76,13 +76,20 @@ fn each_refusal_exits_2_with_its_reason() {
                 "2x262144",
                 "--workers",
                 "32",
-                "--residency",
+                "--schedule",
                 "registers",
             ],
             "resource overflow: private slots",
         ),
         (
-            &["--op", "add", "--shape", "4x128", "--order", "exact"],
+            &[
+                "--op",
+                "add",
+                "--shape",
+                "4x128",
+                "--schedule",
+                "order=sequential",
+            ],
             "element-only",
         ),
     ];
@@ -99,7 +106,13 @@ fn each_refusal_exits_2_with_its_reason() {
 #[test]
 fn an_exact_request_is_honoured_with_one_worker() {
     let o = lanefold(&[
-        "run", "--op", "sum", "--shape", "3x1000", "--order", "exact",
+        "run",
+        "--op",
+        "sum",
+        "--shape",
+        "3x1000",
+        "--schedule",
+        "order=sequential",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("W=1 "), "{}", stdout(&o));
@@ -478,7 +491,8 @@ fn ordered_columns_show_in_the_plan_and_their_checks_pass() {
         "64x4096",
         "--dtype",
         "bf16",
-        "--ordered-columns",
+        "--schedule",
+        "ordered-columns",
     ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     assert!(stdout(&o).contains("ordered-columns"), "{}", stdout(&o));
@@ -492,7 +506,7 @@ fn ordered_columns_show_in_the_plan_and_their_checks_pass() {
     );
 }
 
-/// h kept resident and persistent clusters are asked for by flag, shown
+/// h kept resident and persistent clusters are asked for by token, shown
 /// in the plan where they apply, and their CPU checks (the marking) pass.
 #[test]
 fn rounded_resident_and_persistent_clusters_show_in_the_plan_and_their_checks_pass() {
@@ -504,9 +518,8 @@ fn rounded_resident_and_persistent_clusters_show_in_the_plan_and_their_checks_pa
         "64x4096",
         "--dtype",
         "bf16",
-        "--residency",
-        "registers",
-        "--rounded-resident",
+        "--schedule",
+        "registers rounded-resident",
     ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     assert!(stdout(&o).contains("rounded-resident"), "{}", stdout(&o));
@@ -518,8 +531,8 @@ fn rounded_resident_and_persistent_clusters_show_in_the_plan_and_their_checks_pa
         "64x131072",
         "--dtype",
         "bf16",
-        "--push-cluster-reduce",
-        "--persistent-clusters",
+        "--schedule",
+        "push-reduce persistent-clusters",
     ]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     assert!(stdout(&o).contains("persistent-clusters"), "{}", stdout(&o));
@@ -533,7 +546,7 @@ fn rounded_resident_and_persistent_clusters_show_in_the_plan_and_their_checks_pa
     );
 }
 
-/// The occupancy cap and batched loads are asked for by flag and shown in
+/// The occupancy cap and batched loads are asked for by token and shown in
 /// the plan; a promise above the cap is a clear error, not a panic.
 #[test]
 fn plan_shows_an_occupancy_cap_and_batched_loads_and_refuses_a_promise_above_the_cap() {
@@ -551,16 +564,46 @@ fn plan_shows_an_occupancy_cap_and_batched_loads_and_refuses_a_promise_above_the
         "1024",
         "--pack",
         "4",
-        "--residency",
-        "stream",
+        "--schedule",
     ];
-    let o = lanefold(&[&args[..], &["--occupancy-cap", "1", "--batch-loads"]].concat());
+    let o = lanefold(&[&args[..], &["stream occupancy-cap=1 batched-loads"]].concat());
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("occupancy-cap=1"), "{out}");
     assert!(out.contains("batched-loads"), "{out}");
-    let o = lanefold(&[&args[..], &["--occupancy-cap", "1", "--occupancy", "2"]].concat());
+    let o = lanefold(&[&args[..], &["stream occupancy-cap=1 occupancy=2"]].concat());
     assert_clean_failure(&o, 2, "promised above the cap");
+}
+
+/// The per-policy flags are gone: every kernel choice is a schedule token.
+/// A command line recorded with one (older results) is refused with the
+/// token to use, and the help lists none of them.
+#[test]
+fn a_removed_policy_flag_is_refused_naming_its_schedule_token() {
+    let o = lanefold(&[
+        "plan",
+        "--op",
+        "rmsnorm",
+        "--shape",
+        "64x32768",
+        "--reread-hints",
+    ]);
+    assert_clean_failure(&o, 2, "--schedule");
+    assert!(stderr(&o).contains("reread-hints"), "{}", stderr(&o));
+    let help = stdout(&lanefold(&["bench", "--help"]));
+    for gone in [
+        "--reread-hints",
+        "--residency",
+        "--occupancy-cap",
+        "--mapper",
+        "--order",
+    ] {
+        assert!(!help.contains(gone), "{gone} in bench --help");
+    }
+    assert!(
+        help.contains("--schedule") && help.contains("--workers"),
+        "{help}"
+    );
 }
 
 /// `--version` names the commit the binary was built from, so a binary run

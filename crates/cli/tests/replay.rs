@@ -310,8 +310,8 @@ fn requests_with_load_policies_replay_as_recorded() {
             "32",
             "--pack",
             "4",
-            "--streaming-hints",
-            "--hoist-columns",
+            "--schedule",
+            "streaming-hints hoisted-columns",
         ],
     );
     let v = load(&r);

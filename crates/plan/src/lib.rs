@@ -1,21 +1,29 @@
 //! From a verified row program and a problem shape to a checked plan:
 //! the consecutive-worker ownership layout, the machine description, the
-//! fail-closed mapper and the cost policies that rank candidates.
+//! mapper's types and entry point, the legality check, the schedule space,
+//! and the automatic choice (tuning database, measured rules, cost model).
 
+mod choice;
 mod cost;
+mod enumeration;
 mod layout;
+mod legality;
 mod mapper;
 mod schedule;
 mod shape;
 mod target;
+#[cfg(test)]
+mod testing;
 pub mod tuned;
 
+pub use choice::{automatic_note, model_pick, occupancy_step_to_try, ModelScore};
 pub use cost::{CostPolicy, Features, RooflinePolicy};
+pub use enumeration::{enumerate, Candidate};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{
-    automatic_note, enumerate, groups_per_multiprocessor, model_pick, occupancy_step_to_try, plan,
-    ArithmeticKey, Candidate, ColumnStage, LayoutRequest, MapperPolicy, ModelScore, OccupancyCap,
-    Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch, SharedChunks,
+    groups_per_multiprocessor, plan, ArithmeticKey, ColumnStage, LayoutRequest, MapperPolicy,
+    OccupancyCap, Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch,
+    SharedChunks,
 };
 pub use schedule::ScheduleError;
 pub use shape::{Shape, ShapeError};

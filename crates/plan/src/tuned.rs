@@ -101,72 +101,79 @@ impl TunedEntry {
     }
 
     /// Add the entry's other tokens (arithmetic, load and launch
-    /// variants) to `request`: flags set, counts taken.
+    /// variants) to `request` ([`add_variants`]).
     pub fn add_variants(&self, request: &mut LayoutRequest) {
-        // Every field named, so that a new one is classified here.
-        let LayoutRequest {
-            workers: _,
-            pack: _,
-            unroll: _,
-            rows_per_group: _,
-            order: _,
-            residency: _,
-            batch_invariant: _,
-            mapper: _,
-            cluster_group_threads: _,
-            reread_hints: _,
-            occupancy: _,
-            streaming_hints,
-            hoist_columns,
-            keep_columns,
-            stage_columns,
-            pack_resident,
-            rounded_resident,
-            relaxed_cluster_exit,
-            push_cluster_reduce,
-            persistent_clusters,
-            online_normalizer,
-            one_pass_moments,
-            fused_output,
-            prefetch_rows,
-            l1_columns,
-            unfold_pack_addresses,
-            ordered_columns,
-            ordered_hinted_loads,
-            occupancy_cap,
-            batch_loads,
-            early_columns,
-            shared_chunks,
-            l2_prefetch_rows,
-        } = self.schedule;
-        let r = request;
-        r.streaming_hints |= streaming_hints;
-        r.hoist_columns |= hoist_columns;
-        r.keep_columns |= keep_columns;
-        r.stage_columns |= stage_columns;
-        r.pack_resident |= pack_resident;
-        r.rounded_resident |= rounded_resident;
-        r.relaxed_cluster_exit |= relaxed_cluster_exit;
-        r.push_cluster_reduce |= push_cluster_reduce;
-        r.persistent_clusters |= persistent_clusters;
-        r.online_normalizer |= online_normalizer;
-        r.one_pass_moments |= one_pass_moments;
-        r.fused_output |= fused_output;
-        r.prefetch_rows |= prefetch_rows;
-        r.l1_columns |= l1_columns;
-        r.unfold_pack_addresses |= unfold_pack_addresses;
-        r.ordered_columns |= ordered_columns;
-        r.ordered_hinted_loads |= ordered_hinted_loads;
-        r.batch_loads |= batch_loads;
-        for (field, value) in [
-            (&mut r.occupancy_cap, occupancy_cap),
-            (&mut r.early_columns, early_columns),
-            (&mut r.shared_chunks, shared_chunks),
-            (&mut r.l2_prefetch_rows, l2_prefetch_rows),
-        ] {
-            if value != 0 {
-                *field = value;
-            }
+        add_variants(request, &self.schedule);
+    }
+}
+
+/// Add the variant tokens of `variants` (all but its layout, residency,
+/// cluster group size, re-read hints and promise) to `request`: flags set,
+/// nonzero counts taken.
+pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
+    // Every field named, so that a new one is classified here.
+    let LayoutRequest {
+        workers: _,
+        pack: _,
+        unroll: _,
+        rows_per_group: _,
+        order: _,
+        residency: _,
+        batch_invariant: _,
+        mapper: _,
+        cluster_group_threads: _,
+        reread_hints: _,
+        occupancy: _,
+        streaming_hints,
+        hoist_columns,
+        keep_columns,
+        stage_columns,
+        pack_resident,
+        rounded_resident,
+        relaxed_cluster_exit,
+        push_cluster_reduce,
+        persistent_clusters,
+        online_normalizer,
+        one_pass_moments,
+        fused_output,
+        prefetch_rows,
+        l1_columns,
+        unfold_pack_addresses,
+        ordered_columns,
+        ordered_hinted_loads,
+        occupancy_cap,
+        batch_loads,
+        early_columns,
+        shared_chunks,
+        l2_prefetch_rows,
+    } = *variants;
+    let r = request;
+    r.streaming_hints |= streaming_hints;
+    r.hoist_columns |= hoist_columns;
+    r.keep_columns |= keep_columns;
+    r.stage_columns |= stage_columns;
+    r.pack_resident |= pack_resident;
+    r.rounded_resident |= rounded_resident;
+    r.relaxed_cluster_exit |= relaxed_cluster_exit;
+    r.push_cluster_reduce |= push_cluster_reduce;
+    r.persistent_clusters |= persistent_clusters;
+    r.online_normalizer |= online_normalizer;
+    r.one_pass_moments |= one_pass_moments;
+    r.fused_output |= fused_output;
+    r.prefetch_rows |= prefetch_rows;
+    r.l1_columns |= l1_columns;
+    r.unfold_pack_addresses |= unfold_pack_addresses;
+    r.ordered_columns |= ordered_columns;
+    r.ordered_hinted_loads |= ordered_hinted_loads;
+    r.batch_loads |= batch_loads;
+    for (field, value) in [
+        (&mut r.occupancy_cap, occupancy_cap),
+        (&mut r.early_columns, early_columns),
+        (&mut r.shared_chunks, shared_chunks),
+        (&mut r.l2_prefetch_rows, l2_prefetch_rows),
+    ] {
+        if value != 0 {
+            *field = value;
         }
     }
 }

@@ -1,0 +1,283 @@
+//! Choice: what an automatic request becomes on a target, made before
+//! the legality check and only among legal plans. In order:
+//!
+//! 1. Variants ([`LayoutRequest::with_measured_variants`]): the arithmetic,
+//!    load and launch variants of the ladders in [`rules`] and of the
+//!    tuning database entry covering the problem.
+//! 2. The cost model's pick among the legal schedules of
+//!    [`crate::enumeration::model_space`] ([`model::model_pick`]).
+//! 3. A rule beside the model in place of that pick: the tuning database's
+//!    schedule where an entry covers the problem (`tuning/h200.json`),
+//!    else the first range rule of [`rules`] that applies.
+//!
+//! Explicit requests (W or V given, or the seed mapping) skip 1-3 and
+//! batch-invariant requests skip every step whose answer depends on the
+//! row count. Every rule names its evidence; `lanefold plan` prints it
+//! ([`automatic_note`]).
+
+pub(crate) mod defaults;
+pub(crate) mod model;
+pub(crate) mod rules;
+
+pub use model::{model_pick, ModelScore};
+pub use rules::occupancy_step_to_try;
+
+use crate::legality::{plan_rows, with_cluster_group_threads};
+use crate::mapper::{plan, LayoutRequest, Plan, Problem, Refusal, ResidencyRequest};
+use crate::target::Target;
+use model::{model_choice, ModelChoice};
+
+use rules::{
+    few_rows_narrower_instead, hinted_stream_instead, one_row_per_multiprocessor,
+    whole_row_stream_instead,
+};
+
+/// The request the mapper plans for `request`: as given unless the cost
+/// model chooses its layout ([`LayoutRequest::model_chooses_layout`]).
+pub(crate) fn choose_layout(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Result<LayoutRequest, Refusal> {
+    if request.model_chooses_layout() {
+        choose_by_model(problem, target, request)
+    } else {
+        Ok(*request)
+    }
+}
+
+impl LayoutRequest {
+    /// An automatic request with the variants that paired H200 measurements
+    /// showed faster for this problem: those of the ladders in
+    /// [`rules::VARIANT_LADDERS`] (operator, dtype, row length, row count,
+    /// bytes against the L2) and of the tuning database entry covering it.
+    /// Every other request as given, so an explicit layout (a search
+    /// candidate, a frozen replay) keeps its recorded arithmetic. The rules
+    /// depending on the row count and the database skip batch-invariant
+    /// requests, since these variants may change the arithmetic.
+    pub fn with_measured_variants(&self, problem: &Problem, target: &Target) -> LayoutRequest {
+        if target.name != "h200" || !self.model_chooses_layout() || !problem.program.reassociation {
+            return *self;
+        }
+        let mut request = *self;
+        for rung in rules::variant_rungs(problem, target, self.batch_invariant) {
+            crate::tuned::add_variants(&mut request, rung);
+        }
+        if let Some(entry) =
+            crate::tuned::lookup(&target.name, problem).filter(|_| !self.batch_invariant)
+        {
+            entry.add_variants(&mut request);
+        }
+        request
+    }
+}
+
+/// The request with W and V filled in by the cost model (see
+/// [`crate::MapperPolicy::Model`]), or a rule's in place of the model's
+/// pick. An exact-order or element-only request keeps the seed mapping's
+/// answer, since the model has nothing to choose there.
+fn choose_by_model(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Result<LayoutRequest, Refusal> {
+    match model_choice(problem, target, request)? {
+        ModelChoice::Seed(seed) => Ok(seed),
+        ModelChoice::Pick(pick) => {
+            Ok(rule_beside_model(problem, target, request, &pick)?
+                .map_or(pick, |rule| rule.request))
+        }
+    }
+}
+
+/// A rule beside the cost model: the request it puts in place of the
+/// model's pick, the model's own plan, and why.
+struct RuleBesideModel {
+    request: LayoutRequest,
+    model_plan: Plan,
+    why: String,
+}
+
+/// The request a rule beside the cost model puts in place of the model's
+/// `pick`: the tuning database's, else the first range rule's, with
+/// [`one_row_per_multiprocessor`] applied to it. Only for an automatic
+/// residency and a request that may depend on the row count.
+fn rule_beside_model(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+    pick: &LayoutRequest,
+) -> Result<Option<RuleBesideModel>, Refusal> {
+    Ok(
+        layout_rule_beside_model(problem, target, request, pick)?.map(|rule| RuleBesideModel {
+            request: one_row_per_multiprocessor(problem, target, rule.request),
+            ..rule
+        }),
+    )
+}
+
+fn layout_rule_beside_model(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+    pick: &LayoutRequest,
+) -> Result<Option<RuleBesideModel>, Refusal> {
+    if request.residency != ResidencyRequest::Auto || request.batch_invariant {
+        return Ok(None);
+    }
+    let model_plan = plan_rows(problem, target, pick)?;
+    if let Some((tuned, evidence)) = tuned_layout_instead(problem, target, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: tuned,
+            model_plan,
+            why: format!("the tuning database's schedule for this problem ({evidence})"),
+        }));
+    }
+    if let Some(narrower) = few_rows_narrower_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: narrower,
+            model_plan,
+            why: format!(
+                "fewer rows than multiprocessors: at most {} workers per row, every pack \
+                 in flight (one block reduction over fewer warps; 1.05-1.22x on \
+                 1-64 x 4096 in the H200 grid searches of 2026-11-30)",
+                narrower.workers
+            ),
+        }));
+    }
+    if let Some(streamed) = whole_row_stream_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: streamed,
+            model_plan,
+            why: "rows of 4096-8192 larger than the L2: streamed with re-read hints, the \
+                  whole row in one chunk per pass (1.02-1.05x over the model's picks in \
+                  2026-11-30-t1s-*-h200)"
+                .to_string(),
+        }));
+    }
+    Ok(
+        hinted_stream_instead(problem, target, &model_plan, pick).map(|streamed| RuleBesideModel {
+            request: streamed,
+            model_plan,
+            why: "a streamed plan with re-read hints (64 private slots per thread compile \
+                  to 108-128 registers on sm_90; the streamed plans measured 1.02-1.11x \
+                  faster)"
+                .to_string(),
+        }),
+    )
+}
+
+/// The shipped tuning database's schedule for this problem in place of
+/// the model's `pick` ([`crate::tuned`]: `tuning/h200.json`), with the
+/// entry's evidence and results directory; None where no entry covers the
+/// problem or the mapper refuses the entry's layout.
+fn tuned_layout_instead(
+    problem: &Problem,
+    target: &Target,
+    pick: &LayoutRequest,
+) -> Option<(LayoutRequest, String)> {
+    let entry = crate::tuned::lookup(&target.name, problem)?;
+    let request = entry.with_layout(pick);
+    let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
+    plan_rows(problem, &target, &request)
+        .ok()
+        .map(|_| (request, format!("{}; {}", entry.evidence, entry.results)))
+}
+
+/// Why the automatic mapping of `request` is not the cost model's own
+/// pick, when a rule beside the model replaced it (for `lanefold plan`).
+pub fn automatic_note(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Option<String> {
+    if !request.model_chooses_layout() {
+        return None;
+    }
+    let measured = request.with_measured_variants(problem, target);
+    let mut notes = vec![];
+    // The cluster variants change nothing on a row that one group holds.
+    let spans_cluster = || plan(problem, target, request).is_ok_and(|p| p.groups_per_row > 1);
+    if measured != *request {
+        let variants = [
+            (
+                measured.online_normalizer && !request.online_normalizer,
+                "the online normalizer (one read of each row, nothing resident)",
+            ),
+            (
+                measured.one_pass_moments && !request.one_pass_moments,
+                "one-pass moments (two phases instead of three)",
+            ),
+            (
+                measured.stage_columns && !request.stage_columns,
+                "the weight staged in shared memory while the row is reduced",
+            ),
+            (
+                measured.pack_resident && !request.pack_resident,
+                "resident 16-bit tiles packed two values per register",
+            ),
+            (
+                measured.ordered_columns && !request.ordered_columns,
+                "weight and bias loaded a chunk at a time below the stores before them",
+            ),
+            (
+                measured.early_columns > request.early_columns,
+                "the first chunk's weight and bias loaded before the cluster's exchange",
+            ),
+            (
+                measured.rounded_resident && !request.rounded_resident,
+                "h kept resident instead of x and the residual",
+            ),
+            (
+                measured.keep_columns && !request.keep_columns,
+                "weight and bias loaded evict-last, so the rows' stream leaves them in L2",
+            ),
+            (
+                measured.l2_prefetch_rows > request.l2_prefetch_rows,
+                "each group's share of a row ahead prefetched into L2 as it starts",
+            ),
+            (
+                measured.push_cluster_reduce && !request.push_cluster_reduce && spans_cluster(),
+                "the cluster's partials pushed by st.async (no release barrier)",
+            ),
+        ];
+        let chosen: Vec<&str> = variants
+            .iter()
+            .filter(|(taken, _)| *taken)
+            .map(|(_, what)| *what)
+            .collect();
+        // A variant that changes nothing here (pushing on a row one group
+        // holds) is not worth a note.
+        if !chosen.is_empty() {
+            notes.push(format!(
+                "automatic on the H200 for this operator and row length: {}; \
+                 each measured faster in paired benches",
+                chosen.join("; ")
+            ));
+        }
+    }
+    if let Some(rule) = model_rule_note(problem, target, &measured) {
+        notes.push(rule);
+    }
+    (!notes.is_empty()).then(|| notes.join("\n"))
+}
+
+/// The rule beside the cost model that replaced its pick, if one did.
+fn model_rule_note(problem: &Problem, target: &Target, request: &LayoutRequest) -> Option<String> {
+    let problem = &*problem.as_requested(request);
+    let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
+    let model = LayoutRequest {
+        residency: ResidencyRequest::Registers,
+        ..*request
+    };
+    let pick = choose_by_model(problem, &target, &model).ok()?;
+    let rule = rule_beside_model(problem, &target, request, &pick).ok()??;
+    Some(format!(
+        "{} replaces the cost model's pick {}",
+        rule.why,
+        rule.model_plan.describe()
+    ))
+}
+
+#[cfg(test)]
+mod tests;

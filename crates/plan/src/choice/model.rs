@@ -1,0 +1,131 @@
+//! The cost model's own choice: the legal schedule of the model space
+//! with the lowest prediction (roofline, [`crate::cost`]).
+
+use crate::enumeration::model_space;
+use crate::legality::plan_rows;
+use crate::mapper::{LayoutRequest, MapperPolicy, Plan, Problem, ReductionOrder, Refusal};
+use crate::shape::Shape;
+use crate::target::Target;
+
+/// Rows the model mapping assumes when asked for batch invariance, so its
+/// choice depends on N and dtype alone.
+const CANONICAL_ROWS: usize = 4096;
+
+/// What the model mapping ranks a legal candidate by (see [`model_pick`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelScore {
+    /// The plan re-reads resident tiles from memory (streamed).
+    pub rereads_tiles: bool,
+    pub predicted_us: f64,
+    pub groups_per_row: u32,
+    /// The plan's register estimate per thread.
+    pub registers: u32,
+    pub threads_per_group: u32,
+}
+
+impl ModelScore {
+    /// The roofline policy's score of `plan` on `target`.
+    pub fn of(plan: &Plan, target: &Target) -> ModelScore {
+        use crate::cost::{CostPolicy, Features, RooflinePolicy};
+        ModelScore {
+            rereads_tiles: plan.rereads_tiles(),
+            predicted_us: RooflinePolicy.predict_us(&Features::of(plan, target), plan, target),
+            groups_per_row: plan.groups_per_row,
+            registers: plan.registers,
+            threads_per_group: plan.threads_per_group,
+        }
+    }
+}
+
+/// The model mapping's choice among scored candidates (an index), shared
+/// by the mapper and the test that holds it against the H200 searches.
+/// Ranked by (re-reads resident tiles, predicted µs): on the H200 every
+/// streamed pick the model made ran 3-7x slower than register plans of the
+/// same problem (the 2026-11-29 large-shape searches), so a streamed
+/// plan is chosen only when no register plan is legal. Predictions within
+/// 2% are a tie the model cannot resolve; the tie goes to the plan with
+/// the fewest groups per row (a cluster costs barriers the model prices
+/// only roughly), then the lowest prediction.
+pub fn model_pick(scored: &[ModelScore]) -> Option<usize> {
+    let streamed_only = scored.iter().all(|c| c.rereads_tiles);
+    let pool = || {
+        scored
+            .iter()
+            .enumerate()
+            .filter(move |(_, c)| streamed_only || !c.rereads_tiles)
+    };
+    let fastest = pool()
+        .map(|(_, c)| c.predicted_us)
+        .fold(f64::INFINITY, f64::min);
+    let tied = || pool().filter(move |(_, c)| c.predicted_us <= fastest * 1.02);
+    let (_, choice) = tied().min_by(|(_, a), (_, b)| {
+        a.groups_per_row
+            .cmp(&b.groups_per_row)
+            .then(a.predicted_us.total_cmp(&b.predicted_us))
+    })?;
+    // Among the tied plans of the same group size and row split, the one
+    // with the fewest registers: rmsnorm bf16 1024x4096 ran 4.10 µs as
+    // W=128 V=8 G=2 against 4.68 as W=64 V=8 G=4, both 256 threads, which
+    // the model priced 0.2% apart (2026-11-30-rmsnorm-1024-search-h200).
+    tied()
+        .filter(|(_, c)| {
+            c.threads_per_group == choice.threads_per_group
+                && c.groups_per_row == choice.groups_per_row
+        })
+        .min_by(|(_, a), (_, b)| {
+            a.registers
+                .cmp(&b.registers)
+                .then(a.predicted_us.total_cmp(&b.predicted_us))
+        })
+        .map(|(i, _)| i)
+}
+
+/// The cost model's own answer, before any rule beside it.
+pub(crate) enum ModelChoice {
+    /// Nothing for the model to choose: the seed mapping's request.
+    Seed(LayoutRequest),
+    /// The candidate with the lowest prediction (see [`model_pick`]).
+    Pick(LayoutRequest),
+}
+
+/// The model's pick for `request` among the legal schedules of
+/// [`model_space`], leaving out packs the H200 measured too wide
+/// ([`super::rules::scalar_pack_too_wide`]). A batch-invariant request is
+/// scored at [`CANONICAL_ROWS`] rows.
+pub(crate) fn model_choice(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Result<ModelChoice, Refusal> {
+    let seed = LayoutRequest {
+        mapper: MapperPolicy::Seed,
+        ..*request
+    };
+    let baseline = plan_rows(problem, target, &seed)?;
+    if baseline.order == ReductionOrder::Sequential {
+        return Ok(ModelChoice::Seed(seed));
+    }
+    let scored = if request.batch_invariant {
+        Problem {
+            shape: Shape {
+                rows: CANONICAL_ROWS,
+                ..problem.shape
+            },
+            ..problem.clone()
+        }
+    } else {
+        problem.clone()
+    };
+    let space: Vec<_> = model_space(&scored, target, request)?
+        .into_iter()
+        .filter(|c| !super::rules::scalar_pack_too_wide(problem, &c.target, c.request.pack))
+        .collect();
+    let scores: Vec<ModelScore> = space
+        .iter()
+        .map(|c| ModelScore::of(&c.plan, &c.target))
+        .collect();
+    Ok(match model_pick(&scores) {
+        Some(i) => ModelChoice::Pick(space[i].request),
+        None => ModelChoice::Seed(seed),
+    })
+}

@@ -1,0 +1,611 @@
+//! The rules beside the cost model, each measured on the H200 and naming
+//! its evidence, over ranges of operator, dtype, row length, row count,
+//! bytes against the L2 and multiprocessors: never one exact shape (an
+//! exact shape's winner is data, in `tuning/h200.json`).
+//!
+//! - [`VARIANT_LADDERS`]: the variants an automatic request takes.
+//! - The layout rules, tried in this order where no tuning entry covers
+//!   the problem: [`few_rows_narrower_instead`],
+//!   [`whole_row_stream_instead`], [`hinted_stream_instead`]; then
+//!   [`one_row_per_multiprocessor`] on whatever replaced the model's pick.
+//! - [`scalar_pack_too_wide`] narrows the model's space;
+//!   [`occupancy_step_to_try`] judges an occupancy promise once the
+//!   compiler's register count is known.
+
+use crate::layout::vector_access;
+use crate::legality::{
+    groups_by_shared_memory, groups_per_multiprocessor, plan_rows, register_budget, BASE_REGISTERS,
+};
+use crate::mapper::{LayoutRequest, Plan, Problem, Residency, ResidencyRequest};
+use crate::target::Target;
+use crate::tuned::Span;
+use lanefold_ir::{DType, Operator};
+use std::sync::OnceLock;
+
+/// Storage dtypes a rung covers.
+#[derive(Clone, Copy, Debug)]
+enum Dtypes {
+    Any,
+    F32,
+    /// bf16 and f16.
+    Bits16,
+    F32OrBf16,
+}
+
+impl Dtypes {
+    fn contain(self, dtype: DType) -> bool {
+        match self {
+            Dtypes::Any => true,
+            Dtypes::F32 => dtype == DType::F32,
+            Dtypes::Bits16 => dtype.size_bytes() == 2,
+            Dtypes::F32OrBf16 => matches!(dtype, DType::F32 | DType::Bf16),
+        }
+    }
+}
+
+/// What a rung asks of the row count. Anything but `Any` depends on it,
+/// so a batch-invariant request skips the rung.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Rows {
+    Any,
+    /// Fewer rows than multiprocessors: each row alone on its SM, its time
+    /// its latency.
+    FewerThanSms,
+    /// A rows x N tile of at least [`PAST_L2_BYTES`].
+    PastL2,
+}
+
+/// One rung of a ladder: the operators, dtypes, row lengths (inclusive)
+/// and row counts where the automatic request takes `adds` (schedule
+/// tokens).
+#[derive(Debug)]
+pub(super) struct Rung {
+    ops: &'static [Operator],
+    dtypes: Dtypes,
+    n: Span,
+    rows: Rows,
+    adds: &'static str,
+}
+
+const fn from(min: usize) -> Span {
+    Span { min, max: None }
+}
+
+const fn span(min: usize, max: usize) -> Span {
+    Span {
+        min,
+        max: Some(max),
+    }
+}
+
+const NORMS: &[Operator] = &[
+    Operator::Rmsnorm,
+    Operator::Layernorm,
+    Operator::ResidualLayernorm,
+];
+
+/// Problems at least this large (the H200's L2 is 50 MB) are where the
+/// streamed plans of [`whole_row_stream_instead`] and
+/// [`hinted_stream_instead`] were measured.
+const PAST_L2_BYTES: u64 = 64 << 20;
+
+/// Rows this long (and no longer) stream whole on the H200 when the
+/// problem is larger than the L2 ([`whole_row_stream_instead`]).
+const WHOLE_ROW_STREAM_N: Span = span(4096, 8192);
+
+/// The variants an automatic request takes on the H200, one ladder per
+/// variant, thresholds rising with the row length. The measurements are
+/// paired benches whose directories are in git history at 2d680226
+/// unless named.
+pub(super) const VARIANT_LADDERS: &[Rung] = &[
+    // Resident 16-bit tiles packed two values per register. Rows of 131072
+    // and more, every operator holding a tile, both long shapes:
+    // 1.01-1.25x (softmax 4096x131072 691 -> 645 µs). Softmax from 32768:
+    // its one-group register plan on 4096x32768 drops from 124 to 64
+    // registers and beats the streamed plan that replaced it (150.4 ->
+    // 131.7 µs, 4.08 TB/s). Not on shorter rows, where it was not measured
+    // wide enough and raised residual_layernorm 32768x4096 from 66 to 79
+    // registers; not for rmsnorm and layernorm on 4096x32768, where the
+    // one-group plan keeps 110-123 registers (136.4 and 149.1 µs against
+    // 128.5 streamed and 149.6).
+    Rung {
+        ops: &[Operator::Softmax],
+        dtypes: Dtypes::Bits16,
+        n: from(32768),
+        rows: Rows::Any,
+        adds: "packed-resident",
+    },
+    Rung {
+        ops: NORMS,
+        dtypes: Dtypes::Bits16,
+        n: from(131072),
+        rows: Rows::Any,
+        adds: "packed-resident",
+    },
+    // 16-bit layernorm rows that one group holds: packed and the columns
+    // loaded in order, so the W=512 register plan takes 62 registers
+    // instead of 128, two groups per SM (4096x32768: 134.0 µs against
+    // 141.7, paired). Longer rows span clusters, where ordered columns are
+    // unmeasured.
+    Rung {
+        ops: &[Operator::Layernorm],
+        dtypes: Dtypes::Bits16,
+        n: span(32768, 65535),
+        rows: Rows::Any,
+        adds: "ordered-columns packed-resident",
+    },
+    // cross_entropy on rows over 32768: the online normalizer. The row is
+    // then read once with nothing held resident, so one streaming group
+    // replaces a cluster of register groups: 4096x131072 f32 556 -> 473
+    // µs, bf16 357 -> 244; 1024x262144 f32 366 -> 248, bf16 257 -> 133. On
+    // rows of 32768 and less the register plan already reads once and
+    // bf16 became 10-13% slower (the extra exp work).
+    Rung {
+        ops: &[Operator::CrossEntropy],
+        dtypes: Dtypes::Any,
+        n: from(32769),
+        rows: Rows::Any,
+        adds: "online-normalizer",
+    },
+    // layernorm from 32768: one-pass moments (bf16 4096x131072 882 -> 703
+    // µs; f32 and the shorter rows within 4% either way then,
+    // residual_layernorm included). f32 on the pushed cluster: 4096x131072
+    // 1149 -> 1132 µs, 1024x262144 635 -> 633 (A/A 1128 and 629). Rows of
+    // 32768 (paired with all three peers, 2 rounds): f32 283.7 -> 278.0
+    // µs, bf16 149.9 -> 143.5.
+    Rung {
+        ops: &[Operator::Layernorm],
+        dtypes: Dtypes::Any,
+        n: from(32768),
+        rows: Rows::Any,
+        adds: "one-pass-moments",
+    },
+    // layernorm on rows of 4096-8192 larger than the L2: one-pass moments,
+    // for the two-pass streamed plan of [`whole_row_stream_instead`], as
+    // Inductor's Welford loop. One-pass moments changes the bits, so a
+    // batch-invariant request skips it (regression test
+    // `regression_batch_invariant_norms_take_one_arithmetic_at_every_row_count`).
+    Rung {
+        ops: &[Operator::Layernorm],
+        dtypes: Dtypes::F32OrBf16,
+        n: WHOLE_ROW_STREAM_N,
+        rows: Rows::PastL2,
+        adds: "one-pass-moments",
+    },
+    // Fewer rows than multiprocessors: one reduction phase instead of two
+    // on a latency-bound row (1.02-1.13x on all 24 cases of 1x127, 17x257
+    // and 1-64 x 4096 in both dtypes, paired in 3 rounds).
+    Rung {
+        ops: &[Operator::Layernorm, Operator::ResidualLayernorm],
+        dtypes: Dtypes::Any,
+        n: from(0),
+        rows: Rows::FewerThanSms,
+        adds: "one-pass-moments",
+    },
+    // layernorm f32 from 131072: the first chunk's weight and bias loaded
+    // before the cluster's exchange (paired in 3 rounds: 4096x131072
+    // 1.009-1.016x, 1024x262144 1.019-1.021x; measured on these two
+    // lengths only; not bf16, where the second group on each SM already
+    // covers the wait, nor rmsnorm f32, whose registers went 80 -> 106).
+    Rung {
+        ops: &[Operator::Layernorm],
+        dtypes: Dtypes::F32,
+        n: from(131072),
+        rows: Rows::Any,
+        adds: "early-columns=1",
+    },
+    // rmsnorm 16-bit from 262144: the weight staged in shared memory by
+    // `cp.async` (1024x262144 370 -> 349; 4096x131072 588 -> 828, so not
+    // there). f32 pushes unstaged (below).
+    Rung {
+        ops: &[Operator::Rmsnorm],
+        dtypes: Dtypes::Bits16,
+        n: from(262144),
+        rows: Rows::Any,
+        adds: "staged-columns",
+    },
+    // Rows that span a cluster push their partials with `st.async`:
+    // residual_layernorm from 32768, where its f32 default on 4096x32768 is
+    // already a cluster of eight groups (651 -> 522 µs; the long rows
+    // 1.22-1.37x).
+    Rung {
+        ops: &[Operator::ResidualLayernorm],
+        dtypes: Dtypes::Any,
+        n: from(32768),
+        rows: Rows::Any,
+        adds: "push-reduce",
+    },
+    // The others from 131072 (softmax and the bf16 norms 1.10-1.34x
+    // against the fenced exit; softmax f32 4096x131072 1134 -> 1034 µs,
+    // bf16 1024x262144 347 -> 260). Layernorm f32 pushes without a promise
+    // of three groups (104 registers, no spill; with it, 104 bytes
+    // spilled): 4096x131072 1223 -> 1152 µs, 1024x262144 681 -> 633.
+    // rmsnorm f32 pushes without the staged weight: 1024x262144 576 ->
+    // 561, 4096x131072 1094 -> 1050. cross_entropy 1024x262144 1.02-1.04x
+    // (on 4096x131072 it runs in one group, no cluster).
+    Rung {
+        ops: &[
+            Operator::Softmax,
+            Operator::CrossEntropy,
+            Operator::Layernorm,
+            Operator::Rmsnorm,
+        ],
+        dtypes: Dtypes::Any,
+        n: from(131072),
+        rows: Rows::Any,
+        adds: "push-reduce",
+    },
+];
+
+/// Each rung's tokens, parsed once (a test holds them to parsing).
+fn rung_variants() -> &'static [LayoutRequest] {
+    static PARSED: OnceLock<Vec<LayoutRequest>> = OnceLock::new();
+    PARSED.get_or_init(|| {
+        VARIANT_LADDERS
+            .iter()
+            .map(|rung| {
+                rung.adds
+                    .parse()
+                    .unwrap_or_else(|e| panic!("variant ladder {rung:?}: {e}"))
+            })
+            .collect()
+    })
+}
+
+impl Rung {
+    fn covers(&self, problem: &Problem, target: &Target, batch_invariant: bool) -> bool {
+        let rows = match self.rows {
+            Rows::Any => true,
+            _ if batch_invariant => false,
+            Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
+            Rows::PastL2 => row_tile_bytes(problem) >= PAST_L2_BYTES,
+        };
+        problem
+            .operator_kind()
+            .is_some_and(|op| self.ops.contains(&op))
+            && self.dtypes.contain(problem.dtype)
+            && self.n.contains(problem.shape.n)
+            && rows
+    }
+}
+
+/// The variants of every rung covering `problem` (on the H200).
+pub(super) fn variant_rungs<'a>(
+    problem: &'a Problem,
+    target: &'a Target,
+    batch_invariant: bool,
+) -> impl Iterator<Item = &'static LayoutRequest> + 'a {
+    VARIANT_LADDERS
+        .iter()
+        .zip(rung_variants())
+        .filter(move |(rung, _)| rung.covers(problem, target, batch_invariant))
+        .map(|(_, variants)| variants)
+}
+
+/// Register plans keeping this many private slots per thread compile to
+/// 108-128 registers on sm_90 (the estimate says 100), one or two groups
+/// per multiprocessor (`lanefold compile-check`).
+const WIDE_SLOT_PLAN: usize = 64;
+
+/// Packs wider than four elements on rows that cannot be read as vectors
+/// (16-bit rows of odd length: every access a scalar one) are left out of
+/// the model's choice on the H200. V=8 ran 1.10-1.19x slower than V=4 on
+/// bf16 1x127 and 17x257 for every operator with a column or a second
+/// reduction (a 2026-11-30 search, in git history at 2d680226); the model prices the pack
+/// as one vector access. A sum, with nothing but its loads to schedule,
+/// ran V=8 at par and keeps it.
+pub(crate) fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32) -> bool {
+    target.name == "h200"
+        && problem.operator_kind() != Some(Operator::Sum)
+        && pack > 4
+        && vector_access(problem.dtype, pack as usize, problem.shape.n).is_none()
+}
+
+/// At most this many workers per row when there are fewer rows than
+/// multiprocessors (see [`few_rows_narrower_instead`]).
+pub(crate) fn few_rows_max_workers(op: Operator) -> u32 {
+    match op {
+        // Two reductions (softmax) or a gather besides one (cross_entropy):
+        // W=256 was best on every such f32 problem of the decode search.
+        Operator::Softmax | Operator::CrossEntropy => 256,
+        _ => 512,
+    }
+}
+
+/// With fewer rows than multiprocessors each row is alone on its SM, and a
+/// row's time is its latency: one block reduction across W/32 warps. The
+/// model prices that level flat, so it spreads a 4096-wide f32 row over
+/// 1024 workers; 512 (256 for softmax and cross_entropy) with every pack
+/// loaded at once ran 1.05-1.22x faster on every operator at 1, 8, 32 and
+/// 64 rows (2026-11-30 searches, in git history at 2d680226). One-group register plans only,
+/// with at most eight packs per worker; measured on the H200 only.
+pub(super) fn few_rows_narrower_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    if target.name != "h200" || problem.shape.rows >= target.multiprocessors as usize {
+        return None;
+    }
+    let workers = few_rows_max_workers(problem.operator_kind()?);
+    let pack = picked.layout.pack;
+    let chunks = problem.shape.n.div_ceil((workers * pack) as usize);
+    if picked.layout.workers <= workers
+        || picked.groups_per_row != 1
+        || picked.rereads_tiles()
+        || chunks > 8
+    {
+        return None;
+    }
+    // A resident tile loads every pack at once whatever U says (U=1, 2
+    // and 4 measured alike); a sum holds nothing, so U=chunks puts every
+    // load in flight (U=1 ran 1.12-1.16x slower on sum f32 at W=512).
+    let unroll = if picked.resident_slots > 0 {
+        1
+    } else {
+        chunks as u32
+    };
+    let narrower = LayoutRequest {
+        workers,
+        pack,
+        unroll,
+        rows_per_group: 0,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &narrower).ok()?;
+    (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
+}
+
+/// The model's register pick replaced by a streamed plan with re-read hints
+/// (see [`LayoutRequest::reread_hints`]), where the H200 measured that faster
+/// in paired replays with all three peers:
+/// rmsnorm in f32 and bf16 and softmax in bf16, one group per row and a
+/// 64-slot register plan, on problems larger than the L2. There the
+/// streamed plan holds 32-46 registers instead of 108-128 and its re-reads
+/// stay in L2: rmsnorm bf16 1.024-1.055x on 32768x4096, 16384x8192 and
+/// 4096x32768, rmsnorm f32 4096x32768 1.106x, softmax bf16 1.040-1.068x.
+/// Left out, as measured slower: layernorm (0.78-1.04x, slower on two of
+/// three bf16 shapes and on f32 4096x32768); softmax f32 was not measured
+/// with the automatic unroll. The cost model prices re-reads as DRAM
+/// traffic and cannot see this, so it is a rule beside the model, not in it.
+pub(super) fn hinted_stream_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    // Measured on the H200 only; other targets keep the model's pick.
+    if target.name != "h200" {
+        return None;
+    }
+    let op = problem.operator_kind()?;
+    let measured_faster = match op {
+        Operator::Rmsnorm => true,
+        // A packed softmax tile needs 64 registers, not 124: it stays.
+        Operator::Softmax => problem.dtype == DType::Bf16 && !pick.pack_resident,
+        _ => false,
+    };
+    let shape = problem.shape;
+    if !measured_faster
+        || picked.residency != Residency::Registers
+        || picked.groups_per_row != 1
+        || picked.resident_slots < WIDE_SLOT_PLAN
+        || row_tile_bytes(problem) < PAST_L2_BYTES
+    {
+        return None;
+    }
+    // Two 16-byte packs per worker and stripe, as measured: W=256 on rows of
+    // 4096 bf16, 512 on 8192, at most one full group on longer rows.
+    let pack = picked.layout.pack;
+    let workers = two_packs_per_worker(shape.n, pack, target);
+    let streamed = LayoutRequest {
+        workers,
+        pack,
+        rows_per_group: 0,
+        residency: ResidencyRequest::Stream,
+        reread_hints: true,
+        ..*pick
+    };
+    plan_rows(problem, target, &streamed).ok().map(|_| streamed)
+}
+
+/// The power-of-two W giving each worker two packs of `pack` per stripe of
+/// a row of `n`, within one warp and one full group.
+fn two_packs_per_worker(n: usize, pack: u32, target: &Target) -> u32 {
+    let per_two_packs = (n as u32 / (2 * pack)).max(target.warp_size);
+    (1u32 << per_two_packs.ilog2()).min(target.max_threads_per_group)
+}
+
+/// Does this problem take the streamed plan of [`whole_row_stream_instead`]
+/// (on the H200)? The operators and dtypes searched for it: rmsnorm
+/// f32 (bf16 streams by [`hinted_stream_instead`]), layernorm and softmax
+/// f32 and bf16.
+fn streams_whole_row(problem: &Problem) -> bool {
+    let searched = match problem.operator_kind() {
+        Some(Operator::Rmsnorm) => problem.dtype == DType::F32,
+        Some(Operator::Layernorm | Operator::Softmax) => {
+            matches!(problem.dtype, DType::F32 | DType::Bf16)
+        }
+        _ => false,
+    };
+    searched
+        && WHOLE_ROW_STREAM_N.contains(problem.shape.n)
+        && row_tile_bytes(problem) >= PAST_L2_BYTES
+}
+
+/// Bytes of one rows x N tile in the problem's storage dtype.
+fn row_tile_bytes(problem: &Problem) -> u64 {
+    problem.shape.rows as u64 * problem.shape.n as u64 * problem.dtype.size_bytes() as u64
+}
+
+/// The model's pick on rows of 4096-8192 larger than the L2 replaced by a
+/// streamed plan with re-read hints that loads the whole row in one chunk
+/// per pass (16-byte packs, U=4: at most four packs a worker), as
+/// Inductor's looped kernels do: rmsnorm on W = N/(2V) (two packs a
+/// worker), layernorm and softmax on stripes of at most 2048 elements
+/// (W = min(N/(2V), 2048/V)), layernorm with one-pass moments (two passes,
+/// like Inductor's Welford loop). The searches
+/// (2026-11-30-t1s-*-h200, 18-19 candidates each, in registers and
+/// streamed) put these first or within 0.3% of first (U=2 and U=4 alike
+/// where fewer stripes exist), against the model's picks:
+/// - rmsnorm f32: 249.3 µs against 260.3 (32768x4096), 251.3 against
+///   254.5 (16384x8192);
+/// - layernorm f32: 249.2 against 258.1-260.6, 251.7 against 255.4;
+///   bf16: 127.2 against 132.7, 128.7 against 132.3;
+/// - softmax f32: 249.3 against 261.1, 252.5 against 260.3; bf16
+///   16384x8192 127.8 against the 64-slot rule's 129.9.
+///
+/// The same plans in registers were 3-5% slower: streaming, not the
+/// width, is the gain. On 4096x32768 streamed W=512 re-reads past the L2
+/// (four groups a multiprocessor, 67 MB in flight; 377 against 274-278 µs),
+/// so the rule stops at 8192. The model prices re-reads as DRAM traffic
+/// and cannot see this.
+pub(super) fn whole_row_stream_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    if target.name != "h200" || !streams_whole_row(problem) || picked.groups_per_row != 1 {
+        return None;
+    }
+    const STRIPE_ELEMENTS: u32 = 2048;
+    let pack = 16 / problem.dtype.size_bytes() as u32;
+    let two_packs = two_packs_per_worker(problem.shape.n, pack, target);
+    let workers = match problem.operator_kind()? {
+        Operator::Rmsnorm => two_packs,
+        _ => two_packs.min(STRIPE_ELEMENTS / pack),
+    };
+    let streamed = LayoutRequest {
+        workers,
+        pack,
+        unroll: 4,
+        rows_per_group: 0,
+        residency: ResidencyRequest::Stream,
+        reread_hints: true,
+        ..*pick
+    };
+    plan_rows(problem, target, &streamed).ok()?;
+    // Two packs a worker (rows of 4096): layernorm keeps its hinted loads
+    // ordered, the kernels it won these searches with. Read-only loads let
+    // ptxas hoist the re-read phase's loads for 3-4 registers more, a group
+    // fewer per SM: 264.8 against 250.3 µs in f32, 131.7 against 126.9 in
+    // bf16; promising the old occupancy instead spilled
+    // in f32 (253.4) and only tied in bf16 (126.5). softmax and
+    // rmsnorm stay at 28-32 registers either way (within 0.2%).
+    let two_packs_a_worker = problem.shape.n == 2 * (workers * pack) as usize;
+    let ordered = two_packs_a_worker && problem.operator_kind() == Some(Operator::Layernorm);
+    Some(LayoutRequest {
+        ordered_hinted_loads: ordered || pick.ordered_hinted_loads,
+        ..streamed
+    })
+}
+
+/// A whole-row stream of the norms whose row inputs take 128 KiB or more
+/// a row, in one 1024-thread group of at most 8 packs a worker: one
+/// group per multiprocessor (occupancy cap 1, so L1 holds the row for its
+/// re-reads), promised to the compiler (`__launch_bounds__(1024, 1)`:
+/// 62-64 registers instead of 32, so a phase's eight loads are in flight
+/// at once, as in Inductor's kernel), with batched loads. A/A with all
+/// three peers: rmsnorm f32 4096x32768 252.6 µs against 263.8
+/// (`2026-12-01-cpb-rms-aa-h200`), layernorm f32 258.1 against 268.4
+/// (`-cpb-ln-aa-`), residual_layernorm bf16 269.5 against 284.7. Rows of 64 KiB (rmsnorm, layernorm, softmax
+/// bf16) and softmax f32 ran slower so.
+pub(super) fn one_row_per_multiprocessor(
+    problem: &Problem,
+    target: &Target,
+    request: LayoutRequest,
+) -> LayoutRequest {
+    let norm = matches!(
+        problem.operator_kind(),
+        Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
+    );
+    let n = problem.shape.n as u64;
+    let row_input_bytes =
+        problem.program.row_inputs().count() as u64 * n * problem.dtype.size_bytes() as u64;
+    let per_chunk = request.workers as u64 * request.pack as u64;
+    let whole_row_group = request.workers == target.max_threads_per_group
+        && per_chunk > 0
+        && n.is_multiple_of(per_chunk)
+        && n / per_chunk <= 8;
+    if target.name == "h200"
+        && norm
+        && request.residency == ResidencyRequest::Stream
+        && row_input_bytes >= 128 * 1024
+        && whole_row_group
+    {
+        LayoutRequest {
+            occupancy_cap: 1,
+            occupancy: 1,
+            batch_loads: true,
+            ..request
+        }
+    } else {
+        request
+    }
+}
+
+/// How far over the next occupancy step's budget the compiler's count may
+/// be for the promise to be worth a compile: rmsnorm bf16 4096x131072 went
+/// from 71 to the budget of 64 registers (1.11x) without spilling and ran
+/// 659 -> 599 µs; softmax (80, 1.25x) and layernorm (117) spilled under the
+/// same promise and slowed 27-38%.
+const OCCUPANCY_STEP_SLACK: f64 = 1.15;
+
+/// The occupancy promise worth trying once the compiler's register count
+/// for a plan is known: one more group per multiprocessor than `registers`
+/// allows, when the count is within [`OCCUPANCY_STEP_SLACK`] of that step's
+/// budget and the thread and shared-memory limits permit it. The caller compiles the promise
+/// and keeps it only if nothing spills.
+pub fn occupancy_step_to_try(
+    target: &Target,
+    threads: u32,
+    registers: u32,
+    shared_bytes: u32,
+) -> Option<u32> {
+    let now = groups_per_multiprocessor(target, threads, registers, shared_bytes);
+    let next = now + 1;
+    let budget = register_budget(target, threads, next);
+    let fits = next * threads <= target.max_threads_per_multiprocessor
+        && groups_by_shared_memory(target, shared_bytes) >= next;
+    let close = f64::from(registers) <= f64::from(budget) * OCCUPANCY_STEP_SLACK;
+    (fits && budget >= BASE_REGISTERS && registers > budget && close).then_some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rung_parses_to_variants_alone() {
+        assert_eq!(rung_variants().len(), VARIANT_LADDERS.len());
+        for (rung, variants) in VARIANT_LADDERS.iter().zip(rung_variants()) {
+            // Adding the variants to an empty request gives them back:
+            // a rung names no layout, residency or promise.
+            let mut request = LayoutRequest::default();
+            crate::tuned::add_variants(&mut request, variants);
+            assert_eq!(request, *variants, "{rung:?}");
+            assert_eq!(variants.to_string(), rung.adds, "written canonically");
+            assert!(!rung.ops.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_rung_depending_on_the_row_count_skips_batch_invariant_requests() {
+        let t = Target::h200();
+        let few = Problem::operator(
+            Operator::ResidualLayernorm,
+            Default::default(),
+            DType::F32,
+            "4x4096".parse().unwrap(),
+        );
+        assert_eq!(variant_rungs(&few, &t, false).count(), 1);
+        assert_eq!(variant_rungs(&few, &t, true).count(), 0);
+        let many = Problem {
+            shape: "4096x4096".parse().unwrap(),
+            ..few
+        };
+        assert_eq!(variant_rungs(&many, &t, false).count(), 0);
+    }
+}
