@@ -1350,3 +1350,46 @@ pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
         }
     }
 }
+
+/// Cases drawn per batch of `fuzz_checks`: on CUDA each batch's kernels
+/// compile ahead on all cores.
+const FUZZ_BATCH: u64 = 256;
+
+/// Differential fuzzing: `cases` cases of the stream `seed` drawn by
+/// [`lanefold_cpu::fuzz::draw`] (planned on the backend's target), each
+/// run on `backend` and judged against the independent float64 oracle.
+pub fn fuzz_checks(backend: &Backend, cases: u64, seed: u64, report: &mut Report) {
+    use lanefold_cpu::fuzz::{check, draw, FuzzLimits};
+    let target = backend.target();
+    let limits = FuzzLimits {
+        max_elements: 1 << 20,
+    };
+    let options = CodegenOptions::default();
+    let mut start = 0;
+    while start < cases {
+        let end = (start + FUZZ_BATCH).min(cases);
+        let batch: Vec<_> = (start..end)
+            .map(|i| (i, draw(seed, i, &target, limits)))
+            .collect();
+        if let Backend::Cuda(cuda) = backend {
+            let jobs: Vec<_> = batch
+                .iter()
+                .map(|(_, c)| (c.plan.clone(), options))
+                .collect();
+            cuda.precompile(&jobs);
+        }
+        for (i, case) in &batch {
+            let label = format!("fuzz seed {seed} case {i}: {}", case.label());
+            let mut outputs = poisoned_outputs(&case.plan.problem);
+            match backend.execute(&case.plan, &options, &case.inputs, &mut outputs) {
+                Ok(()) => {
+                    let v = check(case, &outputs);
+                    report.record(v.pass, &label, &format!("{:?}", v.outputs));
+                }
+                Err(e) => report.record(false, &label, &format!("{e:#}")),
+            }
+        }
+        println!("fuzz: {end}/{cases} cases, {}", report.summary());
+        start = end;
+    }
+}

@@ -550,3 +550,77 @@ fn version_names_the_commit_the_binary_was_built_from() {
         "{out}"
     );
 }
+
+/// `lanefold run` on inputs with -inf masks (a fully masked row among
+/// them), a masked cross-entropy target and rmsnorm rows near 1e30:
+/// each output matches float64 in kind and value, so the run exits 0 and
+/// says it validated.
+#[test]
+fn masked_and_huge_npy_inputs_validate() {
+    use lanefold_cpu::{npy, Tensor};
+    let dir = tmpdir("nonfinite");
+    let (rows, n) = (3usize, 40usize);
+    let mut x: Vec<f32> = (0..rows * n).map(|i| (i % 7) as f32 * 0.25).collect();
+    for i in 0..n {
+        x[i] = if i % 2 == 0 { f32::NEG_INFINITY } else { x[i] };
+        x[n + i] = f32::NEG_INFINITY;
+    }
+    let masked = dir.join("masked.npy");
+    npy::write(&masked, &Tensor::F32(x), &[rows as u64, n as u64]).unwrap();
+    let arg = format!("x={}", masked.display());
+    let o = lanefold(&["run", "--op", "softmax", "--shape", "3x40", "--input", &arg]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    assert!(
+        stdout(&o).contains("validated against float64"),
+        "{}",
+        stdout(&o)
+    );
+
+    let targets = dir.join("targets.npy");
+    npy::write(&targets, &Tensor::I64(vec![0, 3, 5]), &[3]).unwrap();
+    let t = format!("target={}", targets.display());
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "cross_entropy",
+        "--shape",
+        "3x40",
+        "--input",
+        &arg,
+        "--input",
+        &t,
+    ]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    assert!(stdout(&o).contains("validated against float64"));
+
+    let huge: Vec<f32> = (0..rows * n)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 2e28)
+        .collect();
+    let path = dir.join("huge.npy");
+    npy::write(&path, &Tensor::F32(huge), &[rows as u64, n as u64]).unwrap();
+    let arg = format!("x={}", path.display());
+    let o = lanefold(&["run", "--op", "rmsnorm", "--shape", "3x40", "--input", &arg]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    assert!(stdout(&o).contains("validated against float64"));
+}
+
+/// `selftest --fuzz N --seed S` runs N drawn cases against the oracle and
+/// ends with the selftest's summary line.
+#[test]
+fn selftest_fuzz_runs_its_cases_against_the_oracle() {
+    let o = lanefold(&[
+        "selftest",
+        "--backend",
+        "cpu",
+        "--fuzz",
+        "3",
+        "--seed",
+        "11",
+    ]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("fuzz on cpu: 3 cases, seed 11"), "{out}");
+    assert!(out.trim_end().ends_with("3 passed, 0 failed"), "{out}");
+    let o = lanefold(&["selftest", "--seed", "11"]);
+    assert_clean_failure(&o, 2, "--fuzz");
+}

@@ -1,7 +1,9 @@
 //! The CUDA C emitter.
 
 use crate::{CodegenError, CodegenOptions, Kernel, Param, ParamKind};
-use lanefold_ir::{BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, UnaryOp, Value};
+use lanefold_ir::{
+    BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, RowStat, UnaryOp, Value,
+};
 use lanefold_plan::{vector_access, ColumnStage, Plan, Residency, RowPrefetch};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -241,6 +243,46 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
     return y;
 }
 ";
+
+/// The rare slow path of a norm's per-row statistics
+/// ([`lanefold_ir::Instr::Rescaled`]), taken where the row's sum of squares
+/// is not finite: every thread of the row reads the whole row and sums it
+/// (compensated) in element order, scaled by 2^-76, each operation rounded
+/// on its own so the result is the CPU executor's `rescued_stat` bit for
+/// bit. `stat`: 0 rmsnorm's rstd; `r` the residual of `h = round(x + r)`,
+/// or null.
+fn rescue_helper() -> String {
+    let s = lit(lanefold_ir::RESCUE_SCALE);
+    let tiny = lit(f32::MIN_POSITIVE);
+    let max = lit(f32::MAX);
+    format!(
+        "__device__ __forceinline__ float lf_rescue_h(const lf_store_t* x, const lf_store_t* r, size_t i) {{
+    return r ? lf_round(__fadd_rn(lf_widen(x[i]), lf_widen(r[i]))) : lf_widen(x[i]);
+}}
+__device__ __forceinline__ void lf_kahan(float& sum, float& c, float& plain, float v) {{
+    plain = __fadd_rn(plain, v);
+    const float y = __fsub_rn(v, c);
+    const float t = __fadd_rn(sum, y);
+    c = __fsub_rn(__fsub_rn(t, sum), y);
+    sum = t;
+}}
+__device__ __forceinline__ float lf_kahan_result(float sum, float plain) {{
+    return fabsf(plain) <= {max} ? sum : plain;
+}}
+__device__ __noinline__ float lf_rescue(int stat, const lf_store_t* x, const lf_store_t* r, size_t off, int n) {{
+    const float s = {s};
+    const float fn = (float)n;
+    float acc = 0.0f, c = 0.0f, p = 0.0f;
+    for (int i = 0; i < n; ++i) {{
+        const float t = __fmul_rn(lf_rescue_h(x, r, off + i), s);
+        lf_kahan(acc, c, p, __fmul_rn(t, t));
+    }}
+    acc = lf_kahan_result(acc, p);
+    return __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(acc, fn), {tiny}))), s);
+}}
+"
+    )
+}
 
 /// Three overloads (16-, 8- and 4-byte accesses) of one inline-PTX load
 /// `name(p)` issuing `op`, e.g. `ld.global.cs`; with `policy`, the load takes
@@ -890,6 +932,33 @@ impl Ctx<'_> {
             Instr::Unary { op, arg } => unary(*op, &n(arg)),
             Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
             Instr::RoundToStorage(v) => format!("lf_round({})", n(v)),
+            Instr::Rescaled {
+                stat,
+                check,
+                fast,
+                x,
+                residual,
+            } => {
+                let code = match stat {
+                    RowStat::RmsRstd => 0,
+                };
+                let slow = format!(
+                    "lf_rescue({code}, p_{}, {}, row_off, LF_N)",
+                    ident(x),
+                    residual
+                        .as_ref()
+                        .map_or("(const lf_store_t*)0".to_string(), |r| format!(
+                            "p_{}",
+                            ident(r)
+                        ))
+                );
+                format!(
+                    "fabsf({}) <= {} ? {} : {slow}",
+                    n(check),
+                    lit(f32::MAX),
+                    n(fast)
+                )
+            }
             Instr::SelectIndexEq {
                 index,
                 sentinel,
@@ -1244,14 +1313,22 @@ impl Ctx<'_> {
             self.line(&format!("a{ks} *= lf_exp(a{km} - lf_pm{ks});"));
             self.line(&format!("a{km} = lf_pm{ks};"));
             self.close();
+            // A running maximum of -inf: every element so far is -inf (a
+            // mask) or NaN; exp(x - 0) adds 0 for -inf where exp(-inf -
+            // -inf) would add NaN, and keeps a NaN (the CPU executor's
+            // `online_push_pack`).
+            self.line(&format!(
+                "const float lf_bm{ks} = a{km} == {} ? 0.0f : a{km};",
+                lit(f32::NEG_INFINITY)
+            ));
             self.line("#pragma unroll");
             self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
             if guarded.is_some() {
                 self.line(&format!(
-                    "if (i0 + e < LF_N) a{ks} += lf_exp(lf_px{ks}[e] - a{km});"
+                    "if (i0 + e < LF_N) a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"
                 ));
             } else {
-                self.line(&format!("a{ks} += lf_exp(lf_px{ks}[e] - a{km});"));
+                self.line(&format!("a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"));
             }
             self.close();
         }
@@ -2238,6 +2315,15 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         head.push_str(rewiden_helper(plan.dtype()));
     }
     head.push_str(MATH_HELPERS);
+    if plan
+        .problem
+        .program
+        .body
+        .iter()
+        .any(|i| matches!(i, Instr::Rescaled { .. }))
+    {
+        head.push_str(&rescue_helper());
+    }
     if plan.streaming_hints {
         head.push_str(&streaming_helpers(plan));
     }

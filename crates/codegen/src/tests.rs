@@ -2101,3 +2101,40 @@ fn l2_prefetch_applies_only_to_register_plans_of_one_row_per_group() {
         assert_eq!(kernel(&asked).source, kernel(&plain).source);
     }
 }
+
+/// A worker whose elements so far are all masked (-inf) adds exp(x - 0)
+/// = 0 to its running sum instead of exp(-inf - -inf) = NaN: the guard on
+/// the running maximum is in every online normalizer's pack loop, and the
+/// plain two-pass softmax has none to need.
+#[test]
+fn online_normalizers_guard_a_minus_inf_running_maximum() {
+    for (op, dtype) in [
+        (Operator::Softmax, DType::F32),
+        (Operator::CrossEntropy, DType::Bf16),
+    ] {
+        let p = online(op, dtype, "64x4096", 256, 4, 1, 0);
+        let src = kernel(&p).source;
+        let guard = "== __int_as_float(0xff800000) ? 0.0f :";
+        assert!(src.contains(guard), "{op}: {src}");
+        assert!(!src.contains("lf_px1[e] - a0)"), "{op}: unguarded push");
+    }
+    let plain = make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1);
+    assert!(!kernel(&plain).source.contains("0xff800000) ? 0.0f"));
+}
+
+/// rmsnorm's kernel carries the rescaled slow path: one per-row test of
+/// its sum of squares, and `lf_rescue` for the rare overflowing row; other
+/// operators (layernorm and residual_layernorm included) carry none of it.
+#[test]
+fn rmsnorm_kernels_carry_the_rescaled_slow_path_and_others_do_not() {
+    for op in Operator::SIX {
+        let p = make(op, DType::Bf16, "64x4096", 256, 4, 1);
+        let src = kernel(&p).source;
+        let rms = op == Operator::Rmsnorm;
+        assert_eq!(src.contains("float lf_rescue("), rms, "{op}");
+        if rms {
+            assert!(src.contains("lf_rescue(0, p_x"), "{op}");
+            assert!(src.contains("fabsf(s"), "{op}: the per-row test");
+        }
+    }
+}

@@ -15,6 +15,7 @@ const SHIM: &str = r#"
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__
@@ -34,6 +35,12 @@ float expf(float);
 float logf(float);
 float sqrtf(float);
 float rsqrtf(float);
+float fabsf(float);
+float __fadd_rn(float, float);
+float __fsub_rn(float, float);
+float __fmul_rn(float, float);
+float __fdiv_rn(float, float);
+float __fsqrt_rn(float);
 #define LF_ASM(...) ((void)0)
 "#;
 

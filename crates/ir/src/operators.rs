@@ -1,7 +1,7 @@
 //! The six operators, written as row programs (plus `add`, an element-only
 //! program used as a copy-bandwidth baseline and to exercise refusals).
 
-use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, UnaryOp};
+use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -130,7 +130,9 @@ impl Operator {
                 let ms = b.div(ss, n);
                 let eps = b.constant(RMSNORM_EPS);
                 let v = b.add(ms, eps);
-                let r = b.unary(UnaryOp::Rsqrt, v);
+                let fast = b.unary(UnaryOp::Rsqrt, v);
+                // A row whose sum of squares overflows f32 takes the slow path.
+                let r = b.rescaled(RowStat::RmsRstd, ss, fast, "x", None);
                 let rb = b.broadcast(r);
                 let mut y = b.mul(x, rb);
                 if opts.weight {

@@ -78,6 +78,23 @@ impl ReduceOp {
     }
 }
 
+/// The per-row statistic an [`Instr::Rescaled`] recomputes on its slow path,
+/// over the row `h` (the row input, or the storage-rounded sum of the row
+/// input and the residual) scaled by [`RESCUE_SCALE`] and summed in element
+/// order by one worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowStat {
+    /// rmsnorm's `1 / sqrt(mean(h^2) + eps)`, unscaled.
+    RmsRstd,
+}
+
+/// The slow path's scale, 2^-76: squares of f32 values scaled by it stay
+/// below 2^104, so a row of up to 2^23 of them sums without overflow, and a
+/// row whose sum of squares overflowed keeps its largest square above
+/// 2^-55 (no loss to underflow that f32 could see).
+pub const RESCUE_SCALE: f32 = 1.0 / (1u128 << 76) as f32;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Instr {
@@ -135,6 +152,20 @@ pub enum Instr {
         if_eq: Value,
         otherwise: Value,
     },
+    /// A norm's per-row statistic with a rare slow path: `fast` where the
+    /// sum of squares `check` is finite; where it overflowed (|h| around
+    /// 1e19 and beyond) or the row holds an infinity or NaN, `stat`
+    /// recomputed from the row in scaled form ([`RowStat`]). Costs the
+    /// fast path one comparison per row.
+    Rescaled {
+        stat: RowStat,
+        check: Value,
+        fast: Value,
+        /// The Row input h is, or the first of the two it sums.
+        x: String,
+        /// The second Row input of `h = round(x + residual)`.
+        residual: Option<String>,
+    },
     /// Write a tile to a Row output or a scalar to a RowScalar output.
     Store {
         buffer: String,
@@ -156,6 +187,7 @@ impl Instr {
             Instr::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
             Instr::ReduceSumExp { arg, max } => vec![*arg, *max],
             Instr::MaskIndex { tile, index } => vec![*tile, *index],
+            Instr::Rescaled { check, fast, .. } => vec![*check, *fast],
             Instr::SelectIndexEq {
                 index,
                 if_eq,
@@ -365,6 +397,25 @@ impl Builder {
             sentinel,
             if_eq,
             otherwise,
+        })
+    }
+
+    /// `fast`, or `stat` recomputed in scaled form where `check` is not
+    /// finite ([`Instr::Rescaled`]).
+    pub fn rescaled(
+        &mut self,
+        stat: RowStat,
+        check: Value,
+        fast: Value,
+        x: &str,
+        residual: Option<&str>,
+    ) -> Value {
+        self.push(Instr::Rescaled {
+            stat,
+            check,
+            fast,
+            x: x.to_string(),
+            residual: residual.map(str::to_string),
         })
     }
 

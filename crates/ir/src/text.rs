@@ -48,6 +48,19 @@ impl Program {
                     "select %{} == {sentinel} ? %{} : %{}",
                     index.0, if_eq.0, otherwise.0
                 ),
+                Instr::Rescaled {
+                    stat,
+                    check,
+                    fast,
+                    x,
+                    residual,
+                } => {
+                    let h = match residual {
+                        Some(r) => format!("{x}+{r}"),
+                        None => x.clone(),
+                    };
+                    format!("rescaled.{stat:?} %{} ? %{} : {h}", check.0, fast.0).to_lowercase()
+                }
                 Instr::Store { buffer, value } => format!("store {buffer}, %{}", value.0),
             };
             let note = match &analysis {

@@ -301,6 +301,27 @@ impl Program {
                     }
                     (Kind::Scalar, ph(index).max(ph(if_eq)).max(ph(otherwise)))
                 }
+                Instr::Rescaled {
+                    check,
+                    fast,
+                    x,
+                    residual,
+                    ..
+                } => {
+                    let row_input =
+                        |b: &String| self.input(b).map(|d| d.kind) == Some(BufferKind::Row);
+                    if k(check) != Kind::Scalar
+                        || k(fast) != Kind::Scalar
+                        || !row_input(x)
+                        || !residual.iter().all(row_input)
+                    {
+                        return Err(mismatch(
+                            at,
+                            "rescaled takes two scalars and one or two Row input buffers",
+                        ));
+                    }
+                    (Kind::Scalar, ph(check).max(ph(fast)))
+                }
                 Instr::Store { buffer, value } => {
                     let Some(slot) = self.outputs.iter().position(|b| &b.name == buffer) else {
                         if self.input(buffer).is_some() {
