@@ -2122,19 +2122,74 @@ fn online_normalizers_guard_a_minus_inf_running_maximum() {
     assert!(!kernel(&plain).source.contains("0xff800000) ? 0.0f"));
 }
 
-/// rmsnorm's kernel carries the rescaled slow path: one per-row test of
-/// its sum of squares, and `lf_rescue` for the rare overflowing row; other
-/// operators (layernorm and residual_layernorm included) carry none of it.
+/// Masked long rows went NaN in online-normalizer kernels: every family
+/// that carries the online normalizer (registers, streamed, clusters,
+/// pushed cluster reductions, persistent clusters, prefetched rows) guards
+/// each push, and no push subtracts an unguarded running maximum.
 #[test]
-fn rmsnorm_kernels_carry_the_rescaled_slow_path_and_others_do_not() {
+fn regression_masked_long_rows_went_nan_in_every_online_normalizer_family() {
+    for schedule in [
+        "W=1024 V=4 G=1 online-normalizer",
+        "W=1024 V=4 G=1 stream online-normalizer",
+        "W=8192 V=4 G=1 online-normalizer",
+        "W=8192 V=4 G=1 push-reduce online-normalizer",
+        "W=8192 V=4 G=1 push-reduce persistent-clusters online-normalizer",
+        "W=1024 V=4 G=1 prefetch-rows online-normalizer",
+    ] {
+        for op in [Operator::Softmax, Operator::CrossEntropy] {
+            let request: LayoutRequest = schedule.parse().unwrap();
+            let p = make_with(op, DType::Bf16, "64x65536", request);
+            assert!(p.online_normalizer(), "{op} {schedule}");
+            let src = kernel(&p).source;
+            let pushes = src.matches("+= lf_exp(lf_px").count();
+            assert!(pushes > 0, "{op} {schedule}");
+            assert_eq!(
+                src.matches("- lf_bm").count(),
+                pushes,
+                "{op} {schedule}: {src}"
+            );
+        }
+    }
+}
+
+/// With `cold-path`, the norms' kernels test their statistics once per
+/// row and call the non-inlined `lf_cold_stats` and `lf_cold_out` after
+/// the row's last phase; without it (the default) they carry none of it
+/// and are the kernels of a program without [`lanefold_ir::Instr::Rescaled`].
+#[test]
+fn cold_path_kernels_call_the_cold_functions_and_default_kernels_carry_none() {
     for op in Operator::SIX {
-        let p = make(op, DType::Bf16, "64x4096", 256, 4, 1);
-        let src = kernel(&p).source;
-        let rms = op == Operator::Rmsnorm;
-        assert_eq!(src.contains("float lf_rescue("), rms, "{op}");
-        if rms {
-            assert!(src.contains("lf_rescue(0, p_x"), "{op}");
-            assert!(src.contains("fabsf(s"), "{op}: the per-row test");
+        for request in [
+            "W=256 V=4 G=1",
+            "W=256 V=4 G=1 stream",
+            "W=2048 V=4 G=1 push-reduce",
+            "W=256 V=4 G=1 prefetch-rows",
+            "W=128 V=4 G=2",
+        ] {
+            let base: LayoutRequest = request.parse().unwrap();
+            let cold = LayoutRequest {
+                cold_path: true,
+                ..base
+            };
+            let plain = make_with(op, DType::Bf16, "64x16384", base);
+            let asked = make_with(op, DType::Bf16, "64x16384", cold);
+            let norm = matches!(
+                op,
+                Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm
+            );
+            assert!(!kernel(&plain).source.contains("lf_cold"), "{op} {request}");
+            assert_eq!(asked.cold_path(), norm, "{op} {request}");
+            let src = kernel(&asked).source;
+            assert_eq!(src.contains("lf_cold_out("), norm, "{op} {request}");
+            if norm {
+                assert!(src.contains("__noinline__ float4 lf_cold_stats("), "{src}");
+                assert!(src.contains("const bool lf_cold = !("), "{src}");
+                // Called after the row's last phase.
+                let last_phase = src.rfind("// ---- phase").unwrap();
+                assert!(src.rfind("lf_cold_out(").unwrap() > last_phase, "{src}");
+            } else {
+                assert_eq!(src, kernel(&plain).source, "{op} {request}");
+            }
         }
     }
 }

@@ -4,7 +4,10 @@
 //! for the GPU's reduction order as well as a CPU path.
 
 use crate::data::{check_inputs, expected_len, Buffers, DataError, Tensor};
-use lanefold_ir::{BinaryOp, BufferKind, Instr, ReduceOp, RowStat, UnaryOp, RESCUE_SCALE};
+use lanefold_ir::{
+    BinaryOp, BufferKind, Instr, ReduceOp, RowStat, UnaryOp, LAYERNORM_EPS, LN_CANCEL_BITS,
+    RESCUE_SCALE,
+};
 use lanefold_plan::{Layout, Plan, TreeLevels};
 use rayon::prelude::*;
 
@@ -178,23 +181,69 @@ fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
     tree_combine(acc, tree, online_combine).1
 }
 
-/// The slow path of [`Instr::Rescaled`]: `stat` of the row `h`, scaled by
-/// [`RESCUE_SCALE`], each sum a compensated one taken by one worker in
-/// element order with every operation rounded on its own (the generated kernel's
-/// `lf_rescue_*`, which every thread of the row runs alike). The smallest
-/// normal f32 added under each square root keeps a constant row's
-/// statistics finite (its centred elements are exactly 0) and lets an
-/// infinity or NaN through.
-pub fn rescued_stat(stat: RowStat, h: &[f32]) -> f32 {
-    let s = RESCUE_SCALE;
+/// Does [`Instr::Rescaled`] take its cold path? Where the fast statistic
+/// `check` is not finite, or (layernorm) `check * 2^LN_CANCEL_BITS <
+/// mean^2`. The generated kernel's test, operation for operation.
+pub fn is_cold(stat: RowStat, check: f32, mean: Option<f32>) -> bool {
+    let finite = check.abs() <= f32::MAX;
+    match (stat, mean) {
+        (RowStat::LnRstd, Some(m)) => !(finite && check * (1u64 << LN_CANCEL_BITS) as f32 >= m * m),
+        _ => !finite,
+    }
+}
+
+/// The cold path of [`Instr::Rescaled`]: the normalised row `h` (before
+/// weight and bias), each sum a compensated one in element order with every
+/// operation rounded on its own (the generated kernel's `lf_cold_row`,
+/// which every thread of the row runs alike). rmsnorm scales h by
+/// [`RESCUE_SCALE`]; layernorm scales h by a power of two to order 1,
+/// centres it on its first element and takes two passes, so overflowing,
+/// tiny, constant and far-offset rows all come out right. The smallest
+/// normal f32 under rmsnorm's square root keeps an all-zero row finite.
+pub fn cold_row(stat: RowStat, h: &[f32]) -> Vec<f32> {
     let n = h.len() as f32;
     match stat {
         RowStat::RmsRstd => {
+            let s = RESCUE_SCALE;
             let acc = kahan_sum(h.iter().map(|&v| {
                 let t = v * s;
                 t * t
             }));
-            (1.0 / (acc / n + f32::MIN_POSITIVE).sqrt()) * s
+            let rstd = (1.0 / (acc / n + f32::MIN_POSITIVE).sqrt()) * s;
+            h.iter().map(|&v| v * rstd).collect()
+        }
+        RowStat::LnRstd => {
+            let eps = LAYERNORM_EPS;
+            let bad = h.iter().any(|v| !(v.abs() <= f32::MAX));
+            let amax = h.iter().fold(0.0f32, |m, v| {
+                if v.abs() <= f32::MAX && v.abs() > m {
+                    v.abs()
+                } else {
+                    m
+                }
+            });
+            let e = (amax.to_bits() >> 23).clamp(1, 253);
+            let s = f32::from_bits((254 - e) << 23);
+            let k = h[0] * s;
+            let m1 = kahan_sum(h.iter().map(|&v| v * s - k)) / n;
+            let var = kahan_sum(h.iter().map(|&v| {
+                let d = (v * s - k) - m1;
+                d * d
+            })) / n;
+            let rstd = if bad {
+                f32::NAN
+            } else if s <= 1.0 {
+                let q = var + eps * (s * s);
+                if q > 0.0 {
+                    1.0 / q.sqrt()
+                } else {
+                    0.0
+                }
+            } else {
+                let u = (var / s) / s;
+                1.0 / (s * (u + eps).sqrt())
+            };
+            h.iter().map(|&v| ((v * s - k) - m1) * rstd).collect()
         }
     }
 }
@@ -308,13 +357,16 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                 Instr::Rescaled {
                     stat,
                     check,
+                    mean,
                     fast,
                     x,
                     residual,
                 } => {
-                    if vals[check.index()].scalar().is_finite() {
+                    let mean = mean.map(|m| vals[m.index()].scalar());
+                    if !is_cold(*stat, vals[check.index()].scalar(), mean) {
                         Val::Scalar(vals[fast.index()].scalar())
                     } else {
+                        // The row's outputs again, and nothing after.
                         let x = &inputs[x];
                         let h: Vec<f32> = match residual {
                             None => (0..n).map(|i| x.get(row * n + i)).collect(),
@@ -325,7 +377,32 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                                     .collect()
                             }
                         };
-                        Val::Scalar(rescued_stat(*stat, &h))
+                        let mut y = cold_row(*stat, &h);
+                        // Each rounded on its own, as the kernel's are.
+                        if let Some(w) = inputs
+                            .get("weight")
+                            .filter(|_| program.input("weight").is_some())
+                        {
+                            y.iter_mut().enumerate().for_each(|(i, v)| *v *= w.get(i));
+                        }
+                        if let Some(b) = inputs
+                            .get("bias")
+                            .filter(|_| program.input("bias").is_some())
+                        {
+                            y.iter_mut().enumerate().for_each(|(i, v)| *v += b.get(i));
+                        }
+                        for (slot, decl) in program.outputs.iter().enumerate() {
+                            if decl.kind != BufferKind::Row {
+                                continue;
+                            }
+                            let tile = if decl.name == "h" {
+                                h.clone()
+                            } else {
+                                y.clone()
+                            };
+                            stored.push((slot, Val::Tile(tile)));
+                        }
+                        return stored;
                     }
                 }
                 Instr::Store { buffer, value } => {
@@ -650,12 +727,14 @@ mod tests {
         let base = LayoutRequest {
             workers: 32,
             pack: 1,
+            cold_path: true,
             ..Default::default()
         };
         vec![
             LayoutRequest {
                 workers: 1,
                 pack: 1,
+                cold_path: true,
                 ..Default::default()
             },
             base,
@@ -665,6 +744,36 @@ mod tests {
                 ..base
             },
         ]
+    }
+
+    /// Without `cold-path` (the default) the norms keep their fast
+    /// statistics alone: layernorm f32 rows at 1e30 overflow the sum of
+    /// squares and normalise to 0, far from float64; with it they meet it.
+    #[test]
+    fn regression_layernorm_f32_rows_at_1e30_normalised_to_zero_without_the_cold_path() {
+        let row: Vec<f32> = (0..300)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 2e28)
+            .collect();
+        for cold_path in [false, true] {
+            let request = LayoutRequest {
+                cold_path,
+                ..requests()[1]
+            };
+            let (p, out, v) = run_rows(
+                Operator::Layernorm,
+                DType::F32,
+                &[row.clone()],
+                &[],
+                request,
+            );
+            assert_eq!(p.cold_path(), cold_path);
+            assert_eq!(v.pass, cold_path, "{}: {v:?}", p.describe());
+            if cold_path {
+                assert!(v.worst_rel_err() < 1e-5, "{v:?}");
+            } else {
+                assert!((0..300).all(|i| out["y"].get(i) == 0.0));
+            }
+        }
     }
 
     const NEG: f32 = f32::NEG_INFINITY;
@@ -833,13 +942,11 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: rows whose sum of squares overflows f32 normalise to 0 (no rescaled slow path); fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_rows_whose_sum_of_squares_overflows_went_to_zero() {
         overflowing_rows_are_normalised(&[Operator::Layernorm, Operator::ResidualLayernorm]);
     }
 
     #[test]
-    #[ignore = "layernorm: the fused output's mean * rstd overflows on huge near-constant rows; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_fused_output_overflowed_on_a_huge_constant_row() {
         // h * rstd and mean * rstd with rstd = 1/sqrt(eps) overflow at
         // |h| > 1e36 although the moments do not.
@@ -861,7 +968,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: constant rows lose the bias to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_constant_row_normalised_its_mean_rounding() {
         // Summing 1.1 261 times rounds; the mean's error over a variance
         // of 0 gave outputs of order 1e-2 where the answer is the bias.
@@ -880,7 +986,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_offset_row_lost_its_centring_to_the_mean_rounding() {
         // n = 2 rows about 600 with a spread of 0.5: rounding k + mean to
         // f32 cost 1e-4 of the output; centring on k first is exact.
@@ -896,7 +1001,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed in commit a507bd6a, reverted for its measured cost"]
     fn regression_layernorm_one_pass_moments_of_a_masked_row_were_not_nan() {
         let rows = vec![
             vec![NEG, -1.0487585, 0.5, 1.5],
@@ -921,7 +1025,8 @@ mod tests {
     fn regression_rescaled_sum_of_squares_with_an_infinity_went_nan() {
         // The slow path's compensated sum turned an infinite square into
         // NaN: rmsnorm's finite elements must stay 0, as torch's do.
-        assert_eq!(rescued_stat(RowStat::RmsRstd, &[1.0, NEG, 2.0]), 0.0);
+        let y = cold_row(RowStat::RmsRstd, &[1.0, NEG, 2.0]);
+        assert_eq!((y[0], y[2]), (0.0, 0.0));
         let (_, out, v) = run_rows(
             Operator::Rmsnorm,
             DType::F32,

@@ -3,9 +3,9 @@
 //! operator, a dtype, a shape, a legal plan on the given target and values
 //! that reach the numerical corners (huge, tiny and subnormal rows,
 //! constant rows, mixed signs, infinities, NaN, -inf masks, ignored
-//! targets), less the known layernorm limits of
-//! [`LAYERNORM_EXCLUSIONS`]. [`check`] judges any backend's outputs against the
-//! independent float64 [`crate::oracle`].
+//! targets); a norm's plan without the cold path leaves out the known
+//! limits of [`FAST_PATH_EXCLUSIONS`]. [`check`] judges any backend's
+//! outputs against the independent float64 [`crate::oracle`].
 
 use crate::data::{expected_len, Buffers, Tensor};
 use crate::validate::{validate, Validation};
@@ -111,11 +111,13 @@ impl RowKind {
     }
 }
 
-/// A combination the generator does not draw for layernorm and
-/// residual_layernorm: a known precision limit of their arithmetic here.
+/// A combination the generator does not draw for a norm without the cold
+/// path: a known limit of its fast statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayernormLimit {
-    /// Rows of this kind, on any plan.
+pub enum NormLimit {
+    /// rmsnorm rows of this kind.
+    RmsRows(RowKind),
+    /// layernorm and residual_layernorm rows of this kind, on any plan.
     Rows(RowKind),
     /// Rows of this kind on a plan with one-pass moments.
     OnePassRows(RowKind),
@@ -123,57 +125,72 @@ pub enum LayernormLimit {
     FusedOutput,
 }
 
-/// The known layernorm limits the generator leaves out, each with its
-/// reason; every one has an ignored `regression_` test (in the CPU
-/// executor's tests) that reproduces it, so they stay visible.
-pub const LAYERNORM_EXCLUSIONS: &[(LayernormLimit, &str)] = &[
+/// The known limits of the norms' fast statistics, which the generator
+/// leaves out on plans without the cold path (`cold-path`, off by
+/// default), each with its reason. A plan with it has none: every row kind
+/// is drawn (the `regression_` tests of the CPU executor pin them).
+pub const FAST_PATH_EXCLUSIONS: &[(NormLimit, &str)] = &[
     (
-        LayernormLimit::Rows(RowKind::Constant),
-        "layernorm: constant rows lose the bias to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::RmsRows(RowKind::Huge),
+        "rmsnorm: rows whose sum of squares overflows f32 normalise to 0",
     ),
     (
-        LayernormLimit::Rows(RowKind::Offset),
-        "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::RmsRows(RowKind::Mixed),
+        "rmsnorm: mixed rows carry huge values whose squares overflow f32",
     ),
     (
-        LayernormLimit::Rows(RowKind::Huge),
-        "layernorm: rows whose sum of squares overflows f32 normalise to 0 (no rescaled slow path); fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::Rows(RowKind::Constant),
+        "layernorm: constant rows lose the bias to the mean's rounding; fixed on branch numerics at a measured cost",
     ),
     (
-        LayernormLimit::Rows(RowKind::Mixed),
-        "layernorm: mixed rows carry huge values whose squares overflow f32; fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::Rows(RowKind::Offset),
+        "layernorm: rows offset far from 0 lose their centring to the mean's rounding; fixed on branch numerics at a measured cost",
     ),
     (
-        LayernormLimit::OnePassRows(RowKind::Masked),
-        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::Rows(RowKind::Huge),
+        "layernorm: rows whose sum of squares overflows f32 normalise to 0 ; fixed on branch numerics at a measured cost",
     ),
     (
-        LayernormLimit::OnePassRows(RowKind::NonFinite),
-        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with an infinity gives infinities where torch gives NaN; fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::Rows(RowKind::Mixed),
+        "layernorm: mixed rows carry huge values whose squares overflow f32; fixed on branch numerics at a measured cost",
     ),
     (
-        LayernormLimit::FusedOutput,
-        "layernorm: the fused output h * rstd - mean * rstd cancels on rows far from 0 and overflows on huge ones; fixed in commit a507bd6a, reverted for its measured cost",
+        NormLimit::OnePassRows(RowKind::Masked),
+        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with -inf gives infinities where torch gives NaN; fixed on branch numerics at a measured cost",
+    ),
+    (
+        NormLimit::OnePassRows(RowKind::NonFinite),
+        "layernorm: one-pass moments clamp a NaN variance to 0, so a row with an infinity gives infinities where torch gives NaN; fixed on branch numerics at a measured cost",
+    ),
+    (
+        NormLimit::FusedOutput,
+        "layernorm: the fused output h * rstd - mean * rstd cancels on rows far from 0 and overflows on huge ones; fixed on branch numerics at a measured cost",
     ),
 ];
 
-/// Is `limit` in [`LAYERNORM_EXCLUSIONS`]?
-fn excluded(limit: LayernormLimit) -> bool {
-    LAYERNORM_EXCLUSIONS.iter().any(|(l, _)| *l == limit)
+/// Is `limit` in [`FAST_PATH_EXCLUSIONS`]?
+fn excluded(limit: NormLimit) -> bool {
+    FAST_PATH_EXCLUSIONS.iter().any(|(l, _)| *l == limit)
 }
 
 /// The row kinds drawn for `op` on `plan`: every kind, less the
-/// [`LAYERNORM_EXCLUSIONS`] for layernorm and residual_layernorm.
+/// [`FAST_PATH_EXCLUSIONS`] for a norm without the cold path.
 pub fn row_kinds(op: Operator, plan: &Plan) -> Vec<RowKind> {
     let layernorm = matches!(op, Operator::Layernorm | Operator::ResidualLayernorm);
-    RowKind::ALL
-        .into_iter()
-        .filter(|&k| {
-            !layernorm
-                || !(excluded(LayernormLimit::Rows(k))
-                    || (plan.one_pass_moments() && excluded(LayernormLimit::OnePassRows(k))))
-        })
-        .collect()
+    let limited = |k| {
+        if plan.cold_path() {
+            return false;
+        }
+        match op {
+            Operator::Rmsnorm => excluded(NormLimit::RmsRows(k)),
+            _ if layernorm => {
+                excluded(NormLimit::Rows(k))
+                    || (plan.one_pass_moments() && excluded(NormLimit::OnePassRows(k)))
+            }
+            _ => false,
+        }
+    };
+    RowKind::ALL.into_iter().filter(|&k| !limited(k)).collect()
 }
 
 /// log10 of the storage type's largest finite and smallest normal values.
@@ -311,6 +328,7 @@ fn draw_request(rng: &mut ChaCha8Rng) -> LayoutRequest {
     r.fused_output = rng.random_bool(0.3);
     r.pack_resident = rng.random_bool(0.2);
     r.rounded_resident = rng.random_bool(0.2);
+    r.cold_path = rng.random_bool(0.5);
     r
 }
 
@@ -332,7 +350,8 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
     let problem = Problem::operator(op, options, dtype, shape);
     let mut request = draw_request(&mut rng);
     if matches!(op, Operator::Layernorm | Operator::ResidualLayernorm)
-        && excluded(LayernormLimit::FusedOutput)
+        && !request.cold_path
+        && excluded(NormLimit::FusedOutput)
     {
         request.fused_output = false;
     }
@@ -418,32 +437,43 @@ pub fn run_cpu(case: &FuzzCase) -> Result<Validation, crate::ExecError> {
 mod tests {
     use super::*;
 
-    /// Layernorm cases draw none of [`LAYERNORM_EXCLUSIONS`]; other
-    /// operators draw every row kind and the fused output still.
+    /// Norm cases without the cold path draw none of
+    /// [`FAST_PATH_EXCLUSIONS`]; with it, and for other operators, every
+    /// row kind is drawn (and layernorm's fused output).
     #[test]
-    fn layernorm_cases_leave_out_the_listed_limits_and_others_do_not() {
+    fn norms_without_the_cold_path_leave_out_the_listed_limits_and_others_do_not() {
         let limits = FuzzLimits {
             max_elements: 1 << 10,
         };
         let mut others = std::collections::BTreeSet::new();
-        for i in 0..400 {
+        let mut cold = std::collections::BTreeSet::new();
+        let mut cold_fused = false;
+        for i in 0..600 {
             let case = draw(5, i, &Target::cpu(), limits);
             let op = case.plan.problem.operator_kind().unwrap();
-            if !matches!(op, Operator::Layernorm | Operator::ResidualLayernorm) {
+            let layernorm = matches!(op, Operator::Layernorm | Operator::ResidualLayernorm);
+            if !layernorm && op != Operator::Rmsnorm {
                 others.extend(case.rows.iter().map(|k| k.name()));
+                continue;
+            }
+            if case.plan.cold_path() {
+                cold.extend(case.rows.iter().map(|k| k.name()));
+                cold_fused |= case.plan.fused_output();
                 continue;
             }
             assert!(!case.plan.fused_output(), "{}", case.label());
             for &k in &case.rows {
-                assert!(!excluded(LayernormLimit::Rows(k)), "{}", case.label());
-                let one_pass = excluded(LayernormLimit::OnePassRows(k));
-                assert!(
-                    !(one_pass && case.plan.one_pass_moments()),
-                    "{}",
-                    case.label()
-                );
+                let limited = if layernorm {
+                    excluded(NormLimit::Rows(k))
+                        || (excluded(NormLimit::OnePassRows(k)) && case.plan.one_pass_moments())
+                } else {
+                    excluded(NormLimit::RmsRows(k))
+                };
+                assert!(!limited, "{}", case.label());
             }
         }
         assert_eq!(others.len(), RowKind::ALL.len());
+        assert_eq!(cold.len(), RowKind::ALL.len());
+        assert!(cold_fused);
     }
 }

@@ -11,5 +11,5 @@ pub mod reference;
 mod validate;
 
 pub use data::{Buffers, DataError, Tensor};
-pub use exec::{execute, reduce_tree, rescued_stat, ExecError};
+pub use exec::{cold_row, execute, is_cold, reduce_tree, ExecError};
 pub use validate::{validate, OutputCheck, Validation};

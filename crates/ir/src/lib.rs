@@ -20,6 +20,6 @@ pub use operators::{
 };
 pub use program::{
     BinaryOp, BufferDecl, BufferKind, Builder, Instr, Program, ReduceOp, RowStat, UnaryOp, Value,
-    RESCUE_SCALE,
+    LN_CANCEL_BITS, RESCUE_SCALE,
 };
 pub use verify::{Analysis, Kind, VerifyError};

@@ -78,6 +78,11 @@ impl OperatorOptions {
 }
 
 impl Operator {
+    /// The second Row input residual_layernorm adds to x.
+    fn residual(self) -> Option<&'static str> {
+        (self == Operator::ResidualLayernorm).then_some("residual")
+    }
+
     /// The six reduction operators of the mission.
     pub const SIX: [Operator; 6] = [
         Operator::Sum,
@@ -122,25 +127,7 @@ impl Operator {
                 let y = b.mul(e, rb);
                 b.output("y", BufferKind::Row, y);
             }
-            Operator::Rmsnorm => {
-                let x = b.input("x", BufferKind::Row);
-                let sq = b.unary(UnaryOp::Square, x);
-                let ss = b.reduce(ReduceOp::Sum, sq);
-                let n = b.row_len();
-                let ms = b.div(ss, n);
-                let eps = b.constant(RMSNORM_EPS);
-                let v = b.add(ms, eps);
-                let fast = b.unary(UnaryOp::Rsqrt, v);
-                // A row whose sum of squares overflows f32 takes the slow path.
-                let r = b.rescaled(RowStat::RmsRstd, ss, fast, "x", None);
-                let rb = b.broadcast(r);
-                let mut y = b.mul(x, rb);
-                if opts.weight {
-                    let w = b.input("weight", BufferKind::Column);
-                    y = b.mul(y, w);
-                }
-                b.output("y", BufferKind::Row, y);
-            }
+            Operator::Rmsnorm => rms_norm_body(&mut b, opts, false),
             Operator::Layernorm | Operator::ResidualLayernorm => {
                 let x = b.input("x", BufferKind::Row);
                 let h = if self == Operator::ResidualLayernorm {
@@ -148,7 +135,7 @@ impl Operator {
                 } else {
                     x
                 };
-                layer_norm_body(&mut b, h, opts, false);
+                layer_norm_body(&mut b, h, opts, None, false);
             }
             Operator::CrossEntropy => {
                 let x = b.input("x", BufferKind::Row);
@@ -192,6 +179,9 @@ pub struct NormForm {
     /// 1e-5 tolerance would see it on rows offset by ~1000 spreads, so
     /// only 16-bit rows take it (see `Problem::as_requested`).
     pub fused_output: bool,
+    /// A rare cold path for rows the fast statistics get wrong
+    /// ([`crate::Instr::Rescaled`]); rmsnorm too.
+    pub cold_path: bool,
 }
 
 impl Operator {
@@ -207,17 +197,24 @@ impl Operator {
             opts,
             NormForm {
                 one_pass_moments: true,
-                fused_output: false,
+                ..NormForm::default()
             },
         )
     }
 
-    /// layernorm and residual_layernorm in the given [`NormForm`]; None for
-    /// the other operators. The default form is [`Operator::program`]'s.
+    /// layernorm and residual_layernorm (rmsnorm: only its cold path) in
+    /// the given [`NormForm`]; None for the other operators. The default
+    /// form is [`Operator::program`]'s.
     pub fn program_norm_form(self, opts: OperatorOptions, form: NormForm) -> Option<Program> {
+        if self == Operator::Rmsnorm {
+            let mut b = Builder::new(self.name());
+            rms_norm_body(&mut b, opts, form.cold_path);
+            return Some(b.finish());
+        }
         if !matches!(self, Operator::Layernorm | Operator::ResidualLayernorm) {
             return None;
         }
+        let cold = form.cold_path.then_some(self.residual());
         let mut b = Builder::new(self.name());
         let x = b.input("x", BufferKind::Row);
         let h = if self == Operator::ResidualLayernorm {
@@ -226,7 +223,7 @@ impl Operator {
             x
         };
         if !form.one_pass_moments {
-            layer_norm_body(&mut b, h, opts, form.fused_output);
+            layer_norm_body(&mut b, h, opts, cold, form.fused_output);
             return Some(b.finish());
         }
         let k = match self {
@@ -251,8 +248,12 @@ impl Operator {
         let var = b.binary(BinaryOp::Max, raw, zero);
         let eps = b.constant(LAYERNORM_EPS);
         let ve = b.add(var, eps);
-        let rstd = b.unary(UnaryOp::Rsqrt, ve);
+        let mut rstd = b.unary(UnaryOp::Rsqrt, ve);
         let mean = b.add(m1, k);
+        if let Some(residual) = cold {
+            // The unclamped variance: NaN where the row holds an infinity.
+            rstd = b.rescaled(RowStat::LnRstd, (raw, Some(mean)), rstd, "x", residual);
+        }
         if form.fused_output {
             fused_output(&mut b, h, mean, rstd, opts);
         } else {
@@ -264,7 +265,39 @@ impl Operator {
     }
 }
 
-fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fused: bool) {
+/// rmsnorm; with `cold`, a row whose sum of squares is not finite takes
+/// the cold path ([`NormForm::cold_path`]).
+fn rms_norm_body(b: &mut Builder, opts: OperatorOptions, cold: bool) {
+    let x = b.input("x", BufferKind::Row);
+    let sq = b.unary(UnaryOp::Square, x);
+    let ss = b.reduce(ReduceOp::Sum, sq);
+    let n = b.row_len();
+    let ms = b.div(ss, n);
+    let eps = b.constant(RMSNORM_EPS);
+    let v = b.add(ms, eps);
+    let mut r = b.unary(UnaryOp::Rsqrt, v);
+    if cold {
+        r = b.rescaled(RowStat::RmsRstd, (ss, None), r, "x", None);
+    }
+    let rb = b.broadcast(r);
+    let mut y = b.mul(x, rb);
+    if opts.weight {
+        let w = b.input("weight", BufferKind::Column);
+        y = b.mul(y, w);
+    }
+    b.output("y", BufferKind::Row, y);
+}
+
+/// layernorm's moments and output of `x`; with `cold` (the second Row
+/// input, if any), overflowing, non-finite and far-offset rows take the
+/// cold path ([`NormForm::cold_path`]).
+fn layer_norm_body(
+    b: &mut Builder,
+    x: crate::Value,
+    opts: OperatorOptions,
+    cold: Option<Option<&str>>,
+    fused: bool,
+) {
     let n = b.row_len();
     let s = b.reduce(ReduceOp::Sum, x);
     let mean = b.div(s, n);
@@ -275,7 +308,10 @@ fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fuse
     let var = b.div(ss, n);
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
-    let rstd = b.unary(UnaryOp::Rsqrt, ve);
+    let mut rstd = b.unary(UnaryOp::Rsqrt, ve);
+    if let Some(residual) = cold {
+        rstd = b.rescaled(RowStat::LnRstd, (var, Some(mean)), rstd, "x", residual);
+    }
     if fused {
         fused_output(b, x, mean, rstd, opts);
     } else {

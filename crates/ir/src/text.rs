@@ -51,6 +51,7 @@ impl Program {
                 Instr::Rescaled {
                     stat,
                     check,
+                    mean,
                     fast,
                     x,
                     residual,
@@ -59,7 +60,8 @@ impl Program {
                         Some(r) => format!("{x}+{r}"),
                         None => x.clone(),
                     };
-                    format!("rescaled.{stat:?} %{} ? %{} : {h}", check.0, fast.0).to_lowercase()
+                    let m = mean.map_or(String::new(), |m| format!(", %{}", m.0));
+                    format!("rescaled.{stat:?} %{}{m} ? %{} : {h}", check.0, fast.0).to_lowercase()
                 }
                 Instr::Store { buffer, value } => format!("store {buffer}, %{}", value.0),
             };

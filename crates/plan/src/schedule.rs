@@ -131,6 +131,7 @@ const TOKENS: &[Field] = &[
     flag!("online-normalizer", online_normalizer),
     flag!("one-pass-moments", one_pass_moments),
     flag!("fused-output", fused_output),
+    flag!("cold-path", cold_path),
     count!("occupancy", occupancy),
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
@@ -331,7 +332,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 20);
+        let flags = proptest::collection::vec(any::<bool>(), 21);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -387,6 +388,7 @@ mod tests {
                 early_columns: c[3],
                 shared_chunks: c[4],
                 l2_prefetch_rows: if b[19] { c[5] } else { 0 },
+                cold_path: b[20],
             }
         })
     }

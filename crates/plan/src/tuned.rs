@@ -128,6 +128,7 @@ impl TunedEntry {
             online_normalizer,
             one_pass_moments,
             fused_output,
+            cold_path,
             prefetch_rows,
             l1_columns,
             unfold_pack_addresses,
@@ -152,6 +153,7 @@ impl TunedEntry {
         r.online_normalizer |= online_normalizer;
         r.one_pass_moments |= one_pass_moments;
         r.fused_output |= fused_output;
+        r.cold_path |= cold_path;
         r.prefetch_rows |= prefetch_rows;
         r.l1_columns |= l1_columns;
         r.unfold_pack_addresses |= unfold_pack_addresses;
