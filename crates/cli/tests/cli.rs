@@ -599,9 +599,68 @@ fn masked_and_huge_npy_inputs_validate() {
     let path = dir.join("huge.npy");
     npy::write(&path, &Tensor::F32(huge), &[rows as u64, n as u64]).unwrap();
     let arg = format!("x={}", path.display());
-    let o = lanefold(&["run", "--op", "rmsnorm", "--shape", "3x40", "--input", &arg]);
-    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
-    assert!(stdout(&o).contains("validated against float64"));
+    // The norms meet float64 there with the cold path (`cold-path`).
+    for op in ["rmsnorm", "layernorm", "residual_layernorm"] {
+        let mut args = vec!["run", "--op", op, "--shape", "3x40", "--input", &arg];
+        args.extend(["--schedule", "cold-path"]);
+        let o = lanefold(&args);
+        assert!(o.status.success(), "{op}: {}\n{}", stderr(&o), stdout(&o));
+        assert!(stdout(&o).contains("validated against float64"));
+    }
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "layernorm",
+        "--shape",
+        "3x40",
+        "--input",
+        &arg,
+    ]);
+    assert!(
+        !o.status.success(),
+        "the fast path alone normalises 1e30 rows to 0"
+    );
+}
+
+/// Masked long rows went NaN in the online normalizer: a softmax and a
+/// cross-entropy row of 70,001 entries, mostly -inf, validate.
+#[test]
+fn regression_masked_long_rows_went_nan() {
+    use lanefold_cpu::{npy, Tensor};
+    let dir = tmpdir("masked-long");
+    let (rows, n) = (2usize, 70_001usize);
+    let x: Vec<f32> = (0..rows * n)
+        .map(|i| {
+            if i % 5 == 0 {
+                (i % 11) as f32 * 0.5
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    let masked = dir.join("masked.npy");
+    npy::write(&masked, &Tensor::F32(x), &[rows as u64, n as u64]).unwrap();
+    let arg = format!("x={}", masked.display());
+    let targets = dir.join("targets.npy");
+    npy::write(&targets, &Tensor::I64(vec![5, 1]), &[2]).unwrap();
+    let t = format!("target={}", targets.display());
+    for (op, extra) in [("softmax", None), ("cross_entropy", Some(t.as_str()))] {
+        for schedule in ["auto", "online-normalizer", "W=256 V=4 online-normalizer"] {
+            let mut args = vec!["run", "--op", op, "--shape", "2x70001", "--input", &arg];
+            if let Some(t) = extra {
+                args.extend(["--input", t]);
+            }
+            args.extend(["--schedule", schedule]);
+            let o = lanefold(&args);
+            assert!(
+                o.status.success(),
+                "{op} {schedule}: {}\n{}",
+                stderr(&o),
+                stdout(&o)
+            );
+            assert!(stdout(&o).contains("validated against float64"));
+        }
+    }
 }
 
 /// `selftest --fuzz N --seed S` runs N drawn cases against the oracle and
