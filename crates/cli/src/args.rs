@@ -202,6 +202,14 @@ pub struct PolicyArgs {
     /// Shorthand for the schedule token `fused-output`.
     #[arg(long, help_heading = SHORTHANDS)]
     pub fused_output: bool,
+    /// rmsnorm, layernorm and residual_layernorm: rows the fast statistics
+    /// get wrong (a sum of squares that overflows, infinities, NaN, a mean
+    /// beyond 64 spreads) are computed again by a rare, non-inlined cold
+    /// path. Same results on every other row; off by default (it moves
+    /// some kernels' register counts).
+    /// Shorthand for the schedule token `cold-path`.
+    #[arg(long, help_heading = SHORTHANDS)]
+    pub cold_path: bool,
     /// Register plans of one group per row: a persistent grid whose groups
     /// copy their next row into shared memory (`cp.async.bulk`) while they
     /// reduce and write the current one. Programs with one row input whose
@@ -285,6 +293,7 @@ impl PolicyArgs {
             (self.online_normalizer, "online-normalizer"),
             (self.one_pass_moments, "one-pass-moments"),
             (self.fused_output, "fused-output"),
+            (self.cold_path, "cold-path"),
             (self.prefetch_rows, "prefetch-rows"),
             (self.l1_columns, "l1-columns"),
             (self.unfold_pack_addresses, "unfolded-addresses"),

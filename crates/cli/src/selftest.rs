@@ -493,6 +493,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
+    ("cold-path", cold_path_checks),
     ("batch-invariance", batch_invariance_default_checks),
 ];
 
@@ -667,6 +668,30 @@ fn register_forms(labels: [&'static str; 3]) -> [(&'static str, RequestEdit); 3]
 /// checks over [`register_forms`].
 const REGISTER_FORM_LAYOUTS: [(u32, u32, usize); 3] =
     [(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)];
+
+/// The norms' cold path (`cold_path`): rows the fast statistics get right
+/// keep every bit. Every operator, f32 and bf16, in register plans of one
+/// group and of a cluster, plain, packed, pushed with one-pass moments,
+/// and streamed; marked exactly on the norms.
+pub fn cold_path_checks(backend: &Backend, report: &mut Report) {
+    let mut bases = register_forms(["cold path", "cold path, packed", "cold path, pushed"]).to_vec();
+    bases.push(("cold path, streamed", streamed_with_reread_hints));
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &REGISTER_FORM_LAYOUTS,
+        37,
+        |request| request.cold_path = true,
+        |plan| plan.cold_path(),
+        |plan| {
+            matches!(
+                plan.problem.operator_kind(),
+                Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
+            )
+        },
+    );
+}
 
 /// The output phase's first chunks' columns loaded before the reduction
 /// (`early_columns`): every operator, f32 and bf16, in register plans of
