@@ -674,7 +674,8 @@ const REGISTER_FORM_LAYOUTS: [(u32, u32, usize); 3] =
 /// group and of a cluster, plain, packed, pushed with one-pass moments,
 /// and streamed; marked exactly on the norms.
 pub fn cold_path_checks(backend: &Backend, report: &mut Report) {
-    let mut bases = register_forms(["cold path", "cold path, packed", "cold path, pushed"]).to_vec();
+    let mut bases =
+        register_forms(["cold path", "cold path, packed", "cold path, pushed"]).to_vec();
     bases.push(("cold path, streamed", streamed_with_reread_hints));
     same_bits_over_bases(
         backend,

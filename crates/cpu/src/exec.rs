@@ -214,7 +214,7 @@ pub fn cold_row(stat: RowStat, h: &[f32]) -> Vec<f32> {
         }
         RowStat::LnRstd => {
             let eps = LAYERNORM_EPS;
-            let bad = h.iter().any(|v| !(v.abs() <= f32::MAX));
+            let bad = h.iter().any(|v| !v.is_finite());
             let amax = h.iter().fold(0.0f32, |m, v| {
                 if v.abs() <= f32::MAX && v.abs() > m {
                     v.abs()
@@ -762,7 +762,7 @@ mod tests {
             let (p, out, v) = run_rows(
                 Operator::Layernorm,
                 DType::F32,
-                &[row.clone()],
+                std::slice::from_ref(&row),
                 &[],
                 request,
             );

@@ -510,7 +510,7 @@ mod tests {
                         opts,
                         NormForm {
                             one_pass_moments,
-                            fused_output: false,
+                            ..NormForm::default()
                         },
                     )
                     .unwrap();
@@ -520,6 +520,7 @@ mod tests {
                         NormForm {
                             one_pass_moments,
                             fused_output: true,
+                            cold_path: false,
                         },
                     )
                     .unwrap();
@@ -541,15 +542,56 @@ mod tests {
         for op in Operator::SIX {
             assert!(!negates(&op.program(opts)), "{op}");
         }
-        assert!(Operator::Rmsnorm
-            .program_norm_form(
-                opts,
-                NormForm {
-                    one_pass_moments: false,
-                    fused_output: true
-                }
-            )
-            .is_none());
+        // rmsnorm has only the cold path among the forms; sum none.
+        let fused = NormForm {
+            fused_output: true,
+            ..NormForm::default()
+        };
+        assert_eq!(
+            Operator::Rmsnorm
+                .program_norm_form(opts, fused)
+                .unwrap()
+                .to_text(),
+            Operator::Rmsnorm.program(opts).to_text()
+        );
+        assert!(Operator::Sum.program_norm_form(opts, fused).is_none());
+    }
+
+    /// The cold path adds one `rescaled` after the last reduction of each
+    /// norm's every form; the default forms carry none.
+    #[test]
+    fn the_cold_path_is_one_rescaled_instruction_after_the_last_reduction() {
+        let opts = OperatorOptions::default();
+        for op in [
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+        ] {
+            assert!(!op.program(opts).to_text().contains("rescaled"), "{op}");
+            for (one_pass_moments, fused_output) in [(false, false), (true, false), (true, true)] {
+                let form = NormForm {
+                    one_pass_moments,
+                    fused_output,
+                    cold_path: true,
+                };
+                let p = op.program_norm_form(opts, form).unwrap();
+                p.verify().unwrap();
+                let at: Vec<usize> = p
+                    .body
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| matches!(i, Instr::Rescaled { .. }))
+                    .map(|(at, _)| at)
+                    .collect();
+                assert_eq!(at.len(), 1, "{op}");
+                let last_reduce = p
+                    .body
+                    .iter()
+                    .rposition(|i| matches!(i, Instr::Reduce { .. }))
+                    .unwrap();
+                assert!(at[0] > last_reduce, "{op}");
+            }
+        }
     }
 
     #[test]
@@ -559,6 +601,23 @@ mod tests {
         let k = b.row_first("w");
         let s = b.reduce(ReduceOp::Sum, w);
         let t = b.add(s, k);
+        b.output("out", BufferKind::RowScalar, t);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::KindMismatch { .. })
+        ));
+    }
+
+    /// The cold path skips the rest of its row: a reduction after it would
+    /// leave the row's other workers waiting, so the verifier refuses one.
+    #[test]
+    fn rescaled_must_follow_the_last_reduction() {
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        let s = b.reduce(ReduceOp::Sum, x);
+        let r = b.rescaled(RowStat::RmsRstd, (s, None), s, "x", None);
+        let s2 = b.reduce(ReduceOp::Max, x);
+        let t = b.add(r, s2);
         b.output("out", BufferKind::RowScalar, t);
         assert!(matches!(
             b.finish().verify(),
