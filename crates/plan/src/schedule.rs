@@ -426,7 +426,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
+                   fused-output cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(
