@@ -693,10 +693,21 @@ mod tests {
         targets: &[i64],
         request: LayoutRequest,
     ) -> (Plan, Buffers, crate::validate::Validation) {
+        run_rows_on(&Target::cpu(), op, dtype, rows, targets, request)
+    }
+
+    fn run_rows_on(
+        target: &Target,
+        op: Operator,
+        dtype: DType,
+        rows: &[Vec<f32>],
+        targets: &[i64],
+        request: LayoutRequest,
+    ) -> (Plan, Buffers, crate::validate::Validation) {
         let n = rows[0].len();
         let shape = Shape::new(rows.len(), n).unwrap();
         let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
-        let p = plan(&problem, &Target::cpu(), &request).unwrap();
+        let p = plan(&problem, target, &request).unwrap();
         let flat: Vec<f32> = rows.concat();
         let mut inputs = Buffers::new();
         for decl in &problem.program.inputs {
@@ -806,6 +817,53 @@ mod tests {
                     assert_eq!(y.get(i), 0.0, "{} [{i}]", p.describe());
                 }
                 assert!(y.get(96 + i).is_nan(), "{} [{i}]", p.describe());
+            }
+        }
+    }
+
+    /// Masked long rows went NaN in the online normalizer: the H200's plan
+    /// families for long rows (registers, streamed, clusters, pushed and
+    /// persistent clusters, prefetched rows), each with and without the
+    /// online normalizer, run by the executor in their reduction order on
+    /// rows of 65,536 mostly masked entries (whole workers of -inf) and a
+    /// fully masked row: they meet float64, and the masked entries are 0.
+    #[test]
+    fn regression_masked_long_rows_went_nan_on_every_plan_family() {
+        let n = 1 << 16;
+        let masked: Vec<f32> = (0..n)
+            .map(|i| {
+                if i % 4096 < 3000 {
+                    NEG
+                } else {
+                    (i % 13) as f32 * 0.3
+                }
+            })
+            .collect();
+        let rows = vec![masked.clone(), vec![NEG; n]];
+        for schedule in [
+            "W=1024 V=4 G=1",
+            "W=1024 V=4 G=1 stream",
+            "W=8192 V=4 G=1",
+            "W=8192 V=4 G=1 push-reduce",
+            "W=8192 V=4 G=1 push-reduce persistent-clusters",
+            "W=1024 V=4 G=1 prefetch-rows",
+        ] {
+            for online in ["", " online-normalizer"] {
+                let request: LayoutRequest = format!("{schedule}{online}").parse().unwrap();
+                for (op, targets) in [
+                    (Operator::Softmax, &[][..]),
+                    (Operator::CrossEntropy, &[5, 1]),
+                ] {
+                    let (p, out, v) =
+                        run_rows_on(&Target::h200(), op, DType::Bf16, &rows, targets, request);
+                    assert!(v.pass, "{op} {}: {v:?}", p.describe());
+                    if op == Operator::Softmax {
+                        assert_eq!(out["y"].get(0), 0.0, "{}", p.describe());
+                        assert!(out["y"].get(n).is_nan(), "a fully masked row is NaN");
+                    } else {
+                        assert!(out["loss"].get(0).is_infinite(), "a masked target");
+                    }
+                }
             }
         }
     }
