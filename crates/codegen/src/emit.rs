@@ -2640,10 +2640,15 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         }
         cx.line("const int row_in_group = tid / LF_W;");
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
-        cx.again = Some((
-            "lf_tid_again() % LF_W".to_string(),
-            format!("lf_ctaid_again() * {g} + lf_tid_again() / LF_W"),
-        ));
+        cx.again = Some(if g == 1 {
+            // One row per group: the worker is the thread.
+            ("lf_tid_again()".to_string(), "lf_ctaid_again()".to_string())
+        } else {
+            (
+                "lf_tid_again() % LF_W".to_string(),
+                format!("lf_ctaid_again() * {g} + lf_tid_again() / LF_W"),
+            )
+        });
     }
     cx.line("(void)row_in_group;");
     let persistent = plan.persistent_clusters;
