@@ -1386,6 +1386,7 @@ const FUZZ_BATCH: u64 = 256;
 /// run on `backend` and judged against the independent float64 oracle.
 pub fn fuzz_checks(backend: &Backend, cases: u64, seed: u64, report: &mut Report) {
     use lanefold_cpu::fuzz::{check, draw, FuzzLimits};
+    use rayon::prelude::*;
     let target = backend.target();
     let limits = FuzzLimits {
         max_elements: 1 << 20,
@@ -1394,7 +1395,10 @@ pub fn fuzz_checks(backend: &Backend, cases: u64, seed: u64, report: &mut Report
     let mut start = 0;
     while start < cases {
         let end = (start + FUZZ_BATCH).min(cases);
+        // Drawing and judging (float64 on the host) run on every core; the
+        // device runs one case at a time.
         let batch: Vec<_> = (start..end)
+            .into_par_iter()
             .map(|i| (i, draw(seed, i, &target, limits)))
             .collect();
         if let Backend::Cuda(cuda) = backend {
@@ -1404,16 +1408,31 @@ pub fn fuzz_checks(backend: &Backend, cases: u64, seed: u64, report: &mut Report
                 .collect();
             cuda.precompile(&jobs);
         }
-        for (i, case) in &batch {
-            let label = format!("fuzz seed {seed} case {i}: {}", case.label());
-            let mut outputs = poisoned_outputs(&case.plan.problem);
-            match backend.execute(&case.plan, &options, &case.inputs, &mut outputs) {
-                Ok(()) => {
-                    let v = check(case, &outputs);
-                    report.record(v.pass, &label, &format!("{:?}", v.outputs));
+        let ran: Vec<_> = batch
+            .iter()
+            .map(|(_, case)| {
+                let mut outputs = poisoned_outputs(&case.plan.problem);
+                backend
+                    .execute(&case.plan, &options, &case.inputs, &mut outputs)
+                    .map(|()| outputs)
+            })
+            .collect();
+        let judged: Vec<_> = batch
+            .par_iter()
+            .zip(ran)
+            .map(|((i, case), ran)| {
+                let label = format!("fuzz seed {seed} case {i}: {}", case.label());
+                match ran {
+                    Ok(outputs) => {
+                        let v = check(case, &outputs);
+                        (v.pass, label, format!("{:?}", v.outputs))
+                    }
+                    Err(e) => (false, label, format!("{e:#}")),
                 }
-                Err(e) => report.record(false, &label, &format!("{e:#}")),
-            }
+            })
+            .collect();
+        for (pass, label, detail) in judged {
+            report.record(pass, &label, &detail);
         }
         println!("fuzz: {end}/{cases} cases, {}", report.summary());
         start = end;
