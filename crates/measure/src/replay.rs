@@ -2881,12 +2881,10 @@ mod freeze_tests {
             let frozen = load_frozen(&path).unwrap();
             assert!(!frozen.cases.is_empty(), "{dir}");
             for c in &frozen.cases {
-                // rmsnorm gained the rescaled slow path and the online
-                // normalizer its masked-entry guard: their sources
-                // changed, so those references stop at the hash check
-                // until recorded again on the device.
-                let regenerated = c.op == "rmsnorm" || c.request.online_normalizer;
-                if regenerated {
+                // The online normalizer gained its masked-entry guard: its
+                // sources changed, so those references stop at the hash
+                // check until recorded again on the device.
+                if c.request.online_normalizer {
                     continue;
                 }
                 let (p, hash) = freeze(c, REFERENCE, &Target::h200())
