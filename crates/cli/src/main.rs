@@ -984,6 +984,16 @@ fn run_cmd(args: RunArgs) -> Result<()> {
         }
     }
     if !out.validation.pass {
+        let norm = matches!(
+            problem.operator_kind(),
+            Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
+        );
+        if norm && !out.plan.cold_path() {
+            bail!(
+                "output failed validation against float64 (rows whose squares overflow f32, \
+                 or far from 0 for their spread, need the norms' cold path: --cold-path)"
+            );
+        }
         bail!("output failed validation against float64");
     }
     println!("validated against float64");

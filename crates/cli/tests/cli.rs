@@ -620,6 +620,7 @@ fn masked_and_huge_npy_inputs_validate() {
         !o.status.success(),
         "the fast path alone normalises 1e30 rows to 0"
     );
+    assert!(stderr(&o).contains("--cold-path"), "{}", stderr(&o));
 }
 
 /// Masked long rows went NaN in the online normalizer: a softmax and a
