@@ -562,6 +562,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
+    ("cold-path", cold_path_checks),
     ("batch-invariance", batch_invariance_default_checks),
 ];
 
@@ -750,6 +751,31 @@ fn register_forms(labels: [&'static str; 3]) -> [(&'static str, RequestEdit); 3]
 /// checks over [`register_forms`].
 const REGISTER_FORM_LAYOUTS: [(u32, u32, usize); 3] =
     [(256, 4, 4096), (2048, 4, 8192), (2048, 8, 32768)];
+
+/// The norms' cold path (`cold_path`): rows the fast statistics get right
+/// keep every bit. Every operator, f32 and bf16, in register plans of one
+/// group and of a cluster, plain, packed, pushed with one-pass moments,
+/// and streamed; marked exactly on the norms.
+pub fn cold_path_checks(backend: &Backend, report: &mut Report) {
+    let mut bases =
+        register_forms(["cold path", "cold path, packed", "cold path, pushed"]).to_vec();
+    bases.push(("cold path, streamed", streamed_with_reread_hints));
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &REGISTER_FORM_LAYOUTS,
+        37,
+        |request| request.cold_path = true,
+        |plan| plan.cold_path(),
+        |plan| {
+            matches!(
+                plan.problem.operator_kind(),
+                Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
+            )
+        },
+    );
+}
 
 /// The output phase's first chunks' columns loaded before the reduction
 /// (`early_columns`): every operator, f32 and bf16, in register plans of
@@ -1431,6 +1457,68 @@ pub fn latency_flag_checks(backend: &Backend, report: &mut Report) {
             }
             Err(e) => report.record(false, &label, &format!("{e:#}")),
         }
+    }
+}
+
+/// Cases drawn per batch of `fuzz_checks`: on CUDA each batch's kernels
+/// compile ahead on all cores.
+const FUZZ_BATCH: u64 = 256;
+
+/// Differential fuzzing: `cases` cases of the stream `seed` drawn by
+/// [`lanefold_cpu::fuzz::draw`] (planned on the backend's target), each
+/// run on `backend` and judged against the independent float64 oracle.
+pub fn fuzz_checks(backend: &Backend, cases: u64, seed: u64, report: &mut Report) {
+    use lanefold_cpu::fuzz::{check, draw, FuzzLimits};
+    use rayon::prelude::*;
+    let target = backend.target();
+    let limits = FuzzLimits {
+        max_elements: 1 << 20,
+    };
+    let options = CodegenOptions::default();
+    let mut start = 0;
+    while start < cases {
+        let end = (start + FUZZ_BATCH).min(cases);
+        // Drawing and judging (float64 on the host) run on every core; the
+        // device runs one case at a time.
+        let batch: Vec<_> = (start..end)
+            .into_par_iter()
+            .map(|i| (i, draw(seed, i, &target, limits)))
+            .collect();
+        if let Backend::Cuda(cuda) = backend {
+            let jobs: Vec<_> = batch
+                .iter()
+                .map(|(_, c)| (c.plan.clone(), options))
+                .collect();
+            cuda.precompile(&jobs);
+        }
+        let ran: Vec<_> = batch
+            .iter()
+            .map(|(_, case)| {
+                let mut outputs = poisoned_outputs(&case.plan.problem);
+                backend
+                    .execute(&case.plan, &options, &case.inputs, &mut outputs)
+                    .map(|()| outputs)
+            })
+            .collect();
+        let judged: Vec<_> = batch
+            .par_iter()
+            .zip(ran)
+            .map(|((i, case), ran)| {
+                let label = format!("fuzz seed {seed} case {i}: {}", case.label());
+                match ran {
+                    Ok(outputs) => {
+                        let v = check(case, &outputs);
+                        (v.pass, label, format!("{:?}", v.outputs))
+                    }
+                    Err(e) => (false, label, format!("{e:#}")),
+                }
+            })
+            .collect();
+        for (pass, label, detail) in judged {
+            report.record(pass, &label, &detail);
+        }
+        println!("fuzz: {end}/{cases} cases, {}", report.summary());
+        start = end;
     }
 }
 

@@ -628,3 +628,141 @@ fn version_names_the_commit_the_binary_was_built_from() {
         "{out}"
     );
 }
+
+/// `lanefold run` on inputs with -inf masks (a fully masked row among
+/// them), a masked cross-entropy target and rmsnorm rows near 1e30:
+/// each output matches float64 in kind and value, so the run exits 0 and
+/// says it validated.
+#[test]
+fn masked_and_huge_npy_inputs_validate() {
+    use lanefold_cpu::{npy, Tensor};
+    let dir = tmpdir("nonfinite");
+    let (rows, n) = (3usize, 40usize);
+    let mut x: Vec<f32> = (0..rows * n).map(|i| (i % 7) as f32 * 0.25).collect();
+    for i in 0..n {
+        x[i] = if i % 2 == 0 { f32::NEG_INFINITY } else { x[i] };
+        x[n + i] = f32::NEG_INFINITY;
+    }
+    let masked = dir.join("masked.npy");
+    npy::write(&masked, &Tensor::F32(x), &[rows as u64, n as u64]).unwrap();
+    let arg = format!("x={}", masked.display());
+    let o = lanefold(&["run", "--op", "softmax", "--shape", "3x40", "--input", &arg]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    assert!(
+        stdout(&o).contains("validated against float64"),
+        "{}",
+        stdout(&o)
+    );
+
+    let targets = dir.join("targets.npy");
+    npy::write(&targets, &Tensor::I64(vec![0, 3, 5]), &[3]).unwrap();
+    let t = format!("target={}", targets.display());
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "cross_entropy",
+        "--shape",
+        "3x40",
+        "--input",
+        &arg,
+        "--input",
+        &t,
+    ]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    assert!(stdout(&o).contains("validated against float64"));
+
+    let huge: Vec<f32> = (0..rows * n)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 2e28)
+        .collect();
+    let path = dir.join("huge.npy");
+    npy::write(&path, &Tensor::F32(huge), &[rows as u64, n as u64]).unwrap();
+    let arg = format!("x={}", path.display());
+    // The norms meet float64 there with the cold path (`cold-path`).
+    for op in ["rmsnorm", "layernorm", "residual_layernorm"] {
+        let mut args = vec!["run", "--op", op, "--shape", "3x40", "--input", &arg];
+        args.extend(["--schedule", "cold-path"]);
+        let o = lanefold(&args);
+        assert!(o.status.success(), "{op}: {}\n{}", stderr(&o), stdout(&o));
+        assert!(stdout(&o).contains("validated against float64"));
+    }
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "layernorm",
+        "--shape",
+        "3x40",
+        "--input",
+        &arg,
+    ]);
+    assert!(
+        !o.status.success(),
+        "the fast path alone normalises 1e30 rows to 0"
+    );
+    assert!(
+        stderr(&o).contains("--schedule cold-path"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Masked long rows went NaN in the online normalizer: a softmax and a
+/// cross-entropy row of 70,001 entries, mostly -inf, validate.
+#[test]
+fn regression_masked_long_rows_went_nan() {
+    use lanefold_cpu::{npy, Tensor};
+    let dir = tmpdir("masked-long");
+    let (rows, n) = (2usize, 70_001usize);
+    let x: Vec<f32> = (0..rows * n)
+        .map(|i| {
+            if i % 5 == 0 {
+                (i % 11) as f32 * 0.5
+            } else {
+                f32::NEG_INFINITY
+            }
+        })
+        .collect();
+    let masked = dir.join("masked.npy");
+    npy::write(&masked, &Tensor::F32(x), &[rows as u64, n as u64]).unwrap();
+    let arg = format!("x={}", masked.display());
+    let targets = dir.join("targets.npy");
+    npy::write(&targets, &Tensor::I64(vec![5, 1]), &[2]).unwrap();
+    let t = format!("target={}", targets.display());
+    for (op, extra) in [("softmax", None), ("cross_entropy", Some(t.as_str()))] {
+        for schedule in ["auto", "online-normalizer", "W=256 V=4 online-normalizer"] {
+            let mut args = vec!["run", "--op", op, "--shape", "2x70001", "--input", &arg];
+            if let Some(t) = extra {
+                args.extend(["--input", t]);
+            }
+            args.extend(["--schedule", schedule]);
+            let o = lanefold(&args);
+            assert!(
+                o.status.success(),
+                "{op} {schedule}: {}\n{}",
+                stderr(&o),
+                stdout(&o)
+            );
+            assert!(stdout(&o).contains("validated against float64"));
+        }
+    }
+}
+
+/// `selftest --fuzz N --seed S` runs N drawn cases against the oracle and
+/// ends with the selftest's summary line.
+#[test]
+fn selftest_fuzz_runs_its_cases_against_the_oracle() {
+    let o = lanefold(&[
+        "selftest",
+        "--backend",
+        "cpu",
+        "--fuzz",
+        "3",
+        "--seed",
+        "11",
+    ]);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("fuzz on cpu: 3 cases, seed 11"), "{out}");
+    assert!(out.trim_end().ends_with("3 passed, 0 failed"), "{out}");
+    let o = lanefold(&["selftest", "--seed", "11"]);
+    assert_clean_failure(&o, 2, "--fuzz");
+}

@@ -1,7 +1,9 @@
 //! The CUDA C emitter.
 
 use crate::{CodegenError, CodegenOptions, Kernel, Param, ParamKind};
-use lanefold_ir::{BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, UnaryOp, Value};
+use lanefold_ir::{
+    BinaryOp, BufferKind, DType, Instr, Kind, Program, ReduceOp, RowStat, UnaryOp, Value,
+};
 use lanefold_plan::{vector_access, ColumnStage, Plan, Residency, RowPrefetch};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -93,6 +95,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     }
     if plan.fused_output() {
         name += "_fo";
+    }
+    if plan.cold_path() {
+        name += "_cp";
     }
     if plan.batched_loads {
         name += "_bl";
@@ -241,6 +246,151 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
     return y;
 }
 ";
+
+/// The cold path of a norm's row ([`lanefold_ir::Instr::Rescaled`]), taken
+/// where the fast statistic is unsound: every thread of the row reads the
+/// whole row and computes the statistic (`lf_cold_stats`: compensated sums
+/// in element order, every operation rounded on its own), then writes its
+/// own elements' outputs (`lf_cold_out`; element `i` is worker
+/// `(i / V) % W`'s): the CPU executor's `cold_row` bit for bit. Both are
+/// non-inlined, specialised to the program's buffers and called after the
+/// row's last phase with nothing of the kernel live across either call
+/// (the call site derives the row and worker again), so they fit under the
+/// hot kernel's registers and its count does not move.
+fn cold_helpers(program: &Program, stat: RowStat, residual: bool) -> String {
+    let max = lit(f32::MAX);
+    let has_in = |b: &str| program.input(b).is_some();
+    let has_out = |b: &str| program.output(b).is_some_and(|d| d.kind == BufferKind::Row);
+    let mut row_params = vec!["const lf_store_t* x"];
+    if residual {
+        row_params.push("const lf_store_t* r");
+    }
+    let mut params = row_params.clone();
+    if has_in("weight") {
+        params.push("const lf_store_t* wt");
+    }
+    if has_in("bias") {
+        params.push("const lf_store_t* b");
+    }
+    if has_out("h") {
+        params.push("lf_store_t* h");
+    }
+    params.extend(["lf_store_t* y", "int w", "float4 st"]);
+    let h = |i: &str| {
+        if residual {
+            format!("lf_round(__fadd_rn(lf_widen(x[{i}]), lf_widen(r[{i}])))")
+        } else {
+            format!("lf_widen(x[{i}])")
+        }
+    };
+    let hi = h("i");
+    let mut store = String::new();
+    if has_out("h") {
+        store.push_str("            h[i] = lf_narrow(hv);\n");
+    }
+    store.push_str(match stat {
+        RowStat::RmsRstd => "            float v = __fmul_rn(hv, st.x);\n",
+        RowStat::LnRstd => {
+            "            float v = __fmul_rn(__fsub_rn(__fsub_rn(__fmul_rn(hv, st.x), st.y), st.z), st.w);\n"
+        }
+    });
+    if has_in("weight") {
+        store.push_str("            v = __fmul_rn(v, lf_widen(wt[i]));\n");
+    }
+    if has_in("bias") {
+        store.push_str("            v = __fadd_rn(v, lf_widen(b[i]));\n");
+    }
+    store.push_str("            y[i] = lf_narrow(v);\n");
+    let stats = match stat {
+        RowStat::RmsRstd => format!(
+            "    const float s = {s};
+    float acc = 0.0f, c = 0.0f, p = 0.0f;
+    #pragma unroll 1
+    for (int i = 0; i < LF_N; ++i) {{
+        const float t = __fmul_rn({hi}, s);
+        lf_kahan(acc, c, __fmul_rn(t, t));
+        p = __fadd_rn(p, __fmul_rn(t, t));
+    }}
+    // An infinite sum's compensation is NaN: the plain sum is the answer.
+    if (!(fabsf(p) <= {max})) acc = p;
+    return make_float4(__fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(acc, (float)LF_N), {tiny}))), s), 0.0f, 0.0f, 0.0f);
+",
+            s = lit(lanefold_ir::RESCUE_SCALE),
+            tiny = lit(f32::MIN_POSITIVE),
+        ),
+        RowStat::LnRstd => format!(
+            "    float amax = 0.0f;
+    bool bad = false;
+    #pragma unroll 1
+    for (int i = 0; i < LF_N; ++i) {{
+        const float a = fabsf({hi});
+        if (!(a <= {max})) bad = true;
+        else amax = fmaxf(amax, a);
+    }}
+    // A power of two that brings the row to order 1 (exact).
+    const int e = min(max((int)(__float_as_uint(amax) >> 23), 1), 253);
+    const float s = __uint_as_float((unsigned)(254 - e) << 23);
+    const float k = __fmul_rn({h0}, s);
+    float acc = 0.0f, c = 0.0f;
+    #pragma unroll 1
+    for (int i = 0; i < LF_N; ++i) lf_kahan(acc, c, __fsub_rn(__fmul_rn({hi}, s), k));
+    const float m1 = __fdiv_rn(acc, (float)LF_N);
+    acc = 0.0f;
+    c = 0.0f;
+    #pragma unroll 1
+    for (int i = 0; i < LF_N; ++i) {{
+        const float d = __fsub_rn(__fsub_rn(__fmul_rn({hi}, s), k), m1);
+        lf_kahan(acc, c, __fmul_rn(d, d));
+    }}
+    const float var = __fdiv_rn(acc, (float)LF_N);
+    float rstd;
+    if (s <= 1.0f) {{
+        const float q = __fadd_rn(var, __fmul_rn({eps}, __fmul_rn(s, s)));
+        rstd = q > 0.0f ? __fdiv_rn(1.0f, __fsqrt_rn(q)) : 0.0f;
+    }} else {{
+        const float u = __fdiv_rn(__fdiv_rn(var, s), s);
+        rstd = __fdiv_rn(1.0f, __fmul_rn(s, __fsqrt_rn(__fadd_rn(u, {eps}))));
+    }}
+    if (bad) rstd = __int_as_float(0x7fffffff);
+    return make_float4(s, k, m1, rstd);
+",
+            h0 = h("0"),
+            eps = lit(lanefold_ir::LAYERNORM_EPS),
+        ),
+    };
+    format!(
+        "__device__ __forceinline__ void lf_kahan(float& sum, float& c, float v) {{
+    const float y = __fsub_rn(v, c);
+    const float t = __fadd_rn(sum, y);
+    c = __fsub_rn(__fsub_rn(t, sum), y);
+    sum = t;
+}}
+__device__ __noinline__ float4 lf_cold_stats({row_params}) {{
+{stats}}}
+__device__ __noinline__ void lf_cold_out({params}) {{
+    #pragma unroll 1
+    for (int i = w * LF_V; i < LF_N; i += (LF_W - 1) * LF_V) {{
+        #pragma unroll 1
+        for (int e = 0; e < LF_V && i < LF_N; ++e, ++i) {{
+            const float hv = {hi};
+{store}        }}
+    }}
+}}
+__device__ __forceinline__ int lf_tid_again() {{
+    int t;
+    asm volatile(\"mov.u32 %0, %%tid.x;\" : \"=r\"(t));
+    return t;
+}}
+__device__ __forceinline__ int lf_ctaid_again() {{
+    int t;
+    asm volatile(\"mov.u32 %0, %%ctaid.x;\" : \"=r\"(t));
+    return t;
+}}
+",
+        row_params = row_params.join(", "),
+        params = params.join(", ")
+    )
+}
 
 /// Three overloads (16-, 8- and 4-byte accesses) of one inline-PTX load
 /// `name(p)` issuing `op`, e.g. `ld.global.cs`; with `policy`, the load takes
@@ -624,6 +774,12 @@ struct Ctx<'a> {
     /// That loading phase: once its loads are in the slots, the next row's
     /// copy starts, before the phase's reduction.
     prefetch_phase: Option<usize>,
+    /// The calls of an [`Instr::Rescaled`]'s cold path, made after the
+    /// row's last phase.
+    cold_call: Option<Vec<String>>,
+    /// The worker and row of a non-persistent thread as expressions of
+    /// `lf_tid_again()` and `lf_ctaid_again()`.
+    again: Option<(String, String)>,
     out: String,
     indent: usize,
 }
@@ -890,6 +1046,7 @@ impl Ctx<'_> {
             Instr::Unary { op, arg } => unary(*op, &n(arg)),
             Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
             Instr::RoundToStorage(v) => format!("lf_round({})", n(v)),
+            Instr::Rescaled { fast, .. } => n(fast),
             Instr::SelectIndexEq {
                 index,
                 sentinel,
@@ -931,6 +1088,9 @@ impl Ctx<'_> {
                         .expect("every scalar instruction has an expression");
                     let s = format!("const float {} = {e};", self.name(v));
                     self.line(&s);
+                    if let Instr::Rescaled { .. } = instr {
+                        self.open_cold_branch(instr);
+                    }
                 }
                 _ => {}
             }
@@ -954,6 +1114,78 @@ impl Ctx<'_> {
                 }
             }
         }
+    }
+
+    /// The cold branch of an [`Instr::Rescaled`]: where the fast statistic
+    /// is unsound, the non-inlined `lf_cold_row` writes this worker's
+    /// outputs of the row; else the rest of the row runs (the block is
+    /// closed after the last phase). Nothing of the fast path is live
+    /// across the call.
+    fn open_cold_branch(&mut self, instr: &Instr) {
+        let Instr::Rescaled {
+            stat,
+            check,
+            mean,
+            x,
+            residual,
+            ..
+        } = instr
+        else {
+            return;
+        };
+        let check = self.name(*check);
+        let sound = match (stat, mean) {
+            (RowStat::LnRstd, Some(m)) => {
+                let m = self.name(*m);
+                format!(
+                    "fabsf({check}) <= {} && __fmul_rn({check}, {}) >= __fmul_rn({m}, {m})",
+                    lit(f32::MAX),
+                    lit((1u64 << lanefold_ir::LN_CANCEL_BITS) as f32)
+                )
+            }
+            _ => format!("fabsf({check}) <= {}", lit(f32::MAX)),
+        };
+        // The statistics first; then the row and worker derived again, so
+        // nothing is live across the first call.
+        let mut first = vec![format!("p_{} + row_off", ident(x))];
+        if let Some(r) = residual {
+            first.push(format!("p_{} + row_off", ident(r)));
+        }
+        let (w, off) = match &self.again {
+            Some((w, row)) => (w.clone(), format!("(size_t)({row}) * LF_N")),
+            None => ("w".to_string(), "row_off".to_string()),
+        };
+        let mut args = vec![format!("p_{} + lf_off", ident(x))];
+        if let Some(r) = residual {
+            args.push(format!("p_{} + lf_off", ident(r)));
+        }
+        for column in ["weight", "bias"] {
+            if self.program.input(column).is_some() {
+                args.push(format!("p_{column}"));
+            }
+        }
+        for out in ["h", "y"] {
+            if self
+                .program
+                .output(out)
+                .is_some_and(|d| d.kind == BufferKind::Row)
+            {
+                args.push(format!("p_{out} + lf_off"));
+            }
+        }
+        args.extend(["lf_w".to_string(), "lf_st".to_string()]);
+        self.line(&format!("const bool lf_cold = !({sound});"));
+        self.cold_call = Some(vec![
+            "if (lf_cold && row_ok) { // the row again, in scaled form".to_string(),
+            format!(
+                "    const float4 lf_st = lf_cold_stats({});",
+                first.join(", ")
+            ),
+            format!("    const int lf_w = {w};"),
+            format!("    const size_t lf_off = {off};"),
+            format!("    lf_cold_out({});", args.join(", ")),
+            "}".to_string(),
+        ]);
     }
 
     /// The prefetched row's buffer and `mbarrier`, and the copy of the
@@ -1244,14 +1476,22 @@ impl Ctx<'_> {
             self.line(&format!("a{ks} *= lf_exp(a{km} - lf_pm{ks});"));
             self.line(&format!("a{km} = lf_pm{ks};"));
             self.close();
+            // A running maximum of -inf: every element so far is -inf (a
+            // mask) or NaN; exp(x - 0) adds 0 for -inf where exp(-inf -
+            // -inf) would add NaN, and keeps a NaN (the CPU executor's
+            // `online_push_pack`).
+            self.line(&format!(
+                "const float lf_bm{ks} = a{km} == {} ? 0.0f : a{km};",
+                lit(f32::NEG_INFINITY)
+            ));
             self.line("#pragma unroll");
             self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
             if guarded.is_some() {
                 self.line(&format!(
-                    "if (i0 + e < LF_N) a{ks} += lf_exp(lf_px{ks}[e] - a{km});"
+                    "if (i0 + e < LF_N) a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"
                 ));
             } else {
-                self.line(&format!("a{ks} += lf_exp(lf_px{ks}[e] - a{km});"));
+                self.line(&format!("a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"));
             }
             self.close();
         }
@@ -2247,6 +2487,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         reductions,
         prefetched: prefetched.clone(),
         prefetch_phase,
+        cold_call: None,
+        again: None,
         out: String::new(),
         indent: 0,
     };
@@ -2272,6 +2514,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         head.push_str(rewiden_helper(plan.dtype()));
     }
     head.push_str(MATH_HELPERS);
+
     if plan.streaming_hints {
         head.push_str(&streaming_helpers(plan));
     }
@@ -2334,6 +2577,13 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if stage.is_some() || shared_chunks.is_some() {
         let _ = writeln!(head, "#define LF_T {threads}");
     }
+    if let Some(Instr::Rescaled { stat, residual, .. }) = program
+        .body
+        .iter()
+        .find(|i| matches!(i, Instr::Rescaled { .. }))
+    {
+        head.push_str(&cold_helpers(program, *stat, residual.is_some()));
+    }
     if let Some(shared) = shared_chunks {
         let _ = writeln!(
             head,
@@ -2374,6 +2624,10 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             cx.line(&format!("const int row = blockIdx.x / {cluster};"));
             cx.line(&format!("const int w = rank * {threads} + tid;"));
             cx.line("const int row_in_group = 0;");
+            cx.again = Some((
+                format!("lf_ctaid_again() % {cluster} * {threads} + lf_tid_again()"),
+                format!("lf_ctaid_again() / {cluster}"),
+            ));
         } else {
             // G rows per cluster: each group holds the same slice of each.
             let per_row = plan.row_threads_per_group();
@@ -2392,6 +2646,16 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
                 per_row - 1
             ));
             cx.line(HIDE_WORKER_INDEX);
+            cx.again = Some((
+                format!(
+                    "lf_ctaid_again() % {cluster} * {per_row} + (lf_tid_again() & {})",
+                    per_row - 1
+                ),
+                format!(
+                    "lf_ctaid_again() / {cluster} * {g} + (lf_tid_again() >> {})",
+                    per_row.ilog2()
+                ),
+            ));
         }
         if let (Some(stage), Some(vec)) = (stage, vector) {
             cx.emit_column_stage(&stage, vec);
@@ -2410,6 +2674,15 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         }
         cx.line("const int row_in_group = tid / LF_W;");
         cx.line(&format!("const int row = blockIdx.x * {g} + row_in_group;"));
+        cx.again = Some(if g == 1 {
+            // One row per group: the worker is the thread.
+            ("lf_tid_again()".to_string(), "lf_ctaid_again()".to_string())
+        } else {
+            (
+                "lf_tid_again() % LF_W".to_string(),
+                format!("lf_ctaid_again() * {g} + lf_tid_again() / LF_W"),
+            )
+        });
     }
     cx.line("(void)row_in_group;");
     let persistent = plan.persistent_clusters;
@@ -2476,6 +2749,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     for p in 0..a.num_phases {
         cx.emit_phase(p);
+    }
+    if let Some(lines) = cx.cold_call.take() {
+        for l in lines {
+            cx.line(&l);
+        }
     }
     if prefetch.is_some() || persistent {
         cx.line("__syncthreads(); // the reduction slots are reused by the next row");

@@ -2102,6 +2102,98 @@ fn l2_prefetch_applies_only_to_register_plans_of_one_row_per_group() {
     }
 }
 
+/// A worker whose elements so far are all masked (-inf) adds exp(x - 0)
+/// = 0 to its running sum instead of exp(-inf - -inf) = NaN: the guard on
+/// the running maximum is in every online normalizer's pack loop, and the
+/// plain two-pass softmax has none to need.
+#[test]
+fn online_normalizers_guard_a_minus_inf_running_maximum() {
+    for (op, dtype) in [
+        (Operator::Softmax, DType::F32),
+        (Operator::CrossEntropy, DType::Bf16),
+    ] {
+        let p = online(op, dtype, "64x4096", 256, 4, 1, 0);
+        let src = kernel(&p).source;
+        let guard = "== __int_as_float(0xff800000) ? 0.0f :";
+        assert!(src.contains(guard), "{op}: {src}");
+        assert!(!src.contains("lf_px1[e] - a0)"), "{op}: unguarded push");
+    }
+    let plain = make(Operator::Softmax, DType::F32, "64x4096", 256, 4, 1);
+    assert!(!kernel(&plain).source.contains("0xff800000) ? 0.0f"));
+}
+
+/// Masked long rows went NaN in online-normalizer kernels: every family
+/// that carries the online normalizer (registers, streamed, clusters,
+/// pushed cluster reductions, persistent clusters, prefetched rows) guards
+/// each push, and no push subtracts an unguarded running maximum.
+#[test]
+fn regression_masked_long_rows_went_nan_in_every_online_normalizer_family() {
+    for schedule in [
+        "W=1024 V=4 G=1 online-normalizer",
+        "W=1024 V=4 G=1 stream online-normalizer",
+        "W=8192 V=4 G=1 online-normalizer",
+        "W=8192 V=4 G=1 push-reduce online-normalizer",
+        "W=8192 V=4 G=1 push-reduce persistent-clusters online-normalizer",
+        "W=1024 V=4 G=1 prefetch-rows online-normalizer",
+    ] {
+        for op in [Operator::Softmax, Operator::CrossEntropy] {
+            let request: LayoutRequest = schedule.parse().unwrap();
+            let p = make_with(op, DType::Bf16, "64x65536", request);
+            assert!(p.online_normalizer(), "{op} {schedule}");
+            let src = kernel(&p).source;
+            let pushes = src.matches("+= lf_exp(lf_px").count();
+            assert!(pushes > 0, "{op} {schedule}");
+            assert_eq!(
+                src.matches("- lf_bm").count(),
+                pushes,
+                "{op} {schedule}: {src}"
+            );
+        }
+    }
+}
+
+/// With `cold-path`, the norms' kernels test their statistics once per
+/// row and call the non-inlined `lf_cold_stats` and `lf_cold_out` after
+/// the row's last phase; without it (the default) they carry none of it
+/// and are the kernels of a program without [`lanefold_ir::Instr::Rescaled`].
+#[test]
+fn cold_path_kernels_call_the_cold_functions_and_default_kernels_carry_none() {
+    for op in Operator::SIX {
+        for request in [
+            "W=256 V=4 G=1",
+            "W=256 V=4 G=1 stream",
+            "W=2048 V=4 G=1 push-reduce",
+            "W=256 V=4 G=1 prefetch-rows",
+            "W=128 V=4 G=2",
+        ] {
+            let base: LayoutRequest = request.parse().unwrap();
+            let cold = LayoutRequest {
+                cold_path: true,
+                ..base
+            };
+            let plain = make_with(op, DType::Bf16, "64x16384", base);
+            let asked = make_with(op, DType::Bf16, "64x16384", cold);
+            let norm = matches!(
+                op,
+                Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm
+            );
+            assert!(!kernel(&plain).source.contains("lf_cold"), "{op} {request}");
+            assert_eq!(asked.cold_path(), norm, "{op} {request}");
+            let src = kernel(&asked).source;
+            assert_eq!(src.contains("lf_cold_out("), norm, "{op} {request}");
+            if norm {
+                assert!(src.contains("__noinline__ float4 lf_cold_stats("), "{src}");
+                assert!(src.contains("const bool lf_cold = !("), "{src}");
+                // Called after the row's last phase.
+                let last_phase = src.rfind("// ---- phase").unwrap();
+                assert!(src.rfind("lf_cold_out(").unwrap() > last_phase, "{src}");
+            } else {
+                assert_eq!(src, kernel(&plain).source, "{op} {request}");
+            }
+        }
+    }
+}
+
 #[test]
 fn regression_a_row_shorter_than_one_chunk_loads_its_whole_packs_as_vectors() {
     // 64x3072 bf16 at W=512 V=8: no complete chunk, so every element went

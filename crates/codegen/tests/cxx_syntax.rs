@@ -15,6 +15,7 @@ const SHIM: &str = r#"
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__
@@ -22,6 +23,10 @@ struct lf_dim3 { unsigned x, y, z; };
 extern lf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+float4 make_float4(float, float, float, float);
+int min(int, int);
+int max(int, int);
 float __uint_as_float(unsigned);
 unsigned __float_as_uint(float);
 float __int_as_float(int);
@@ -34,6 +39,12 @@ float expf(float);
 float logf(float);
 float sqrtf(float);
 float rsqrtf(float);
+float fabsf(float);
+float __fadd_rn(float, float);
+float __fsub_rn(float, float);
+float __fmul_rn(float, float);
+float __fdiv_rn(float, float);
+float __fsqrt_rn(float);
 #define LF_ASM(...) ((void)0)
 "#;
 
@@ -104,6 +115,7 @@ fn sources() -> Vec<(String, String)> {
                             relaxed_cluster_exit: load_policies,
                             push_cluster_reduce: load_policies,
                             prefetch_rows: load_policies,
+                            cold_path: load_policies,
                             // One row per group with load policies, so
                             // that rows can be prefetched.
                             rows_per_group: match (shape, load_policies) {
@@ -173,6 +185,12 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
             .iter()
             .any(|(n, s)| n.contains("_sc") && s.contains("cp.async.wait_all")),
         "a kernel with staged columns"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, s)| n.ends_with("_cp") && s.contains("lf_cold_out(")),
+        "a kernel with the cold path"
     );
     let Some(cxx) = cxx() else {
         eprintln!("SKIPPED: no C++ compiler (set CXX); the generated sources were not checked");

@@ -4,7 +4,10 @@
 //! for the GPU's reduction order as well as a CPU path.
 
 use crate::data::{check_inputs, expected_len, Buffers, DataError, Tensor};
-use lanefold_ir::{BinaryOp, BufferKind, Instr, ReduceOp, UnaryOp};
+use lanefold_ir::{
+    BinaryOp, BufferKind, Instr, ReduceOp, RowStat, UnaryOp, LAYERNORM_EPS, LN_CANCEL_BITS,
+    RESCUE_SCALE,
+};
 use lanefold_plan::{Layout, Plan, TreeLevels};
 use rayon::prelude::*;
 
@@ -151,8 +154,13 @@ pub fn online_push_pack((m, s): (f32, f32), pack: &[f32]) -> (f32, f32) {
     } else {
         (m, s)
     };
+    // A running maximum of -inf means every element so far is -inf (a
+    // masked entry) or NaN: each -inf adds exp(-inf) = 0 rather than
+    // exp(-inf - -inf) = NaN, so a worker holding only masked entries
+    // stays empty, while a NaN still propagates.
+    let base = if m == f32::NEG_INFINITY { 0.0 } else { m };
     for &x in pack {
-        s += (x - m).exp();
+        s += (x - base).exp();
     }
     (m, s)
 }
@@ -171,6 +179,93 @@ pub fn online_combine((m1, s1): (f32, f32), (m2, s2): (f32, f32)) -> (f32, f32) 
 fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
     let acc = worker_accumulators(tile, layout, (f32::NEG_INFINITY, 0.0f32), online_push_pack);
     tree_combine(acc, tree, online_combine).1
+}
+
+/// Does [`Instr::Rescaled`] take its cold path? Where the fast statistic
+/// `check` is not finite, or (layernorm) `check * 2^LN_CANCEL_BITS <
+/// mean^2`. The generated kernel's test, operation for operation.
+pub fn is_cold(stat: RowStat, check: f32, mean: Option<f32>) -> bool {
+    let finite = check.abs() <= f32::MAX;
+    match (stat, mean) {
+        (RowStat::LnRstd, Some(m)) => !(finite && check * (1u64 << LN_CANCEL_BITS) as f32 >= m * m),
+        _ => !finite,
+    }
+}
+
+/// The cold path of [`Instr::Rescaled`]: the normalised row `h` (before
+/// weight and bias), each sum a compensated one in element order with every
+/// operation rounded on its own (the generated kernel's `lf_cold_row`,
+/// which every thread of the row runs alike). rmsnorm scales h by
+/// [`RESCUE_SCALE`]; layernorm scales h by a power of two to order 1,
+/// centres it on its first element and takes two passes, so overflowing,
+/// tiny, constant and far-offset rows all come out right. The smallest
+/// normal f32 under rmsnorm's square root keeps an all-zero row finite.
+pub fn cold_row(stat: RowStat, h: &[f32]) -> Vec<f32> {
+    let n = h.len() as f32;
+    match stat {
+        RowStat::RmsRstd => {
+            let s = RESCUE_SCALE;
+            let acc = kahan_sum(h.iter().map(|&v| {
+                let t = v * s;
+                t * t
+            }));
+            let rstd = (1.0 / (acc / n + f32::MIN_POSITIVE).sqrt()) * s;
+            h.iter().map(|&v| v * rstd).collect()
+        }
+        RowStat::LnRstd => {
+            let eps = LAYERNORM_EPS;
+            let bad = h.iter().any(|v| !v.is_finite());
+            let amax = h.iter().fold(0.0f32, |m, v| {
+                if v.abs() <= f32::MAX && v.abs() > m {
+                    v.abs()
+                } else {
+                    m
+                }
+            });
+            let e = (amax.to_bits() >> 23).clamp(1, 253);
+            let s = f32::from_bits((254 - e) << 23);
+            let k = h[0] * s;
+            let m1 = kahan_sum(h.iter().map(|&v| v * s - k)) / n;
+            let var = kahan_sum(h.iter().map(|&v| {
+                let d = (v * s - k) - m1;
+                d * d
+            })) / n;
+            let rstd = if bad {
+                f32::NAN
+            } else if s <= 1.0 {
+                let q = var + eps * (s * s);
+                if q > 0.0 {
+                    1.0 / q.sqrt()
+                } else {
+                    0.0
+                }
+            } else {
+                let u = (var / s) / s;
+                1.0 / (s * (u + eps).sqrt())
+            };
+            h.iter().map(|&v| ((v * s - k) - m1) * rstd).collect()
+        }
+    }
+}
+
+/// Kahan's compensated sum in element order (the slow path's; its error
+/// does not grow with the row length the way a single running sum's does).
+/// Where the plain running sum is not finite it is the answer: an infinity
+/// stays one (the compensation of an infinite sum is NaN).
+fn kahan_sum(values: impl Iterator<Item = f32>) -> f32 {
+    let (mut sum, mut c, mut plain) = (0.0f32, 0.0f32, 0.0f32);
+    for v in values {
+        plain += v;
+        let y = v - c;
+        let t = sum + y;
+        c = (t - sum) - y;
+        sum = t;
+    }
+    if plain.is_finite() {
+        sum
+    } else {
+        plain
+    }
 }
 
 /// Run `plan` over `inputs`, writing every element of `outputs`.
@@ -259,6 +354,57 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                     };
                     Val::Scalar(vals[pick.index()].scalar())
                 }
+                Instr::Rescaled {
+                    stat,
+                    check,
+                    mean,
+                    fast,
+                    x,
+                    residual,
+                } => {
+                    let mean = mean.map(|m| vals[m.index()].scalar());
+                    if !is_cold(*stat, vals[check.index()].scalar(), mean) {
+                        Val::Scalar(vals[fast.index()].scalar())
+                    } else {
+                        // The row's outputs again, and nothing after.
+                        let x = &inputs[x];
+                        let h: Vec<f32> = match residual {
+                            None => (0..n).map(|i| x.get(row * n + i)).collect(),
+                            Some(r) => {
+                                let r = &inputs[r];
+                                (0..n)
+                                    .map(|i| dtype.round(x.get(row * n + i) + r.get(row * n + i)))
+                                    .collect()
+                            }
+                        };
+                        let mut y = cold_row(*stat, &h);
+                        // Each rounded on its own, as the kernel's are.
+                        if let Some(w) = inputs
+                            .get("weight")
+                            .filter(|_| program.input("weight").is_some())
+                        {
+                            y.iter_mut().enumerate().for_each(|(i, v)| *v *= w.get(i));
+                        }
+                        if let Some(b) = inputs
+                            .get("bias")
+                            .filter(|_| program.input("bias").is_some())
+                        {
+                            y.iter_mut().enumerate().for_each(|(i, v)| *v += b.get(i));
+                        }
+                        for (slot, decl) in program.outputs.iter().enumerate() {
+                            if decl.kind != BufferKind::Row {
+                                continue;
+                            }
+                            let tile = if decl.name == "h" {
+                                h.clone()
+                            } else {
+                                y.clone()
+                            };
+                            stored.push((slot, Val::Tile(tile)));
+                        }
+                        return stored;
+                    }
+                }
                 Instr::Store { buffer, value } => {
                     let slot = program
                         .outputs
@@ -301,9 +447,10 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Tensor;
     use crate::data::{poisoned_outputs, random_inputs};
-    use lanefold_ir::{DType, Operator, OperatorOptions};
-    use lanefold_plan::{plan, LayoutRequest, Problem, Target};
+    use lanefold_ir::{DType, Operator, OperatorOptions, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
+    use lanefold_plan::{plan, LayoutRequest, Problem, Shape, Target};
 
     fn run(op: Operator, shape: &str, w: u32, v: u32, dtype: DType) -> (Plan, Buffers, Buffers) {
         let problem = Problem::operator(
@@ -531,6 +678,441 @@ mod tests {
                     (0..t.len()).all(|i| !t.get(i).is_nan()),
                     "{op}: {name} has NaN"
                 );
+            }
+        }
+    }
+
+    /// `op` over the given rows of x (and the residual, where the operator
+    /// has one, and targets for cross_entropy) on the plan `request` makes,
+    /// weight 1 and bias 0: the outputs, the float64 reference and its
+    /// validation.
+    fn run_rows(
+        op: Operator,
+        dtype: DType,
+        rows: &[Vec<f32>],
+        targets: &[i64],
+        request: LayoutRequest,
+    ) -> (Plan, Buffers, crate::validate::Validation) {
+        run_rows_on(&Target::cpu(), op, dtype, rows, targets, request)
+    }
+
+    fn run_rows_on(
+        target: &Target,
+        op: Operator,
+        dtype: DType,
+        rows: &[Vec<f32>],
+        targets: &[i64],
+        request: LayoutRequest,
+    ) -> (Plan, Buffers, crate::validate::Validation) {
+        let n = rows[0].len();
+        let shape = Shape::new(rows.len(), n).unwrap();
+        let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+        let p = plan(&problem, target, &request).unwrap();
+        let flat: Vec<f32> = rows.concat();
+        let mut inputs = Buffers::new();
+        for decl in &problem.program.inputs {
+            let t = match decl.name.as_str() {
+                "x" => Tensor::from_f32(dtype, &flat),
+                "residual" => Tensor::from_f32(dtype, &vec![0.0; flat.len()]),
+                "weight" => Tensor::from_f32(dtype, &vec![1.0; n]),
+                "bias" => Tensor::from_f32(dtype, &vec![0.0; n]),
+                "target" => Tensor::I64(targets.to_vec()),
+                other => panic!("unexpected input {other}"),
+            };
+            inputs.insert(decl.name.clone(), t);
+        }
+        let mut outputs = poisoned_outputs(&p.problem);
+        execute(&p, &inputs, &mut outputs).unwrap();
+        let want = crate::reference::reference(&p.problem, &inputs).unwrap();
+        let v = crate::validate::validate(dtype, &outputs, &want);
+        let oracle = crate::oracle::expected(&p.problem, &inputs).unwrap();
+        let o = crate::validate::validate(dtype, &outputs, &oracle);
+        assert_eq!(v.pass, o.pass, "reference and oracle disagree: {v:?} {o:?}");
+        (p, outputs, v)
+    }
+
+    /// The plans a semantic must hold on: one worker, a tree whose workers
+    /// each hold a few elements, and the online normalizer and one-pass
+    /// moments where the operator has them.
+    fn requests() -> Vec<LayoutRequest> {
+        let base = LayoutRequest {
+            workers: 32,
+            pack: 1,
+            cold_path: true,
+            ..Default::default()
+        };
+        vec![
+            LayoutRequest {
+                workers: 1,
+                pack: 1,
+                cold_path: true,
+                ..Default::default()
+            },
+            base,
+            LayoutRequest {
+                online_normalizer: true,
+                one_pass_moments: true,
+                ..base
+            },
+        ]
+    }
+
+    /// Without `cold-path` (the default) the norms keep their fast
+    /// statistics alone: layernorm f32 rows at 1e30 overflow the sum of
+    /// squares and normalise to 0, far from float64; with it they meet it.
+    #[test]
+    fn regression_layernorm_f32_rows_at_1e30_normalised_to_zero_without_the_cold_path() {
+        let row: Vec<f32> = (0..300)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 2e28)
+            .collect();
+        for cold_path in [false, true] {
+            let request = LayoutRequest {
+                cold_path,
+                ..requests()[1]
+            };
+            let (p, out, v) = run_rows(
+                Operator::Layernorm,
+                DType::F32,
+                std::slice::from_ref(&row),
+                &[],
+                request,
+            );
+            assert_eq!(p.cold_path(), cold_path);
+            assert_eq!(v.pass, cold_path, "{}: {v:?}", p.describe());
+            if cold_path {
+                assert!(v.worst_rel_err() < 1e-5, "{v:?}");
+            } else {
+                assert!((0..300).all(|i| out["y"].get(i) == 0.0));
+            }
+        }
+    }
+
+    const NEG: f32 = f32::NEG_INFINITY;
+
+    /// A row whose first 64 entries are masked: with 32 workers of one
+    /// element, whole workers hold only -inf.
+    fn masked_row() -> Vec<f32> {
+        (0..96)
+            .map(|i| {
+                if i < 64 || i % 3 == 0 {
+                    NEG
+                } else {
+                    (i % 7) as f32 * 0.5
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn masked_softmax_rows_are_zero_where_masked_and_a_fully_masked_row_is_nan() {
+        for request in requests() {
+            let rows = vec![masked_row(), vec![NEG; 96]];
+            let (p, out, v) = run_rows(Operator::Softmax, DType::F32, &rows, &[], request);
+            assert!(v.pass, "{}: {v:?}", p.describe());
+            let y = &out["y"];
+            let total: f32 = (0..96).map(|i| y.get(i)).sum();
+            assert!((total - 1.0).abs() < 1e-5, "{}", p.describe());
+            for (i, &x) in rows[0].iter().enumerate() {
+                if x == NEG {
+                    assert_eq!(y.get(i), 0.0, "{} [{i}]", p.describe());
+                }
+                assert!(y.get(96 + i).is_nan(), "{} [{i}]", p.describe());
+            }
+        }
+    }
+
+    /// Masked long rows went NaN in the online normalizer: the H200's plan
+    /// families for long rows (registers, streamed, clusters, pushed and
+    /// persistent clusters, prefetched rows), each with and without the
+    /// online normalizer, run by the executor in their reduction order on
+    /// rows of 65,536 mostly masked entries (whole workers of -inf) and a
+    /// fully masked row: they meet float64, and the masked entries are 0.
+    #[test]
+    fn regression_masked_long_rows_went_nan_on_every_plan_family() {
+        let n = 1 << 16;
+        let masked: Vec<f32> = (0..n)
+            .map(|i| {
+                if i % 4096 < 3000 {
+                    NEG
+                } else {
+                    (i % 13) as f32 * 0.3
+                }
+            })
+            .collect();
+        let rows = vec![masked.clone(), vec![NEG; n]];
+        for schedule in [
+            "W=1024 V=4 G=1",
+            "W=1024 V=4 G=1 stream",
+            "W=8192 V=4 G=1",
+            "W=8192 V=4 G=1 push-reduce",
+            "W=8192 V=4 G=1 push-reduce persistent-clusters",
+            "W=1024 V=4 G=1 prefetch-rows",
+        ] {
+            for online in ["", " online-normalizer"] {
+                let request: LayoutRequest = format!("{schedule}{online}").parse().unwrap();
+                for (op, targets) in [
+                    (Operator::Softmax, &[][..]),
+                    (Operator::CrossEntropy, &[5, 1]),
+                ] {
+                    let (p, out, v) =
+                        run_rows_on(&Target::h200(), op, DType::Bf16, &rows, targets, request);
+                    assert!(v.pass, "{op} {}: {v:?}", p.describe());
+                    if op == Operator::Softmax {
+                        assert_eq!(out["y"].get(0), 0.0, "{}", p.describe());
+                        assert!(out["y"].get(n).is_nan(), "a fully masked row is NaN");
+                    } else {
+                        assert!(out["loss"].get(0).is_infinite(), "a masked target");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn regression_online_normalizer_worker_of_masked_entries_went_nan() {
+        // Every worker of a W=32 V=1 plan holds one element; the first 64
+        // are -inf: their running pairs were (-inf, exp(-inf - -inf)) = NaN.
+        let (m, s) = online_push_pack((NEG, 0.0), &[NEG, NEG]);
+        assert_eq!((m, s), (NEG, 0.0));
+        assert!(online_push_pack((NEG, 0.0), &[NEG, f32::NAN]).1.is_nan());
+        let request = LayoutRequest {
+            online_normalizer: true,
+            ..requests()[1]
+        };
+        let (p, out, v) = run_rows(
+            Operator::Softmax,
+            DType::Bf16,
+            &[masked_row()],
+            &[],
+            request,
+        );
+        assert!(p.online_normalizer());
+        assert!(v.pass && !out["y"].get(70).is_nan(), "{v:?}");
+    }
+
+    #[test]
+    fn cross_entropy_is_plus_inf_on_a_masked_target_nan_on_a_masked_row_and_zero_when_ignored() {
+        for request in requests() {
+            let nan_row: Vec<f32> = (0..96)
+                .map(|i| if i == 5 { f32::NAN } else { 1.0 })
+                .collect();
+            let rows = vec![
+                masked_row(),
+                masked_row(),
+                vec![NEG; 96],
+                nan_row.clone(),
+                nan_row,
+            ];
+            // Row 0's target is masked, row 1's is not.
+            let targets = [0, 71, 3, 2, IGNORE_INDEX];
+            let (p, out, v) =
+                run_rows(Operator::CrossEntropy, DType::F32, &rows, &targets, request);
+            assert!(v.pass, "{}: {v:?}", p.describe());
+            let loss = &out["loss"];
+            assert_eq!(loss.get(0), f32::INFINITY, "{}", p.describe());
+            assert!(loss.get(1).is_finite() && loss.get(1) > 0.0);
+            assert!(loss.get(2).is_nan() && loss.get(3).is_nan());
+            assert_eq!(loss.get(4), 0.0, "an ignored row's loss is 0 even over NaN");
+        }
+    }
+
+    #[test]
+    fn nan_and_infinities_propagate_like_torch() {
+        let mut row: Vec<f32> = (0..64).map(|i| i as f32 * 0.1 - 3.0).collect();
+        row[9] = f32::NAN;
+        let mut inf_row: Vec<f32> = (0..64).map(|i| i as f32 * 0.1 - 3.0).collect();
+        inf_row[20] = f32::INFINITY;
+        for request in requests() {
+            for op in [Operator::Softmax, Operator::Rmsnorm, Operator::Layernorm] {
+                // layernorm's one-pass moments are a known limit here
+                // (regression_layernorm_one_pass_moments_of_a_masked_row_were_not_nan).
+                if op == Operator::Layernorm && request.one_pass_moments {
+                    continue;
+                }
+                let rows = vec![row.clone(), inf_row.clone()];
+                let (p, out, v) = run_rows(op, DType::F32, &rows, &[], request);
+                assert!(v.pass, "{op} {}: {v:?}", p.describe());
+                let y = &out["y"];
+                assert!((0..64).all(|i| y.get(i).is_nan()), "{op}: a NaN row is NaN");
+                for i in 0..64 {
+                    let got = y.get(64 + i);
+                    match op {
+                        // x * rsqrt(inf): 0, and inf * 0 = NaN.
+                        Operator::Rmsnorm if i != 20 => assert_eq!(got, 0.0),
+                        _ => assert!(got.is_nan(), "{op} [{i}] {got}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows of |x| from 1e19 to 3e38, mixed signs: the sum of squares
+    /// overflows f32 and the slow path gives the normalised row.
+    fn huge_rows() -> Vec<Vec<f32>> {
+        let pattern = |scale: f32| -> Vec<f32> {
+            (0..257)
+                .map(|i| {
+                    let v = ((i * 37 % 101) as f32 - 50.0) / 50.0;
+                    v * scale
+                })
+                .collect()
+        };
+        vec![
+            pattern(1e19),
+            pattern(1e30),
+            pattern(3.0e38),
+            vec![3.0e38; 257],
+            (0..257)
+                .map(|i| if i % 2 == 0 { 3.0e38 } else { -3.0e38 })
+                .collect(),
+        ]
+    }
+
+    /// Rows of a norm `op` whose sum of squares overflows, on every plan
+    /// of [`requests`], plain and with the fused output: they validate and
+    /// their outputs are of order 1.
+    fn overflowing_rows_are_normalised(ops: &[Operator]) {
+        for dtype in [DType::F32, DType::Bf16] {
+            for &op in ops {
+                for request in requests() {
+                    for fused_output in [false, true] {
+                        let request = LayoutRequest {
+                            fused_output,
+                            ..request
+                        };
+                        let (p, out, v) = run_rows(op, dtype, &huge_rows(), &[], request);
+                        assert!(v.pass, "{op} {dtype} {}: {:?}", p.describe(), v.outputs);
+                        let y = &out["y"];
+                        assert!(
+                            (0..y.len()).all(|i| y.get(i).abs() <= 3.0),
+                            "{op} {dtype} {}: outputs of order 1",
+                            p.describe()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rmsnorm_rows_whose_sum_of_squares_overflows_are_normalised() {
+        overflowing_rows_are_normalised(&[Operator::Rmsnorm]);
+    }
+
+    #[test]
+    fn regression_layernorm_rows_whose_sum_of_squares_overflows_went_to_zero() {
+        overflowing_rows_are_normalised(&[Operator::Layernorm, Operator::ResidualLayernorm]);
+    }
+
+    #[test]
+    fn regression_fused_output_overflowed_on_a_huge_constant_row() {
+        // h * rstd and mean * rstd with rstd = 1/sqrt(eps) overflow at
+        // |h| > 1e36 although the moments do not.
+        let request = LayoutRequest {
+            fused_output: true,
+            ..requests()[0]
+        };
+        let rows = vec![vec![1.9672574e38f32], vec![-1.3246949e32]];
+        let (p, out, v) = run_rows(
+            Operator::ResidualLayernorm,
+            DType::Bf16,
+            &rows,
+            &[],
+            request,
+        );
+        assert!(p.fused_output());
+        assert!(v.pass, "{v:?}");
+        assert_eq!((out["y"].get(0), out["y"].get(1)), (0.0, 0.0));
+    }
+
+    #[test]
+    fn regression_layernorm_constant_row_normalised_its_mean_rounding() {
+        // Summing 1.1 261 times rounds; the mean's error over a variance
+        // of 0 gave outputs of order 1e-2 where the answer is the bias.
+        for request in requests() {
+            let rows = vec![vec![1.1f32; 261], vec![-1234.5678f32; 261]];
+            for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+                let (p, out, v) = run_rows(op, DType::F32, &rows, &[], request);
+                assert!(v.pass, "{op} {}: {v:?}", p.describe());
+                assert!(
+                    (0..522).all(|i| out["y"].get(i) == 0.0),
+                    "{op} {}",
+                    p.describe()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn regression_layernorm_offset_row_lost_its_centring_to_the_mean_rounding() {
+        // n = 2 rows about 600 with a spread of 0.5: rounding k + mean to
+        // f32 cost 1e-4 of the output; centring on k first is exact.
+        for request in requests() {
+            let rows = vec![vec![601.60046f32, 602.6219], vec![300.80023, 301.31094]];
+            let (p, _, v) = run_rows(Operator::Layernorm, DType::F32, &rows, &[], request);
+            assert!(
+                v.pass && v.worst_rel_err() < 1e-6,
+                "{}: {v:?}",
+                p.describe()
+            );
+        }
+    }
+
+    #[test]
+    fn regression_layernorm_one_pass_moments_of_a_masked_row_were_not_nan() {
+        let rows = vec![
+            vec![NEG, -1.0487585, 0.5, 1.5],
+            vec![0.25, 1.0, NEG, 2.0],
+            vec![0.25, 1.0, f32::INFINITY, 2.0],
+        ];
+        for request in requests() {
+            let request = LayoutRequest {
+                one_pass_moments: true,
+                ..request
+            };
+            for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+                let (p, out, v) = run_rows(op, DType::F32, &rows, &[], request);
+                assert!(p.one_pass_moments());
+                assert!(v.pass, "{op} {}: {v:?}", p.describe());
+                assert!((0..12).all(|i| out["y"].get(i).is_nan()), "{op}");
+            }
+        }
+    }
+
+    #[test]
+    fn regression_rescaled_sum_of_squares_with_an_infinity_went_nan() {
+        // The slow path's compensated sum turned an infinite square into
+        // NaN: rmsnorm's finite elements must stay 0, as torch's do.
+        let y = cold_row(RowStat::RmsRstd, &[1.0, NEG, 2.0]);
+        assert_eq!((y[0], y[2]), (0.0, 0.0));
+        let (_, out, v) = run_rows(
+            Operator::Rmsnorm,
+            DType::F32,
+            &[vec![1.0, NEG, 2.0, 3.0]],
+            &[],
+            requests()[0],
+        );
+        assert!(v.pass, "{v:?}");
+        assert_eq!(out["y"].get(0), 0.0);
+        assert!(out["y"].get(1).is_nan());
+    }
+
+    #[test]
+    fn tiny_and_subnormal_rows_are_eps_dominated() {
+        let tiny: Vec<f32> = (0..100).map(|i| (i as f32 - 49.5) * 1e-38).collect();
+        let sub: Vec<f32> = (0..100).map(|i| (i as f32 - 49.5) * 1e-43).collect();
+        for request in requests() {
+            for op in [Operator::Rmsnorm, Operator::Layernorm] {
+                let rows = vec![tiny.clone(), sub.clone()];
+                let (p, out, v) = run_rows(op, DType::F32, &rows, &[], request);
+                assert!(v.pass, "{op} {}: {v:?}", p.describe());
+                let eps = if op == Operator::Rmsnorm {
+                    RMSNORM_EPS
+                } else {
+                    LAYERNORM_EPS
+                };
+                let want = tiny[0] / eps.sqrt();
+                assert!((out["y"].get(0) - want).abs() <= 1e-3 * want.abs(), "{op}");
             }
         }
     }

@@ -4,10 +4,12 @@
 
 pub mod data;
 mod exec;
+pub mod fuzz;
 pub mod npy;
+pub mod oracle;
 pub mod reference;
 mod validate;
 
 pub use data::{Buffers, DataError, Tensor};
-pub use exec::{execute, reduce_tree, ExecError};
+pub use exec::{cold_row, execute, is_cold, reduce_tree, ExecError};
 pub use validate::{validate, OutputCheck, Validation};

@@ -248,4 +248,72 @@ mod tests {
         close(&rln["h"].values, &[1.0, 3.0]);
         close(&rln["y"].values, &[-rstd * 2.0 + 1.0, rstd * 0.5 - 1.0]);
     }
+
+    /// The reference follows PyTorch on non-finite rows, and agrees in
+    /// kind and value with the independently written oracle.
+    #[test]
+    fn non_finite_rows_follow_torch_and_the_oracle() {
+        let neg = f32::NEG_INFINITY;
+        let x = Tensor::F32(vec![
+            neg,
+            1.0,
+            neg,
+            2.0, // partially masked
+            neg,
+            neg,
+            neg,
+            neg, // fully masked
+            1.0,
+            f32::NAN,
+            2.0,
+            3.0, // a NaN
+            1.0,
+            f32::INFINITY,
+            2.0,
+            3.0, // +inf
+        ]);
+        let softmax = run(Operator::Softmax, DType::F32, "4x4", &[("x", x.clone())]);
+        let y = &softmax["y"].values;
+        assert_eq!((y[0], y[2]), (0.0, 0.0));
+        assert!((y[1] + y[3] - 1.0).abs() < 1e-12);
+        assert!(y[4..].iter().all(|v| v.is_nan()));
+        let targets = Tensor::I64(vec![0, 1, IGNORE_INDEX, 0]);
+        let ce = run(
+            Operator::CrossEntropy,
+            DType::F32,
+            "4x4",
+            &[("x", x.clone()), ("target", targets.clone())],
+        );
+        let loss = &ce["loss"].values;
+        assert_eq!(loss[0], f64::INFINITY, "a masked target's loss is +inf");
+        assert!(loss[1].is_nan() && loss[3].is_nan());
+        assert_eq!(loss[2], 0.0, "an ignored row is 0 even over a NaN");
+        for (op, extra) in [
+            (Operator::Softmax, None),
+            (Operator::CrossEntropy, Some(("target", targets))),
+            (
+                Operator::Rmsnorm,
+                Some(("weight", Tensor::F32(vec![1.0; 4]))),
+            ),
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::F32,
+                "4x4".parse().unwrap(),
+            );
+            let mut inputs: Buffers = [("x".to_string(), x.clone())].into_iter().collect();
+            if let Some((k, t)) = extra {
+                inputs.insert(k.to_string(), t);
+            }
+            let a = reference(&problem, &inputs).unwrap();
+            let b = crate::oracle::expected(&problem, &inputs).unwrap();
+            for (name, e) in &a {
+                for (i, (p, q)) in e.values.iter().zip(&b[name].values).enumerate() {
+                    let same = (p.is_nan() && q.is_nan()) || (p - q).abs() <= 1e-12 || p == q;
+                    assert!(same, "{op} {name}[{i}]: {p} vs {q}");
+                }
+            }
+        }
+    }
 }

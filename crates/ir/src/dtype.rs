@@ -44,6 +44,15 @@ impl DType {
         }
     }
 
+    /// The largest finite value of the storage type.
+    pub fn max_finite(self) -> f64 {
+        match self {
+            DType::F32 => f32::MAX as f64,
+            DType::Bf16 => half::bf16::MAX.to_f64(),
+            DType::F16 => half::f16::MAX.to_f64(),
+        }
+    }
+
     /// Normwise relative error allowed when validating against float64.
     pub fn tolerance(self) -> f64 {
         match self {

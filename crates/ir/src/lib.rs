@@ -19,6 +19,7 @@ pub use operators::{
     RMSNORM_EPS,
 };
 pub use program::{
-    BinaryOp, BufferDecl, BufferKind, Builder, Instr, Program, ReduceOp, UnaryOp, Value,
+    BinaryOp, BufferDecl, BufferKind, Builder, Instr, Program, ReduceOp, RowStat, UnaryOp, Value,
+    LN_CANCEL_BITS, RESCUE_SCALE,
 };
 pub use verify::{Analysis, Kind, VerifyError};

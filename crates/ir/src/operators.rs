@@ -1,7 +1,7 @@
 //! The six operators, written as row programs (plus `add`, an element-only
 //! program used as a copy-bandwidth baseline and to exercise refusals).
 
-use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, UnaryOp};
+use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -78,6 +78,11 @@ impl OperatorOptions {
 }
 
 impl Operator {
+    /// The second Row input residual_layernorm adds to x.
+    fn residual(self) -> Option<&'static str> {
+        (self == Operator::ResidualLayernorm).then_some("residual")
+    }
+
     /// The six reduction operators of the mission.
     pub const SIX: [Operator; 6] = [
         Operator::Sum,
@@ -122,23 +127,7 @@ impl Operator {
                 let y = b.mul(e, rb);
                 b.output("y", BufferKind::Row, y);
             }
-            Operator::Rmsnorm => {
-                let x = b.input("x", BufferKind::Row);
-                let sq = b.unary(UnaryOp::Square, x);
-                let ss = b.reduce(ReduceOp::Sum, sq);
-                let n = b.row_len();
-                let ms = b.div(ss, n);
-                let eps = b.constant(RMSNORM_EPS);
-                let v = b.add(ms, eps);
-                let r = b.unary(UnaryOp::Rsqrt, v);
-                let rb = b.broadcast(r);
-                let mut y = b.mul(x, rb);
-                if opts.weight {
-                    let w = b.input("weight", BufferKind::Column);
-                    y = b.mul(y, w);
-                }
-                b.output("y", BufferKind::Row, y);
-            }
+            Operator::Rmsnorm => rms_norm_body(&mut b, opts, false),
             Operator::Layernorm | Operator::ResidualLayernorm => {
                 let x = b.input("x", BufferKind::Row);
                 let h = if self == Operator::ResidualLayernorm {
@@ -146,7 +135,7 @@ impl Operator {
                 } else {
                     x
                 };
-                layer_norm_body(&mut b, h, opts, false);
+                layer_norm_body(&mut b, h, opts, None, false);
             }
             Operator::CrossEntropy => {
                 let x = b.input("x", BufferKind::Row);
@@ -190,6 +179,9 @@ pub struct NormForm {
     /// 1e-5 tolerance would see it on rows offset by ~1000 spreads, so
     /// only 16-bit rows take it (see `Problem::as_requested`).
     pub fused_output: bool,
+    /// A rare cold path for rows the fast statistics get wrong
+    /// ([`crate::Instr::Rescaled`]); rmsnorm too.
+    pub cold_path: bool,
 }
 
 impl Operator {
@@ -205,17 +197,24 @@ impl Operator {
             opts,
             NormForm {
                 one_pass_moments: true,
-                fused_output: false,
+                ..NormForm::default()
             },
         )
     }
 
-    /// layernorm and residual_layernorm in the given [`NormForm`]; None for
-    /// the other operators. The default form is [`Operator::program`]'s.
+    /// layernorm and residual_layernorm (rmsnorm: only its cold path) in
+    /// the given [`NormForm`]; None for the other operators. The default
+    /// form is [`Operator::program`]'s.
     pub fn program_norm_form(self, opts: OperatorOptions, form: NormForm) -> Option<Program> {
+        if self == Operator::Rmsnorm {
+            let mut b = Builder::new(self.name());
+            rms_norm_body(&mut b, opts, form.cold_path);
+            return Some(b.finish());
+        }
         if !matches!(self, Operator::Layernorm | Operator::ResidualLayernorm) {
             return None;
         }
+        let cold = form.cold_path.then_some(self.residual());
         let mut b = Builder::new(self.name());
         let x = b.input("x", BufferKind::Row);
         let h = if self == Operator::ResidualLayernorm {
@@ -224,7 +223,7 @@ impl Operator {
             x
         };
         if !form.one_pass_moments {
-            layer_norm_body(&mut b, h, opts, form.fused_output);
+            layer_norm_body(&mut b, h, opts, cold, form.fused_output);
             return Some(b.finish());
         }
         let k = match self {
@@ -249,8 +248,12 @@ impl Operator {
         let var = b.binary(BinaryOp::Max, raw, zero);
         let eps = b.constant(LAYERNORM_EPS);
         let ve = b.add(var, eps);
-        let rstd = b.unary(UnaryOp::Rsqrt, ve);
+        let mut rstd = b.unary(UnaryOp::Rsqrt, ve);
         let mean = b.add(m1, k);
+        if let Some(residual) = cold {
+            // The unclamped variance: NaN where the row holds an infinity.
+            rstd = b.rescaled(RowStat::LnRstd, (raw, Some(mean)), rstd, "x", residual);
+        }
         if form.fused_output {
             fused_output(&mut b, h, mean, rstd, opts);
         } else {
@@ -262,7 +265,39 @@ impl Operator {
     }
 }
 
-fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fused: bool) {
+/// rmsnorm; with `cold`, a row whose sum of squares is not finite takes
+/// the cold path ([`NormForm::cold_path`]).
+fn rms_norm_body(b: &mut Builder, opts: OperatorOptions, cold: bool) {
+    let x = b.input("x", BufferKind::Row);
+    let sq = b.unary(UnaryOp::Square, x);
+    let ss = b.reduce(ReduceOp::Sum, sq);
+    let n = b.row_len();
+    let ms = b.div(ss, n);
+    let eps = b.constant(RMSNORM_EPS);
+    let v = b.add(ms, eps);
+    let mut r = b.unary(UnaryOp::Rsqrt, v);
+    if cold {
+        r = b.rescaled(RowStat::RmsRstd, (ss, None), r, "x", None);
+    }
+    let rb = b.broadcast(r);
+    let mut y = b.mul(x, rb);
+    if opts.weight {
+        let w = b.input("weight", BufferKind::Column);
+        y = b.mul(y, w);
+    }
+    b.output("y", BufferKind::Row, y);
+}
+
+/// layernorm's moments and output of `x`; with `cold` (the second Row
+/// input, if any), overflowing, non-finite and far-offset rows take the
+/// cold path ([`NormForm::cold_path`]).
+fn layer_norm_body(
+    b: &mut Builder,
+    x: crate::Value,
+    opts: OperatorOptions,
+    cold: Option<Option<&str>>,
+    fused: bool,
+) {
     let n = b.row_len();
     let s = b.reduce(ReduceOp::Sum, x);
     let mean = b.div(s, n);
@@ -273,7 +308,10 @@ fn layer_norm_body(b: &mut Builder, x: crate::Value, opts: OperatorOptions, fuse
     let var = b.div(ss, n);
     let eps = b.constant(LAYERNORM_EPS);
     let ve = b.add(var, eps);
-    let rstd = b.unary(UnaryOp::Rsqrt, ve);
+    let mut rstd = b.unary(UnaryOp::Rsqrt, ve);
+    if let Some(residual) = cold {
+        rstd = b.rescaled(RowStat::LnRstd, (var, Some(mean)), rstd, "x", residual);
+    }
     if fused {
         fused_output(b, x, mean, rstd, opts);
     } else {
@@ -472,7 +510,7 @@ mod tests {
                         opts,
                         NormForm {
                             one_pass_moments,
-                            fused_output: false,
+                            ..NormForm::default()
                         },
                     )
                     .unwrap();
@@ -482,6 +520,7 @@ mod tests {
                         NormForm {
                             one_pass_moments,
                             fused_output: true,
+                            cold_path: false,
                         },
                     )
                     .unwrap();
@@ -503,15 +542,56 @@ mod tests {
         for op in Operator::SIX {
             assert!(!negates(&op.program(opts)), "{op}");
         }
-        assert!(Operator::Rmsnorm
-            .program_norm_form(
-                opts,
-                NormForm {
-                    one_pass_moments: false,
-                    fused_output: true
-                }
-            )
-            .is_none());
+        // rmsnorm has only the cold path among the forms; sum none.
+        let fused = NormForm {
+            fused_output: true,
+            ..NormForm::default()
+        };
+        assert_eq!(
+            Operator::Rmsnorm
+                .program_norm_form(opts, fused)
+                .unwrap()
+                .to_text(),
+            Operator::Rmsnorm.program(opts).to_text()
+        );
+        assert!(Operator::Sum.program_norm_form(opts, fused).is_none());
+    }
+
+    /// The cold path adds one `rescaled` after the last reduction of each
+    /// norm's every form; the default forms carry none.
+    #[test]
+    fn the_cold_path_is_one_rescaled_instruction_after_the_last_reduction() {
+        let opts = OperatorOptions::default();
+        for op in [
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+        ] {
+            assert!(!op.program(opts).to_text().contains("rescaled"), "{op}");
+            for (one_pass_moments, fused_output) in [(false, false), (true, false), (true, true)] {
+                let form = NormForm {
+                    one_pass_moments,
+                    fused_output,
+                    cold_path: true,
+                };
+                let p = op.program_norm_form(opts, form).unwrap();
+                p.verify().unwrap();
+                let at: Vec<usize> = p
+                    .body
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| matches!(i, Instr::Rescaled { .. }))
+                    .map(|(at, _)| at)
+                    .collect();
+                assert_eq!(at.len(), 1, "{op}");
+                let last_reduce = p
+                    .body
+                    .iter()
+                    .rposition(|i| matches!(i, Instr::Reduce { .. }))
+                    .unwrap();
+                assert!(at[0] > last_reduce, "{op}");
+            }
+        }
     }
 
     #[test]
@@ -521,6 +601,23 @@ mod tests {
         let k = b.row_first("w");
         let s = b.reduce(ReduceOp::Sum, w);
         let t = b.add(s, k);
+        b.output("out", BufferKind::RowScalar, t);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::KindMismatch { .. })
+        ));
+    }
+
+    /// The cold path skips the rest of its row: a reduction after it would
+    /// leave the row's other workers waiting, so the verifier refuses one.
+    #[test]
+    fn rescaled_must_follow_the_last_reduction() {
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        let s = b.reduce(ReduceOp::Sum, x);
+        let r = b.rescaled(RowStat::RmsRstd, (s, None), s, "x", None);
+        let s2 = b.reduce(ReduceOp::Max, x);
+        let t = b.add(r, s2);
         b.output("out", BufferKind::RowScalar, t);
         assert!(matches!(
             b.finish().verify(),

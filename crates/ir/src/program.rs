@@ -78,6 +78,33 @@ impl ReduceOp {
     }
 }
 
+/// The norm whose row an [`Instr::Rescaled`] recomputes on its cold path,
+/// over the row `h` (the row input, or the storage-rounded sum of the row
+/// input and the residual), every sum a compensated one in element order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowStat {
+    /// rmsnorm's `1 / sqrt(mean(h^2) + eps)`, from h scaled by
+    /// [`RESCUE_SCALE`]. Cold where the sum of squares is not finite.
+    RmsRstd,
+    /// layernorm's `1 / sqrt(var(h) + eps)`: two passes over h scaled by a
+    /// power of two to order 1, centred on h's first element. Cold where
+    /// the variance is not finite or `var * 2^LN_CANCEL_BITS < mean^2`
+    /// (the mean's rounding would show in the centred row).
+    LnRstd,
+}
+
+/// layernorm's cold-path threshold: a row whose mean exceeds 2^6 standard
+/// deviations takes it (the fast path's error there is at most about
+/// 2^(6-24) of the output, inside f32's 1e-5).
+pub const LN_CANCEL_BITS: i32 = 12;
+
+/// The slow path's scale, 2^-76: squares of f32 values scaled by it stay
+/// below 2^104, so a row of up to 2^23 of them sums without overflow, and a
+/// row whose sum of squares overflowed keeps its largest square above
+/// 2^-55 (no loss to underflow that f32 could see).
+pub const RESCUE_SCALE: f32 = 1.0 / (1u128 << 76) as f32;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Instr {
@@ -135,6 +162,24 @@ pub enum Instr {
         if_eq: Value,
         otherwise: Value,
     },
+    /// A norm's per-row statistic with a rare cold path: `fast` where the
+    /// statistic `check` (and `mean`, see [`RowStat`]) says the fast path is
+    /// sound. Elsewhere (overflow, infinities, NaN, cancellation) the row's
+    /// Row outputs are computed again from the inputs, in scaled form, by
+    /// the cold path of `stat`, and nothing after this instruction runs for
+    /// the row. Costs the fast path one or two comparisons per row; the cold
+    /// path is a separate, non-inlined function in the kernel.
+    Rescaled {
+        stat: RowStat,
+        check: Value,
+        /// The row's mean, for [`RowStat::LnRstd`].
+        mean: Option<Value>,
+        fast: Value,
+        /// The Row input h is, or the first of the two it sums.
+        x: String,
+        /// The second Row input of `h = round(x + residual)`.
+        residual: Option<String>,
+    },
     /// Write a tile to a Row output or a scalar to a RowScalar output.
     Store {
         buffer: String,
@@ -156,6 +201,9 @@ impl Instr {
             Instr::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
             Instr::ReduceSumExp { arg, max } => vec![*arg, *max],
             Instr::MaskIndex { tile, index } => vec![*tile, *index],
+            Instr::Rescaled {
+                check, mean, fast, ..
+            } => [*check, *fast].into_iter().chain(*mean).collect(),
             Instr::SelectIndexEq {
                 index,
                 if_eq,
@@ -365,6 +413,26 @@ impl Builder {
             sentinel,
             if_eq,
             otherwise,
+        })
+    }
+
+    /// `fast`, or the row's outputs from the cold path of `stat` where
+    /// `check` (and `mean`) call for it ([`Instr::Rescaled`]).
+    pub fn rescaled(
+        &mut self,
+        stat: RowStat,
+        (check, mean): (Value, Option<Value>),
+        fast: Value,
+        x: &str,
+        residual: Option<&str>,
+    ) -> Value {
+        self.push(Instr::Rescaled {
+            stat,
+            check,
+            mean,
+            fast,
+            x: x.to_string(),
+            residual: residual.map(str::to_string),
         })
     }
 

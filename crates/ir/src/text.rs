@@ -48,6 +48,21 @@ impl Program {
                     "select %{} == {sentinel} ? %{} : %{}",
                     index.0, if_eq.0, otherwise.0
                 ),
+                Instr::Rescaled {
+                    stat,
+                    check,
+                    mean,
+                    fast,
+                    x,
+                    residual,
+                } => {
+                    let h = match residual {
+                        Some(r) => format!("{x}+{r}"),
+                        None => x.clone(),
+                    };
+                    let m = mean.map_or(String::new(), |m| format!(", %{}", m.0));
+                    format!("rescaled.{stat:?} %{}{m} ? %{} : {h}", check.0, fast.0).to_lowercase()
+                }
                 Instr::Store { buffer, value } => format!("store {buffer}, %{}", value.0),
             };
             let note = match &analysis {

@@ -1,4 +1,4 @@
-use crate::program::{BufferKind, Instr, Program, ReduceOp, Value};
+use crate::program::{BufferKind, Instr, Program, ReduceOp, RowStat, Value};
 use std::collections::{BTreeSet, HashSet};
 
 /// The kind of an SSA value.
@@ -300,6 +300,47 @@ impl Program {
                         ));
                     }
                     (Kind::Scalar, ph(index).max(ph(if_eq)).max(ph(otherwise)))
+                }
+                Instr::Rescaled {
+                    stat,
+                    check,
+                    mean,
+                    fast,
+                    x,
+                    residual,
+                } => {
+                    let row_input =
+                        |b: &String| self.input(b).map(|d| d.kind) == Some(BufferKind::Row);
+                    if k(check) != Kind::Scalar
+                        || k(fast) != Kind::Scalar
+                        || mean.iter().any(|m| k(m) != Kind::Scalar)
+                        || mean.is_some() != (*stat == RowStat::LnRstd)
+                        || !row_input(x)
+                        || !residual.iter().all(row_input)
+                    {
+                        return Err(mismatch(
+                            at,
+                            "rescaled takes two scalars (three for layernorm) and one or two Row input buffers",
+                        ));
+                    }
+                    // The cold path skips the rest of the row: a reduction
+                    // after it would leave the row's other workers waiting.
+                    let later = &self.body[at + 1..];
+                    if later.iter().any(|i| {
+                        matches!(
+                            i,
+                            Instr::Reduce { .. }
+                                | Instr::ReduceSumExp { .. }
+                                | Instr::Rescaled { .. }
+                        )
+                    }) {
+                        return Err(mismatch(
+                            at,
+                            "rescaled must follow the program's last reduction and be its only one",
+                        ));
+                    }
+                    let m = mean.map_or(0, |m| ph(&m));
+                    (Kind::Scalar, ph(check).max(ph(fast)).max(m))
                 }
                 Instr::Store { buffer, value } => {
                     let Some(slot) = self.outputs.iter().position(|b| &b.name == buffer) else {

@@ -43,11 +43,12 @@ impl Problem {
         // The fused output's per-row rounding is only hidden by 16-bit
         // outputs' (see `NormForm::fused_output`).
         let fused_output = request.fused_output && self.dtype.size_bytes() == 2;
-        if !request.one_pass_moments && !request.online_normalizer && !fused_output {
+        let norm_form = request.one_pass_moments || fused_output || request.cold_path;
+        if !norm_form && !request.online_normalizer {
             return Cow::Borrowed(self);
         }
         let mut program = self.program.clone();
-        if request.one_pass_moments || fused_output {
+        if norm_form {
             let options = OperatorOptions {
                 weight: program.input("weight").is_some(),
                 bias: program.input("bias").is_some(),
@@ -55,6 +56,7 @@ impl Problem {
             let form = NormForm {
                 one_pass_moments: request.one_pass_moments,
                 fused_output,
+                cold_path: request.cold_path,
             };
             let one_pass = self
                 .operator_kind()
@@ -232,6 +234,14 @@ pub struct LayoutRequest {
     /// operators are unaffected.
     #[serde(default)]
     pub fused_output: bool,
+    /// rmsnorm, layernorm and residual_layernorm: rows the fast statistics
+    /// get wrong (a sum of squares that overflows, infinities, NaN, a mean
+    /// far beyond the spread) take a rare cold path that computes the row
+    /// again in scaled form ([`NormForm::cold_path`]). Same results on
+    /// every other row; off by default until measured neutral on the
+    /// device (it moves some kernels' register counts).
+    #[serde(default)]
+    pub cold_path: bool,
     /// Register plans of one group per row: a persistent grid, each group
     /// copying its next row into shared memory (`cp.async.bulk`,
     /// completing an `mbarrier`) while it reduces and writes the current
@@ -339,6 +349,7 @@ impl LayoutRequest {
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             fused_output: self.fused_output,
+            cold_path: self.cold_path,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
             unfold_pack_addresses: self.unfold_pack_addresses,
@@ -406,6 +417,7 @@ pub struct ArithmeticKey {
     pub one_pass_moments: bool,
     pub online_normalizer: bool,
     pub fused_output: bool,
+    pub cold_path: bool,
 }
 
 /// Groups per multiprocessor held to `groups` through shared memory
@@ -583,6 +595,16 @@ impl Plan {
         })
     }
 
+    /// Do rows the fast statistics get wrong take a cold path (see
+    /// [`LayoutRequest::cold_path`])?
+    pub fn cold_path(&self) -> bool {
+        self.problem
+            .program
+            .body
+            .iter()
+            .any(|i| matches!(i, lanefold_ir::Instr::Rescaled { .. }))
+    }
+
     /// Does a phase re-read resident tiles from memory (rather than keep
     /// them in registers)?
     pub fn rereads_tiles(&self) -> bool {
@@ -609,6 +631,7 @@ impl Plan {
             one_pass_moments: self.one_pass_moments(),
             online_normalizer: self.online_normalizer(),
             fused_output: self.fused_output(),
+            cold_path: self.cold_path(),
         }
     }
 
@@ -731,6 +754,7 @@ impl Plan {
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             fused_output: self.fused_output(),
+            cold_path: self.cold_path(),
             prefetch_rows: self.row_prefetch.is_some(),
             occupancy: groups,
             ..*base

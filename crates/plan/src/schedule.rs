@@ -131,6 +131,7 @@ const TOKENS: &[Field] = &[
     flag!("online-normalizer", online_normalizer),
     flag!("one-pass-moments", one_pass_moments),
     flag!("fused-output", fused_output),
+    flag!("cold-path", cold_path),
     count!("occupancy", occupancy),
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
@@ -331,7 +332,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 20);
+        let flags = proptest::collection::vec(any::<bool>(), 21);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -387,6 +388,7 @@ mod tests {
                 early_columns: c[3],
                 shared_chunks: c[4],
                 l2_prefetch_rows: if b[19] { c[5] } else { 0 },
+                cold_path: b[20],
             }
         })
     }
@@ -424,7 +426,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
+                   fused-output cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(
