@@ -887,6 +887,8 @@ impl Ctx<'_> {
             Instr::Const(c) => lit(*c),
             Instr::RowLen => "(float)LF_N".to_string(),
             Instr::RowFirst { buffer } => format!("lf_widen(p_{}[row_off])", ident(buffer)),
+            // Only a per-row scalar input loads as a scalar.
+            Instr::Load { buffer } => format!("lf_widen(p_{}[row_c])", ident(buffer)),
             Instr::Unary { op, arg } => unary(*op, &n(arg)),
             Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
             Instr::RoundToStorage(v) => format!("lf_round({})", n(v)),
