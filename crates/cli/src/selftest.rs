@@ -65,11 +65,67 @@ pub fn layout_matrix(dtype: DType) -> Vec<Case> {
     cases
 }
 
+/// The backward operators x V {1,2,4,8} x W {32,256} x N {1,33,129,4103}
+/// x rows {1,5}, in `dtype`.
+pub fn backward_layout_matrix(dtype: DType) -> Vec<Case> {
+    let mut cases = vec![];
+    let mut seed = 7000;
+    for op in Operator::BACKWARD {
+        for pack in [1, 2, 4, 8] {
+            for workers in [32, 256] {
+                for n in [1, 33, 129, 4103] {
+                    for rows in [1, 5] {
+                        seed += 1;
+                        cases.push(Case {
+                            op,
+                            dtype,
+                            shape: shape(rows, n),
+                            request: LayoutRequest {
+                                workers,
+                                pack,
+                                ..Default::default()
+                            },
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// The backward operators' checks alone (`selftest --backward`): their
+/// layout matrix in f32 and bf16, and on CUDA the seed shapes and two long
+/// shapes with automatic layouts.
+pub fn backward_checks(backend: &Backend, report: &mut Report) {
+    for dtype in [DType::F32, DType::Bf16] {
+        run_cases(backend, &backward_layout_matrix(dtype), report);
+    }
+    if let Backend::Cuda(_) = backend {
+        run_cases(
+            backend,
+            &shape_matrix_of(&Operator::BACKWARD, &SEED_SHAPES, &[0, 4]),
+            report,
+        );
+        run_cases(
+            backend,
+            &shape_matrix_of(&Operator::BACKWARD, &LONG_SHAPES[..2], &[0]),
+            report,
+        );
+    }
+}
+
 /// Shapes x the six operators x f32 and bf16 x packs (0 = automatic).
 pub fn shape_matrix(shapes: &[(usize, usize)], packs: &[u32]) -> Vec<Case> {
+    shape_matrix_of(&Operator::SIX, shapes, packs)
+}
+
+/// Shapes x `ops` x f32 and bf16 x packs (0 = automatic).
+pub fn shape_matrix_of(ops: &[Operator], shapes: &[(usize, usize)], packs: &[u32]) -> Vec<Case> {
     let mut cases = vec![];
     for &(rows, n) in shapes {
-        for op in Operator::SIX {
+        for &op in ops {
             for dtype in [DType::F32, DType::Bf16] {
                 for &pack in packs {
                     cases.push(Case {

@@ -2101,3 +2101,36 @@ fn l2_prefetch_applies_only_to_register_plans_of_one_row_per_group() {
         assert_eq!(kernel(&asked).source, kernel(&plain).source);
     }
 }
+
+/// One backward kernel per operator: the per-row scalar input (dloss) is
+/// read once per row, the one-hot term is a masked broadcast, and the
+/// norms' two sums share a phase.
+#[test]
+fn golden_backward_kernels() {
+    for (op, dtype, shape, w, v) in [
+        (Operator::RmsnormBackward, DType::Bf16, "64x4096", 256, 8),
+        (Operator::LayernormBackward, DType::Bf16, "64x4096", 256, 8),
+        (
+            Operator::ResidualLayernormBackward,
+            DType::F32,
+            "64x4096",
+            256,
+            4,
+        ),
+        (Operator::SoftmaxBackward, DType::F32, "17x257", 32, 4),
+        (
+            Operator::CrossEntropyBackward,
+            DType::Bf16,
+            "64x4096",
+            256,
+            8,
+        ),
+    ] {
+        let p = make(op, dtype, shape, w, v, 1);
+        let g = golden(&p);
+        if op == Operator::CrossEntropyBackward {
+            assert!(g.contains("lf_widen(p_dloss[row_c])"), "{g}");
+        }
+        insta::assert_snapshot!(format!("golden_{op}_{dtype}"), g);
+    }
+}
