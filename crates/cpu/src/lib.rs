@@ -3,6 +3,7 @@
 //! and validation of any backend's outputs against it.
 
 pub mod backward;
+pub mod columns;
 pub mod data;
 mod exec;
 pub mod npy;
