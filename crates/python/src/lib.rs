@@ -120,8 +120,11 @@ impl Key {
 /// of the operator's) with the caller's.
 fn set_eps(plan: &mut Plan, op: Operator, eps: f32) -> PyResult<()> {
     let default = match op {
-        Operator::Rmsnorm => RMSNORM_EPS,
-        Operator::Layernorm | Operator::ResidualLayernorm => LAYERNORM_EPS,
+        Operator::Rmsnorm | Operator::RmsnormBackward => RMSNORM_EPS,
+        Operator::Layernorm
+        | Operator::ResidualLayernorm
+        | Operator::LayernormBackward
+        | Operator::ResidualLayernormBackward => LAYERNORM_EPS,
         _ => return Ok(()),
     };
     let mut found = 0;
@@ -286,6 +289,61 @@ fn cpu_run(
     Ok(())
 }
 
+/// dweight (and dbias) of a norm on host memory: lanefold's fixed-order
+/// column sums (`lanefold_cpu::columns`), bit-identical however torch
+/// batches the rows. `op` is `rmsnorm_backward`, `layernorm_backward` or
+/// `residual_layernorm_backward`; `x` is the normalized row (h for the
+/// residual form), `dy` the output's gradient, both rows x n; `dbias` is 0
+/// for rmsnorm. The caller guarantees lengths and dtypes, as for
+/// [`cpu_run`].
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cpu_column_grads(
+    py: Python<'_>,
+    op: &str,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    eps: f64,
+    x: usize,
+    dy: usize,
+    dweight: usize,
+    dbias: usize,
+) -> PyResult<()> {
+    use lanefold_cpu::columns::{column_grads, ColumnGrads};
+    let key = Key::new(op, dtype, rows, n, eps, &["weight"])?;
+    let (kind, x_name) = ColumnGrads::of(key.op)
+        .ok_or_else(|| value_error(format!("{op} has no column gradients")))?;
+    let (size, _) = element(BufferKind::Row, key.dtype);
+    let mut inputs = Buffers::new();
+    for (name, ptr) in [(x_name, x), ("dy", dy)] {
+        check_address(name, ptr, size)?;
+        // SAFETY: the caller passed live contiguous tensors of rows x n
+        // elements of this dtype.
+        let t = unsafe { read_host(ptr, rows * n, BufferKind::Row, key.dtype) };
+        inputs.insert(name.to_string(), t);
+    }
+    let mut targets = vec![("dweight", dweight)];
+    if kind == ColumnGrads::Layernorm {
+        targets.push(("dbias", dbias));
+    }
+    for (name, ptr) in &targets {
+        check_address(name, *ptr, size)?;
+    }
+    let eps = f32::from_bits(key.eps_bits);
+    let out = py
+        .detach(|| column_grads(key.op, &inputs, rows, n, eps, key.dtype))
+        .map_err(|e| value_error(format!("{e}")))?;
+    for (name, ptr) in targets {
+        let t = out
+            .get(name)
+            .ok_or_else(|| runtime_error(format!("internal: '{name}' not computed")))?;
+        // SAFETY: n writable elements of this dtype (the caller's tensor).
+        unsafe { write_host(ptr, t) };
+    }
+    Ok(())
+}
+
 /// One open backend per device ordinal, opened on first use.
 fn backends() -> &'static Mutex<HashMap<usize, Arc<CudaBackend>>> {
     static BACKENDS: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
@@ -422,7 +480,7 @@ fn describe_plan(
         names.push("bias");
     }
     let default_eps = match op {
-        "rmsnorm" => RMSNORM_EPS,
+        "rmsnorm" | "rmsnorm_backward" => RMSNORM_EPS,
         _ => LAYERNORM_EPS,
     };
     let key = Key::new(op, dtype, rows, n, default_eps as f64, &names)?;
@@ -433,6 +491,7 @@ fn describe_plan(
 #[pymodule]
 fn _lanefold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_column_grads, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_run, m)?)?;
     m.add_function(wrap_pyfunction!(clear_caches, m)?)?;
     m.add_function(wrap_pyfunction!(describe_plan, m)?)?;
