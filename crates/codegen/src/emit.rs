@@ -162,7 +162,7 @@ fn binary(op: BinaryOp, a: &str, b: &str) -> String {
 /// Storage helpers: `lf_widen` (storage to f32), `lf_narrow` (f32 to
 /// storage, round to nearest even) and `lf_round` (through storage and
 /// back). No headers: the 16-bit conversions are inline PTX.
-fn storage_helpers(dtype: DType) -> &'static str {
+pub(crate) fn storage_helpers(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => {
             "typedef float lf_store_t;

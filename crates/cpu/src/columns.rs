@@ -8,11 +8,9 @@
 
 use crate::data::{Buffers, DataError, Tensor};
 use crate::reference::{Expected, Reference};
+pub use lanefold_ir::COLUMN_GROUP_ROWS;
 use lanefold_ir::{DType, Operator, LAYERNORM_EPS, RMSNORM_EPS};
 use rayon::prelude::*;
-
-/// Rows per group of the first pass.
-pub const COLUMN_GROUP_ROWS: usize = 32;
 
 /// Which column gradients: rmsnorm's dweight, or layernorm's dweight and
 /// dbias (of x, or of h for residual_layernorm).

@@ -998,6 +998,25 @@ pub fn compile_offline(
     })
 }
 
+/// [`compile_offline`] of a kernel generated without a plan (the norms'
+/// column-gradient kernels).
+pub fn compile_kernel_offline(
+    kernel: &Kernel,
+    options: &CodegenOptions,
+    arch: &str,
+) -> Result<OfflineCompile, CudaError> {
+    probe_nvrtc()?;
+    let mut opts = nvrtc_options(options, arch);
+    opts.push("--ptxas-options=-v".to_string());
+    let (cubin, log) = compile_kernel(kernel, &opts)?;
+    Ok(OfflineCompile {
+        kernel: kernel.name.clone(),
+        cubin,
+        ptxas: PtxasReport::parse(&log),
+        log,
+    })
+}
+
 /// What the compiler said about an occupancy promise for one plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OccupancyProbe {

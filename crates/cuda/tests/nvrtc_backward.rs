@@ -50,3 +50,24 @@ fn nvrtc_compiles_every_backward_kernel_without_spills() {
         );
     }
 }
+
+/// The norms' column-gradient kernels (first pass and combine) compile in
+/// every dtype, for one group, a partial last group and a long row.
+#[test]
+#[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+fn nvrtc_compiles_the_column_gradient_kernels() {
+    use lanefold_codegen::{column_grad_kernels, ColumnGradKind};
+    use lanefold_cuda::compile_kernel_offline;
+    for kind in [ColumnGradKind::Rmsnorm, ColumnGradKind::Layernorm] {
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            for (rows, n) in [(1, 1), (70, 300), (4096, 4096), (3, 262144)] {
+                for k in column_grad_kernels(kind, dtype, rows, n, 1e-5).unwrap() {
+                    let c = compile_kernel_offline(&k, &CodegenOptions::default(), "sm_90")
+                        .unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                    assert!(!c.cubin.is_empty(), "{}", c.kernel);
+                    assert_eq!(c.ptxas.spill_store_bytes.unwrap_or(0), 0, "{}", c.log);
+                }
+            }
+        }
+    }
+}

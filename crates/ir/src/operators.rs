@@ -10,6 +10,9 @@ use std::str::FromStr;
 pub const RMSNORM_EPS: f32 = 1e-6;
 pub const LAYERNORM_EPS: f32 = 1e-5;
 pub const IGNORE_INDEX: i64 = -100;
+/// Rows per group of the first pass of the norms' column gradients
+/// (dweight, dbias): part of their summation order, on every backend.
+pub const COLUMN_GROUP_ROWS: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -350,3 +350,32 @@ def test_backward_runs_on_the_current_stream_and_in_a_cuda_graph():
     torch.cuda.synchronize()
     assert torch.equal(out, out2)
     assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (70, 300), (3, 5, 1000), (1024, 4096), (3, 131072)])
+def test_column_gradients_on_cuda_equal_the_cpus_bits(dtype, shape):
+    """dweight and dbias by lanefold's two column kernels: bit for bit the
+    CPU's fixed-order sums, and within tolerance of float64."""
+    n = shape[-1]
+    x, gy = data(shape, dtype, 50), data(shape, dtype, 51)
+    w, b = data((n,), dtype, 52, 0.5, 1.5), data((n,), dtype, 53)
+
+    def grads(device, f):
+        ww, bb = w.to(device).requires_grad_(), b.to(device).requires_grad_()
+        f(x.to(device), ww, bb).backward(gy.to(device))
+        return ww.grad.cpu(), None if bb.grad is None else bb.grad.cpu()
+
+    for f in [
+        lambda x, w, b: lanefold.layer_norm(x, w, b),
+        lambda x, w, b: lanefold.rms_norm(x, w),
+        lambda x, w, b: lanefold.add_layer_norm(x, torch.zeros_like(x), w, b)[0],
+    ]:
+        on_gpu, on_cpu = grads("cuda", f), grads("cpu", f)
+        for g, c in zip(on_gpu, on_cpu):
+            assert (g is None and c is None) or torch.equal(g, c)
+    x64, g64 = x.double().reshape(-1, n), gy.double().reshape(-1, n)
+    want_w = (F.layer_norm(x64, (n,)) * g64).sum(0)
+    dw, db = grads("cuda", lambda x, w, b: lanefold.layer_norm(x, w, b))
+    assert rel_err(dw, want_w) < TOL[dtype] or n == 1
+    assert rel_err(db, g64.sum(0)) < TOL[dtype]

@@ -8,8 +8,8 @@ run its generated kernels on the tensor's device and the current stream.
 Each is a ``torch.library`` custom op (``torch.ops.lanefold.*``), so
 ``torch.compile(fullgraph=True)`` and CUDA graph capture see one opaque op.
 Input gradients run lanefold's backward ops (row programs like the
-forward); dweight and dbias are lanefold's fixed-order column sums on the
-CPU and torch ops on CUDA.
+forward); dweight and dbias are lanefold's fixed-order column sums, the
+same bits on the CPU and on CUDA.
 """
 
 from ._ops import (  # noqa: F401

@@ -235,8 +235,9 @@ def _(logits, target):
 # Input gradients (dx) are lanefold's backward row programs, on the same
 # paths as the forward: the exact-order executor on the CPU, a generated
 # kernel on torch's stream on CUDA. dweight and dbias are lanefold's
-# fixed-order column sums on the CPU (bit-identical however the rows are
-# batched) and torch ops in float32 on CUDA.
+# fixed-order column sums (groups of COLUMN_GROUP_ROWS rows, then the
+# groups in order): the same bits on the CPU and on CUDA, and however the
+# rows are batched at group boundaries.
 
 
 @torch.library.custom_op("lanefold::rms_norm_backward", mutates_args=())
@@ -354,14 +355,28 @@ def _column_grads_op(x: torch.Tensor, dy: torch.Tensor, eps: float, layer: bool)
             dw.data_ptr(),
             db.data_ptr() if layer else 0,
         )
+    elif x.device.type == "cuda":
+        rows = x.shape[0]
+        groups = (rows + _C.COLUMN_GROUP_ROWS - 1) // _C.COLUMN_GROUP_ROWS
+        partials = torch.empty(((2 if layer else 1) * groups * n,), dtype=torch.float32, device=x.device)
+        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        _preload_nvrtc()
+        _C.cuda_column_grads(
+            "layernorm_backward" if layer else "rmsnorm_backward",
+            _DTYPES[x.dtype],
+            rows,
+            n,
+            float(eps),
+            device,
+            torch.cuda.current_stream(x.device).cuda_stream,
+            x.data_ptr(),
+            dy.data_ptr(),
+            partials.data_ptr(),
+            dw.data_ptr(),
+            db.data_ptr() if layer else 0,
+        )
     else:
-        xf, g = x.float(), dy.float()
-        if layer:
-            xf = xf - xf.mean(-1, keepdim=True)
-        xhat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        dw.copy_((g * xhat).sum(0))
-        if layer:
-            db.copy_(g.sum(0))
+        raise RuntimeError(f"lanefold: tensors on {x.device} are not supported (CPU or CUDA)")
     return dw, db
 
 
