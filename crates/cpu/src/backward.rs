@@ -212,12 +212,11 @@ mod tests {
                     bin.insert("weight".into(), fin["weight"].clone());
                 }
                 let dx = &reference_backward(op, &backward, &bin).unwrap()["dx"].values;
-                for i in 0..dx.len() {
+                for (i, &d) in dx.iter().enumerate() {
                     let fd = central_difference(&forward, &fin, &cot, wrt, i);
                     assert!(
-                        (fd - dx[i]).abs() <= 1e-4 * (1.0 + dx[i].abs()),
-                        "{op} weight={weight} element {i}: oracle {} against difference {fd}",
-                        dx[i]
+                        (fd - d).abs() <= 1e-4 * (1.0 + d.abs()),
+                        "{op} weight={weight} element {i}: oracle {d} against difference {fd}"
                     );
                 }
                 if op == Operator::CrossEntropyBackward {
