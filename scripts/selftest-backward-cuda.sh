@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The backward operators on a GPU in one device call: `lanefold selftest
 # --backend cuda --backward` (their layout matrix in f32 and bf16, seed and
-# long shapes, every output against float64), compute-sanitizer memcheck
+# long shapes, every output against float64; the norms' dweight and dbias
+# kernels bit for bit against the CPU's), compute-sanitizer memcheck
 # of each backward kernel on an odd shape, and the Python package's CUDA
 # tests (autograd through the backward kernels) from a prebuilt wheel.
 #

@@ -61,7 +61,8 @@ enum Command {
         #[arg(long, conflicts_with = "long_shapes_only")]
         quick: bool,
         /// Only the backward operators' cases (layout matrix in f32 and
-        /// bf16; on CUDA also seed and long shapes).
+        /// bf16; on CUDA also seed and long shapes) and the norms' column
+        /// gradients (on CUDA: the same bits as the CPU's).
         #[arg(long, conflicts_with_all = ["long_shapes_only", "variants_only", "variant"])]
         backward: bool,
         /// CUDA only: only the long-row shapes, the part `--quick` skips,

@@ -11,6 +11,7 @@
 
 mod cache;
 mod call_graph;
+mod columns;
 mod completion;
 mod latency;
 mod prepared;
