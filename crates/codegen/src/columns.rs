@@ -4,8 +4,9 @@
 //! are sums in element order, and the column sums run over fixed row
 //! groups ([`COLUMN_GROUP_ROWS`]), then over the groups in order.
 //!
-//! 1. `partials`: one block per row group. Its first threads compute their
-//!    rows' (shift, rstd) one row each; then each thread owns columns
+//! 1. `partials`: one block per row group. The block loads the group's rows
+//!    in coalesced tiles into shared memory, from which its first threads
+//!    sum their rows' (shift, rstd) one row each; then each thread owns columns
 //!    `tid, tid + 256, ...` and sums its group's rows in order into
 //!    `partials[group][column]` (dbias's after dweight's, for layernorm).
 //! 2. `combine`: one thread per column sums the partials in group order
@@ -106,19 +107,38 @@ pub fn column_grad_kernels(
         param("rows", ParamKind::Rows, "int"),
         param("n", ParamKind::N, "int"),
     ];
+    // A sweep over the group's rows in tiles of THREADS columns: the block
+    // loads each tile coalesced into shared memory (rows padded by one
+    // float: no bank conflicts), then thread k < nr adds row k's elements
+    // in order.
+    let sweep = |step: &str| {
+        format!(
+            "    for (int c0 = 0; c0 < LF_N; c0 += {THREADS}) {{
+        __syncthreads();
+        for (int k = 0; k < nr; ++k) {{
+            const int j = c0 + tid;
+            lf_tile[k][tid] = j < LF_N ? lf_widen(p_x[(size_t)(r0 + k) * LF_N + j]) : 0.0f;
+        }}
+        __syncthreads();
+        if (tid < nr) {{
+            const int len = min({THREADS}, LF_N - c0);
+            for (int i = 0; i < len; ++i) {{
+                const float v = lf_tile[tid][i];
+                {step}
+            }}
+        }}
+    }}
+"
+        )
+    };
     let stats = if layer {
-        "        float s = 0.0f;
-        for (int i = 0; i < LF_N; ++i) s = __fadd_rn(s, lf_widen(x[i]));
-        shift = __fdiv_rn(s, (float)LF_N);
-        for (int i = 0; i < LF_N; ++i) {
-            const float d = __fsub_rn(lf_widen(x[i]), shift);
-            ss = __fadd_rn(ss, __fmul_rn(d, d));
-        }"
+        format!(
+            "{}    if (tid < nr) shift = __fdiv_rn(s, (float)LF_N);\n{}",
+            sweep("s = __fadd_rn(s, v);"),
+            sweep("const float d = __fsub_rn(v, shift);\n                ss = __fadd_rn(ss, __fmul_rn(d, d));")
+        )
     } else {
-        "        for (int i = 0; i < LF_N; ++i) {
-            const float v = lf_widen(x[i]);
-            ss = __fadd_rn(ss, __fmul_rn(v, v));
-        }"
+        sweep("ss = __fadd_rn(ss, __fmul_rn(v, v));")
     };
     let store_db = if layer {
         "\n        p_partials[(size_t)(LF_GROUPS + g) * LF_N + j] = db;"
@@ -133,16 +153,17 @@ extern \"C\" __global__ void __launch_bounds__({THREADS}) {name}(
     if (n != LF_N || rows != LF_ROWS) __trap(); // specialised for its shape
     __shared__ float lf_shift[{COLUMN_GROUP_ROWS}];
     __shared__ float lf_rstd[{COLUMN_GROUP_ROWS}];
+    __shared__ float lf_tile[{COLUMN_GROUP_ROWS}][{THREADS} + 1];
     const int tid = threadIdx.x;
     const int g = blockIdx.x;
     const int r0 = g * {COLUMN_GROUP_ROWS};
     const int nr = min({COLUMN_GROUP_ROWS}, LF_ROWS - r0);
-    if (tid < nr) {{
-        // One row per thread, its sums in element order.
-        const lf_store_t* x = p_x + (size_t)(r0 + tid) * LF_N;
-        float shift = 0.0f;
-        float ss = 0.0f;
-{stats}
+    // Row statistics: thread k < nr owns row r0 + k, its sums in element order.
+    float s = 0.0f;
+    float shift = 0.0f;
+    float ss = 0.0f;
+    (void)s;
+{stats}    if (tid < nr) {{
         lf_shift[tid] = shift;
         lf_rstd[tid] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)LF_N), {eps_lit})));
     }}
