@@ -870,6 +870,31 @@ mod tests {
         assert!(Operator::Softmax.forward().is_none());
     }
 
+    /// A per-row scalar input loads as a scalar, available in phase 0: a
+    /// tile operand needs its broadcast.
+    #[test]
+    fn a_row_scalar_input_is_a_scalar_of_phase_zero() {
+        use crate::verify::Kind;
+        let mut b = Builder::new("scale");
+        let x = b.input("x", BufferKind::Row);
+        let g = b.input("g", BufferKind::RowScalar);
+        let gb = b.broadcast(g);
+        let y = b.mul(x, gb);
+        b.output("y", BufferKind::Row, y);
+        let a = b.finish().verify().unwrap();
+        assert_eq!((a.kinds[g.index()], a.phase[g.index()]), (Kind::Scalar, 0));
+        assert_eq!(a.num_phases, 1);
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        let g = b.input("g", BufferKind::RowScalar);
+        let y = b.mul(x, g);
+        b.output("y", BufferKind::Row, y);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::KindMismatch { .. })
+        ));
+    }
+
     #[test]
     fn parse_names_round_trip() {
         for op in Operator::BACKWARD {
