@@ -676,3 +676,10 @@ def test_backward_custom_ops_pass_torch_library_opcheck():
             args,
             test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic"),
         )
+
+
+def test_backward_plans_are_described():
+    x = data((64, 4096), torch.bfloat16, 96)
+    for op in ["rmsnorm_backward", "layernorm_backward", "softmax_backward", "cross_entropy_backward"]:
+        assert "W=" in lanefold.describe_plan(op, x)
+    assert lanefold._ops._C.COLUMN_GROUP_ROWS == 32

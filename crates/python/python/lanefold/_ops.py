@@ -669,7 +669,8 @@ def cross_entropy(
 
 def describe_plan(op: str, x: torch.Tensor, weight: bool = True, bias: bool = True) -> str:
     """The plan lanefold picks for ``op`` (rmsnorm, layernorm,
-    residual_layernorm, softmax, cross_entropy, sum) on x's rows."""
+    residual_layernorm, softmax, cross_entropy, sum, or the first five's
+    ``*_backward``) on x's rows."""
     _check_input(x)
     rows = x.numel() // x.shape[-1]
     return _C.describe_plan(op, _DTYPES[x.dtype], rows, x.shape[-1], weight, bias, x.is_cuda)
