@@ -182,8 +182,17 @@ fn the_column_kernels_give_the_cpus_column_sums_bit_for_bit() {
         eprintln!("SKIPPED: no C++20 compiler (set CXX)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("lanefold-colgrad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    /// Removes the scratch folder, a failed assertion included.
+    struct Scratch(std::path::PathBuf);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("lanefold-colgrad-{}", std::process::id())));
+    let dir = &scratch.0;
+    std::fs::create_dir_all(dir).unwrap();
     for (kind, op, eps) in [
         (
             ColumnGradKind::Layernorm,
@@ -208,7 +217,7 @@ fn the_column_kernels_give_the_cpus_column_sums_bit_for_bit() {
                 ("dy".to_string(), Tensor::F32(values(7))),
             ]);
             let want = column_grads(op, &inputs, rows, n, eps, DType::F32).unwrap();
-            let got = host_run(&dir, kind, rows, n, eps, &inputs);
+            let got = host_run(dir, kind, rows, n, eps, &inputs);
             for (k, name) in ["dweight", "dbias"].iter().enumerate() {
                 let Some(w) = want.get(*name) else { continue };
                 let same = (0..n).all(|j| w.get(j).to_bits() == got[k][j].to_bits());
@@ -221,5 +230,4 @@ fn the_column_kernels_give_the_cpus_column_sums_bit_for_bit() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
