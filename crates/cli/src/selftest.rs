@@ -96,12 +96,18 @@ pub fn backward_layout_matrix(dtype: DType) -> Vec<Case> {
 }
 
 /// The backward operators' checks alone (`selftest --backward`): their
-/// layout matrix in f32 and bf16, and on CUDA the seed shapes and two long
-/// shapes with automatic layouts.
+/// layout matrix in f32 and bf16, batch invariance, the norms' column
+/// gradients, and on CUDA the seed shapes and two long shapes with
+/// automatic layouts.
 pub fn backward_checks(backend: &Backend, report: &mut Report) {
     for dtype in [DType::F32, DType::Bf16] {
         run_cases(backend, &backward_layout_matrix(dtype), report);
     }
+    let ns: &[usize] = match backend {
+        Backend::Cuda(_) => &[127, 4096],
+        Backend::Cpu => &[127],
+    };
+    batch_invariance_checks_of(&Operator::BACKWARD, backend, ns, report);
     column_grad_checks(backend, report);
     if let Backend::Cuda(_) = backend {
         run_cases(
@@ -463,8 +469,18 @@ fn row_bits(problem: &Problem, outputs: &Buffers, row: usize) -> Vec<u32> {
 /// With `--batch-invariant`, a row's outputs are bit-identical whether it
 /// runs alone, among 7 rows or among 4096.
 pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Report) {
+    batch_invariance_checks_of(&Operator::SIX, backend, ns, report);
+}
+
+/// [`batch_invariance_checks`] of `ops`.
+pub fn batch_invariance_checks_of(
+    ops: &[Operator],
+    backend: &Backend,
+    ns: &[usize],
+    report: &mut Report,
+) {
     const ROW: usize = 3;
-    for op in Operator::SIX {
+    for &op in ops {
         for dtype in [DType::F32, DType::Bf16] {
             for &n in ns {
                 let label = format!("batch invariance {op} {dtype} N={n}");
