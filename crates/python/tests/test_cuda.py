@@ -362,7 +362,10 @@ def test_column_gradients_on_cuda_equal_the_cpus_bits(dtype, shape):
     w, b = data((n,), dtype, 52, 0.5, 1.5), data((n,), dtype, 53)
 
     def grads(device, f):
-        ww, bb = w.to(device).requires_grad_(), b.to(device).requires_grad_()
+        # Fresh leaves each call (`.to` on the same device would return w
+        # itself, and its .grad would accumulate across calls).
+        ww = w.detach().clone().to(device).requires_grad_()
+        bb = b.detach().clone().to(device).requires_grad_()
         f(x.to(device), ww, bb).backward(gy.to(device))
         return ww.grad.cpu(), None if bb.grad is None else bb.grad.cpu()
 
