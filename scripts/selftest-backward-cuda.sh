@@ -46,17 +46,21 @@ timeout "$(left)" "$bin" selftest --backend cuda --backward 2>&1 | tee "$out/sel
 [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("selftest")
 
 echo "== compute-sanitizer memcheck, one odd shape per backward operator"
-if command -v compute-sanitizer > /dev/null 2>&1; then
+sanitizer=$(command -v compute-sanitizer || true)
+for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [ -n "$sanitizer" ] || { [ -x "$c" ] && sanitizer=$c; }
+done
+if [ -n "$sanitizer" ]; then
   for op in rmsnorm_backward layernorm_backward residual_layernorm_backward softmax_backward cross_entropy_backward; do
     [ "$(left)" -gt 30 ] || break
-    timeout "$(left)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    timeout "$(left)" "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$bin" run --backend cuda --op "$op" --shape 17x257 --dtype bf16 >> "$out/memcheck.log" 2>&1
     rc=$?
     echo "$op: exit $rc" | tee -a "$out/memcheck.log"
     [ "$rc" -eq 0 ] || failed+=("memcheck $op")
   done
 else
-  echo "no compute-sanitizer on PATH" | tee "$out/memcheck.log"
+  echo "no compute-sanitizer (PATH, /usr/local/cuda)" | tee "$out/memcheck.log"
   failed+=("memcheck (no compute-sanitizer)")
 fi
 
@@ -64,9 +68,11 @@ echo "== Python CUDA tests"
 if [ -n "$wheel" ] && [ -f "$wheel" ]; then
   site=$(mktemp -d /tmp/lanefold-site-XXXX)
   trap 'rm -rf "$site"' EXIT
-  python3 -m pip install --quiet --no-deps --no-index --target "$site" "$wheel" 2>&1 | tail -n 3
-  # From the tests folder, so that `import lanefold` is the installed wheel.
+  # A wheel is a zip: unpacked, it is importable (no pip needed).
+  python3 -m zipfile -e "$wheel" "$site"
+  # From the tests folder, so that `import lanefold` is the unpacked wheel.
   (cd crates/python/tests &&
+    PYTHONPATH=$site python3 -c "import lanefold; print('lanefold from', lanefold.__file__)" &&
     PYTHONPATH=$site timeout "$(left)" python3 -m pytest -q -p no:cacheprovider test_cuda.py) 2>&1 |
     tee "$out/pytest-cuda.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("pytest test_cuda.py")
