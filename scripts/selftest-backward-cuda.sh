@@ -76,6 +76,22 @@ if [ -n "$wheel" ] && [ -f "$wheel" ]; then
     PYTHONPATH=$site timeout "$(left)" python3 -m pytest -q -p no:cacheprovider test_cuda.py) 2>&1 |
     tee "$out/pytest-cuda.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("pytest test_cuda.py")
+  if [ -n "$sanitizer" ] && [ "$(left)" -gt 150 ]; then
+    echo "== compute-sanitizer memcheck of the column-gradient kernels (through torch)"
+    PYTHONPATH=$site timeout "$(left)" "$sanitizer" --tool memcheck --error-exitcode 9 python3 -c "
+import torch, lanefold
+x = torch.randn(70, 300, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+w = torch.rand(300, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+b = torch.rand(300, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+lanefold.layer_norm(x, w, b).sum().backward()
+lanefold.rms_norm(x, w).sum().backward()
+torch.cuda.synchronize()
+print('column kernels: memcheck run done')
+" >> "$out/memcheck.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/memcheck.log"
+    [ "$rc" -eq 0 ] || failed+=("memcheck column kernels (exit $rc)")
+  fi
 else
   echo "no wheel (set WHEEL, or build one into .device)" | tee "$out/pytest-cuda.log"
   failed+=("pytest (no wheel)")
