@@ -83,12 +83,15 @@ pub fn parse_dtype(s: &str) -> Result<DType, String> {
         .map_err(|e: lanefold_ir::DTypeError| e.to_string())
 }
 
-/// Operator names, where `all` stands for the six.
+/// Operator names, where `all` stands for the six and `backward` for
+/// their input gradients.
 pub fn parse_ops(ops: &[String]) -> Result<Vec<Operator>> {
     let mut out = vec![];
     for o in ops {
         if o == "all" {
             out.extend(Operator::SIX);
+        } else if o == "backward" {
+            out.extend(Operator::BACKWARD);
         } else {
             out.push(parse_operator(o).map_err(anyhow::Error::msg)?);
         }

@@ -60,6 +60,11 @@ enum Command {
         /// CUDA only: skip the long-row shapes.
         #[arg(long, conflicts_with = "long_shapes_only")]
         quick: bool,
+        /// Only the backward operators' cases (layout matrix in f32 and
+        /// bf16; on CUDA also seed and long shapes) and the norms' column
+        /// gradients (on CUDA: the same bits as the CPU's).
+        #[arg(long, conflicts_with_all = ["long_shapes_only", "variants_only", "variant"])]
+        backward: bool,
         /// CUDA only: only the long-row shapes, the part `--quick` skips,
         /// so the full selftest fits two device calls of 10 minutes.
         #[arg(long, conflicts_with_all = ["variants_only", "variant"])]
@@ -309,7 +314,8 @@ struct ProblemArgs {
     shape: Shape,
     #[arg(long, value_parser = parse_dtype, default_value = "f32")]
     dtype: DType,
-    /// Leave out the per-column weight (rmsnorm, layernorm).
+    /// Leave out the per-column weight (rmsnorm, layernorm and their
+    /// backwards).
     #[arg(long)]
     no_weight: bool,
     /// Leave out the per-column bias (layernorm).
@@ -489,6 +495,7 @@ fn main() {
         Command::Selftest {
             backend,
             quick,
+            backward,
             long_shapes_only,
             variants_only,
             variant,
@@ -498,7 +505,9 @@ fn main() {
             fuzz: None,
             ..
         } => {
-            let part = if long_shapes_only {
+            let part = if backward {
+                SelftestPart::Backward
+            } else if long_shapes_only {
                 SelftestPart::LongShapes
             } else if quick {
                 SelftestPart::Quick
@@ -934,7 +943,7 @@ fn run_cmd(args: RunArgs) -> Result<()> {
             BufferKind::Row => (Element::Float(problem.dtype), vec![rows, n]),
             BufferKind::Column => (Element::Float(problem.dtype), vec![n]),
             BufferKind::RowIndex => (Element::Index, vec![rows]),
-            BufferKind::RowScalar => bail!("'{name}' is not an input kind"),
+            BufferKind::RowScalar => (Element::Float(problem.dtype), vec![rows]),
         };
         inputs.insert(name.clone(), npy::read(path, element, &shape)?);
     }
@@ -1024,6 +1033,7 @@ enum SelftestPart {
     Full,
     Quick,
     LongShapes,
+    Backward,
 }
 
 fn selftest_cmd(
@@ -1067,6 +1077,8 @@ fn selftest_cmd(
         selftest::latency_flag_checks(&backend, &mut report);
     } else if part == SelftestPart::LongShapes {
         long_shape_checks(&backend, &mut report);
+    } else if part == SelftestPart::Backward {
+        selftest::backward_checks(&backend, &mut report);
     } else {
         full_selftest(
             &backend,
@@ -1102,6 +1114,11 @@ fn full_selftest(
     selftest::call_path_checks(backend, report);
     selftest::latency_flag_checks(backend, report);
     selftest::run_cases(backend, &selftest::layout_matrix(DType::F32), report);
+    selftest::run_cases(
+        backend,
+        &selftest::backward_layout_matrix(DType::F32),
+        report,
+    );
     println!(
         "layout matrix done: {} ({:.1} s)",
         report.summary(),
@@ -1111,6 +1128,11 @@ fn full_selftest(
         selftest::run_cases(
             backend,
             &selftest::shape_matrix(&selftest::SEED_SHAPES, &[0, 4]),
+            report,
+        );
+        selftest::run_cases(
+            backend,
+            &selftest::shape_matrix_of(&Operator::BACKWARD, &selftest::SEED_SHAPES, &[0, 4]),
             report,
         );
         println!(

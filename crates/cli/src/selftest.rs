@@ -134,11 +134,163 @@ pub fn layout_matrix(dtype: DType) -> Vec<Case> {
     cases
 }
 
+/// The backward operators x V {1,2,4,8} x W {32,256} x N {1,33,129,4103}
+/// x rows {1,5}, in `dtype`.
+pub fn backward_layout_matrix(dtype: DType) -> Vec<Case> {
+    let mut cases = vec![];
+    let mut seed = 7000;
+    for op in Operator::BACKWARD {
+        for pack in [1, 2, 4, 8] {
+            for workers in [32, 256] {
+                for n in [1, 33, 129, 4103] {
+                    for rows in [1, 5] {
+                        seed += 1;
+                        cases.push(Case {
+                            op,
+                            dtype,
+                            shape: shape(rows, n),
+                            request: LayoutRequest {
+                                workers,
+                                pack,
+                                ..Default::default()
+                            },
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// The backward operators' checks alone (`selftest --backward`): their
+/// layout matrix in f32 and bf16, batch invariance, the norms' column
+/// gradients, and on CUDA the seed shapes and two long shapes with
+/// automatic layouts.
+pub fn backward_checks(backend: &Backend, report: &mut Report) {
+    for dtype in [DType::F32, DType::Bf16] {
+        run_cases(backend, &backward_layout_matrix(dtype), report);
+    }
+    let ns: &[usize] = match backend {
+        Backend::Cuda(_) => &[127, 4096],
+        Backend::Cpu => &[127],
+    };
+    batch_invariance_checks_of(&Operator::BACKWARD, backend, ns, report);
+    column_grad_checks(backend, report);
+    if let Backend::Cuda(_) = backend {
+        run_cases(
+            backend,
+            &shape_matrix_of(&Operator::BACKWARD, &SEED_SHAPES, &[0, 4]),
+            report,
+        );
+        run_cases(
+            backend,
+            &shape_matrix_of(&Operator::BACKWARD, &LONG_SHAPES[..2], &[0]),
+            report,
+        );
+    }
+}
+
+/// The norms' dweight and dbias: the CPU's fixed-order sums against
+/// float64, on CUDA the column kernels against the CPU bit for bit, and
+/// (f32) 64 rows at once equal to two batches of 32 added.
+pub fn column_grad_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_codegen::ColumnGradKind;
+    use lanefold_cpu::columns::{column_grads, column_grads_reference, ColumnGrads};
+    let ops = [
+        (Operator::RmsnormBackward, ColumnGradKind::Rmsnorm),
+        (Operator::LayernormBackward, ColumnGradKind::Layernorm),
+        (
+            Operator::ResidualLayernormBackward,
+            ColumnGradKind::Layernorm,
+        ),
+    ];
+    // On the device (computed on `rows` of the inputs), else the CPU's.
+    let run = |op: Operator, kind, dtype, inputs: &Buffers, rows: std::ops::Range<usize>, n| {
+        let (_, x) = ColumnGrads::of(op).expect("a norm");
+        let sliced: Buffers = [x, "dy"]
+            .iter()
+            .map(|name| {
+                let t = &inputs[*name];
+                let v: Vec<f32> = (rows.start * n..rows.end * n).map(|i| t.get(i)).collect();
+                (name.to_string(), Tensor::from_f32(dtype, &v))
+            })
+            .collect();
+        let eps = ColumnGrads::of(op).unwrap().0.default_eps();
+        match backend {
+            Backend::Cuda(cuda) => cuda
+                .column_grads(kind, dtype, &sliced[x], &sliced["dy"], rows.len(), n, eps)
+                .map_err(|e| e.to_string()),
+            Backend::Cpu => {
+                column_grads(op, &sliced, rows.len(), n, eps, dtype).map_err(|e| e.to_string())
+            }
+        }
+    };
+    for (op, kind) in ops {
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            let mut shapes = vec![(1, 1), (64, 33), (70, 300)];
+            if let Backend::Cuda(_) = backend {
+                shapes.extend([(1024, 4096), (3, 131072)]);
+            }
+            for (rows, n) in shapes {
+                let label = format!("{op} columns {dtype} {rows}x{n}");
+                let problem =
+                    Problem::operator(op, OperatorOptions::default(), dtype, shape(rows, n));
+                let inputs = random_inputs(&problem, (rows * 7 + n) as u64);
+                let eps = ColumnGrads::of(op).unwrap().0.default_eps();
+                let cpu = match column_grads(op, &inputs, rows, n, eps, dtype) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        report.record(false, &label, &e.to_string());
+                        continue;
+                    }
+                };
+                let want = column_grads_reference(op, &inputs, rows, n).expect("a norm");
+                let v = lanefold_cpu::validate(dtype, &cpu, &want);
+                report.record(v.pass, &label, &format!("against float64: {:?}", v.outputs));
+                if let Backend::Cuda(_) = backend {
+                    match run(op, kind, dtype, &inputs, 0..rows, n) {
+                        Ok(gpu) => report.record(
+                            same_bits(&gpu, &cpu),
+                            &label,
+                            "CUDA bits differ from the CPU's",
+                        ),
+                        Err(e) => report.record(false, &label, &e),
+                    }
+                }
+                if dtype == DType::F32 && rows == 64 {
+                    let halves = run(op, kind, dtype, &inputs, 0..32, n)
+                        .and_then(|a| run(op, kind, dtype, &inputs, 32..64, n).map(|b| (a, b)));
+                    let ok = halves.is_ok_and(|(a, b)| {
+                        cpu.iter().all(|(name, whole)| {
+                            (0..n).all(|j| {
+                                whole.get(j).to_bits()
+                                    == (a[name].get(j) + b[name].get(j)).to_bits()
+                            })
+                        })
+                    });
+                    report.record(
+                        ok,
+                        &label,
+                        "two batches of 32 rows added differ from 64 at once",
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Shapes x the six operators x f32 and bf16 x packs (0 = automatic).
 pub fn shape_matrix(shapes: &[(usize, usize)], packs: &[u32]) -> Vec<Case> {
+    shape_matrix_of(&operators(), shapes, packs)
+}
+
+/// Shapes x `ops` x f32 and bf16 x packs (0 = automatic).
+pub fn shape_matrix_of(ops: &[Operator], shapes: &[(usize, usize)], packs: &[u32]) -> Vec<Case> {
     let mut cases = vec![];
     for &(rows, n) in shapes {
-        for op in operators() {
+        for &op in ops {
             for dtype in [DType::F32, DType::Bf16] {
                 for &pack in packs {
                     cases.push(Case {
@@ -386,8 +538,18 @@ fn row_bits(problem: &Problem, outputs: &Buffers, row: usize) -> Vec<u32> {
 /// With the `batch-invariant` token, a row's outputs are bit-identical whether it
 /// runs alone, among 7 rows or among 4096.
 pub fn batch_invariance_checks(backend: &Backend, ns: &[usize], report: &mut Report) {
+    batch_invariance_checks_of(&operators(), backend, ns, report);
+}
+
+/// [`batch_invariance_checks`] of `ops`.
+pub fn batch_invariance_checks_of(
+    ops: &[Operator],
+    backend: &Backend,
+    ns: &[usize],
+    report: &mut Report,
+) {
     const ROW: usize = 3;
-    for op in operators() {
+    for &op in ops {
         for dtype in [DType::F32, DType::Bf16] {
             for &n in ns {
                 let label = format!("batch invariance {op} {dtype} N={n}");

@@ -766,3 +766,54 @@ fn selftest_fuzz_runs_its_cases_against_the_oracle() {
     let o = lanefold(&["selftest", "--seed", "11"]);
     assert_clean_failure(&o, 2, "--fuzz");
 }
+
+/// A per-row scalar input (cross_entropy_backward's dloss) is read from a
+/// `.npy` of `rows` elements: here the forward's per-row losses.
+#[test]
+fn a_per_row_scalar_input_reads_from_npy() {
+    let dir = tmpdir("dloss");
+    let d = dir.to_str().unwrap();
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "cross_entropy",
+        "--shape",
+        "3x40",
+        "--output-dir",
+        d,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let arg = format!("dloss={}", dir.join("loss.npy").display());
+    let args = ["run", "--op", "cross_entropy_backward", "--shape", "3x40"];
+    let o = lanefold(&[&args[..], &["--input", &arg]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("dx"), "{}", stdout(&o));
+    // A row of a per-row scalar per row, not rows x n.
+    let o = lanefold(&[
+        "run",
+        "--op",
+        "cross_entropy_backward",
+        "--shape",
+        "4x40",
+        "--input",
+        &arg,
+    ]);
+    assert_clean_failure(&o, 1, "shape");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `selftest --backward`: the backward operators' layout matrix in f32 and
+/// bf16 on the CPU.
+#[test]
+fn selftest_backward_runs_the_backward_layout_matrix() {
+    let o = lanefold(&["selftest", "--backward"]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    // 5 operators x 4 packs x 2 widths x 4 lengths x 2 row counts x 2
+    // dtypes, their batch invariance (5 x 2 dtypes), then 3 norms' column
+    // gradients x 3 dtypes x 3 shapes and 3 batch splits.
+    assert!(
+        stdout(&o).contains("680 passed, 0 failed"),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -167,7 +167,7 @@ fn binary(op: BinaryOp, a: &str, b: &str) -> String {
 /// Storage helpers: `lf_widen` (storage to f32), `lf_narrow` (f32 to
 /// storage, round to nearest even) and `lf_round` (through storage and
 /// back). No headers: the 16-bit conversions are inline PTX.
-fn storage_helpers(dtype: DType) -> &'static str {
+pub(crate) fn storage_helpers(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => {
             "typedef float lf_store_t;
@@ -1043,6 +1043,8 @@ impl Ctx<'_> {
             Instr::Const(c) => lit(*c),
             Instr::RowLen => "(float)LF_N".to_string(),
             Instr::RowFirst { buffer } => format!("lf_widen(p_{}[row_off])", ident(buffer)),
+            // Only a per-row scalar input loads as a scalar.
+            Instr::Load { buffer } => format!("lf_widen(p_{}[row_c])", ident(buffer)),
             Instr::Unary { op, arg } => unary(*op, &n(arg)),
             Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
             Instr::RoundToStorage(v) => format!("lf_round({})", n(v)),

@@ -11,12 +11,14 @@
 //! 3. shared memory joins the warps of a group (`tree.warps`);
 //! 4. distributed shared memory joins the groups of a cluster (`tree.groups`).
 
+mod columns;
 mod emit;
 mod signal;
 
 use lanefold_plan::Plan;
 use serde::{Deserialize, Serialize};
 
+pub use columns::{column_grad_kernels, column_partials_len, ColumnGradKind};
 pub use emit::kernel_name;
 pub use signal::{self_signalling, Signal, SIGNAL_PARAMS};
 

@@ -2214,3 +2214,36 @@ fn regression_a_row_shorter_than_one_chunk_loads_its_whole_packs_as_vectors() {
     let src = generate(&q, &CodegenOptions::default()).unwrap().source;
     assert!(!src.contains("+ LF_V <= LF_N"), "{src}");
 }
+
+/// One backward kernel per operator: the per-row scalar input (dloss) is
+/// read once per row, the one-hot term is a masked broadcast, and the
+/// norms' two sums share a phase.
+#[test]
+fn golden_backward_kernels() {
+    for (op, dtype, shape, w, v) in [
+        (Operator::RmsnormBackward, DType::Bf16, "64x4096", 256, 8),
+        (Operator::LayernormBackward, DType::Bf16, "64x4096", 256, 8),
+        (
+            Operator::ResidualLayernormBackward,
+            DType::F32,
+            "64x4096",
+            256,
+            4,
+        ),
+        (Operator::SoftmaxBackward, DType::F32, "17x257", 32, 4),
+        (
+            Operator::CrossEntropyBackward,
+            DType::Bf16,
+            "64x4096",
+            256,
+            8,
+        ),
+    ] {
+        let p = make(op, dtype, shape, w, v, 1);
+        let g = golden(&p);
+        if op == Operator::CrossEntropyBackward {
+            assert!(g.contains("lf_widen(p_dloss[row_c])"), "{g}");
+        }
+        insta::assert_snapshot!(format!("golden_{op}_{dtype}"), g);
+    }
+}

@@ -135,8 +135,43 @@ fn sources() -> Vec<(String, String)> {
             }
         }
     }
+    out.extend(backward_sources(&target));
     out.sort();
     out.dedup();
+    out
+}
+
+/// The backward operators' kernels: three dtypes, partial and full packs,
+/// registers and streamed tiles, clusters on long rows.
+fn backward_sources(target: &Target) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for op in Operator::BACKWARD {
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            for (shape, workers, packs) in [
+                ("17x257", &[0, 32][..], &[1, 2, 4, 8][..]),
+                ("64x4096", &[0, 128][..], &[0, 4, 8][..]),
+                ("2x262144", &[0][..], &[0][..]),
+            ] {
+                let problem = Problem::operator(
+                    op,
+                    OperatorOptions::default(),
+                    dtype,
+                    shape.parse().unwrap(),
+                );
+                for residency in [ResidencyRequest::Auto, ResidencyRequest::Stream] {
+                    let base = LayoutRequest {
+                        residency,
+                        ..Default::default()
+                    };
+                    for c in enumerate(&problem, target, &base, workers, packs, &[1, 2]) {
+                        let Ok(plan) = c.outcome else { continue };
+                        let k = generate(&plan, &CodegenOptions::default()).unwrap();
+                        out.push((k.name, k.source));
+                    }
+                }
+            }
+        }
+    }
     out
 }
 
@@ -144,6 +179,12 @@ fn sources() -> Vec<(String, String)> {
 fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
     let kernels = sources();
     assert!(kernels.len() > 100, "{} kernels", kernels.len());
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, _)| n.starts_with("lf_cross_entropy_backward")),
+        "a backward kernel"
+    );
     assert!(
         kernels.iter().any(|(n, _)| n.contains("_c")),
         "a cluster kernel"

@@ -42,6 +42,8 @@ pub enum DataError {
     },
     #[error("unexpected buffer '{0}': the program declares no such input")]
     Unexpected(String),
+    #[error("'{0}' has no column gradients (dweight, dbias): rmsnorm_backward, layernorm_backward and residual_layernorm_backward have")]
+    NoColumnGradients(String),
 }
 
 impl Tensor {

@@ -300,7 +300,7 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
                         BufferKind::Row => Val::Tile((0..n).map(|i| t.get(row * n + i)).collect()),
                         BufferKind::Column => Val::Tile((0..n).map(|i| t.get(i)).collect()),
                         BufferKind::RowIndex => Val::Index(t.index(row)),
-                        BufferKind::RowScalar => unreachable!("not an input kind"),
+                        BufferKind::RowScalar => Val::Scalar(t.get(row)),
                     }
                 }
                 Instr::Const(c) => Val::Scalar(*c),

@@ -2,6 +2,8 @@
 //! plan's exact FP32 addition order, a plainly written float64 reference,
 //! and validation of any backend's outputs against it.
 
+pub mod backward;
+pub mod columns;
 pub mod data;
 mod exec;
 pub mod fuzz;

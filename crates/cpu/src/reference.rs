@@ -24,6 +24,9 @@ pub type Reference = BTreeMap<String, Expected>;
 /// lanefold's operators.
 pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     let op = problem.operator_kind()?;
+    if op.forward().is_some() {
+        return crate::backward::reference_backward(op, problem, inputs);
+    }
     let (rows, n) = (problem.shape.rows, problem.shape.n);
     let dtype = problem.dtype;
     let row = |name: &str, r: usize| -> Vec<f64> {
@@ -99,6 +102,7 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                 *y = x[i] + res[i];
             }
         }
+        _ => unreachable!("backward operators are answered above"),
     };
     // Each output's flat float64 values, rows filled in parallel straight
     // into place: long rows make outputs of 10^8-10^9 values, which per-row

@@ -11,6 +11,7 @@
 
 mod cache;
 mod call_graph;
+mod columns;
 mod completion;
 mod latency;
 mod prepared;
@@ -1025,6 +1026,25 @@ pub fn compile_offline(
     let (cubin, log) = compile_kernel(&kernel, &opts)?;
     Ok(OfflineCompile {
         kernel: kernel.name,
+        cubin,
+        ptxas: PtxasReport::parse(&log),
+        log,
+    })
+}
+
+/// [`compile_offline`] of a kernel generated without a plan (the norms'
+/// column-gradient kernels).
+pub fn compile_kernel_offline(
+    kernel: &Kernel,
+    options: &CodegenOptions,
+    arch: &str,
+) -> Result<OfflineCompile, CudaError> {
+    probe_nvrtc()?;
+    let mut opts = nvrtc_options(options, arch);
+    opts.push("--ptxas-options=-v".to_string());
+    let (cubin, log) = compile_kernel(kernel, &opts)?;
+    Ok(OfflineCompile {
+        kernel: kernel.name.clone(),
         cubin,
         ptxas: PtxasReport::parse(&log),
         log,

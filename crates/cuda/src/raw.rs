@@ -11,7 +11,7 @@
 
 use crate::{argument_pointers, CudaBackend, CudaError, Loaded};
 use cudarc::driver::sys;
-use lanefold_codegen::{generate, CodegenOptions, ParamKind};
+use lanefold_codegen::{generate, CodegenOptions, Kernel, ParamKind};
 use lanefold_plan::Plan;
 use std::sync::Arc;
 
@@ -57,6 +57,19 @@ impl CudaBackend {
             rows: plan.shape().rows,
             n: plan.shape().n,
         })
+    }
+
+    /// Compile (memory and disk caches) and load a kernel generated
+    /// without a plan (the norms' column-gradient kernels), launched with
+    /// `rows` and `n` as its integer arguments.
+    pub fn load_raw_kernel(
+        &self,
+        kernel: Kernel,
+        rows: usize,
+        n: usize,
+    ) -> Result<RawKernel, CudaError> {
+        let loaded = self.load_kernel(kernel, &CodegenOptions::default())?;
+        Ok(RawKernel { loaded, rows, n })
     }
 
     /// Enqueue one launch of `kernel` on `stream` with `buffers` (name,

@@ -15,8 +15,8 @@ mod verify;
 
 pub use dtype::{DType, DTypeError};
 pub use operators::{
-    NormForm, Operator, OperatorOptions, ParseOperatorError, IGNORE_INDEX, LAYERNORM_EPS,
-    RMSNORM_EPS,
+    NormForm, Operator, OperatorOptions, ParseOperatorError, COLUMN_GROUP_ROWS, IGNORE_INDEX,
+    LAYERNORM_EPS, RMSNORM_EPS,
 };
 pub use program::{
     BinaryOp, BufferDecl, BufferKind, Builder, Instr, Program, ReduceOp, RowStat, UnaryOp, Value,

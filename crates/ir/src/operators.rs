@@ -1,5 +1,6 @@
 //! The six operators, written as row programs (plus `add`, an element-only
-//! program used as a copy-bandwidth baseline and to exercise refusals).
+//! program used as a copy-bandwidth baseline and to exercise refusals), and
+//! the input gradients (dx) of five of them, row programs too.
 
 use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
 use serde::{Deserialize, Serialize};
@@ -9,6 +10,9 @@ use std::str::FromStr;
 pub const RMSNORM_EPS: f32 = 1e-6;
 pub const LAYERNORM_EPS: f32 = 1e-5;
 pub const IGNORE_INDEX: i64 = -100;
+/// Rows per group of the first pass of the norms' column gradients
+/// (dweight, dbias): part of their summation order, on every backend.
+pub const COLUMN_GROUP_ROWS: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -21,10 +25,21 @@ pub enum Operator {
     CrossEntropy,
     /// y = x + r: element-only.
     Add,
+    /// dx of rmsnorm from x, dy (and weight).
+    RmsnormBackward,
+    /// dx of layernorm from x, dy (and weight); mean and rstd recomputed.
+    LayernormBackward,
+    /// dx (= d residual) of residual_layernorm from h, dy, dh (and weight).
+    ResidualLayernormBackward,
+    /// dx of softmax from its output y and dy.
+    SoftmaxBackward,
+    /// dlogits of cross_entropy from the logits x, target and the per-row
+    /// incoming gradient dloss; ignored rows give 0.
+    CrossEntropyBackward,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add)")]
+#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add, rmsnorm_backward, layernorm_backward, residual_layernorm_backward, softmax_backward, cross_entropy_backward)")]
 pub struct ParseOperatorError(pub String);
 
 /// Optional per-column inputs. PyTorch's defaults have both.
@@ -48,7 +63,10 @@ impl OperatorOptions {
     /// default, so `softmax` asked for "no weight" is plain softmax.
     pub fn applied_to(self, op: Operator) -> OperatorOptions {
         let (has_weight, has_bias) = match op {
-            Operator::Rmsnorm => (true, false),
+            Operator::Rmsnorm
+            | Operator::RmsnormBackward
+            | Operator::LayernormBackward
+            | Operator::ResidualLayernormBackward => (true, false),
             Operator::Layernorm | Operator::ResidualLayernorm => (true, true),
             _ => (false, false),
         };
@@ -93,6 +111,28 @@ impl Operator {
         Operator::CrossEntropy,
     ];
 
+    /// The input gradients, one per operator that has one (sum's is a
+    /// broadcast, not a row program worth a kernel).
+    pub const BACKWARD: [Operator; 5] = [
+        Operator::RmsnormBackward,
+        Operator::LayernormBackward,
+        Operator::ResidualLayernormBackward,
+        Operator::SoftmaxBackward,
+        Operator::CrossEntropyBackward,
+    ];
+
+    /// The operator whose input gradient this is; None for a forward one.
+    pub fn forward(self) -> Option<Operator> {
+        Some(match self {
+            Operator::RmsnormBackward => Operator::Rmsnorm,
+            Operator::LayernormBackward => Operator::Layernorm,
+            Operator::ResidualLayernormBackward => Operator::ResidualLayernorm,
+            Operator::SoftmaxBackward => Operator::Softmax,
+            Operator::CrossEntropyBackward => Operator::CrossEntropy,
+            _ => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Operator::Sum => "sum",
@@ -102,6 +142,11 @@ impl Operator {
             Operator::ResidualLayernorm => "residual_layernorm",
             Operator::CrossEntropy => "cross_entropy",
             Operator::Add => "add",
+            Operator::RmsnormBackward => "rmsnorm_backward",
+            Operator::LayernormBackward => "layernorm_backward",
+            Operator::ResidualLayernormBackward => "residual_layernorm_backward",
+            Operator::SoftmaxBackward => "softmax_backward",
+            Operator::CrossEntropyBackward => "cross_entropy_backward",
         }
     }
 
@@ -160,9 +205,126 @@ impl Operator {
                 let y = b.add(x, r);
                 b.output("y", BufferKind::Row, y);
             }
+            Operator::RmsnormBackward => {
+                // dx = rstd*g - x * (rstd^3 * sum(g*x) / N), g = w*dy: both
+                // sums in the first phase, then the output.
+                let x = b.input("x", BufferKind::Row);
+                let g = weighted_dy(&mut b, opts);
+                let sq = b.unary(UnaryOp::Square, x);
+                let ss = b.reduce(ReduceOp::Sum, sq);
+                let gx = b.mul(g, x);
+                let sgx = b.reduce(ReduceOp::Sum, gx);
+                let n = b.row_len();
+                let ms = b.div(ss, n);
+                let eps = b.constant(RMSNORM_EPS);
+                let v = b.add(ms, eps);
+                let r = b.unary(UnaryOp::Rsqrt, v);
+                let r2 = b.unary(UnaryOp::Square, r);
+                let r3 = b.mul(r2, r);
+                let t = b.mul(r3, sgx);
+                let c = b.div(t, n);
+                let rb = b.broadcast(r);
+                let cb = b.broadcast(c);
+                let a = b.mul(g, rb);
+                let xc = b.mul(x, cb);
+                let dx = b.sub(a, xc);
+                b.output("dx", BufferKind::Row, dx);
+            }
+            Operator::LayernormBackward => {
+                let x = b.input("x", BufferKind::Row);
+                let dx = layer_norm_dx(&mut b, x, opts);
+                b.output("dx", BufferKind::Row, dx);
+            }
+            Operator::ResidualLayernormBackward => {
+                // dx and d residual are one tensor: the layernorm dx of h
+                // plus the gradient h itself receives.
+                let h = b.input("h", BufferKind::Row);
+                b.declare_input("dh", BufferKind::Row);
+                let dx = layer_norm_dx(&mut b, h, opts);
+                let dh = b.load("dh");
+                let out = b.add(dx, dh);
+                b.output("dx", BufferKind::Row, out);
+            }
+            Operator::SoftmaxBackward => {
+                // dx = y * (dy - sum(y*dy)).
+                let y = b.input("y", BufferKind::Row);
+                let dy = b.input("dy", BufferKind::Row);
+                let p = b.mul(y, dy);
+                let s = b.reduce(ReduceOp::Sum, p);
+                let sb = b.broadcast(s);
+                let d = b.sub(dy, sb);
+                let dx = b.mul(y, d);
+                b.output("dx", BufferKind::Row, dx);
+            }
+            Operator::CrossEntropyBackward => {
+                // dx = (softmax(x) - onehot(target)) * g, g = dloss, or 0
+                // on an ignored row.
+                let x = b.input("x", BufferKind::Row);
+                let t = b.input("target", BufferKind::RowIndex);
+                let m = b.reduce(ReduceOp::Max, x);
+                let mb = b.broadcast(m);
+                let d = b.sub(x, mb);
+                let e = b.unary(UnaryOp::Exp, d);
+                let s = b.reduce(ReduceOp::Sum, e);
+                let dl = b.input("dloss", BufferKind::RowScalar);
+                let zero = b.constant(0.0);
+                let g = b.select_index_eq(t, IGNORE_INDEX, zero, dl);
+                let r = b.unary(UnaryOp::Recip, s);
+                let rg = b.mul(r, g);
+                let rgb = b.broadcast(rg);
+                let p = b.mul(e, rgb);
+                let gb = b.broadcast(g);
+                let onehot = b.mask_index(gb, t);
+                let dx = b.sub(p, onehot);
+                b.output("dx", BufferKind::Row, dx);
+            }
         }
         b.finish()
     }
+}
+
+/// `dy * weight`, or `dy` without a weight.
+fn weighted_dy(b: &mut Builder, opts: OperatorOptions) -> crate::Value {
+    let dy = b.input("dy", BufferKind::Row);
+    if opts.weight {
+        let w = b.input("weight", BufferKind::Column);
+        b.mul(dy, w)
+    } else {
+        dy
+    }
+}
+
+/// layernorm's dx of the row `x` with mean and rstd recomputed:
+/// `rstd * (g - mean(g) - c * rstd^2 * mean(g*c))`, c = x - mean,
+/// g = w*dy. Three phases like the forward: mean and sum(g); the
+/// variance and sum(g*c); the output.
+fn layer_norm_dx(b: &mut Builder, x: crate::Value, opts: OperatorOptions) -> crate::Value {
+    let g = weighted_dy(b, opts);
+    let n = b.row_len();
+    let s = b.reduce(ReduceOp::Sum, x);
+    let sg = b.reduce(ReduceOp::Sum, g);
+    let mean = b.div(s, n);
+    let mb = b.broadcast(mean);
+    let c = b.sub(x, mb);
+    let sq = b.unary(UnaryOp::Square, c);
+    let ss = b.reduce(ReduceOp::Sum, sq);
+    let gc = b.mul(g, c);
+    let sgc = b.reduce(ReduceOp::Sum, gc);
+    let var = b.div(ss, n);
+    let eps = b.constant(LAYERNORM_EPS);
+    let ve = b.add(var, eps);
+    let rstd = b.unary(UnaryOp::Rsqrt, ve);
+    let mg = b.div(sg, n);
+    let r2 = b.unary(UnaryOp::Square, rstd);
+    let r2s = b.mul(r2, sgc);
+    let k = b.div(r2s, n);
+    let mgb = b.broadcast(mg);
+    let kb = b.broadcast(k);
+    let rb = b.broadcast(rstd);
+    let t1 = b.sub(g, mgb);
+    let t2 = b.mul(c, kb);
+    let t3 = b.sub(t1, t2);
+    b.mul(t3, rb)
 }
 
 /// How layernorm and residual_layernorm compute their moments and output.
@@ -379,7 +541,10 @@ impl fmt::Display for Operator {
 impl FromStr for Operator {
     type Err = ParseOperatorError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let all = Operator::SIX.iter().chain([Operator::Add].iter());
+        let all = Operator::SIX
+            .iter()
+            .chain([Operator::Add].iter())
+            .chain(Operator::BACKWARD.iter());
         all.copied()
             .find(|o| o.name() == s.trim())
             .ok_or_else(|| ParseOperatorError(s.to_string()))
@@ -765,7 +930,73 @@ mod tests {
     }
 
     #[test]
+    fn backward_programs_verify_and_keep_their_forwards_phase_count() {
+        for op in Operator::BACKWARD {
+            for weight in [false, true] {
+                let opts = OperatorOptions { weight, bias: true };
+                let p = op.program(opts);
+                let a = p
+                    .verify()
+                    .unwrap_or_else(|e| panic!("{op}: {e}\n{}", p.to_text()));
+                let phases = match op {
+                    Operator::LayernormBackward | Operator::ResidualLayernormBackward => 3,
+                    Operator::CrossEntropyBackward => 3,
+                    _ => 2,
+                };
+                assert_eq!(a.num_phases, phases, "{op}\n{}", p.to_text());
+                assert_eq!(p.outputs.len(), 1, "{op}");
+                assert_eq!(p.outputs[0].name, "dx");
+                assert_eq!(
+                    p.input("weight").is_some(),
+                    weight
+                        && op.forward() != Some(Operator::Softmax)
+                        && op != Operator::CrossEntropyBackward,
+                    "{op}"
+                );
+                assert!(op.forward().is_some());
+            }
+        }
+        // The per-row incoming gradient is a scalar input.
+        let ce = Operator::CrossEntropyBackward.program(OperatorOptions::default());
+        assert_eq!(
+            ce.input("dloss").map(|d| d.kind),
+            Some(BufferKind::RowScalar)
+        );
+        // Its softmax normalizer has the online form, as the forward's.
+        assert!(ce.with_online_normalizer().is_some());
+        assert!(Operator::Softmax.forward().is_none());
+    }
+
+    /// A per-row scalar input loads as a scalar, available in phase 0: a
+    /// tile operand needs its broadcast.
+    #[test]
+    fn a_row_scalar_input_is_a_scalar_of_phase_zero() {
+        use crate::verify::Kind;
+        let mut b = Builder::new("scale");
+        let x = b.input("x", BufferKind::Row);
+        let g = b.input("g", BufferKind::RowScalar);
+        let gb = b.broadcast(g);
+        let y = b.mul(x, gb);
+        b.output("y", BufferKind::Row, y);
+        let a = b.finish().verify().unwrap();
+        assert_eq!((a.kinds[g.index()], a.phase[g.index()]), (Kind::Scalar, 0));
+        assert_eq!(a.num_phases, 1);
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        let g = b.input("g", BufferKind::RowScalar);
+        let y = b.mul(x, g);
+        b.output("y", BufferKind::Row, y);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::KindMismatch { .. })
+        ));
+    }
+
+    #[test]
     fn parse_names_round_trip() {
+        for op in Operator::BACKWARD {
+            assert_eq!(op.name().parse::<Operator>().unwrap(), op);
+        }
         for op in Operator::SIX {
             assert_eq!(op.name().parse::<Operator>().unwrap(), op);
         }

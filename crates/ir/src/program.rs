@@ -20,7 +20,8 @@ pub enum BufferKind {
     Column,
     /// One i64 per row (a class index).
     RowIndex,
-    /// One element per row, storage dtype (outputs only).
+    /// One element per row, storage dtype: a per-row output, or an input
+    /// loaded as a per-row scalar (an incoming loss gradient).
     RowScalar,
 }
 
@@ -108,8 +109,9 @@ pub const RESCUE_SCALE: f32 = 1.0 / (1u128 << 76) as f32;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Instr {
-    /// Read the named input at the evaluated element (Row, Column) or the
-    /// row's index (RowIndex), converted to f32 / i64.
+    /// Read the named input at the evaluated element (Row, Column), the
+    /// row's index (RowIndex) or the row's scalar (RowScalar), converted to
+    /// f32 / i64.
     Load {
         buffer: String,
     },

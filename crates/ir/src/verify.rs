@@ -166,15 +166,6 @@ impl Program {
                 return Err(VerifyError::Alias(b.name.clone()));
             }
         }
-        for b in &self.inputs {
-            if b.kind == BufferKind::RowScalar {
-                return Err(VerifyError::BadBufferKind {
-                    name: b.name.clone(),
-                    role: "input",
-                    kind: b.kind,
-                });
-            }
-        }
         for b in &self.outputs {
             if !matches!(b.kind, BufferKind::Row | BufferKind::RowScalar) {
                 return Err(VerifyError::BadBufferKind {
@@ -221,7 +212,7 @@ impl Program {
                     let kind = match decl.kind {
                         BufferKind::Row | BufferKind::Column => Kind::Tile,
                         BufferKind::RowIndex => Kind::Index,
-                        BufferKind::RowScalar => unreachable!("checked above"),
+                        BufferKind::RowScalar => Kind::Scalar,
                     };
                     (kind, 0)
                 }

@@ -16,7 +16,7 @@
 //! Every failure is a Python exception (ValueError for bad arguments,
 //! RuntimeError for planning, compilation, driver errors), never a panic.
 
-use lanefold_codegen::CodegenOptions;
+use lanefold_codegen::{column_grad_kernels, CodegenOptions, ColumnGradKind};
 use lanefold_cpu::data::expected_len;
 use lanefold_cpu::{Buffers, Tensor};
 use lanefold_cuda::{CudaBackend, RawKernel};
@@ -120,8 +120,11 @@ impl Key {
 /// of the operator's) with the caller's.
 fn set_eps(plan: &mut Plan, op: Operator, eps: f32) -> PyResult<()> {
     let default = match op {
-        Operator::Rmsnorm => RMSNORM_EPS,
-        Operator::Layernorm | Operator::ResidualLayernorm => LAYERNORM_EPS,
+        Operator::Rmsnorm | Operator::RmsnormBackward => RMSNORM_EPS,
+        Operator::Layernorm
+        | Operator::ResidualLayernorm
+        | Operator::LayernormBackward
+        | Operator::ResidualLayernormBackward => LAYERNORM_EPS,
         _ => return Ok(()),
     };
     let mut found = 0;
@@ -286,6 +289,61 @@ fn cpu_run(
     Ok(())
 }
 
+/// dweight (and dbias) of a norm on host memory: lanefold's fixed-order
+/// column sums (`lanefold_cpu::columns`), bit-identical however torch
+/// batches the rows. `op` is `rmsnorm_backward`, `layernorm_backward` or
+/// `residual_layernorm_backward`; `x` is the normalized row (h for the
+/// residual form), `dy` the output's gradient, both rows x n; `dbias` is 0
+/// for rmsnorm. The caller guarantees lengths and dtypes, as for
+/// [`cpu_run`].
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cpu_column_grads(
+    py: Python<'_>,
+    op: &str,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    eps: f64,
+    x: usize,
+    dy: usize,
+    dweight: usize,
+    dbias: usize,
+) -> PyResult<()> {
+    use lanefold_cpu::columns::{column_grads, ColumnGrads};
+    let key = Key::new(op, dtype, rows, n, eps, &["weight"])?;
+    let (kind, x_name) = ColumnGrads::of(key.op)
+        .ok_or_else(|| value_error(format!("{op} has no column gradients")))?;
+    let (size, _) = element(BufferKind::Row, key.dtype);
+    let mut inputs = Buffers::new();
+    for (name, ptr) in [(x_name, x), ("dy", dy)] {
+        check_address(name, ptr, size)?;
+        // SAFETY: the caller passed live contiguous tensors of rows x n
+        // elements of this dtype.
+        let t = unsafe { read_host(ptr, rows * n, BufferKind::Row, key.dtype) };
+        inputs.insert(name.to_string(), t);
+    }
+    let mut targets = vec![("dweight", dweight)];
+    if kind == ColumnGrads::Layernorm {
+        targets.push(("dbias", dbias));
+    }
+    for (name, ptr) in &targets {
+        check_address(name, *ptr, size)?;
+    }
+    let eps = f32::from_bits(key.eps_bits);
+    let out = py
+        .detach(|| column_grads(key.op, &inputs, rows, n, eps, key.dtype))
+        .map_err(|e| value_error(format!("{e}")))?;
+    for (name, ptr) in targets {
+        let t = out
+            .get(name)
+            .ok_or_else(|| runtime_error(format!("internal: '{name}' not computed")))?;
+        // SAFETY: n writable elements of this dtype (the caller's tensor).
+        unsafe { write_host(ptr, t) };
+    }
+    Ok(())
+}
+
 /// One open backend per device ordinal, opened on first use.
 fn backends() -> &'static Mutex<HashMap<usize, Arc<CudaBackend>>> {
     static BACKENDS: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
@@ -438,11 +496,99 @@ fn cuda_launch(handle: usize, stream: usize, addresses: Vec<u64>) -> PyResult<()
         .map_err(|e| runtime_error(format!("lanefold: {e}")))
 }
 
+/// The two column-gradient kernels per (device, key), loaded.
+type ColumnKernels = HashMap<(usize, Key), [RawKernel; 2]>;
+
+fn column_kernels() -> &'static Mutex<ColumnKernels> {
+    static KERNELS: OnceLock<Mutex<ColumnKernels>> = OnceLock::new();
+    KERNELS.get_or_init(Default::default)
+}
+
+/// The column-gradient kind of a backward norm operator.
+fn column_kind(op: Operator) -> PyResult<ColumnGradKind> {
+    match op {
+        Operator::RmsnormBackward => Ok(ColumnGradKind::Rmsnorm),
+        Operator::LayernormBackward | Operator::ResidualLayernormBackward => {
+            Ok(ColumnGradKind::Layernorm)
+        }
+        _ => Err(value_error(format!("{op} has no column gradients"))),
+    }
+}
+
+/// [`cpu_column_grads`] on CUDA: lanefold's two column-gradient kernels
+/// (the CPU's order, bit for bit) enqueued on `stream` over torch's memory.
+/// `partials` is a float32 workspace of `column_partials_len` floats
+/// (`COLUMN_GROUP_ROWS`-row groups, dweight's then dbias's); `dbias` is 0
+/// for rmsnorm. Returns once enqueued.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cuda_column_grads(
+    py: Python<'_>,
+    op: &str,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    eps: f64,
+    device: usize,
+    stream: usize,
+    x: u64,
+    dy: u64,
+    partials: u64,
+    dweight: u64,
+    dbias: u64,
+) -> PyResult<()> {
+    let key = Key::new(op, dtype, rows, n, eps, &["weight"])?;
+    let kind = column_kind(key.op)?;
+    let _restore = RestoreContext::save();
+    let cached = lock(column_kernels()).get(&(device, key)).cloned();
+    let [first, second] = match cached {
+        Some(k) => k,
+        None => {
+            let backend = backend(device)?;
+            let loaded = py.detach(|| -> PyResult<[RawKernel; 2]> {
+                let eps = f32::from_bits(key.eps_bits);
+                let [a, b] = column_grad_kernels(kind, key.dtype, rows, n, eps)
+                    .map_err(|e| runtime_error(format!("lanefold: {e}")))?;
+                let load = |k| {
+                    backend
+                        .load_raw_kernel(k, rows, n)
+                        .map_err(|e| runtime_error(format!("lanefold: {e}")))
+                };
+                Ok([load(a)?, load(b)?])
+            })?;
+            lock(column_kernels()).insert((device, key), loaded.clone());
+            loaded
+        }
+    };
+    let backend = backend(device)?;
+    let stream = stream as cudarc::driver::sys::CUstream;
+    let mut outputs = vec![("partials", partials), ("dweight", dweight)];
+    if kind == ColumnGradKind::Layernorm {
+        outputs.push(("dbias", dbias));
+    }
+    // SAFETY: the Python package passes live, contiguous, 16-byte aligned
+    // torch tensors on `device` (x and dy of rows x n, partials of
+    // `column_partials_len` floats, dweight and dbias of n) and that
+    // device's current torch stream; both launches are enqueued on it, in
+    // order, so the second reads what the first wrote.
+    unsafe {
+        backend.launch_raw(
+            &first,
+            &[("x", x), ("dy", dy), ("partials", partials)],
+            stream,
+        )
+    }
+    .map_err(|e| runtime_error(format!("lanefold: {e}")))?;
+    unsafe { backend.launch_raw(&second, &outputs, stream) }
+        .map_err(|e| runtime_error(format!("lanefold: {e}")))
+}
+
 /// Drop every cached plan and kernel (compiled binaries stay on disk).
 #[pyfunction]
 fn clear_caches() {
     lock(cpu_plans()).clear();
     lock(kernels()).clear();
+    lock(column_kernels()).clear();
 }
 
 /// A description of the plan the automatic mapper picks (for the CPU
@@ -466,7 +612,7 @@ fn describe_plan(
         names.push("bias");
     }
     let default_eps = match op {
-        "rmsnorm" => RMSNORM_EPS,
+        "rmsnorm" | "rmsnorm_backward" => RMSNORM_EPS,
         _ => LAYERNORM_EPS,
     };
     let key = Key::new(op, dtype, rows, n, default_eps as f64, &names)?;
@@ -479,6 +625,9 @@ fn _lanefold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu_run, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_prepare, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_launch, m)?)?;
+    m.add_function(wrap_pyfunction!(cpu_column_grads, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_column_grads, m)?)?;
+    m.add("COLUMN_GROUP_ROWS", lanefold_ir::COLUMN_GROUP_ROWS)?;
     m.add_function(wrap_pyfunction!(clear_caches, m)?)?;
     m.add_function(wrap_pyfunction!(describe_plan, m)?)?;
     Ok(())

@@ -573,3 +573,150 @@ def test_direct_calls_skip_the_op_only_where_nothing_can_tell():
     direct = lanefold.rms_norm(x, w)
     via_op = _ops._rms_norm_op(x, w, 1e-6)
     assert torch.equal(direct, via_op) and torch.equal(direct, y)
+
+
+# ---------------------------------------------------------------- backward
+
+
+def _recording(monkeypatch):
+    """The lanefold ops each call launches, in order."""
+    import lanefold._ops as ops
+
+    seen = []
+    real = ops._launch
+
+    def launch(op, *args, **kwargs):
+        seen.append(op)
+        return real(op, *args, **kwargs)
+
+    monkeypatch.setattr(ops, "_launch", launch)
+    return seen
+
+
+def test_backward_runs_lanefolds_backward_programs(monkeypatch):
+    seen = _recording(monkeypatch)
+    x = data((5, 33), torch.float32, 60).requires_grad_()
+    r = data((5, 33), torch.float32, 61).requires_grad_()
+    w = data((33,), torch.float32, 62, 0.5, 1.5).requires_grad_()
+    t = torch.tensor([1, -100, 32, 0, 5])
+    lanefold.rms_norm(x, w).sum().backward()
+    lanefold.layer_norm(x, w).sum().backward()
+    y, h = lanefold.add_layer_norm(x, r, w)
+    (y.sum() + h.sum()).backward()
+    lanefold.softmax(x).pow(2).sum().backward()
+    lanefold.cross_entropy(x, t).backward()
+    backward = [op for op in seen if op.endswith("_backward")]
+    assert backward == [
+        "rmsnorm_backward",
+        "layernorm_backward",
+        "residual_layernorm_backward",
+        "softmax_backward",
+        "cross_entropy_backward",
+    ], seen
+
+
+def _torch_grads(ref, args, dtype):
+    """Gradients of ref in float64 at the same (rounded) inputs."""
+    return _grads(lambda *a: ref(*[v.double() if v is not None else None for v in a]), args)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (17, 257), (2, 3, 1000)])
+def test_backward_gradients_match_torch_in_float64(dtype, shape):
+    n = shape[-1]
+    tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    x, r = data(shape, dtype, 70), data(shape, dtype, 71)
+    w, b = data((n,), dtype, 72, 0.5, 1.5), data((n,), dtype, 73)
+    cases = [
+        (lambda x, w: lanefold.rms_norm(x, w, 1e-5), lambda x, w: F.rms_norm(x, (n,), w, 1e-5), (x, w)),
+        (lambda x: lanefold.rms_norm(x), lambda x: F.rms_norm(x, (n,), None, 1e-6), (x,)),
+        (
+            lambda x, w, b: lanefold.layer_norm(x, w, b, 1e-3),
+            lambda x, w, b: F.layer_norm(x, (n,), w, b, 1e-3),
+            (x, w, b),
+        ),
+        (lambda x, b: lanefold.layer_norm(x, None, b), lambda x, b: F.layer_norm(x, (n,), None, b), (x, b)),
+        (
+            lambda x, r, w, b: lanefold.add_layer_norm(x, r, w, b),
+            lambda x, r, w, b: (F.layer_norm(x + r, (n,), w, b), x + r),
+            (x, r, w, b),
+        ),
+        (lambda x: lanefold.softmax(x), lambda x: F.softmax(x, -1), (x,)),
+    ]
+    for k, (mine, ref, args) in enumerate(cases):
+        got = _grads(mine, args)
+        want = _torch_grads(ref, args, dtype)
+        for i, (g, e) in enumerate(zip(got, want)):
+            assert g.dtype == dtype
+            # A one-element row's norm gradients are ~eps times their
+            # terms: judged absolutely there.
+            err = (g.double() - e).abs().max().item() if n == 1 else rel_err(g, e)
+            assert err < tol, (k, i, err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_backward_matches_torch_and_zeroes_ignored_rows(dtype):
+    tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    x = data((6, 300), dtype, 80, -6.0, 6.0)
+    t = torch.tensor([3, -100, 299, 0, -100, 17])
+    for reduction in ["mean", "sum", "none"]:
+        got = _grads(lambda x: lanefold.cross_entropy(x, t, reduction=reduction), (x,))[0]
+        want = _grads(lambda x: F.cross_entropy(x.double(), t, reduction=reduction), (x,))[0]
+        assert rel_err(got, want) < tol, reduction
+        assert (got[1] == 0).all() and (got[4] == 0).all()
+    # All ignored: no gradient anywhere, and no NaN from 0/0.
+    x = data((3, 8), dtype, 81).requires_grad_()
+    lanefold.cross_entropy(x, torch.full((3,), -100), reduction="sum").backward()
+    assert (x.grad == 0).all()
+
+
+def test_column_gradients_are_deterministic_and_batch_split_invariant():
+    """dweight and dbias are lanefold's fixed-order column sums: the same
+    bits on every call, and 64 rows at once give the bits of two calls of
+    32 (one row group of the first pass each) added."""
+    x = data((64, 129), torch.float32, 90)
+    w = data((129,), torch.float32, 91, 0.5, 1.5)
+    b = data((129,), torch.float32, 92)
+    gy = data((64, 129), torch.float32, 93)
+
+    def grads(rows):
+        ww, bb = w.clone().requires_grad_(), b.clone().requires_grad_()
+        lanefold.layer_norm(x[rows], ww, bb).backward(gy[rows])
+        return ww.grad, bb.grad
+
+    whole = grads(slice(0, 64))
+    assert all(torch.equal(a, c) for a, c in zip(whole, grads(slice(0, 64))))
+    first, second = grads(slice(0, 32)), grads(slice(32, 64))
+    for a, p, q in zip(whole, first, second):
+        assert torch.equal(a, p + q)
+    want = F.layer_norm(x.double(), (129,)).mul(gy.double()).sum(0)
+    assert rel_err(whole[0], want) < 1e-5
+
+
+def test_backward_custom_ops_pass_torch_library_opcheck():
+    x = data((3, 40), torch.float32, 94)
+    dy = data((3, 40), torch.float32, 95)
+    w = torch.ones(40)
+    t = torch.tensor([1, -100, 39])
+    cases = [
+        (torch.ops.lanefold.rms_norm_backward.default, (dy, x, w, 1e-6)),
+        (torch.ops.lanefold.layer_norm_backward.default, (dy, x, None, 1e-5)),
+        (torch.ops.lanefold.add_layer_norm_backward.default, (dy, dy, x, w, 1e-5)),
+        (torch.ops.lanefold.softmax_backward.default, (dy, x.softmax(-1))),
+        (torch.ops.lanefold.cross_entropy_backward.default, (dy[:, 0].contiguous(), x, t)),
+        (torch.ops.lanefold.norm_column_grads.default, (x, dy, 1e-5, True)),
+        (torch.ops.lanefold.norm_column_grads.default, (x, dy, 1e-6, False)),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(
+            op,
+            args,
+            test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic"),
+        )
+
+
+def test_backward_plans_are_described():
+    x = data((64, 4096), torch.bfloat16, 96)
+    for op in ["rmsnorm_backward", "layernorm_backward", "softmax_backward", "cross_entropy_backward"]:
+        assert "W=" in lanefold.describe_plan(op, x)
+    assert lanefold._ops._C.COLUMN_GROUP_ROWS == 32

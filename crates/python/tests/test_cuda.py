@@ -269,3 +269,116 @@ def test_gradients_match_torch(dtype):
         for g, e in zip(got, want):
             assert g.dtype == dtype
             assert rel_err(g, e) < tol
+
+
+# ---------------------------------------------------------------- backward
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward_kernels_against_float64(dtype, shape, monkeypatch):
+    """dx of every op by lanefold's backward kernels (recorded), against
+    torch's autograd in float64, on odd, typical and cluster-long rows."""
+    import lanefold._ops as ops
+
+    seen = []
+    real = ops._launch
+    monkeypatch.setattr(ops, "_launch", lambda op, *a, **k: (seen.append(op), real(op, *a, **k))[1])
+    n = shape[-1]
+    tol = TOL[dtype]
+    x, r = data(shape, dtype, 31), data(shape, dtype, 32)
+    w, b = data((n,), dtype, 33, 0.5, 1.5), data((n,), dtype, 34)
+    gy = data(shape, dtype, 35)
+    rows = x.numel() // n
+    t = torch.randint(0, n, (rows,), device="cuda")
+    t[0] = -100
+    dl = data((rows,), dtype, 36)
+
+    def dx(f, ref, *args):
+        a = [v.detach().clone().requires_grad_() for v in args]
+        (got,) = torch.autograd.grad(f(*a), a[:1], gy)
+        a64 = [v.detach().double().requires_grad_() for v in args]
+        (want,) = torch.autograd.grad(ref(*a64), a64[:1], gy.double())
+        assert got.dtype == dtype and got.shape == x.shape
+        return rel_err(got, want)
+
+    assert dx(lambda x, w: lanefold.rms_norm(x, w), lambda x, w: F.rms_norm(x, (n,), w, 1e-6), x, w) < tol
+    assert dx(lambda x: lanefold.rms_norm(x), lambda x: F.rms_norm(x, (n,), None, 1e-6), x) < tol
+    assert dx(lambda x, w: lanefold.layer_norm(x, w, b), lambda x, w: F.layer_norm(x, (n,), w, b.double()), x, w) < tol
+    assert dx(lambda x: lanefold.layer_norm(x), lambda x: F.layer_norm(x, (n,)), x) < tol
+    h = x + r
+    assert (
+        dx(
+            lambda h: lanefold.add_layer_norm(h, torch.zeros_like(h), w, b)[0],
+            lambda h: F.layer_norm(h, (n,), w.double(), b.double()),
+            h,
+        )
+        < tol
+    )
+    assert dx(lambda x: lanefold.softmax(x), lambda x: F.softmax(x, -1), x) < tol
+    # Cross entropy per row: dlogits = (softmax - onehot) * dloss, 0 where ignored.
+    xs = data((rows, n), dtype, 37, -8.0, 8.0).requires_grad_()
+    (got,) = torch.autograd.grad(lanefold.cross_entropy(xs, t, reduction="none"), xs, dl)
+    x64 = xs.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(F.cross_entropy(x64, t, reduction="none"), x64, dl.double())
+    assert rel_err(got, want) < tol
+    assert (got[0] == 0).all()
+    for op in ["rmsnorm", "layernorm", "residual_layernorm", "softmax", "cross_entropy"]:
+        assert op + "_backward" in seen, (op, seen)
+
+
+def test_backward_runs_on_the_current_stream_and_in_a_cuda_graph():
+    x = data((64, 4096), torch.bfloat16, 40).requires_grad_()
+    w = data((4096,), torch.bfloat16, 41, 0.5, 1.5).requires_grad_()
+    gy = data((64, 4096), torch.bfloat16, 42)
+    lanefold.rms_norm(x, w).backward(gy)  # compile and load outside the capture
+    want = x.grad.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x.grad = None
+        lanefold.rms_norm(x, w).backward(gy)
+    torch.cuda.current_stream().wait_stream(s)
+    assert torch.equal(x.grad, want)
+    # The backward kernel alone, captured and replayed.
+    xd = x.detach()
+    out = torch.ops.lanefold.rms_norm_backward(gy, xd, w.detach(), 1e-6)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out2 = torch.ops.lanefold.rms_norm_backward(gy, xd, w.detach(), 1e-6)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, out2)
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (70, 300), (3, 5, 1000), (1024, 4096), (3, 131072)])
+def test_column_gradients_on_cuda_equal_the_cpus_bits(dtype, shape):
+    """dweight and dbias by lanefold's two column kernels: bit for bit the
+    CPU's fixed-order sums, and within tolerance of float64."""
+    n = shape[-1]
+    x, gy = data(shape, dtype, 50), data(shape, dtype, 51)
+    w, b = data((n,), dtype, 52, 0.5, 1.5), data((n,), dtype, 53)
+
+    def grads(device, f):
+        # Fresh leaves each call (`.to` on the same device would return w
+        # itself, and its .grad would accumulate across calls).
+        ww = w.detach().clone().to(device).requires_grad_()
+        bb = b.detach().clone().to(device).requires_grad_()
+        f(x.to(device), ww, bb).backward(gy.to(device))
+        return ww.grad.cpu(), None if bb.grad is None else bb.grad.cpu()
+
+    for f in [
+        lambda x, w, b: lanefold.layer_norm(x, w, b),
+        lambda x, w, b: lanefold.rms_norm(x, w),
+        lambda x, w, b: lanefold.add_layer_norm(x, torch.zeros_like(x), w, b)[0],
+    ]:
+        on_gpu, on_cpu = grads("cuda", f), grads("cpu", f)
+        for g, c in zip(on_gpu, on_cpu):
+            assert (g is None and c is None) or torch.equal(g, c)
+    x64, g64 = x.double().reshape(-1, n), gy.double().reshape(-1, n)
+    want_w = (F.layer_norm(x64, (n,)) * g64).sum(0)
+    dw, db = grads("cuda", lambda x, w, b: lanefold.layer_norm(x, w, b))
+    assert rel_err(dw, want_w) < TOL[dtype] or n == 1
+    assert rel_err(db, g64.sum(0)) < TOL[dtype]

@@ -7,8 +7,9 @@ float16. CPU tensors run lanefold's exact-order CPU executor; CUDA tensors
 run its generated kernels on the tensor's device and the current stream.
 Each is a ``torch.library`` custom op (``torch.ops.lanefold.*``), so
 ``torch.compile(fullgraph=True)`` and CUDA graph capture see one opaque op.
-Each op has a backward in torch ops (float32 from the saved inputs): the
-forward is lanefold's kernel, gradients are torch's arithmetic.
+Input gradients run lanefold's backward ops (row programs like the
+forward); dweight and dbias are lanefold's fixed-order column sums, the
+same bits on the CPU and on CUDA.
 """
 
 from ._ops import (  # noqa: F401

@@ -254,31 +254,178 @@ def _(logits, target):
     return logits.new_empty((logits.shape[0],))
 
 
-# ----------------------------------------------------------------- autograd
+# ------------------------------------------------------- the backward ops
 #
-# Backward formulas in torch ops, in float32 from the saved inputs (or
-# outputs), for every op: the forward is lanefold's, the backward torch's
-# arithmetic. Gradients come back in the inputs' dtypes.
+# Input gradients (dx) are lanefold's backward row programs, on the same
+# paths as the forward: the exact-order executor on the CPU, a generated
+# kernel on torch's stream on CUDA. dweight and dbias are lanefold's
+# fixed-order column sums (groups of COLUMN_GROUP_ROWS rows, then the
+# groups in order): the same bits on the CPU and on CUDA, and however the
+# rows are batched at group boundaries.
 
 
-def _ln_parts(x: torch.Tensor, eps: float):
-    xf = x.float()
-    xc = xf - xf.mean(-1, keepdim=True)
-    rstd = torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
-    return xc * rstd, rstd
+@torch.library.custom_op("lanefold::rms_norm_backward", mutates_args=())
+def _rms_norm_backward_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], eps: float
+) -> torch.Tensor:
+    dy, x = _ready(dy), _ready(x)
+    dx = torch.empty_like(x)
+    if x.shape[0] > 0:
+        _launch("rmsnorm_backward", x, eps, [("x", x), ("dy", dy)] + _columns(weight, None), [("dx", dx)])
+    return dx
 
 
-def _ln_backward(ctx, h, weight, bias, g):
-    """Gradients of LayerNorm(h) given dL/dy = g (float32)."""
-    xhat, rstd = _ln_parts(h, ctx.eps)
+@_rms_norm_backward_op.register_fake
+def _(dy, x, weight, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::layer_norm_backward", mutates_args=())
+def _layer_norm_backward_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], eps: float
+) -> torch.Tensor:
+    dy, x = _ready(dy), _ready(x)
+    dx = torch.empty_like(x)
+    if x.shape[0] > 0:
+        _launch("layernorm_backward", x, eps, [("x", x), ("dy", dy)] + _columns(weight, None), [("dx", dx)])
+    return dx
+
+
+@_layer_norm_backward_op.register_fake
+def _(dy, x, weight, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::add_layer_norm_backward", mutates_args=())
+def _add_layer_norm_backward_op(
+    dy: torch.Tensor, dh: torch.Tensor, h: torch.Tensor, weight: Optional[torch.Tensor], eps: float
+) -> torch.Tensor:
+    """dx (= d residual): layer_norm's dx of h plus h's own gradient dh."""
+    dy, dh, h = _ready(dy), _ready(dh), _ready(h)
+    dx = torch.empty_like(h)
+    if h.shape[0] > 0:
+        _launch(
+            "residual_layernorm_backward",
+            h,
+            eps,
+            [("h", h), ("dy", dy), ("dh", dh)] + _columns(weight, None),
+            [("dx", dx)],
+        )
+    return dx
+
+
+@_add_layer_norm_backward_op.register_fake
+def _(dy, dh, h, weight, eps):
+    return torch.empty_like(h, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::softmax_backward", mutates_args=())
+def _softmax_backward_op(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    dy, y = _ready(dy), _ready(y)
+    dx = torch.empty_like(y)
+    if y.shape[0] > 0:
+        _launch("softmax_backward", y, 1.0, [("y", y), ("dy", dy)], [("dx", dx)])
+    return dx
+
+
+@_softmax_backward_op.register_fake
+def _(dy, y):
+    return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::cross_entropy_backward", mutates_args=())
+def _cross_entropy_backward_op(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """dlogits = (softmax(logits) - onehot(target)) * dloss per row; 0 on
+    rows whose target is -100."""
+    dloss, logits, target = _ready(dloss), _ready(logits), _ready(target)
+    dx = torch.empty_like(logits)
+    if logits.shape[0] > 0:
+        _launch(
+            "cross_entropy_backward",
+            logits,
+            1.0,
+            [("x", logits), ("target", target), ("dloss", dloss)],
+            [("dx", dx)],
+        )
+    return dx
+
+
+@_cross_entropy_backward_op.register_fake
+def _(dloss, logits, target):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::norm_column_grads", mutates_args=())
+def _column_grads_op(x: torch.Tensor, dy: torch.Tensor, eps: float, layer: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(dweight, dbias) of a norm of the rows x (layer: LayerNorm, else
+    RMSNorm, whose dbias is empty)."""
+    x, dy = _ready(x), _ready(dy)
+    n = x.shape[1]
+    dw = x.new_empty((n,))
+    db = x.new_empty((n,) if layer else (0,))
+    if x.shape[0] == 0:
+        dw.zero_()
+        db.zero_()
+    elif x.device.type == "cpu":
+        op = "layernorm_backward" if layer else "rmsnorm_backward"
+        _C.cpu_column_grads(
+            op,
+            _DTYPES[x.dtype],
+            x.shape[0],
+            n,
+            float(eps),
+            x.data_ptr(),
+            dy.data_ptr(),
+            dw.data_ptr(),
+            db.data_ptr() if layer else 0,
+        )
+    elif x.device.type == "cuda":
+        rows = x.shape[0]
+        groups = (rows + _C.COLUMN_GROUP_ROWS - 1) // _C.COLUMN_GROUP_ROWS
+        partials = torch.empty(((2 if layer else 1) * groups * n,), dtype=torch.float32, device=x.device)
+        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        _preload_nvrtc()
+        _C.cuda_column_grads(
+            "layernorm_backward" if layer else "rmsnorm_backward",
+            _DTYPES[x.dtype],
+            rows,
+            n,
+            float(eps),
+            device,
+            torch.cuda.current_stream(x.device).cuda_stream,
+            x.data_ptr(),
+            dy.data_ptr(),
+            partials.data_ptr(),
+            dw.data_ptr(),
+            db.data_ptr() if layer else 0,
+        )
+    else:
+        raise RuntimeError(f"lanefold: tensors on {x.device} are not supported (CPU or CUDA)")
+    return dw, db
+
+
+@_column_grads_op.register_fake
+def _(x, dy, eps, layer):
+    n = x.shape[1]
+    return x.new_empty((n,)), x.new_empty((n,) if layer else (0,))
+
+
+# ----------------------------------------------------------------- autograd
+
+
+def _norm_backward(ctx, x, weight, bias, gy, layer: bool):
+    """(dx, dweight, dbias) of a norm of x; dx by lanefold's backward op."""
+    gy = gy.to(x.dtype)
+    at = ctx.weight_at
+    want_w = weight is not None and ctx.needs_input_grad[at]
+    want_b = bias is not None and ctx.needs_input_grad[at + 1]
     gw = gb = None
-    if bias is not None and ctx.needs_input_grad[ctx.weight_at + 1]:
-        gb = g.sum(0).to(bias.dtype)
-    if weight is not None:
-        if ctx.needs_input_grad[ctx.weight_at]:
-            gw = (g * xhat).sum(0).to(weight.dtype)
-        g = g * weight.float()
-    gx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    if want_w or want_b:
+        dw, db = _column_grads_op(x, gy, ctx.eps, layer)
+        gw = dw.to(weight.dtype) if want_w else None
+        gb = db.to(bias.dtype) if want_b else None
+    op = _layer_norm_backward_op if layer else _rms_norm_backward_op
+    gx = op(gy, x, weight, ctx.eps) if ctx.needs_input_grad[0] else None
     return gx, gw, gb
 
 
@@ -286,20 +433,13 @@ def _rms_setup(ctx, inputs, output):
     x, weight, eps = inputs
     ctx.save_for_backward(x, weight)
     ctx.eps = eps
+    ctx.weight_at = 1
 
 
 def _rms_backward(ctx, gy):
     x, weight = ctx.saved_tensors
-    xf, g = x.float(), gy.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
-    xhat = xf * rstd
-    gw = None
-    if weight is not None:
-        if ctx.needs_input_grad[1]:
-            gw = (g * xhat).sum(0).to(weight.dtype)
-        g = g * weight.float()
-    gx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-    return gx.to(x.dtype), gw, None
+    gx, gw, _ = _norm_backward(ctx, x, weight, None, gy, False)
+    return gx, gw, None
 
 
 def _layer_norm_setup(ctx, inputs, output):
@@ -311,8 +451,8 @@ def _layer_norm_setup(ctx, inputs, output):
 
 def _layer_norm_backward(ctx, gy):
     x, weight, bias = ctx.saved_tensors
-    gx, gw, gb = _ln_backward(ctx, x, weight, bias, gy.float())
-    return gx.to(x.dtype), gw, gb, None
+    gx, gw, gb = _norm_backward(ctx, x, weight, bias, gy, True)
+    return gx, gw, gb, None
 
 
 def _add_layer_norm_setup(ctx, inputs, output):
@@ -324,12 +464,19 @@ def _add_layer_norm_setup(ctx, inputs, output):
 
 def _add_layer_norm_backward(ctx, gy, gh):
     h, weight, bias = ctx.saved_tensors
-    g = gy.float() if gy is not None else torch.zeros_like(h, dtype=torch.float32)
-    gx, gw, gb = _ln_backward(ctx, h, weight, bias, g)
-    if gh is not None:
-        gx = gx + gh.float()
-    gx = gx.to(h.dtype)
-    return gx, gx.clone(), gw, gb, None
+    gy = gy.to(h.dtype) if gy is not None else torch.zeros_like(h)
+    gh = gh.to(h.dtype) if gh is not None else torch.zeros_like(h)
+    gw = gb = None
+    want_w = weight is not None and ctx.needs_input_grad[2]
+    want_b = bias is not None and ctx.needs_input_grad[3]
+    if want_w or want_b:
+        dw, db = _column_grads_op(h, gy, ctx.eps, True)
+        gw = dw.to(weight.dtype) if want_w else None
+        gb = db.to(bias.dtype) if want_b else None
+    gx = None
+    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+        gx = _add_layer_norm_backward_op(gy, gh, h, weight, ctx.eps)
+    return gx, None if gx is None else gx.clone(), gw, gb, None
 
 
 def _softmax_setup(ctx, inputs, output):
@@ -338,8 +485,7 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_backward(ctx, gy):
     (y,) = ctx.saved_tensors
-    yf, g = y.float(), gy.float()
-    return (yf * (g - (g * yf).sum(-1, keepdim=True))).to(y.dtype)
+    return _softmax_backward_op(gy.to(y.dtype), y)
 
 
 def _sum_setup(ctx, inputs, output):
@@ -359,11 +505,7 @@ def _cross_entropy_setup(ctx, inputs, output):
 
 def _cross_entropy_backward(ctx, gl):
     logits, target = ctx.saved_tensors
-    p = torch.softmax(logits.float(), -1)
-    kept = target != _IGNORE_INDEX
-    onehot = torch.zeros_like(p).scatter_(-1, target.clamp(min=0).unsqueeze(-1), 1.0)
-    scale = (gl.float() * kept.float()).unsqueeze(-1)
-    return ((p - onehot) * scale).to(logits.dtype), None
+    return _cross_entropy_backward_op(gl.to(logits.dtype), logits, target), None
 
 
 _rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
@@ -586,7 +728,8 @@ def cross_entropy(
 
 def describe_plan(op: str, x: torch.Tensor, weight: bool = True, bias: bool = True) -> str:
     """The plan lanefold picks for ``op`` (rmsnorm, layernorm,
-    residual_layernorm, softmax, cross_entropy, sum) on x's rows."""
+    residual_layernorm, softmax, cross_entropy, sum, or the first five's
+    ``*_backward``) on x's rows."""
     _check_input(x)
     rows = x.numel() // x.shape[-1]
     return _C.describe_plan(op, _DTYPES[x.dtype], rows, x.shape[-1], weight, bias, x.is_cuda)

@@ -2,8 +2,8 @@
 
 :class:`LayerNorm` and :class:`RMSNorm` subclass torch.nn's: the same
 constructor arguments, parameters (``weight``, ``bias``) and state_dict
-keys. Their forward runs lanefold's op (whose backward is torch's
-arithmetic); it falls back to torch's own forward where lanefold's cannot
+keys. Their forward runs lanefold's op (and their backward lanefold's
+backward ops); it falls back to torch's own forward where lanefold's cannot
 serve: an unsupported dtype or device, or parameters whose dtype or
 device differ from the input's.
 """

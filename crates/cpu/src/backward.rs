@@ -1,0 +1,278 @@
+//! The float64 oracle of the input gradients (dx): each written plainly
+//! per row from its textbook formula, independent of the IR programs and
+//! the executor, as `reference` is for the forward operators. The tests
+//! check each formula against central differences of `reference`.
+
+use crate::data::Buffers;
+use crate::reference::{Expected, Reference};
+use lanefold_ir::{Operator, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
+use lanefold_plan::Problem;
+use rayon::prelude::*;
+
+/// `dx` of `op` (a backward operator) for every row; None for a forward
+/// operator. Each element's scale is the sum of the magnitudes of the terms
+/// its formula adds: a gradient is a difference of terms that may cancel
+/// (rmsnorm's dx of a one-element row is ~eps times its terms), and any
+/// f32 evaluation's error scales with the terms, not with what is left.
+pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> Option<Reference> {
+    op.forward()?;
+    let n = problem.shape.n;
+    let row = |name: &str, r: usize| -> Vec<f64> {
+        let t = &inputs[name];
+        (0..n).map(|i| t.get(r * n + i) as f64).collect()
+    };
+    let weight: Option<Vec<f64>> = inputs.get("weight").map(|t| t.to_f64());
+    // g = w * dy, the gradient reaching the normalized row.
+    let weighted = |dy: Vec<f64>| -> Vec<f64> {
+        match &weight {
+            Some(w) => dy.iter().zip(w).map(|(d, w)| d * w).collect(),
+            None => dy,
+        }
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
+    let layer_norm_dx = |x: &[f64], g: &[f64], dx: &mut [f64], scale: &mut [f64]| {
+        let mu = mean(x);
+        let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
+        let rstd = 1.0 / (var + LAYERNORM_EPS as f64).sqrt();
+        let xhat: Vec<f64> = x.iter().map(|v| (v - mu) * rstd).collect();
+        let mean_g = mean(g);
+        let mean_gx = g.iter().zip(&xhat).map(|(g, h)| g * h).sum::<f64>() / n as f64;
+        for i in 0..n {
+            dx[i] = rstd * (g[i] - mean_g - xhat[i] * mean_gx);
+            scale[i] = rstd * (g[i].abs() + mean_g.abs() + (xhat[i] * mean_gx).abs());
+        }
+    };
+    let row_dx = |r: usize, dx: &mut [f64], scale: &mut [f64]| match op {
+        Operator::RmsnormBackward => {
+            let x = row("x", r);
+            let g = weighted(row("dy", r));
+            let rstd = 1.0
+                / (mean(&x.iter().map(|v| v * v).collect::<Vec<_>>()) + RMSNORM_EPS as f64).sqrt();
+            let mean_gx = g.iter().zip(&x).map(|(g, x)| g * x).sum::<f64>() / n as f64;
+            for i in 0..n {
+                dx[i] = rstd * g[i] - x[i] * rstd.powi(3) * mean_gx;
+                scale[i] = (rstd * g[i]).abs() + (x[i] * rstd.powi(3) * mean_gx).abs();
+            }
+        }
+        Operator::LayernormBackward => {
+            layer_norm_dx(&row("x", r), &weighted(row("dy", r)), dx, scale)
+        }
+        Operator::ResidualLayernormBackward => {
+            layer_norm_dx(&row("h", r), &weighted(row("dy", r)), dx, scale);
+            for ((d, s), h) in dx.iter_mut().zip(scale.iter_mut()).zip(row("dh", r)) {
+                *d += h;
+                *s += h.abs();
+            }
+        }
+        Operator::SoftmaxBackward => {
+            let (y, dy) = (row("y", r), row("dy", r));
+            let dot: f64 = y.iter().zip(&dy).map(|(y, d)| y * d).sum();
+            for i in 0..n {
+                dx[i] = y[i] * (dy[i] - dot);
+                scale[i] = y[i].abs() * (dy[i].abs() + dot.abs());
+            }
+        }
+        Operator::CrossEntropyBackward => {
+            let t = inputs["target"].index(r);
+            if t == IGNORE_INDEX {
+                dx.iter_mut().for_each(|d| *d = 0.0);
+                scale.iter_mut().for_each(|s| *s = 0.0);
+                return;
+            }
+            let x = row("x", r);
+            let g = inputs["dloss"].get(r) as f64;
+            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = x.iter().map(|v| (v - m).exp()).sum();
+            for i in 0..n {
+                let onehot = if i as i64 == t { 1.0 } else { 0.0 };
+                let p = (x[i] - m).exp() / total;
+                dx[i] = (p - onehot) * g;
+                scale[i] = (p + onehot) * g.abs();
+            }
+        }
+        _ => unreachable!("a backward operator"),
+    };
+    let mut values = vec![0.0; problem.shape.rows * n];
+    let mut scale = vec![0.0; problem.shape.rows * n];
+    values
+        .par_chunks_mut(n)
+        .zip(scale.par_chunks_mut(n))
+        .enumerate()
+        .for_each(|(r, (dx, s))| row_dx(r, dx, s));
+    Some(Reference::from([(
+        "dx".to_string(),
+        Expected {
+            values,
+            scale: Some(scale),
+        },
+    )]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{random_inputs, Tensor};
+    use crate::reference::reference;
+    use lanefold_ir::{DType, OperatorOptions};
+
+    fn problem(op: Operator, weight: bool, shape: &str) -> Problem {
+        Problem::operator(
+            op,
+            OperatorOptions { weight, bias: true },
+            DType::F32,
+            shape.parse().unwrap(),
+        )
+    }
+
+    /// `L = sum over outputs o of <o, cotangent[o]>` by the forward float64
+    /// reference, and its derivative along element `i` of input `name` by a
+    /// central difference (the step actually taken in f32 divides).
+    fn central_difference(
+        forward: &Problem,
+        inputs: &Buffers,
+        cotangents: &Buffers,
+        name: &str,
+        i: usize,
+    ) -> f64 {
+        let loss = |inputs: &Buffers| -> f64 {
+            let out = reference(forward, inputs).unwrap();
+            out.iter()
+                .map(|(o, e)| {
+                    let c = &cotangents[o];
+                    e.values
+                        .iter()
+                        .enumerate()
+                        .map(|(k, v)| v * c.get(k) as f64)
+                        .sum::<f64>()
+                })
+                .sum()
+        };
+        let x = inputs[name].get(i);
+        let h = 1e-3f32 * x.abs().max(1.0);
+        let mut plus = inputs.clone();
+        plus.get_mut(name).unwrap().set(i, x + h);
+        let mut minus = inputs.clone();
+        minus.get_mut(name).unwrap().set(i, x - h);
+        let step = plus[name].get(i) as f64 - minus[name].get(i) as f64;
+        (loss(&plus) - loss(&minus)) / step
+    }
+
+    /// Each oracle against central differences of the forward reference,
+    /// on every element of a few small rows, with and without a weight;
+    /// cross entropy with an ignored row (whose gradient is exactly 0).
+    #[test]
+    fn each_oracle_matches_central_differences_of_the_forward_reference() {
+        let shape = "3x7";
+        for op in Operator::BACKWARD {
+            for weight in [false, true] {
+                let fwd_op = op.forward().unwrap();
+                let forward = problem(fwd_op, weight, shape);
+                let backward = problem(op, weight, shape);
+                let mut fin = random_inputs(&forward, 11);
+                let seeds = random_inputs(&backward, 12);
+                // The cotangent of each forward output and the inputs of dx.
+                let mut cot = Buffers::new();
+                let mut bin = Buffers::new();
+                let wrt = match fwd_op {
+                    Operator::CrossEntropy => {
+                        let t = Tensor::I64(vec![2, IGNORE_INDEX, 6]);
+                        fin.insert("target".into(), t.clone());
+                        bin.insert("target".into(), t);
+                        cot.insert("loss".into(), seeds["dloss"].clone());
+                        bin.insert("dloss".into(), seeds["dloss"].clone());
+                        bin.insert("x".into(), fin["x"].clone());
+                        "x"
+                    }
+                    Operator::Softmax => {
+                        cot.insert("y".into(), seeds["dy"].clone());
+                        bin.insert("dy".into(), seeds["dy"].clone());
+                        let y = &reference(&forward, &fin).unwrap()["y"].values;
+                        let y32: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+                        bin.insert("y".into(), Tensor::F32(y32));
+                        "x"
+                    }
+                    Operator::ResidualLayernorm => {
+                        cot.insert("y".into(), seeds["dy"].clone());
+                        cot.insert("h".into(), seeds["dh"].clone());
+                        bin.insert("dy".into(), seeds["dy"].clone());
+                        bin.insert("dh".into(), seeds["dh"].clone());
+                        let h = &reference(&forward, &fin).unwrap()["h"].values;
+                        let h32: Vec<f32> = h.iter().map(|&v| v as f32).collect();
+                        bin.insert("h".into(), Tensor::F32(h32));
+                        "x"
+                    }
+                    _ => {
+                        cot.insert("y".into(), seeds["dy"].clone());
+                        bin.insert("dy".into(), seeds["dy"].clone());
+                        bin.insert("x".into(), fin["x"].clone());
+                        "x"
+                    }
+                };
+                if backward.program.input("weight").is_some() {
+                    bin.insert("weight".into(), fin["weight"].clone());
+                }
+                let dx = &reference_backward(op, &backward, &bin).unwrap()["dx"].values;
+                for (i, &d) in dx.iter().enumerate() {
+                    let fd = central_difference(&forward, &fin, &cot, wrt, i);
+                    assert!(
+                        (fd - d).abs() <= 1e-4 * (1.0 + d.abs()),
+                        "{op} weight={weight} element {i}: oracle {d} against difference {fd}"
+                    );
+                }
+                if op == Operator::CrossEntropyBackward {
+                    assert!(dx[7..14].iter().all(|&d| d == 0.0), "the ignored row");
+                    assert!(dx[..7].iter().any(|&d| d != 0.0));
+                }
+            }
+        }
+    }
+
+    /// The executor's backward programs against the oracle, over layouts
+    /// that split rows unevenly, in every dtype (seeded targets include
+    /// ignored rows).
+    #[test]
+    fn the_executor_runs_every_backward_program_within_tolerance() {
+        use crate::data::poisoned_outputs;
+        use crate::{execute, validate};
+        use lanefold_plan::{plan, LayoutRequest, Target};
+        for op in Operator::BACKWARD {
+            for dtype in [DType::F32, DType::Bf16, DType::F16] {
+                for (shape, workers, pack) in [("5x129", 32, 4), ("3x4103", 256, 2), ("2x1", 1, 1)]
+                {
+                    let problem = Problem::operator(
+                        op,
+                        OperatorOptions::default(),
+                        dtype,
+                        shape.parse().unwrap(),
+                    );
+                    let request = LayoutRequest {
+                        workers,
+                        pack,
+                        ..Default::default()
+                    };
+                    let p = plan(&problem, &Target::cpu(), &request).unwrap();
+                    let inputs = random_inputs(&problem, 5);
+                    let mut outputs = poisoned_outputs(&problem);
+                    execute(&p, &inputs, &mut outputs).unwrap();
+                    let want = reference(&problem, &inputs).unwrap();
+                    let v = validate(dtype, &outputs, &want);
+                    assert!(v.pass, "{op} {dtype} {shape}: {:?}", v.outputs);
+                    if dtype == DType::F32 && shape == "5x129" {
+                        // One element off by 1% is caught.
+                        let dx = outputs.get_mut("dx").unwrap();
+                        let x = dx.get(70);
+                        dx.set(70, x * 1.01 + 1e-3);
+                        assert!(!validate(dtype, &outputs, &want).pass, "{op}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn forward_operators_have_no_backward_oracle() {
+        let p = problem(Operator::Softmax, true, "1x4");
+        let inputs = random_inputs(&p, 1);
+        assert!(reference_backward(Operator::Softmax, &p, &inputs).is_none());
+    }
+}
