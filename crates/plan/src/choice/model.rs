@@ -118,7 +118,7 @@ pub(crate) fn model_choice(
     };
     let space: Vec<_> = model_space(&scored, target, request)?
         .into_iter()
-        .filter(|c| !super::rules::scalar_pack_too_wide(problem, &c.target, c.request.pack))
+        .filter(|c| !super::rules::scalar_pack_too_wide(&scored, &c.target, c.request.pack))
         .collect();
     let scores: Vec<ModelScore> = space
         .iter()

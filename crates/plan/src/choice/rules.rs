@@ -17,6 +17,7 @@ use crate::legality::{
     groups_by_shared_memory, groups_per_multiprocessor, plan_rows, register_budget, BASE_REGISTERS,
 };
 use crate::mapper::{LayoutRequest, Plan, Problem, Residency, ResidencyRequest};
+use crate::shape::Shape;
 use crate::target::Target;
 use crate::tuned::Span;
 use lanefold_ir::{DType, Operator};
@@ -287,19 +288,45 @@ pub(super) fn variant_rungs<'a>(
 /// per multiprocessor (`lanefold compile-check`).
 const WIDE_SLOT_PLAN: usize = 64;
 
-/// Packs wider than four elements on rows that cannot be read as vectors
-/// (16-bit rows of odd length: every access a scalar one) are left out of
-/// the model's choice on the H200. V=8 ran 1.10-1.19x slower than V=4 on
-/// bf16 1x127 and 17x257 for every operator with a column or a second
-/// reduction (a 2026-11-30 search, in git history at 2d680226); the model prices the pack
+/// Packs too wide for rows that cannot be read as vectors (rows whose
+/// length in bytes is not a multiple of the access: every access a scalar
+/// one), left out of the model's choice on the H200, which prices a pack
 /// as one vector access. A sum, with nothing but its loads to schedule,
-/// ran V=8 at par and keeps it.
+/// ran V=8 at par and keeps every pack.
+/// - Any such row: at most four elements. V=8 ran 1.10-1.19x slower than
+///   V=4 on bf16 1x127 and 17x257 for every operator with a column or a
+///   second reduction (a 2026-11-30 search, in git history at 2d680226).
+/// - Short rows (below [`SCALAR_SHORT_N`]) in their thousands (at least
+///   [`SCALAR_MANY_ROWS_PER_SM`] per multiprocessor): at most 4 bytes, so
+///   that a warp's scalar loads are consecutive words. Wider packs stride
+///   them: softmax f32 16384x75 ran 8.5 µs at V=4 against 2.9 at V=1, bf16
+///   75648x197 66.0 at V=4 against 28.7 at V=2 with the model's W
+///   (2026-12-02-search-short-*-h200, L2 warm).
 pub(crate) fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32) -> bool {
-    target.name == "h200"
-        && problem.operator_kind() != Some(Operator::Sum)
-        && pack > 4
-        && vector_access(problem.dtype, pack as usize, problem.shape.n).is_none()
+    if target.name != "h200"
+        || problem.operator_kind() == Some(Operator::Sum)
+        || vector_access(problem.dtype, pack as usize, problem.shape.n).is_some()
+    {
+        return false;
+    }
+    let Shape { rows, n } = problem.shape;
+    let many_short =
+        n < SCALAR_SHORT_N && rows >= SCALAR_MANY_ROWS_PER_SM * target.multiprocessors as usize;
+    let widest = if many_short {
+        4 / problem.dtype.size_bytes() as u32
+    } else {
+        4
+    };
+    pack > widest
 }
+
+/// Rows shorter than this count as short for [`scalar_pack_too_wide`]
+/// (measured at 75 and 197).
+pub(crate) const SCALAR_SHORT_N: usize = 1024;
+
+/// Rows per multiprocessor from which [`scalar_pack_too_wide`] keeps a
+/// warp's scalar loads consecutive (measured from 124 per SM up).
+pub(crate) const SCALAR_MANY_ROWS_PER_SM: usize = 8;
 
 /// At most this many workers per row when there are fewer rows than
 /// multiprocessors (see [`few_rows_narrower_instead`]).

@@ -1257,3 +1257,26 @@ fn layernorm_defaults_pack_and_order_columns_and_pick_512_thread_groups() {
     .unwrap();
     assert_eq!(rms.row_threads_per_group(), 256, "{}", rms.describe());
 }
+
+/// Short scalar rows in their thousands take packs of one 4-byte word (a
+/// warp's loads consecutive); few rows, long rows and vector rows keep
+/// what the model picks.
+#[test]
+fn many_short_scalar_rows_take_packs_of_one_word() {
+    let t = Target::h200();
+    let pack = |op, dtype, shape: &str| {
+        plan(&typed(op, dtype, shape), &t, &automatic())
+            .unwrap()
+            .layout
+            .pack
+    };
+    assert_eq!(pack(Operator::Softmax, DType::F32, "16384x75"), 1);
+    assert_eq!(pack(Operator::Softmax, DType::F32, "65536x77"), 1);
+    assert_eq!(pack(Operator::Softmax, DType::Bf16, "75648x197"), 2);
+    assert_eq!(pack(Operator::Rmsnorm, DType::Bf16, "131072x127"), 2);
+    // Few rows: latency, not coalescing, sets the pace.
+    assert_eq!(pack(Operator::Rmsnorm, DType::Bf16, "17x257"), 4);
+    // Rows a vector reads, and a sum, are the model's.
+    assert_eq!(pack(Operator::Softmax, DType::F32, "16384x76"), 4);
+    assert!(pack(Operator::Sum, DType::F32, "16384x75") > 1);
+}
