@@ -301,7 +301,7 @@ const WIDE_SLOT_PLAN: usize = 64;
 ///   that a warp's scalar loads are consecutive words. Wider packs stride
 ///   them: softmax f32 16384x75 ran 8.5 µs at V=4 against 2.9 at V=1, bf16
 ///   75648x197 66.0 at V=4 against 28.7 at V=2 with the model's W
-///   (2026-12-02-search-short-*-h200, L2 warm).
+///   (2026-12-02-search-short-unaligned-*-h200, L2 warm).
 pub(crate) fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32) -> bool {
     if target.name != "h200"
         || problem.operator_kind() == Some(Operator::Sum)
