@@ -32,10 +32,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     s
 }
 
-/// The cache key of a compilation: source, options and architecture.
-pub fn compile_key(source: &str, options: &[String], arch: &str) -> String {
+/// The cache key of a compilation: source, options, architecture and the
+/// compiler (NVRTC's `major.minor`), so that builds against different
+/// compilers sharing a cache never load each other's binaries.
+pub fn compile_key(source: &str, options: &[String], arch: &str, compiler: &str) -> String {
     let mut h = Sha256::new();
     h.update(b"lanefold-kernel-v1\0");
+    h.update(compiler.as_bytes());
+    h.update(b"\0");
     h.update(source.as_bytes());
     h.update(b"\0");
     for o in options {
@@ -320,13 +324,14 @@ mod tests {
     }
 
     #[test]
-    fn keys_depend_on_source_options_and_arch() {
+    fn keys_depend_on_source_options_arch_and_compiler() {
         let o = vec!["--fmad=false".to_string()];
-        let k = compile_key("src", &o, "sm_90");
+        let k = compile_key("src", &o, "sm_90", "13.0");
         assert_eq!(k.len(), 64);
-        assert_ne!(k, compile_key("src2", &o, "sm_90"));
-        assert_ne!(k, compile_key("src", &[], "sm_90"));
-        assert_ne!(k, compile_key("src", &o, "sm_100"));
-        assert_eq!(k, compile_key("src", &o, "sm_90"));
+        assert_ne!(k, compile_key("src2", &o, "sm_90", "13.0"));
+        assert_ne!(k, compile_key("src", &[], "sm_90", "13.0"));
+        assert_ne!(k, compile_key("src", &o, "sm_100", "13.0"));
+        assert_ne!(k, compile_key("src", &o, "sm_90", "12.8"));
+        assert_eq!(k, compile_key("src", &o, "sm_90", "13.0"));
     }
 }

@@ -37,7 +37,7 @@ use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -287,7 +287,7 @@ fn kernels_to_compile(
             continue;
         };
         let options = nvrtc_options(options, arch);
-        let key = compile_key(&kernel.source, &options, arch);
+        let key = compile_key(&kernel.source, &options, arch, nvrtc_id());
         if known(&key) || !seen.insert(key.clone()) {
             report.skipped += 1;
             continue;
@@ -484,7 +484,7 @@ impl CudaBackend {
         options: &CodegenOptions,
     ) -> Result<Arc<Loaded>, CudaError> {
         let opts = nvrtc_options(options, &self.arch);
-        let key = compile_key(&kernel.source, &opts, &self.arch);
+        let key = compile_key(&kernel.source, &opts, &self.arch, nvrtc_id());
         if let Some(hit) = self.memory.lock().expect("cache lock").get(&key) {
             return Ok(hit.clone());
         }
@@ -1115,6 +1115,12 @@ pub fn compiler_occupancy(
     })
 }
 
+/// The compiler part of a cache key: NVRTC's `major.minor`, asked once.
+fn nvrtc_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| nvrtc_version().unwrap_or_else(|| "no-nvrtc".into()))
+}
+
 /// `major.minor` of the loaded NVRTC, or None where it is missing.
 pub fn nvrtc_version() -> Option<String> {
     probe_nvrtc().ok()?;
@@ -1360,7 +1366,7 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         for job in &todo {
             assert_eq!(
                 job.key,
-                compile_key(&job.kernel.source, &job.options, "sm_90")
+                compile_key(&job.kernel.source, &job.options, "sm_90", nvrtc_id())
             );
         }
         // Known keys (loaded, staged or on disk) are not compiled again.
