@@ -42,7 +42,7 @@ proptest! {
 /// the failure> cargo test -p lanefold-cpu --test differential_fuzz
 /// replay_one_case -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "a debugging aid: prints the case of LANEFOLD_FUZZ_SEED; the fuzz it replays runs in the proptest above and, on CUDA, in `selftest --fuzz` (scripts/fuzz-cuda.sh)"]
 fn replay_one_case() {
     let seed: u64 = std::env::var("LANEFOLD_FUZZ_SEED")
         .expect("LANEFOLD_FUZZ_SEED")
