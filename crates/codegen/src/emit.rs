@@ -1255,6 +1255,18 @@ impl Ctx<'_> {
             let ptr = format!("p_{}", ident(buffer));
             let arr = format!("l{}", val.0);
             self.line(&format!("float {arr}[LF_V];"));
+            if chunk == "LF_FULL"
+                && self.early_partial_columns()
+                && early.is_some_and(|(_, out)| out == p)
+                && self.buffer_kind(buffer) == BufferKind::Column
+            {
+                self.line("#pragma unroll");
+                self.line(&format!(
+                    "for (int e = 0; e < LF_V; ++e) {arr}[e] = lf_ep{}[e]; // loaded early",
+                    val.0
+                ));
+                continue;
+            }
             match vector {
                 Some(vec) => {
                     let ty = vec.access_type();
@@ -1297,12 +1309,14 @@ impl Ctx<'_> {
                                 ));
                             } else if early.is_some_and(|(_, out)| out == p)
                                 && self.buffer_kind(buffer) == BufferKind::Column
+                                && self.early_complete_chunks() > 0
                             {
                                 // Chunks below the count were loaded early; the
                                 // loop is unrolled, so this choice is static.
                                 self.line(&format!(
                                     "const {ty} a = {chunk} < {} ? lf_e{}[{chunk}][{k}] : {access};",
-                                    self.plan.early_columns, val.0
+                                    self.early_complete_chunks(),
+                                    val.0
                                 ));
                             } else {
                                 self.line(&format!("const {ty} a = {access};"));
@@ -1921,9 +1935,9 @@ impl Ctx<'_> {
 
     /// May the partial chunk take whole packs as vectors? Where at least
     /// one worker's pack lies wholly inside the row, the access is
-    /// vectorisable and no variant keeps per-chunk state (shared chunks,
-    /// early columns) that the vector path would index by the partial
-    /// chunk. Same arithmetic in the same order as the guarded form.
+    /// vectorisable and no variant keeps per-chunk state (shared chunks)
+    /// that the vector path would index by the partial chunk. Same
+    /// arithmetic in the same order as the guarded form.
     ///
     /// Only where the partial chunk is much of the row (at most one
     /// complete chunk, or a quarter of the row): there it gained 1.1-1.6x,
@@ -1937,7 +1951,6 @@ impl Ctx<'_> {
             && self.vector.is_some()
             && self.prefetched.is_none()
             && self.shared_tile().is_none()
-            && self.early_columns().is_none()
             && !self.plan.packed_resident
     }
 
@@ -2091,6 +2104,11 @@ impl Ctx<'_> {
         // 1024-thread streamed plan spilled 600-900 bytes per thread on the
         // H200: 2026-11-29-long-rows-search-g512-h200).
         let needs_slots = self.registers && self.resident.iter().any(|r| self.needed(r.index(), p));
+        if let Some((hook, out)) = self.early_columns() {
+            if hook == p && self.early_partial_columns() {
+                self.emit_early_partial_column_loads(out);
+            }
+        }
         let batched = self.batches_loads(p);
         if batched {
             self.open("{ // this phase's loads, all issued before the chunk loop");
@@ -2136,7 +2154,7 @@ impl Ctx<'_> {
             ));
         }
         if let Some((hook, out)) = self.early_columns() {
-            if hook == p {
+            if hook == p && self.early_complete_chunks() > 0 {
                 self.emit_early_column_loads(out);
             }
         }
@@ -2199,11 +2217,76 @@ impl Ctx<'_> {
         Some((hook, out))
     }
 
+    /// Complete chunks whose columns load early.
+    fn early_complete_chunks(&self) -> usize {
+        (self.plan.early_columns as usize).min(self.full)
+    }
+
+    /// Do the partial chunk's columns load early too (an early count past
+    /// the complete chunks)?
+    fn early_partial_columns(&self) -> bool {
+        self.plan.early_columns as usize > self.full && self.partial > 0
+    }
+
+    /// The partial chunk's column loads into `lf_ep<value>[LF_V]`, widened,
+    /// issued as the phase starts: on a row of one or two chunks the
+    /// columns' round trip then overlaps the row's own loads instead of
+    /// following the reduction.
+    fn emit_early_partial_column_loads(&mut self, out: usize) {
+        let vec = self.vector.expect("early columns are vector loads");
+        let ty = vec.access_type();
+        let columns: Vec<_> = self
+            .global_loads(out)
+            .into_iter()
+            .filter(|(_, buffer)| self.buffer_kind(buffer) == BufferKind::Column)
+            .collect();
+        self.line(&format!(
+            "// the columns of phase {out}'s partial chunk, loaded before this phase's loads"
+        ));
+        for (val, _) in &columns {
+            self.line(&format!("float lf_ep{}[LF_V];", val.0));
+        }
+        self.open("{");
+        self.line("const int i0 = (LF_FULL * LF_W + w) * LF_V;");
+        self.open("if (i0 + LF_V <= LF_N) {");
+        for (val, buffer) in &columns {
+            self.open("{");
+            self.line(&format!("unsigned wd[{}];", vec.words));
+            self.line(&format!(
+                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + {}i0);",
+                ident(buffer),
+                self.row_base(buffer)
+            ));
+            for k in 0..vec.words / vec.per_access {
+                self.open("{");
+                let access = self.vector_access(out, *val, buffer, k);
+                self.line(&format!("const {ty} a = {access};"));
+                self.emit_access_words(vec, k);
+                self.close();
+            }
+            self.emit_widened_words(&format!("lf_ep{}", val.0));
+            self.close();
+        }
+        self.close();
+        self.open("else {");
+        for (val, buffer) in &columns {
+            self.line("#pragma unroll");
+            self.line(&format!(
+                "for (int e = 0; e < LF_V; ++e) lf_ep{}[e] = (i0 + e < LF_N) ? lf_widen(p_{}[{}i0 + e]) : 0.0f;",
+                val.0,
+                ident(buffer),
+                self.row_base(buffer)
+            ));
+        }
+        self.close();
+        self.close();
+    }
+
     /// The column loads of phase `out`'s first [`Plan::early_columns`]
-    /// chunks into `lf_e<value>[chunk][access]`, issued before this
-    /// phase's reduction so their round trip overlaps its exchange.
+    /// complete chunks into `lf_e<value>[chunk][access]`, issued before
+    /// this phase's reduction so their round trip overlaps its exchange.
     fn emit_early_column_loads(&mut self, out: usize) {
-        let early = self.plan.early_columns;
+        let early = self.early_complete_chunks();
         let columns: Vec<_> = self
             .global_loads(out)
             .into_iter()

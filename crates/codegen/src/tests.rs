@@ -2247,3 +2247,43 @@ fn golden_backward_kernels() {
         insta::assert_snapshot!(format!("golden_{op}_{dtype}"), g);
     }
 }
+
+/// The partial chunk's columns, counted by an early count past the
+/// complete chunks, load as the reduction's phase starts (before the
+/// row's own loads) and the output phase reads them from there in both
+/// of its partial forms (whole packs and the guarded last pack); the
+/// complete chunks' early loads keep their place before the exchange.
+#[test]
+fn early_columns_of_the_partial_chunk_load_before_the_row() {
+    for (shape, workers, complete) in [("16x2560", 512, 0), ("16x3000", 256, 1)] {
+        let p = make_with(
+            Operator::Rmsnorm,
+            DType::Bf16,
+            shape,
+            LayoutRequest {
+                workers,
+                pack: 8,
+                unroll: 1,
+                early_columns: 8,
+                ..Default::default()
+            },
+        );
+        assert_eq!(p.early_columns as usize, complete + 1, "{}", p.describe());
+        let src = kernel(&p).source;
+        let early = src
+            .find("// the columns of phase 1's partial chunk")
+            .unwrap_or_else(|| panic!("{shape}: no early partial loads"));
+        let row_load = src.find("p_x + row_off").unwrap();
+        assert!(early < row_load, "{shape}: partial columns after the row");
+        // Both partial forms read the early copy, and nothing else loads
+        // the partial chunk's weight in the output phase.
+        let out = &src[src.find("// ---- phase 1 ----").unwrap()..];
+        assert_eq!(out.matches("= lf_ep").count(), 2, "{shape}");
+        assert!(!out.contains("p_weight[i0 + e]"), "{shape}");
+        assert_eq!(
+            src.contains("lf_e1"),
+            complete > 0,
+            "{shape}: complete chunks' early loads"
+        );
+    }
+}

@@ -436,13 +436,13 @@ pub(crate) fn plan_rows(
             && column_stage.is_none(),
         early_columns: if residency == Residency::Registers
             && columns > 0
-            && whole_vector_packs
+            && vector_access(problem.dtype, pack as usize, n).is_some()
             && !request.ordered_columns
             && !hoisted_columns
             && column_stage.is_none()
             && row_prefetch.is_none()
         {
-            request.early_columns.min(layout.complete_packs(n) as u32)
+            request.early_columns.min(layout.chunks(n) as u32)
         } else {
             0
         },

@@ -183,6 +183,29 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         rows: Rows::FewerThanSms,
         adds: "one-pass-moments",
     },
+    // Fewer rows than multiprocessors: every chunk's columns (at most 8)
+    // loaded early, so their round trip overlaps the row's loads and
+    // exchange instead of following them on a latency-bound row. Paired
+    // in 4 rounds with an A/A control, 16-128 rows of 1536-5120
+    // (2026-12-02-early-columns-short-h200): f32 rows up to 4096 1.02-1.19x
+    // (9 of 9 cases; 5120, three chunks of W=512: 0.88-0.99x, so not
+    // there); rmsnorm and layernorm 16-bit 1.01-1.61x (8 of 8; measured to
+    // 5120, taken to 8192, the same two chunks of W=512 V=8);
+    // residual_layernorm 16-bit 0.97-0.98x on three of four, so not it.
+    Rung {
+        ops: NORMS,
+        dtypes: Dtypes::F32,
+        n: span(0, 4096),
+        rows: Rows::FewerThanSms,
+        adds: "early-columns=8",
+    },
+    Rung {
+        ops: &[Operator::Rmsnorm, Operator::Layernorm],
+        dtypes: Dtypes::Bits16,
+        n: span(0, 8192),
+        rows: Rows::FewerThanSms,
+        adds: "early-columns=8",
+    },
     // layernorm f32 from 131072: the first chunk's weight and bias loaded
     // before the cluster's exchange (paired in 3 rounds: 4096x131072
     // 1.009-1.016x, 1024x262144 1.019-1.021x; measured on these two
@@ -627,7 +650,8 @@ mod tests {
             DType::F32,
             "4x4096".parse().unwrap(),
         );
-        assert_eq!(variant_rungs(&few, &t, false).count(), 1);
+        // One-pass moments and early columns.
+        assert_eq!(variant_rungs(&few, &t, false).count(), 2);
         assert_eq!(variant_rungs(&few, &t, true).count(), 0);
         let many = Problem {
             shape: "4096x4096".parse().unwrap(),
