@@ -75,17 +75,23 @@ torch._softmax_backward_data(dy, y, -1, dtype): autograd runs that op, but
 its graph would need softmax's input x, which the case does not have.
 Compile runs the same under torch.compile (the forward compiled, so the
 backward is AOTAutograd's compiled one; softmax's call compiled as it is).
-Liger and Quack: see backward_op. The backward cases run on a side stream,
-where CUDA graphs capture them: autograd launches each backward op on its
-forward op's stream, and the legacy default stream cannot join a capture.
+Liger runs its autograd functions' backward (its norms also compute the
+column gradients, which they cannot skip; its cross entropy computes the
+gradient inside the forward, so forward and backward are timed together,
+what a user runs), Quack its backward kernels with the forward's statistics
+made before the timing: liger_backward and quack_backward say which calls.
+The backward cases run on a side stream, where CUDA graphs capture them:
+autograd launches each backward op on its forward op's stream, and the
+legacy default stream cannot join a capture.
 
 Mode "liger" runs Liger-Kernel's functional operators and mode "quack" the
-forward kernels of Quack (quack-kernels, CuTe-DSL), each only where it has
-the operator with these semantics; other cases are refused (ok: false) with
+kernels of Quack (quack-kernels, CuTe-DSL), each only where it has the
+operator with these semantics; other cases are refused (ok: false) with
 the reason, and so is every case of a mode whose package is not importable.
 Quack needs `import quack` to work in this interpreter (e.g. unpacked wheels
 on PYTHONPATH, with nvidia_cutlass_dsl/dsl_packages beside them); see
-quack_op for the calls and where they differ from the eager forms.
+quack_op and quack_backward for the calls and where they differ from the
+eager forms.
 """
 
 import contextlib
