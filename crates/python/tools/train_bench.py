@@ -331,8 +331,9 @@ def prepare_timing(side, args):
         side.notes.append(f"first step (compilation) took {first_s:.1f} s, excluded")
     deadline = time.perf_counter() + args.warmup_ms / 1e3
     while time.perf_counter() < deadline:
+        # Synchronized: the host must not queue seconds of steps ahead.
         steps(side, 1)()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
 
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
