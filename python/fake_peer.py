@@ -5,10 +5,11 @@ Speaks the same JSON-lines protocol with the standard library only:
 - op "die": exits (a dead peer);
 - modes "liger" and "quack": refused, as the real peer does when
   Liger-Kernel or Quack is not installed;
-- op "sum", f32: answered in every other mode with fixed timings per mode.
-  When input set 0's x.npy exists the row sums are really computed and
-  written as y.npy (so a replay validates them); otherwise the output is
-  only named (protocol tests).
+- ops "sum" and "softmax_backward", f32: answered in every other mode with
+  fixed timings per mode. When input set 0's files exist the output is
+  really computed (row sums as y.npy; y * (dy - sum(y * dy)) from y.npy
+  and dy.npy as dx.npy), so a bench or replay validates it; otherwise it
+  is only named (protocol tests).
 """
 
 import ast
@@ -37,8 +38,9 @@ def read_f32(path):
     return header["shape"], struct.unpack(f"<{len(body) // 4}f", body)
 
 
-def write_f32(path, values):
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % len(values)
+def write_f32(path, values, shape=None):
+    dims = shape or (len(values),)
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s,), }" % ", ".join(map(str, dims))
     pad = 64 - (10 + len(header) + 1) % 64
     header = (header + " " * pad + "\n").encode("latin1")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -53,14 +55,26 @@ def run(req):
         return {"ok": False, "error": "mode 'liger': Liger-Kernel is not installed (fake peer)"}
     if mode == "quack":
         return {"ok": False, "error": "mode 'quack': Quack (quack-kernels) is not installed (fake peer)"}
-    if req.get("op") != "sum":
-        return {"ok": False, "error": "only sum"}
-    sets = req.get("input_sets") or [req.get("inputs", {})]
-    y = os.path.join(req["outputs_dir"], "y.npy")
-    x = sets[0].get("x", "")
-    if os.path.isfile(x):
-        (rows, n), v = read_f32(x)
-        write_f32(y, [sum(v[r * n : (r + 1) * n]) for r in range(rows)])
+    op = req.get("op")
+    if op not in ("sum", "softmax_backward"):
+        return {"ok": False, "error": "only sum and softmax_backward"}
+    files = (req.get("input_sets") or [req.get("inputs", {})])[0]
+    if op == "sum":
+        out = {"y": os.path.join(req["outputs_dir"], "y.npy")}
+        if os.path.isfile(files.get("x", "")):
+            (rows, n), v = read_f32(files["x"])
+            write_f32(out["y"], [sum(v[r * n : (r + 1) * n]) for r in range(rows)])
+    else:
+        out = {"dx": os.path.join(req["outputs_dir"], "dx.npy")}
+        if os.path.isfile(files.get("y", "")) and os.path.isfile(files.get("dy", "")):
+            (rows, n), y = read_f32(files["y"])
+            _, dy = read_f32(files["dy"])
+            dx = []
+            for r in range(rows):
+                yr, gr = y[r * n : (r + 1) * n], dy[r * n : (r + 1) * n]
+                s = sum(a * b for a, b in zip(yr, gr))
+                dx.extend(a * (b - s) for a, b in zip(yr, gr))
+            write_f32(out["dx"], dx, (rows, n))
     us = PER_OP_US.get(mode, 15.0)
     k = max(1, int(req.get("samples", 1)))
     singles = max(1, int(req.get("single_samples", k)))
@@ -68,7 +82,7 @@ def run(req):
     return {
         "ok": True,
         "mode": mode,
-        "outputs": {"y": y},
+        "outputs": out,
         # Sample i is i µs slower, so one changed sample moves a median.
         "gpu": [{"batch": 10, "total_us": 10 * (us + i)} for i in range(k)],
         "gpu_graph": True,

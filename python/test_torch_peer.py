@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """End-to-end checks of python/torch_peer.py through its JSON-lines protocol.
 
-Run with plain `python3 python/test_torch_peer.py`. Without PyTorch (or
-without a CUDA device) only the protocol checks that need no torch run, and
-the rest is skipped with a message; the exit status is 0 unless a check
-fails.
+Run with plain `python3 python/test_torch_peer.py`. Without PyTorch only
+the protocol checks that need no torch run. With PyTorch (a CPU build is
+enough) the backward operators' eager and torch.compile forms are also
+checked in this process against float64 autograd, and a missing Liger or
+Quack must refuse them by name. The cases through the protocol need a CUDA
+device and are skipped without one, with a message; the exit status is 0
+unless a check fails.
 """
 
 import importlib.util
@@ -16,6 +19,23 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "torch_peer.py")
+
+# op -> its inputs, as lanefold's programs name them.
+OPS = {
+    "sum": ["x"],
+    "softmax": ["x"],
+    "rmsnorm": ["x", "weight"],
+    "layernorm": ["x", "weight", "bias"],
+    "residual_layernorm": ["x", "residual", "weight", "bias"],
+    "cross_entropy": ["x", "target"],
+    "add": ["x", "residual"],
+    "rmsnorm_backward": ["x", "dy", "weight"],
+    "layernorm_backward": ["x", "dy", "weight"],
+    "residual_layernorm_backward": ["h", "dy", "dh", "weight"],
+    "softmax_backward": ["y", "dy"],
+    "cross_entropy_backward": ["x", "target", "dloss"],
+}
+BACKWARD = [op for op in OPS if op.endswith("_backward")]
 
 
 class Peer:
@@ -54,9 +74,10 @@ def check_protocol_without_torch():
         assert "quack" in hello, hello
     if not quack_importable():
         # Refused, naming Quack, before any torch or CUDA check.
-        r = peer.ask({"op": "rmsnorm", "mode": "quack"})
-        assert r["ok"] is False and "Quack" in r["error"], r
-        assert "not installed" in r["error"], r
+        for op in ("rmsnorm", "rmsnorm_backward"):
+            r = peer.ask({"op": op, "mode": "quack"})
+            assert r["ok"] is False and "Quack" in r["error"], r
+            assert "not installed" in r["error"], r
     peer.close()
     print("protocol checks: ok")
     return hello
@@ -70,14 +91,151 @@ def quack_importable():
     return subprocess.run([sys.executable, "-c", "import quack"], capture_output=True).returncode == 0
 
 
+def random_inputs(op, rows, n, dtype, g):
+    """Every input of op: values in [-2, 2), weights in [0.5, 1.5), targets
+    in range with every eighth row ignored (-100)."""
+    import torch
+
+    a = {}
+    for name in OPS[op]:
+        if name == "target":
+            t = torch.randint(0, n, (rows,), generator=g)
+            t[::8] = -100
+        elif name in ("weight", "bias"):
+            t = (torch.rand(n, generator=g) + 0.5).to(dtype)
+        elif name == "dloss":
+            t = (torch.rand(rows, generator=g) * 4 - 2).to(dtype)
+        else:
+            t = (torch.rand(rows, n, generator=g) * 4 - 2).to(dtype)
+        a[name] = t
+    return a
+
+
+def reference(op, a, n):
+    """op's outputs in float64: PyTorch's forms, a gradient by float64
+    autograd of its forward (softmax's from y by its definition)."""
+    import torch
+    import torch.nn.functional as F
+
+    d = {k: (v if k == "target" else v.double()) for k, v in a.items()}
+    w, b = d.get("weight"), d.get("bias")
+    if op == "sum":
+        return {"y": d["x"].sum(-1)}
+    if op == "softmax":
+        return {"y": torch.softmax(d["x"], -1)}
+    if op == "rmsnorm":
+        return {"y": F.rms_norm(d["x"], (n,), w, eps=1e-6)}
+    if op == "layernorm":
+        return {"y": F.layer_norm(d["x"], (n,), w, b, 1e-5)}
+    if op == "residual_layernorm":
+        h = d["x"] + d["residual"]
+        return {"h": h, "y": F.layer_norm(h, (n,), w, b, 1e-5)}
+    if op == "cross_entropy":
+        return {"loss": F.cross_entropy(d["x"], d["target"], reduction="none", ignore_index=-100)}
+    if op == "add":
+        return {"y": d["x"] + d["residual"]}
+    if op == "softmax_backward":
+        y, dy = d["y"], d["dy"]
+        return {"dx": y * (dy - (y * dy).sum(-1, keepdim=True))}
+    row = "h" if op == "residual_layernorm_backward" else "x"
+    x = d[row].clone().requires_grad_()
+    if op == "rmsnorm_backward":
+        outs, grads = [F.rms_norm(x, (n,), w, eps=1e-6)], [d["dy"]]
+    elif op == "layernorm_backward":
+        outs, grads = [F.layer_norm(x, (n,), w, None, 1e-5)], [d["dy"]]
+    elif op == "residual_layernorm_backward":
+        # h receives dh as well as LayerNorm's gradient.
+        outs, grads = [x * 1.0, F.layer_norm(x, (n,), w, None, 1e-5)], [d["dh"], d["dy"]]
+    elif op == "cross_entropy_backward":
+        loss = F.cross_entropy(x, d["target"], reduction="none", ignore_index=-100)
+        outs, grads = [loss], [d["dloss"]]
+    else:
+        raise ValueError(op)
+    (dx,) = torch.autograd.grad(outs, x, grads)
+    return {"dx": dx}
+
+
+TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
+
+
+def rel_err(got, ref):
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def check_backward_on_cpu():
+    """The backward forms torch_peer times, run here on CPU tensors: each
+    eager (f32, bf16) and torch.compile (f32) form against float64
+    autograd; ignored cross-entropy rows exactly 0; a missing Liger or
+    Quack refused by name. Returns the failures."""
+    import torch
+
+    sys.path.insert(0, HERE)
+    import torch_peer
+
+    torch_peer.import_torch()
+    assert torch_peer.IMPORT_ERROR is None, torch_peer.IMPORT_ERROR
+    dtypes = {"f32": torch.float32, "bf16": torch.bfloat16}
+    rows, n = 19, 301
+    g = torch.Generator().manual_seed(1)
+    failures = []
+    for op in BACKWARD:
+        assert torch_peer.OPS[op][2] == ["dx"], op
+        for mode, names in (("eager", ("f32", "bf16")), ("compile", ("f32",))):
+            for name in names:
+                a = random_inputs(op, rows, n, dtypes[name], g)
+                notes = []
+                torch._dynamo.reset()
+                fn, prepare = torch_peer.backward_op(op, mode, n, notes)
+                s = dict(a)
+                s.update(prepare(s))
+                outs = fn(s)
+                again = fn(s)  # the graph is kept: a second call works
+                assert isinstance(outs, tuple) and len(outs) == 1, (op, mode, outs)
+                dx = outs[0]
+                want = reference(op, a, n)["dx"]
+                err = rel_err(dx, want)
+                ok = (
+                    dx.dtype == dtypes[name]
+                    and tuple(dx.shape) == (rows, n)
+                    and err <= TOLERANCE[name]
+                    and torch.equal(again[0], dx)
+                )
+                if op == "cross_entropy_backward":
+                    ignored = a["target"] == -100
+                    ok = ok and bool((dx[ignored] == 0).all())
+                print(f"cpu {mode} {op} {name}: rel {err:.2e} {'ok' if ok else 'FAIL'} ({notes[0]})")
+                if not ok:
+                    failures.append(f"cpu {mode} {op} {name}: rel {err:.3e}, dtype {dx.dtype}")
+        if importlib.util.find_spec("liger_kernel") is None:
+            try:
+                torch_peer.backward_op(op, "liger", n, [])
+                failures.append(f"liger {op}: not refused without Liger-Kernel")
+            except torch_peer.Refused as e:
+                assert "Liger-Kernel is not installed" in str(e), e
+        if not quack_importable():
+            try:
+                torch_peer.backward_op(op, "quack", n, [])
+                failures.append(f"quack {op}: not refused without Quack")
+            except torch_peer.Refused as e:
+                assert "Quack" in str(e) and "not installed" in str(e), e
+    return failures
+
+
 def main():
     hello = check_protocol_without_torch()
+    if importlib.util.find_spec("torch") is None:
+        print("SKIP: no PyTorch here; only the protocol was checked")
+        return 0
+    failures = check_backward_on_cpu()
     if not hello.get("ok"):
-        print(f"SKIP: the peer is unavailable here ({hello.get('error')})")
+        print(f"SKIP: the peer's CUDA cases ({hello.get('error')})")
+        if failures:
+            print("FAILED:\n  " + "\n  ".join(failures))
+            return 1
+        print("backward forms on the CPU: all ok")
         return 0
     import numpy as np
     import torch
-    import torch.nn.functional as F
 
     print("peer:", json.dumps(hello))
     rows, n = 33, 1001
@@ -98,44 +256,19 @@ def main():
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).double()
         return torch.from_numpy(a).double()
 
-    def reference(op, a):
-        x = a["x"].double()
-        w = a.get("weight")
-        b = a.get("bias")
-        w = None if w is None else w.double()
-        b = None if b is None else b.double()
-        if op == "sum":
-            return {"y": x.sum(-1)}
-        if op == "softmax":
-            return {"y": torch.softmax(x, -1)}
-        if op == "rmsnorm":
-            return {"y": F.rms_norm(x, (n,), w, eps=1e-6)}
-        if op == "layernorm":
-            return {"y": F.layer_norm(x, (n,), w, b, 1e-5)}
-        if op == "residual_layernorm":
-            h = x + a["residual"].double()
-            return {"h": h, "y": F.layer_norm(h, (n,), w, b, 1e-5)}
-        if op == "cross_entropy":
-            return {"loss": F.cross_entropy(x, a["target"], reduction="none", ignore_index=-100)}
-        if op == "add":
-            return {"y": x + a["residual"].double()}
-        raise ValueError(op)
-
-    tolerance = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
     names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-    ops = {
-        "sum": ["x"],
-        "softmax": ["x"],
-        "rmsnorm": ["x", "weight"],
-        "layernorm": ["x", "weight", "bias"],
-        "residual_layernorm": ["x", "residual", "weight", "bias"],
-        "cross_entropy": ["x", "target"],
-        "add": ["x", "residual"],
-    }
-    cases = [(op, dt, "eager", 1) for op in ops for dt in (torch.float32, torch.bfloat16)]
+    cases = [(op, dt, "eager", 1) for op in OPS for dt in (torch.float32, torch.bfloat16)]
     cases += [("rmsnorm", torch.float16, "eager", 3), ("softmax", torch.float32, "compile", 2)]
+    cases += [(op, torch.bfloat16, "compile", 1) for op in BACKWARD]
+    cases += [("rmsnorm_backward", torch.float32, "eager", 3)]
     if hello.get("liger"):
         cases += [("rmsnorm", torch.bfloat16, "liger", 1), ("cross_entropy", torch.float32, "liger", 1)]
+        cases += [
+            (op, dt, "liger", 1)
+            for op in BACKWARD
+            if op != "residual_layernorm_backward"
+            for dt in (torch.float32, torch.bfloat16)
+        ]
     quack = quack_importable()
     if quack:
         cases += [
@@ -148,26 +281,16 @@ def main():
             ("cross_entropy", torch.float32, "quack", 1),
             ("residual_layernorm", torch.float32, "quack", 1),
         ]
-    failures = []
+        cases += [(op, dt, "quack", 1) for op in BACKWARD for dt in (torch.float32, torch.bfloat16)]
     peer = Peer()
     for op, dtype, mode, nsets in cases:
         sets, paths = [], []
         for s in range(nsets):
             d = os.path.join(tmp, f"{op}-{names[dtype]}-{mode}-set{s}")
             os.makedirs(d, exist_ok=True)
-            a, p = {}, {}
-            for name in ops[op]:
-                if name == "target":
-                    t = torch.randint(0, n, (rows,), generator=g)
-                    t[::8] = -100
-                elif name in ("weight", "bias"):
-                    t = (torch.rand(n, generator=g) + 0.5).to(dtype)
-                else:
-                    t = (torch.rand(rows, n, generator=g) * 4 - 2).to(dtype)
-                a[name] = t
-                p[name] = save(name, t, d)
+            a = random_inputs(op, rows, n, dtype, g)
             sets.append(a)
-            paths.append(p)
+            paths.append({name: save(name, t, d) for name, t in a.items()})
         out_dir = os.path.join(tmp, f"{op}-{names[dtype]}-{mode}-out")
         req = {
             "op": op, "dtype": names[dtype], "rows": rows, "n": n,
@@ -187,11 +310,11 @@ def main():
             assert len(r[phase]) == count, (label, phase, r[phase])
         assert all(s["total_us"] > 0 and s["batch"] >= 1 for s in r["gpu"] + r["e2e"]), r
         assert all(s["gpu_us"] > 0 and s["host_us"] > 0 for s in r["single"]), r
-        want = reference(op, sets[0])
+        want = reference(op, sets[0], n)
         for name, ref in want.items():
             got = load(r["outputs"][name], dtype)
-            rel = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
-            ok = rel <= tolerance[dtype] and got.shape == ref.shape
+            rel = rel_err(got, ref)
+            ok = rel <= TOLERANCE[names[dtype]] and got.shape == ref.shape
             per_op = r["gpu"][1]["total_us"] / r["gpu"][1]["batch"]
             print(f"{label} {name}: rel {rel:.2e} {'ok' if ok else 'FAIL'}; "
                   f"gpu {per_op:.2f} us/op graph={r['gpu_graph']} notes={r.get('notes')}")
@@ -202,14 +325,19 @@ def main():
                     "outputs_dir": tmp, "mode": "eager", "samples": 1,
                     "sample_ms": 1.0, "warmup_ms": 0.0})
     assert bad["ok"] is False, bad
+    refused = []
     if quack:
         # What Quack has no form of (with these semantics) is refused.
-        for op, dtype_name in (("sum", "f32"), ("residual_layernorm", "bf16")):
-            req = {"op": op, "dtype": dtype_name, "rows": rows, "n": n, "mode": "quack",
-                   "inputs": {name: os.path.join(tmp, "absent.npy") for name in ops[op]},
-                   "outputs_dir": tmp, "samples": 1, "sample_ms": 1.0, "warmup_ms": 0.0}
-            r = peer.ask(req)
-            assert r["ok"] is False and "Quack" in r["error"], r
+        refused += [("sum", "f32", "quack"), ("residual_layernorm", "bf16", "quack")]
+    if hello.get("liger"):
+        refused += [("residual_layernorm_backward", "bf16", "liger")]
+    for op, dtype_name, mode in refused:
+        req = {"op": op, "dtype": dtype_name, "rows": rows, "n": n, "mode": mode,
+               "inputs": {name: os.path.join(tmp, "absent.npy") for name in OPS[op]},
+               "outputs_dir": tmp, "samples": 1, "sample_ms": 1.0, "warmup_ms": 0.0}
+        r = peer.ask(req)
+        who = {"quack": "Quack", "liger": "Liger"}[mode]
+        assert r["ok"] is False and who in r["error"], r
     assert peer.ask({"cmd": "hello"})["ok"] is True
     peer.close()
     import shutil

@@ -52,15 +52,49 @@ Semantics are PyTorch's own, output dtype = input dtype:
   add                x + residual                                -> y
 bf16 travels through .npy files as raw bits (<u2 or <i2).
 
+The input gradients, named as lanefold's row programs name them (weight
+never requires a gradient: only dx is asked for):
+  rmsnorm_backward            x, dy, weight       -> dx of rmsnorm
+  layernorm_backward          x, dy, weight       -> dx of layernorm (bias
+                                                     does not reach dx)
+  residual_layernorm_backward h, dy, dh, weight   -> dx (= d residual): the
+                                 layernorm dx of h plus dh, the gradient h
+                                 itself receives
+  softmax_backward            y, dy               -> y * (dy - sum(y * dy))
+  cross_entropy_backward      x, target, dloss    -> (softmax(x) -
+                                 onehot(target)) * dloss per row, 0 on rows
+                                 whose target is -100
+Only the backward is timed: whatever a mode's backward reads from its
+forward (the autograd graph, saved statistics) is made once per input set
+before the timing. Eager runs torch.autograd.grad of the F.* forward
+(F.rms_norm, F.layer_norm, h = x + residual then F.layer_norm,
+F.cross_entropy with reduction='none') with respect to the row input only,
+the graph built once and kept (retain_graph): exactly the kernels autograd
+runs in training, nothing more. softmax_backward is the one direct call,
+torch._softmax_backward_data(dy, y, -1, dtype): autograd runs that op, but
+its graph would need softmax's input x, which the case does not have.
+Compile runs the same under torch.compile (the forward compiled, so the
+backward is AOTAutograd's compiled one; softmax's call compiled as it is).
+Liger runs its autograd functions' backward (its norms also compute the
+column gradients, which they cannot skip; its cross entropy computes the
+gradient inside the forward, so forward and backward are timed together,
+what a user runs), Quack its backward kernels with the forward's statistics
+made before the timing: liger_backward and quack_backward say which calls.
+The backward cases run on a side stream, where CUDA graphs capture them:
+autograd launches each backward op on its forward op's stream, and the
+legacy default stream cannot join a capture.
+
 Mode "liger" runs Liger-Kernel's functional operators and mode "quack" the
-forward kernels of Quack (quack-kernels, CuTe-DSL), each only where it has
-the operator with these semantics; other cases are refused (ok: false) with
+kernels of Quack (quack-kernels, CuTe-DSL), each only where it has the
+operator with these semantics; other cases are refused (ok: false) with
 the reason, and so is every case of a mode whose package is not importable.
 Quack needs `import quack` to work in this interpreter (e.g. unpacked wheels
 on PYTHONPATH, with nvidia_cutlass_dsl/dsl_packages beside them); see
-quack_op for the calls and where they differ from the eager forms.
+quack_op and quack_backward for the calls and where they differ from the
+eager forms.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -86,6 +120,11 @@ OPS = {
     "residual_layernorm": (["x", "residual"], ["weight", "bias"], ["h", "y"]),
     "cross_entropy": (["x", "target"], [], ["loss"]),
     "add": (["x", "residual"], [], ["y"]),
+    "rmsnorm_backward": (["x", "dy"], ["weight"], ["dx"]),
+    "layernorm_backward": (["x", "dy"], ["weight"], ["dx"]),
+    "residual_layernorm_backward": (["h", "dy", "dh"], ["weight"], ["dx"]),
+    "softmax_backward": (["y", "dy"], [], ["dx"]),
+    "cross_entropy_backward": (["x", "target", "dloss"], [], ["dx"]),
 }
 MODES = ("eager", "compile", "liger", "quack")
 
@@ -186,12 +225,16 @@ def storage_dtype(name):
     return TORCH_DTYPES[name]
 
 
+def is_backward(op):
+    return isinstance(op, str) and op.endswith("_backward") and op in OPS
+
+
 def input_shape(name, rows, n):
-    if name in ("x", "residual"):
+    if name in ("x", "residual", "h", "y", "dy", "dh"):
         return (rows, n)
     if name in ("weight", "bias"):
         return (n,)
-    if name == "target":
+    if name in ("target", "dloss"):
         return (rows,)
     raise Refused(f"unknown input {name!r}")
 
@@ -294,14 +337,20 @@ def eager_op(op, n):
     raise Refused(f"unknown op {op!r}")
 
 
-def liger_op(op, n, dtype, notes):
-    """Liger-Kernel's functional forms; Refused where Liger has none."""
+def import_liger():
+    """Liger-Kernel's label (name and version), or Refused where it cannot
+    be imported."""
     version = package_version("liger-kernel") or package_version("liger_kernel")
     try:
         import liger_kernel  # noqa: F401
     except Exception as e:  # noqa: BLE001
         raise Refused(f"mode 'liger': Liger-Kernel is not installed ({type(e).__name__}: {e})")
-    label = f"Liger-Kernel {version or '(unknown version)'}"
+    return f"Liger-Kernel {version or '(unknown version)'}"
+
+
+def liger_op(op, n, dtype, notes):
+    """Liger-Kernel's functional forms; Refused where Liger has none."""
+    label = import_liger()
     dev = "cuda"
     if op == "rmsnorm":
         from liger_kernel.transformers.functional import liger_rms_norm
@@ -373,12 +422,15 @@ def import_quack():
     return quack
 
 
+def quack_label(quack):
+    return f"Quack {quack_version() or getattr(quack, '__version__', '(unknown version)')}"
+
+
 def quack_op(op, n, dtype, notes):
     """Quack's forward kernels: (fn, prepare), where prepare(input set) gives
     the extra tensors fn reads from that set, made once before any timing.
     Refused where Quack has no forward with lanefold's semantics."""
-    quack = import_quack()
-    label = f"Quack {quack_version() or getattr(quack, '__version__', '(unknown version)')}"
+    label = quack_label(import_quack())
     dev = "cuda"
     if op == "rmsnorm":
         from quack.rmsnorm import rmsnorm_fwd
@@ -467,6 +519,250 @@ def quack_op(op, n, dtype, notes):
     raise Refused(f"{label} has no {op} operator")
 
 
+# --- the backward operators -------------------------------------------------
+
+
+def autograd_dx(forward, leaf, args, grads, extra=None):
+    """(fn, prepare) timing the backward of `forward` alone. prepare, once
+    per input set and outside the timing, makes the set's `leaf` input a
+    leaf that requires grad (nothing else does), adds the tensors
+    extra(set) makes, and runs forward(leaf, *args) to build the autograd
+    graph; fn is torch.autograd.grad of those outputs with respect to the
+    leaf, the set's `grads` as the outputs' gradients, keeping the graph
+    for the next call."""
+
+    def prepare(s):
+        made = extra(s) if extra is not None else {}
+        got = {**s, **made}
+        x = s[leaf].detach().requires_grad_()
+        outs = forward(x, *[got.get(a) for a in args])
+        return {**made, "_leaf": x, "_outs": outs, "_grads": tuple(s[g] for g in grads)}
+
+    def fn(a):
+        return torch.autograd.grad(a["_outs"], a["_leaf"], a["_grads"], retain_graph=True)
+
+    return fn, prepare
+
+
+def zero_residual(s):
+    # residual_layernorm_backward gets h, not x and residual: h = h + 0
+    # gives autograd the forward's graph (its add, then LayerNorm).
+    return {"_residual": torch.zeros_like(s["h"])}
+
+
+def torch_backward(op, n, compiled):
+    """The eager (or, with compiled, torch.compile) backward: (fn, prepare)."""
+    wrap = (lambda f: torch.compile(f, dynamic=False)) if compiled else (lambda f: f)
+    if op == "softmax_backward":
+        # Autograd's own call: softmax saves its output and runs this.
+        f = wrap(lambda dy, y: torch._softmax_backward_data(dy, y, -1, y.dtype))
+        return (lambda a: (f(a["dy"], a["y"]),)), (lambda s: {})
+    if op == "rmsnorm_backward":
+        f = wrap(lambda x, w: (F.rms_norm(x, (n,), w, eps=RMSNORM_EPS),))
+        return autograd_dx(f, "x", ["weight"], ["dy"])
+    if op == "layernorm_backward":
+        f = wrap(lambda x, w: (F.layer_norm(x, (n,), w, None, LAYERNORM_EPS),))
+        return autograd_dx(f, "x", ["weight"], ["dy"])
+    if op == "residual_layernorm_backward":
+
+        def g(x, r, w):
+            h = x + r
+            return h, F.layer_norm(h, (n,), w, None, LAYERNORM_EPS)
+
+        return autograd_dx(wrap(g), "h", ["_residual", "weight"], ["dh", "dy"], zero_residual)
+    if op == "cross_entropy_backward":
+        f = wrap(
+            lambda x, t: (
+                F.cross_entropy(x, t, reduction="none", ignore_index=IGNORE_INDEX),
+            )
+        )
+        return autograd_dx(f, "x", ["target"], ["dloss"])
+    raise Refused(f"unknown backward op {op!r}")
+
+
+def liger_backward(op, n, notes):
+    """Liger-Kernel's backward, as its autograd functions run it; Refused
+    where Liger has none with lanefold's semantics."""
+    label = import_liger()
+    if op == "rmsnorm_backward":
+        from liger_kernel.transformers.functional import liger_rms_norm
+
+        notes.append(
+            f"{label} liger_rms_norm (casting 'llama', in_place=True: dx written "
+            "into dy, so the validated call reloads the inputs); its backward also "
+            "computes dweight, which it cannot skip; absent weight passed as ones"
+        )
+        return autograd_dx(
+            lambda x, w: (liger_rms_norm(x, w, RMSNORM_EPS),), "x", ["_w"], ["dy"], ones_weight(n)
+        )
+    if op == "layernorm_backward":
+        from liger_kernel.transformers.functional import liger_layer_norm
+
+        def extra(s):
+            made = ones_weight(n)(s)
+            made["_b"] = torch.zeros_like(made["_w"])
+            return made
+
+        notes.append(
+            f"{label} liger_layer_norm; its backward also computes dweight and dbias, "
+            "which it cannot skip; absent weight passed as ones, bias as zeros"
+        )
+        return autograd_dx(
+            lambda x, w, b: (liger_layer_norm(x, w, b, LAYERNORM_EPS),),
+            "x",
+            ["_w", "_b"],
+            ["dy"],
+            extra,
+        )
+    if op == "softmax_backward":
+        try:
+            from liger_kernel.ops.softmax import _softmax_backward
+            from liger_kernel.ops.utils import calculate_settings
+        except Exception as e:  # noqa: BLE001
+            raise Refused(f"{label} has no softmax backward ({type(e).__name__}: {e})")
+        block, warps = calculate_settings(n)
+        notes.append(
+            f"{label} liger_kernel.ops.softmax._softmax_backward(dy, y, {block}, {warps}, "
+            f"{n > block}) (what LigerSoftmaxFunction.backward runs, with its forward's "
+            "settings; not public API)"
+        )
+        return (lambda a: (_softmax_backward(a["dy"], a["y"], block, warps, n > block),)), (
+            lambda s: {}
+        )
+    if op == "cross_entropy_backward":
+        from liger_kernel.transformers.functional import liger_cross_entropy
+
+        def fn(a):
+            x = a["_leaf"]
+            loss = liger_cross_entropy(
+                x, a["target"], ignore_index=IGNORE_INDEX, reduction="none"
+            )
+            return torch.autograd.grad(loss, x, a["dloss"])
+
+        notes.append(
+            f"{label} liger_cross_entropy(reduction='none') then torch.autograd.grad: "
+            "Liger computes the gradient inside its forward (written over x) and its "
+            "backward scales it by dloss, so each timed call is forward and backward, "
+            "what a user runs; the validated call reloads the inputs"
+        )
+        return fn, lambda s: {"_leaf": s["x"].detach().requires_grad_()}
+    raise Refused(
+        f"{label} has no {op} with lanefold's semantics (no fused residual LayerNorm)"
+        if op == "residual_layernorm_backward"
+        else f"{label} has no {op}"
+    )
+
+
+def ones_weight(n):
+    """extra(set) giving `_w`: the set's weight, or ones where it has none."""
+
+    def extra(s):
+        w = s.get("weight")
+        if w is None:
+            x = s.get("x", s.get("h"))
+            w = torch.ones(n, dtype=x.dtype, device=x.device)
+        return {"_w": w}
+
+    return extra
+
+
+def quack_backward(op, n, notes):
+    """Quack's backward kernels, called as its autograd functions call them,
+    the forward's saved statistics made before the timing; Refused where
+    Quack has none."""
+    label = quack_label(import_quack())
+    if op in ("rmsnorm_backward", "layernorm_backward", "residual_layernorm_backward"):
+        from quack.rmsnorm import _rmsnorm_bwd, layernorm_fwd, rmsnorm_fwd
+
+        try:
+            from quack.rmsnorm_config import get_sm_count
+        except ImportError:
+            from quack.rmsnorm import get_sm_count
+        layer = op != "rmsnorm_backward"
+        row = "h" if op == "residual_layernorm_backward" else "x"
+
+        def prepare(s):
+            x, w = s[row], s.get("weight")
+            if layer:
+                # Quack's LayerNorm takes float32 weights only (exact copies).
+                w = torch.ones(n, device=x.device) if w is None else w.float().contiguous()
+                _, rstd, mean = layernorm_fwd(
+                    x, w, None, eps=LAYERNORM_EPS, return_rstd=True, return_mean=True
+                )
+            else:
+                _, _, rstd = rmsnorm_fwd(x, w, eps=RMSNORM_EPS, store_rstd=True)
+                mean = None
+            return {"_w": w, "_rstd": rstd, "_mean": mean, "_sm": get_sm_count(n, x.device)}
+
+        def fn(a):
+            x = a[row]
+            dx = torch.empty_like(x)
+            # (x, weight, dout, rstd, dx, dw_partial, db_partial,
+            # dresidual_out, dresidual, sm_count): no column partials.
+            _rmsnorm_bwd(
+                x, a["_w"], a["dy"], a["_rstd"], dx, None, None, a.get("dh"), None, a["_sm"],
+                mean=a["_mean"], is_layernorm=layer,
+            )
+            return (dx,)
+
+        what = "LayerNorm" if layer else "RMSNorm"
+        notes.append(
+            f"{label} quack.rmsnorm._rmsnorm_bwd, the {what} backward kernel its "
+            "autograd function runs (not public API), asked for dx only (no dweight "
+            "partials, as the other modes), rstd"
+            + (" and mean" if layer else "")
+            + " from its forward made before the timing"
+            + ("; weight as a float32 copy" if layer else "")
+            + ("; dh folded into dx by its dresidual_out input" if row == "h" else "")
+        )
+        return fn, prepare
+    if op == "softmax_backward":
+        from quack.softmax import softmax_bwd
+
+        notes.append(f"{label} quack.softmax.softmax_bwd(dy, y)")
+        return (lambda a: (softmax_bwd(a["dy"], a["y"]),)), (lambda s: {})
+    if op == "cross_entropy_backward":
+        from quack.cross_entropy import cross_entropy_bwd, cross_entropy_fwd
+
+        def prepare(s):
+            _, lse = cross_entropy_fwd(
+                s["x"], s["target"], ignore_index=IGNORE_INDEX, return_lse=True
+            )
+            return {"_lse": lse, "_dloss32": s["dloss"].float()}
+
+        notes.append(
+            f"{label} quack.cross_entropy.cross_entropy_bwd(x, target, dloss, lse, "
+            f"ignore_index={IGNORE_INDEX}); lse from cross_entropy_fwd made before the "
+            "timing; dloss as a float32 copy (Quack's loss, so its gradient, is float32)"
+        )
+        return (
+            lambda a: (
+                cross_entropy_bwd(
+                    a["x"], a["target"], a["_dloss32"], a["_lse"], ignore_index=IGNORE_INDEX
+                ),
+            ),
+            prepare,
+        )
+    raise Refused(f"{label} has no {op}")
+
+
+def backward_op(op, mode, n, notes):
+    """(fn, prepare) of a backward op in `mode`: prepare(input set) gives
+    the tensors fn reads beyond the set's inputs (the forward's graph or
+    statistics), made once per set before any timing; fn(set) -> (dx,)."""
+    if mode == "liger":
+        return liger_backward(op, n, notes)
+    if mode == "quack":
+        return quack_backward(op, n, notes)
+    fn, prepare = torch_backward(op, n, mode == "compile")
+    if op == "softmax_backward":
+        notes.append("torch._softmax_backward_data(dy, y, -1, dtype), softmax's autograd call")
+    else:
+        notes.append(f"torch.autograd.grad of the {'compiled ' if mode == 'compile' else ''}"
+                     "forward w.r.t. the row input, graph built before the timing")
+    return fn, prepare
+
+
 # --- timing -----------------------------------------------------------------
 
 
@@ -504,7 +800,10 @@ def capture(fn, sets, batch):
         rotate(fn, sets, min(3, len(sets) + 2))
     torch.cuda.current_stream().wait_stream(s)
     sync()
-    with torch.cuda.graph(g):
+    # Captured on the current stream where it is a side stream (a backward
+    # case's: see case_context).
+    cur = torch.cuda.current_stream()
+    with torch.cuda.graph(g, stream=None if cur == torch.cuda.default_stream() else cur):
         for k in range(batch):
             out = fn(sets[k % len(sets)])
             del out
@@ -663,9 +962,17 @@ def run_case(req):
     else:
         paths = [req.get("inputs")]
     required, optional, out_names = OPS[op]
+    backward = is_backward(op)
     notes = []
-    if mode == "quack":
-        # Before any input is loaded: a case Quack cannot do is refused as such.
+    if mode == "compile":
+        # Fresh Dynamo caches per case: the op functions share code
+        # objects across cases, and hitting the recompile limit would
+        # silently fall back to eager.
+        torch._dynamo.reset()
+    # Before any input is loaded: a case a mode cannot do is refused as such.
+    if backward:
+        fn, prepare = backward_op(op, mode, n, notes)
+    elif mode == "quack":
         fn, prepare = quack_op(op, n, dtype, notes)
     sets = []
     for i, p in enumerate(paths):
@@ -680,29 +987,27 @@ def run_case(req):
         sets.append(
             {name: load_npy(path, name, dtype, input_shape(name, rows, n)) for name, path in p.items()}
         )
-    if op == "cross_entropy":
+    if "target" in required:
         for s in sets:
             t = s["target"]
             bad = ((t < 0) | (t >= n)) & (t != IGNORE_INDEX)
             if bool(bad.any()):
                 raise Refused(f"target indices out of range [0, {n}) (and not {IGNORE_INDEX})")
 
-    if mode == "liger":
+    t0 = time.perf_counter()
+    if backward or mode == "quack":
+        for s in sets:
+            s.update(prepare(s))
+    elif mode == "liger":
         fn, extra = liger_op(op, n, dtype, notes)
         for s in sets:
             s.update(extra)
-    elif mode == "quack":
-        for s in sets:
-            s.update(prepare(s))
     else:
         fn = eager_op(op, n)
-        if mode == "compile":
-            # Fresh Dynamo caches per case: the op functions share code
-            # objects across cases, and hitting the recompile limit would
-            # silently fall back to eager.
-            torch._dynamo.reset()
+    if mode == "compile":
+        if not backward:
             fn = torch.compile(fn, dynamic=False)
-            notes.append("torch.compile(mode=None, dynamic=False); compilation excluded")
+        notes.append("torch.compile(mode=None, dynamic=False); compilation excluded")
 
     def check(outs):
         if not isinstance(outs, tuple) or len(outs) != len(out_names):
@@ -715,8 +1020,8 @@ def run_case(req):
                 )
 
     # First call: checks the outputs' shapes before any timing and covers
-    # torch.compile's compilation (excluded from every phase).
-    t0 = time.perf_counter()
+    # torch.compile's compilation (excluded from every phase, as is making
+    # the backward's forward graph).
     check(fn(sets[0]))
     sync()
     first_s = time.perf_counter() - t0
@@ -726,10 +1031,18 @@ def run_case(req):
     timing = measure(fn, sets, samples, single_samples, sample_ms, warmup_ms, notes)
 
     # The validated outputs: a final call on input set 0.
-    final = dict(sets[0])
-    if mode == "liger" and op == "cross_entropy":
-        # Reload x: earlier calls may have overwritten it in place.
-        final["x"] = load_npy(paths[0]["x"], "x", dtype, (rows, n))
+    final = sets[0]
+    if mode == "liger" and (op == "cross_entropy" or backward):
+        # Reloaded: Liger's cross entropy writes its gradient over x, and
+        # its in-place rmsnorm backward dx over dy.
+        final = {
+            name: load_npy(path, name, dtype, input_shape(name, rows, n))
+            for name, path in paths[0].items()
+        }
+        if backward:
+            final.update(prepare(final))
+        else:
+            final.update(extra)
     outs = fn(final)
     sync()
     check(outs)
@@ -774,11 +1087,27 @@ def serve(proto):
         proto.flush()
 
 
+@contextlib.contextmanager
+def case_context(op):
+    """A forward case runs under inference_mode. A backward case needs
+    autograd, and runs on a side stream: autograd launches each backward op
+    on its forward op's stream, and the legacy default stream cannot join a
+    CUDA graph capture."""
+    if not is_backward(op):
+        with torch.inference_mode():
+            yield
+    elif torch.cuda.is_available():
+        with torch.cuda.stream(torch.cuda.Stream()):
+            yield
+    else:
+        yield
+
+
 def run_guarded(req):
     try:
         if torch is None:
             return run_case(req)
-        with torch.inference_mode():
+        with case_context(req.get("op")):
             return run_case(req)
     except Refused as e:
         return {"ok": False, "error": str(e)}

@@ -241,8 +241,8 @@ struct BenchArgs {
     /// Also measure Liger-Kernel (where installed and where it has the op).
     #[arg(long)]
     liger: bool,
-    /// Also measure Quack's forward kernels (where `import quack` works in
-    /// the peer's interpreter and Quack has the op).
+    /// Also measure Quack's kernels, forward and backward (where `import
+    /// quack` works in the peer's interpreter and Quack has the op).
     #[arg(long)]
     quack: bool,
     #[arg(long, default_value_t = 7)]

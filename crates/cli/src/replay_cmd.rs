@@ -44,9 +44,9 @@ pub struct ReplayArgs {
     /// with the reason).
     #[arg(long)]
     pub liger: bool,
-    /// Also measure Quack's forward kernels through the Python peer, every
-    /// round (a case it cannot run, e.g. Quack not importable or an op it
-    /// lacks, is recorded missing with the reason).
+    /// Also measure Quack's kernels (forward and backward) through the
+    /// Python peer, every round (a case it cannot run, e.g. Quack not
+    /// importable or an op it lacks, is recorded missing with the reason).
     #[arg(long)]
     pub quack: bool,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]

@@ -370,6 +370,67 @@ fn peer_sides_of_a_case_share_one_copy_of_the_inputs() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A backward operator goes to the peer like a forward one: its inputs
+/// as the program names them (softmax_backward: y.npy and dy.npy), its
+/// dx read back and validated against float64, in a bench and in a
+/// replay of that bench (the stand-in peer computes dx from those files).
+#[test]
+fn a_backward_case_reaches_the_peer_by_its_programs_names_and_validates() {
+    let Some(fake) = fake_peer() else {
+        return;
+    };
+    let dir = tmp("backward-peer");
+    let mut args = vec!["bench"];
+    args.extend_from_slice(&common::FAST_CPU);
+    args.extend_from_slice(&[
+        "--ops",
+        "softmax_backward",
+        "--shapes",
+        "3x64,2x257",
+        "--dtypes",
+        "f32",
+        "--torch",
+        "--peer-script",
+        fake.to_str().unwrap(),
+        "--output",
+        dir.to_str().unwrap(),
+    ]);
+    let o = lanefold(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load(&dir);
+    for case in v["cases"].as_array().unwrap() {
+        let sides = case["sides"].as_array().unwrap();
+        let peer = sides
+            .iter()
+            .find(|s| s["name"] == "torch-eager")
+            .unwrap_or_else(|| panic!("no torch-eager side: {}", text(&o)));
+        assert_eq!(peer["validation"]["pass"], true, "{peer}");
+        assert_eq!(peer["validation"]["outputs"][0]["name"], "dx");
+    }
+    let out = tmp("backward-peer-replay");
+    let o = replay_with(
+        &dir,
+        None,
+        &out,
+        &["--torch", "--peer-script", fake.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    for case in load(&out)["cases"].as_array().unwrap() {
+        for round in case["rounds"].as_array().unwrap() {
+            let peer = round["sides"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == "torch-eager")
+                .unwrap_or_else(|| panic!("no torch-eager side: {round}"));
+            assert_eq!(peer["validation"]["pass"], true, "{peer}");
+        }
+    }
+    for d in [dir, out] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
 /// The arguments of a replay of `r` against `c` into `out`, for `rounds`.
 fn replay_rounds(r: &Path, c: &Path, out: &Path, rounds: &str, extra: &[&str]) -> Output {
     let (r, c) = (r.join("results.json"), c.join("results.json"));

@@ -25,7 +25,7 @@ pub enum PeerMode {
     Compile,
     /// Liger-Kernel's functional operators, where they exist.
     Liger,
-    /// Quack's (quack-kernels, CuTe DSL) forward kernels, where they exist
+    /// Quack's (quack-kernels, CuTe DSL) kernels, where they exist
     /// with lanefold's semantics.
     Quack,
 }
