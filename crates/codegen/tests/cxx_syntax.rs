@@ -186,6 +186,12 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
         "a backward kernel"
     );
     assert!(
+        kernels
+            .iter()
+            .any(|(n, _)| n.starts_with("lf_cross_entropy_with_grad")),
+        "a kernel with a per-row and a row output"
+    );
+    assert!(
         kernels.iter().any(|(n, _)| n.contains("_c")),
         "a cluster kernel"
     );
