@@ -415,12 +415,19 @@ def test_cross_entropy_with_grad_against_float64(dtype, shape, monkeypatch):
     t = torch.randint(0, n, shape[:-1], generator=g, device="cuda")
     t.view(-1)[0] = -100
     for reduction in ["mean", "sum"]:
+        unit = None
         for scale in [1.0, 2.5]:
             seen.clear()
             a = x.clone().requires_grad_()
             loss = lanefold.cross_entropy(a, t, reduction=reduction)
             (loss * scale).backward()
             assert seen == ["cross_entropy_with_grad"], seen
+            # The in-place scale: torch's mul in the storage dtype, bit for
+            # bit, tails past the 16-byte packs included.
+            if unit is None:
+                unit = a.grad.clone()
+            else:
+                assert torch.equal(a.grad, unit * torch.tensor(scale, dtype=dtype, device="cuda"))
             x64 = x.double().requires_grad_()
             want = F.cross_entropy(x64.reshape(-1, n), t.reshape(-1), reduction=reduction)
             (want * scale).backward()

@@ -543,8 +543,9 @@ class _CrossEntropyWithGrad(torch.autograd.Function):
     the gradient each row's loss receives from the reduction, and saves
     only them: the logits are not kept for the backward, nor read again.
     The backward scales the saved dlogits by the incoming gradient in place
-    and returns them, so a backward through the same graph again (after
-    ``retain_graph=True``) is refused by autograd's saved-tensor check."""
+    (on CUDA not at all where it is 1) and returns them, so a backward
+    through the same graph again (after ``retain_graph=True``) is refused
+    by autograd's saved-tensor check."""
 
     @staticmethod
     def forward(ctx, logits, target, mean: bool):
@@ -560,7 +561,23 @@ class _CrossEntropyWithGrad(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (dx,) = ctx.saved_tensors
-        return dx.mul_(grad.to(dx.dtype)), None, None
+        return _scale_unless_one_(dx, grad), None, None
+
+
+def _scale_unless_one_(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``x *= s`` in place (``s`` one element). On CUDA lanefold's kernel
+    leaves x alone where s is exactly 1, the usual incoming gradient of a
+    loss: decided on the device, so no synchronization and no traffic."""
+    s = s.to(device=x.device, dtype=x.dtype)
+    if x.is_cuda and x.numel() > 0 and _direct(x, s):
+        s = _ready(s.reshape(1))
+        device = x.device.index
+        _preload_nvrtc()
+        _C.cuda_scale_unless_one(
+            _DTYPES[x.dtype], x.shape[0], x.shape[1], device, _stream(device), x.data_ptr(), s.data_ptr()
+        )
+        return x
+    return x.mul_(s)
 
 
 _rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
