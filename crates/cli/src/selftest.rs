@@ -165,8 +165,8 @@ pub fn backward_layout_matrix(dtype: DType) -> Vec<Case> {
 }
 
 /// The backward operators' checks alone (`selftest --backward`): their
-/// layout matrix in f32 and bf16, batch invariance, the norms' column
-/// gradients, and on CUDA the seed shapes and two long shapes with
+/// layout matrix in f32 and bf16, batch invariance, cross_entropy_with_grad
+/// against its halves, the norms' column gradients, and on CUDA the seed shapes and two long shapes with
 /// automatic layouts.
 pub fn backward_checks(backend: &Backend, report: &mut Report) {
     for dtype in [DType::F32, DType::Bf16] {
@@ -177,6 +177,7 @@ pub fn backward_checks(backend: &Backend, report: &mut Report) {
         Backend::Cpu => &[127],
     };
     batch_invariance_checks_of(&Operator::BACKWARD, backend, ns, report);
+    cross_entropy_with_grad_checks(backend, report);
     column_grad_checks(backend, report);
     if let Backend::Cuda(_) = backend {
         run_cases(
@@ -189,6 +190,78 @@ pub fn backward_checks(backend: &Backend, report: &mut Report) {
             &shape_matrix_of(&Operator::BACKWARD, &LONG_SHAPES[..2], &[0]),
             report,
         );
+    }
+}
+
+/// cross_entropy_with_grad against its halves on its own plan: its loss
+/// is cross_entropy's and its dx cross_entropy_backward's, bit for bit,
+/// with and without the online normalizer (on CUDA also a clustered row).
+pub fn cross_entropy_with_grad_checks(backend: &Backend, report: &mut Report) {
+    let shapes: &[(usize, usize)] = match backend {
+        Backend::Cuda(_) => &[(5, 129), (64, 4096), (4, 131072)],
+        Backend::Cpu => &[(5, 129), (3, 4103)],
+    };
+    for dtype in [DType::F32, DType::Bf16] {
+        for &(rows, n) in shapes {
+            for online_normalizer in [false, true] {
+                let fused = Problem::operator(
+                    Operator::CrossEntropyWithGrad,
+                    OperatorOptions::default(),
+                    dtype,
+                    shape(rows, n),
+                );
+                let label = format!(
+                    "cross_entropy_with_grad against its halves {dtype} {} online={online_normalizer}",
+                    fused.shape
+                );
+                let inputs = random_inputs(&fused, 31 + n as u64);
+                let run = |problem: &Problem, p: &Plan| -> anyhow::Result<Buffers> {
+                    let mut mine = inputs.clone();
+                    mine.retain(|name, _| problem.program.input(name).is_some());
+                    let mut out = poisoned_outputs(problem);
+                    backend.execute(p, &CodegenOptions::default(), &mine, &mut out)?;
+                    Ok(out)
+                };
+                let result = (|| -> anyhow::Result<Option<String>> {
+                    let request = LayoutRequest {
+                        online_normalizer,
+                        ..Default::default()
+                    };
+                    let p = plan(&fused, &backend.target(), &request)?;
+                    let both = run(&fused, &p)?;
+                    for (op, name) in [
+                        (Operator::CrossEntropy, "loss"),
+                        (Operator::CrossEntropyBackward, "dx"),
+                    ] {
+                        let half = Problem {
+                            program: op.program(OperatorOptions::default()),
+                            ..fused.clone()
+                        };
+                        let hp = plan(&half, &backend.target(), &p.schedule())?;
+                        if hp.describe() != p.describe() {
+                            return Ok(Some(format!(
+                                "{op} planned {} for {}",
+                                hp.describe(),
+                                p.describe()
+                            )));
+                        }
+                        if !run(&half, &hp)?[name].same_bits(&both[name]) {
+                            return Ok(Some(format!(
+                                "{name} differs from {op}'s on {}",
+                                p.describe()
+                            )));
+                        }
+                    }
+                    Ok(None)
+                })();
+                match result {
+                    Ok(differs) => {
+                        report.record(differs.is_none(), &label, &differs.unwrap_or_default())
+                    }
+                    Err(e) => report.record(false, &label, &format!("{e:#}")),
+                }
+            }
+        }
     }
 }
 

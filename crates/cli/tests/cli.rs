@@ -802,17 +802,55 @@ fn a_per_row_scalar_input_reads_from_npy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `run --op cross_entropy_with_grad` validates both outputs and writes
+/// them: on one schedule and seed, the loss.npy of `cross_entropy` and the
+/// dx.npy of `cross_entropy_backward`, byte for byte.
+#[test]
+fn cross_entropy_with_grad_writes_the_forwards_loss_and_the_backwards_dx() {
+    let dir = tmpdir("with-grad");
+    let run = |op: &str| -> PathBuf {
+        let out = dir.join(op);
+        let args = ["run", "--op", op, "--shape", "6x300", "--dtype", "bf16"];
+        let more = [
+            "--schedule",
+            "W=32 V=4",
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        let o = lanefold(&[&args[..], &more[..]].concat());
+        assert!(o.status.success(), "{op}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("validated against float64"),
+            "{}",
+            stdout(&o)
+        );
+        out
+    };
+    let both = run("cross_entropy_with_grad");
+    let read = |d: &PathBuf, name: &str| std::fs::read(d.join(name)).unwrap();
+    assert_eq!(
+        read(&both, "loss.npy"),
+        read(&run("cross_entropy"), "loss.npy")
+    );
+    assert_eq!(
+        read(&both, "dx.npy"),
+        read(&run("cross_entropy_backward"), "dx.npy")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `selftest --backward`: the backward operators' layout matrix in f32 and
 /// bf16 on the CPU.
 #[test]
 fn selftest_backward_runs_the_backward_layout_matrix() {
     let o = lanefold(&["selftest", "--backward"]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
-    // 5 operators x 4 packs x 2 widths x 4 lengths x 2 row counts x 2
-    // dtypes, their batch invariance (5 x 2 dtypes), then 3 norms' column
-    // gradients x 3 dtypes x 3 shapes and 3 batch splits.
+    // 6 operators x 4 packs x 2 widths x 4 lengths x 2 row counts x 2
+    // dtypes, their batch invariance (6 x 2 dtypes), cross_entropy_with_grad
+    // against its halves (2 dtypes x 2 shapes x 2 forms), then 3 norms'
+    // column gradients x 3 dtypes x 3 shapes and 3 batch splits.
     assert!(
-        stdout(&o).contains("680 passed, 0 failed"),
+        stdout(&o).contains("818 passed, 0 failed"),
         "{}",
         stdout(&o)
     );

@@ -34,7 +34,7 @@ impl ColumnGradKind {
     }
 }
 
-fn param(name: &str, kind: ParamKind, c_type: &str) -> Param {
+pub(crate) fn param(name: &str, kind: ParamKind, c_type: &str) -> Param {
     Param {
         name: name.into(),
         kind,
@@ -42,7 +42,7 @@ fn param(name: &str, kind: ParamKind, c_type: &str) -> Param {
     }
 }
 
-fn signature(params: &[Param]) -> String {
+pub(crate) fn signature(params: &[Param]) -> String {
     params
         .iter()
         .map(|p| match p.kind {

@@ -13,6 +13,7 @@
 
 mod columns;
 mod emit;
+mod scale;
 mod signal;
 
 use lanefold_plan::Plan;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use columns::{column_grad_kernels, column_partials_len, ColumnGradKind};
 pub use emit::kernel_name;
+pub use scale::scale_unless_one_kernel;
 pub use signal::{self_signalling, Signal, SIGNAL_PARAMS};
 
 /// Code generation switches.

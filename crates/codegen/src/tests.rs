@@ -2216,8 +2216,9 @@ fn regression_a_row_shorter_than_one_chunk_loads_its_whole_packs_as_vectors() {
 }
 
 /// One backward kernel per operator: the per-row scalar input (dloss) is
-/// read once per row, the one-hot term is a masked broadcast, and the
-/// norms' two sums share a phase.
+/// read once per row, the one-hot term is a masked broadcast, the norms'
+/// two sums share a phase, and cross_entropy_with_grad stores both its
+/// outputs.
 #[test]
 fn golden_backward_kernels() {
     for (op, dtype, shape, w, v) in [
@@ -2238,11 +2239,23 @@ fn golden_backward_kernels() {
             256,
             8,
         ),
+        (
+            Operator::CrossEntropyWithGrad,
+            DType::Bf16,
+            "64x4096",
+            256,
+            8,
+        ),
     ] {
         let p = make(op, dtype, shape, w, v, 1);
         let g = golden(&p);
-        if op == Operator::CrossEntropyBackward {
+        if op.forward() == Some(Operator::CrossEntropy) {
             assert!(g.contains("lf_widen(p_dloss[row_c])"), "{g}");
+        }
+        if op == Operator::CrossEntropyWithGrad {
+            // The loss by the row's first worker, dx by every worker.
+            assert_eq!(g.matches("p_loss[row] = ").count(), 1, "{g}");
+            assert!(g.contains("p_dx + row_off"), "{g}");
         }
         insta::assert_snapshot!(format!("golden_{op}_{dtype}"), g);
     }

@@ -4,7 +4,7 @@
 //! only fail to compile on the device. Inline PTX is replaced by a no-op
 //! (its text is checked by NVRTC on the GPU, not here).
 
-use lanefold_codegen::{generate, CodegenOptions};
+use lanefold_codegen::{generate, scale_unless_one_kernel, CodegenOptions};
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{enumerate, LayoutRequest, MapperPolicy, Problem, ResidencyRequest, Target};
 use std::path::PathBuf;
@@ -136,6 +136,13 @@ fn sources() -> Vec<(String, String)> {
         }
     }
     out.extend(backward_sources(&target));
+    // The in-place scale: its packs with and without a tail, each dtype.
+    for dtype in [DType::F32, DType::Bf16, DType::F16] {
+        for (rows, n) in [(7, 9), (64, 4096)] {
+            let k = scale_unless_one_kernel(dtype, rows, n).unwrap();
+            out.push((k.name, k.source));
+        }
+    }
     out.sort();
     out.dedup();
     out
@@ -184,6 +191,18 @@ fn every_kind_of_generated_kernel_is_valid_cxx_under_a_cuda_shim() {
             .iter()
             .any(|(n, _)| n.starts_with("lf_cross_entropy_backward")),
         "a backward kernel"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, _)| n.starts_with("lf_scale_unless_one")),
+        "an in-place scale kernel"
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|(n, _)| n.starts_with("lf_cross_entropy_with_grad")),
+        "a kernel with a per-row and a row output"
     );
     assert!(
         kernels.iter().any(|(n, _)| n.contains("_c")),

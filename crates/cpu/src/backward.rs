@@ -10,7 +10,7 @@ use lanefold_plan::Problem;
 use rayon::prelude::*;
 
 /// `dx` of `op` (a backward operator) for every row; None for a forward
-/// operator. Each element's scale is the sum of the magnitudes of the terms
+/// operator (cross_entropy_with_grad's loss is the forward reference's). Each element's scale is the sum of the magnitudes of the terms
 /// its formula adds: a gradient is a difference of terms that may cancel
 /// (rmsnorm's dx of a one-element row is ~eps times its terms), and any
 /// f32 evaluation's error scales with the terms, not with what is left.
@@ -72,7 +72,7 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
                 scale[i] = y[i].abs() * (dy[i].abs() + dot.abs());
             }
         }
-        Operator::CrossEntropyBackward => {
+        Operator::CrossEntropyBackward | Operator::CrossEntropyWithGrad => {
             let t = inputs["target"].index(r);
             if t == IGNORE_INDEX {
                 dx.iter_mut().for_each(|d| *d = 0.0);
@@ -219,7 +219,7 @@ mod tests {
                         "{op} weight={weight} element {i}: oracle {d} against difference {fd}"
                     );
                 }
-                if op == Operator::CrossEntropyBackward {
+                if fwd_op == Operator::CrossEntropy {
                     assert!(dx[7..14].iter().all(|&d| d == 0.0), "the ignored row");
                     assert!(dx[..7].iter().any(|&d| d != 0.0));
                 }
@@ -264,6 +264,53 @@ mod tests {
                         dx.set(70, x * 1.01 + 1e-3);
                         assert!(!validate(dtype, &outputs, &want).pass, "{op}");
                     }
+                }
+            }
+        }
+    }
+
+    /// cross_entropy_with_grad's loss is the forward's and its dx the
+    /// backward's, bit for bit, on the same layout, with and without the
+    /// online normalizer, in every dtype.
+    #[test]
+    fn cross_entropy_with_grad_gives_the_forwards_loss_and_the_backwards_dx_bits() {
+        use crate::data::poisoned_outputs;
+        use crate::execute;
+        use lanefold_plan::{plan, LayoutRequest, Target};
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            for online_normalizer in [false, true] {
+                for (shape, workers, pack) in [("7x129", 32, 4), ("3x4103", 256, 2), ("2x1", 1, 1)]
+                {
+                    let request = LayoutRequest {
+                        workers,
+                        pack,
+                        online_normalizer,
+                        ..Default::default()
+                    };
+                    let problem = |op| {
+                        let shape = shape.parse().unwrap();
+                        Problem::operator(op, OperatorOptions::default(), dtype, shape)
+                    };
+                    let inputs = random_inputs(&problem(Operator::CrossEntropyWithGrad), 9);
+                    let run = |op| -> Buffers {
+                        let problem = problem(op);
+                        let p = plan(&problem, &Target::cpu(), &request).unwrap();
+                        let mut mine = inputs.clone();
+                        mine.retain(|name, _| problem.program.input(name).is_some());
+                        let mut outputs = poisoned_outputs(&problem);
+                        execute(&p, &mine, &mut outputs).unwrap();
+                        outputs
+                    };
+                    let got = run(Operator::CrossEntropyWithGrad);
+                    let loss = run(Operator::CrossEntropy);
+                    let dx = run(Operator::CrossEntropyBackward);
+                    let label = format!("{dtype} {shape} online={online_normalizer}");
+                    assert!(got["loss"].same_bits(&loss["loss"]), "{label}");
+                    assert!(got["dx"].same_bits(&dx["dx"]), "{label}");
+                    // One class: every loss and gradient is 0.
+                    let some = |t: &Tensor| t.to_f64().iter().any(|&v| v != 0.0);
+                    assert_eq!(some(&got["loss"]), shape != "2x1", "{label}");
+                    assert_eq!(some(&got["dx"]), shape != "2x1", "{label}");
                 }
             }
         }

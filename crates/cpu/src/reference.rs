@@ -2,7 +2,7 @@
 //! the IR, the layout and the executor.
 
 use crate::data::{expected_len, Buffers};
-use lanefold_ir::{Operator, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
+use lanefold_ir::{Operator, OperatorOptions, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
 use lanefold_plan::Problem;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -24,8 +24,15 @@ pub type Reference = BTreeMap<String, Expected>;
 /// lanefold's operators.
 pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     let op = problem.operator_kind()?;
-    if op.forward().is_some() {
-        return crate::backward::reference_backward(op, problem, inputs);
+    if let Some(forward) = op.forward() {
+        let mut out = crate::backward::reference_backward(op, problem, inputs)?;
+        if op == Operator::CrossEntropyWithGrad {
+            // Its loss is the forward's, judged by the forward's reference.
+            let options = OperatorOptions::default();
+            let fwd = Problem::operator(forward, options, problem.dtype, problem.shape);
+            out.extend(reference(&fwd, inputs)?);
+        }
+        return Some(out);
     }
     let (rows, n) = (problem.shape.rows, problem.shape.n);
     let dtype = problem.dtype;

@@ -1,6 +1,7 @@
 //! Needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh). Every
 //! backward operator's kernel compiles for the H200 without spilling, in
-//! its default plan and in a narrow explicit one.
+//! its default plan and in a narrow explicit one; so do the column-gradient
+//! and in-place scale kernels.
 
 use lanefold_codegen::CodegenOptions;
 use lanefold_cuda::compile_offline_all;
@@ -68,6 +69,24 @@ fn nvrtc_compiles_the_column_gradient_kernels() {
                     assert_eq!(c.ptxas.spill_store_bytes.unwrap_or(0), 0, "{}", c.log);
                 }
             }
+        }
+    }
+}
+
+/// The in-place scale of cross entropy's forward-written gradient
+/// compiles in every dtype, with and without a tail past its packs.
+#[test]
+#[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+fn nvrtc_compiles_the_scale_kernels() {
+    use lanefold_codegen::scale_unless_one_kernel;
+    use lanefold_cuda::compile_kernel_offline;
+    for dtype in [DType::F32, DType::Bf16, DType::F16] {
+        for (rows, n) in [(1, 1), (7, 9), (8192, 128256)] {
+            let k = scale_unless_one_kernel(dtype, rows, n).unwrap();
+            let c = compile_kernel_offline(&k, &CodegenOptions::default(), "sm_90")
+                .unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            assert!(!c.cubin.is_empty(), "{}", c.kernel);
+            assert_eq!(c.ptxas.spill_store_bytes.unwrap_or(0), 0, "{}", c.log);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The six operators, written as row programs (plus `add`, an element-only
 //! program used as a copy-bandwidth baseline and to exercise refusals), and
-//! the input gradients (dx) of five of them, row programs too.
+//! the input gradients (dx) of five of them, row programs too, and cross
+//! entropy's loss with its dx in one program.
 
 use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
 use serde::{Deserialize, Serialize};
@@ -36,10 +37,14 @@ pub enum Operator {
     /// dlogits of cross_entropy from the logits x, target and the per-row
     /// incoming gradient dloss; ignored rows give 0.
     CrossEntropyBackward,
+    /// cross_entropy's loss and, in the same pass, its dlogits for the
+    /// per-row gradient dloss the loss will receive (known at forward time
+    /// for a mean or a sum): the backward then needs no second read of x.
+    CrossEntropyWithGrad,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add, rmsnorm_backward, layernorm_backward, residual_layernorm_backward, softmax_backward, cross_entropy_backward)")]
+#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add, rmsnorm_backward, layernorm_backward, residual_layernorm_backward, softmax_backward, cross_entropy_backward, cross_entropy_with_grad)")]
 pub struct ParseOperatorError(pub String);
 
 /// Optional per-column inputs. PyTorch's defaults have both.
@@ -112,13 +117,15 @@ impl Operator {
     ];
 
     /// The input gradients, one per operator that has one (sum's is a
-    /// broadcast, not a row program worth a kernel).
-    pub const BACKWARD: [Operator; 5] = [
+    /// broadcast, not a row program worth a kernel), and cross_entropy's
+    /// loss with its gradient.
+    pub const BACKWARD: [Operator; 6] = [
         Operator::RmsnormBackward,
         Operator::LayernormBackward,
         Operator::ResidualLayernormBackward,
         Operator::SoftmaxBackward,
         Operator::CrossEntropyBackward,
+        Operator::CrossEntropyWithGrad,
     ];
 
     /// The operator whose input gradient this is; None for a forward one.
@@ -128,7 +135,9 @@ impl Operator {
             Operator::LayernormBackward => Operator::Layernorm,
             Operator::ResidualLayernormBackward => Operator::ResidualLayernorm,
             Operator::SoftmaxBackward => Operator::Softmax,
-            Operator::CrossEntropyBackward => Operator::CrossEntropy,
+            Operator::CrossEntropyBackward | Operator::CrossEntropyWithGrad => {
+                Operator::CrossEntropy
+            }
             _ => return None,
         })
     }
@@ -147,6 +156,7 @@ impl Operator {
             Operator::ResidualLayernormBackward => "residual_layernorm_backward",
             Operator::SoftmaxBackward => "softmax_backward",
             Operator::CrossEntropyBackward => "cross_entropy_backward",
+            Operator::CrossEntropyWithGrad => "cross_entropy_with_grad",
         }
     }
 
@@ -160,11 +170,7 @@ impl Operator {
             }
             Operator::Softmax => {
                 let x = b.input("x", BufferKind::Row);
-                let m = b.reduce(ReduceOp::Max, x);
-                let mb = b.broadcast(m);
-                let d = b.sub(x, mb);
-                let e = b.unary(UnaryOp::Exp, d);
-                let s = b.reduce(ReduceOp::Sum, e);
+                let (_, e, s) = exp_sum(&mut b, x);
                 // One reciprocal per row, then a multiply per element: a
                 // per-element IEEE divide costs ~10 instructions on the GPU.
                 let r = b.unary(UnaryOp::Recip, s);
@@ -183,21 +189,8 @@ impl Operator {
                 layer_norm_body(&mut b, h, opts, None, false);
             }
             Operator::CrossEntropy => {
-                let x = b.input("x", BufferKind::Row);
-                let t = b.input("target", BufferKind::RowIndex);
-                let m = b.reduce(ReduceOp::Max, x);
-                let mb = b.broadcast(m);
-                let d = b.sub(x, mb);
-                let e = b.unary(UnaryOp::Exp, d);
-                let s = b.reduce(ReduceOp::Sum, e);
-                let ls = b.unary(UnaryOp::Log, s);
-                let lse = b.add(ls, m);
-                let picked = b.mask_index(x, t);
-                let xt = b.reduce(ReduceOp::Sum, picked);
-                let loss = b.sub(lse, xt);
-                let zero = b.constant(0.0);
-                let out = b.select_index_eq(t, IGNORE_INDEX, zero, loss);
-                b.output("loss", BufferKind::RowScalar, out);
+                let row = CrossEntropyRow::new(&mut b);
+                row.loss(&mut b);
             }
             Operator::Add => {
                 let x = b.input("x", BufferKind::Row);
@@ -257,29 +250,76 @@ impl Operator {
                 b.output("dx", BufferKind::Row, dx);
             }
             Operator::CrossEntropyBackward => {
-                // dx = (softmax(x) - onehot(target)) * g, g = dloss, or 0
-                // on an ignored row.
-                let x = b.input("x", BufferKind::Row);
-                let t = b.input("target", BufferKind::RowIndex);
-                let m = b.reduce(ReduceOp::Max, x);
-                let mb = b.broadcast(m);
-                let d = b.sub(x, mb);
-                let e = b.unary(UnaryOp::Exp, d);
-                let s = b.reduce(ReduceOp::Sum, e);
-                let dl = b.input("dloss", BufferKind::RowScalar);
-                let zero = b.constant(0.0);
-                let g = b.select_index_eq(t, IGNORE_INDEX, zero, dl);
-                let r = b.unary(UnaryOp::Recip, s);
-                let rg = b.mul(r, g);
-                let rgb = b.broadcast(rg);
-                let p = b.mul(e, rgb);
-                let gb = b.broadcast(g);
-                let onehot = b.mask_index(gb, t);
-                let dx = b.sub(p, onehot);
-                b.output("dx", BufferKind::Row, dx);
+                let row = CrossEntropyRow::new(&mut b);
+                row.dx(&mut b);
+            }
+            Operator::CrossEntropyWithGrad => {
+                // The forward's loss and the backward's dx over one
+                // maximum and one sum of exponentials.
+                let row = CrossEntropyRow::new(&mut b);
+                row.loss(&mut b);
+                row.dx(&mut b);
             }
         }
         b.finish()
+    }
+}
+
+/// A row's maximum `m`, `e = exp(x - m)` and `sum(e)`: softmax's
+/// normalizer, in the form the online normalizer recognises.
+fn exp_sum(b: &mut Builder, x: crate::Value) -> (crate::Value, crate::Value, crate::Value) {
+    let m = b.reduce(ReduceOp::Max, x);
+    let mb = b.broadcast(m);
+    let d = b.sub(x, mb);
+    let e = b.unary(UnaryOp::Exp, d);
+    let s = b.reduce(ReduceOp::Sum, e);
+    (m, e, s)
+}
+
+/// Cross entropy's inputs x and target and the softmax normalizer of x,
+/// shared by its loss and its dx.
+struct CrossEntropyRow {
+    x: crate::Value,
+    t: crate::Value,
+    m: crate::Value,
+    e: crate::Value,
+    s: crate::Value,
+}
+
+impl CrossEntropyRow {
+    fn new(b: &mut Builder) -> Self {
+        let x = b.input("x", BufferKind::Row);
+        let t = b.input("target", BufferKind::RowIndex);
+        let (m, e, s) = exp_sum(b, x);
+        CrossEntropyRow { x, t, m, e, s }
+    }
+
+    /// `loss = log(sum(e)) + m - x[target]`, 0 on an ignored row.
+    fn loss(&self, b: &mut Builder) {
+        let ls = b.unary(UnaryOp::Log, self.s);
+        let lse = b.add(ls, self.m);
+        let picked = b.mask_index(self.x, self.t);
+        let xt = b.reduce(ReduceOp::Sum, picked);
+        let loss = b.sub(lse, xt);
+        let zero = b.constant(0.0);
+        let out = b.select_index_eq(self.t, IGNORE_INDEX, zero, loss);
+        b.output("loss", BufferKind::RowScalar, out);
+    }
+
+    /// `dx = (softmax(x) - onehot(target)) * g`, g the per-row input
+    /// `dloss`, or 0 on an ignored row.
+    fn dx(&self, b: &mut Builder) {
+        let dl = b.input("dloss", BufferKind::RowScalar);
+        let zero = b.constant(0.0);
+        let g = b.select_index_eq(self.t, IGNORE_INDEX, zero, dl);
+        let r = b.unary(UnaryOp::Recip, self.s);
+        let rg = b.mul(r, g);
+        let rgb = b.broadcast(rg);
+        let p = b.mul(self.e, rgb);
+        let gb = b.broadcast(g);
+        let onehot = b.mask_index(gb, self.t);
+        let dx = b.sub(p, onehot);
+        b.output("dx", BufferKind::Row, dx);
     }
 }
 
@@ -940,17 +980,21 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{op}: {e}\n{}", p.to_text()));
                 let phases = match op {
                     Operator::LayernormBackward | Operator::ResidualLayernormBackward => 3,
-                    Operator::CrossEntropyBackward => 3,
+                    Operator::CrossEntropyBackward | Operator::CrossEntropyWithGrad => 3,
                     _ => 2,
                 };
                 assert_eq!(a.num_phases, phases, "{op}\n{}", p.to_text());
-                assert_eq!(p.outputs.len(), 1, "{op}");
-                assert_eq!(p.outputs[0].name, "dx");
+                let loss = usize::from(op == Operator::CrossEntropyWithGrad);
+                assert_eq!(p.outputs.len(), 1 + loss, "{op}");
+                assert_eq!(p.outputs[loss].name, "dx");
+                assert_eq!(p.outputs[loss].kind, BufferKind::Row);
                 assert_eq!(
                     p.input("weight").is_some(),
                     weight
-                        && op.forward() != Some(Operator::Softmax)
-                        && op != Operator::CrossEntropyBackward,
+                        && !matches!(
+                            op.forward(),
+                            Some(Operator::Softmax | Operator::CrossEntropy)
+                        ),
                     "{op}"
                 );
                 assert!(op.forward().is_some());
@@ -965,6 +1009,62 @@ mod tests {
         // Its softmax normalizer has the online form, as the forward's.
         assert!(ce.with_online_normalizer().is_some());
         assert!(Operator::Softmax.forward().is_none());
+    }
+
+    /// cross_entropy_with_grad is the forward, instruction for instruction,
+    /// then the backward's dx over the same normalizer: the backward's
+    /// inputs, the forward's loss and the backward's dx as outputs.
+    #[test]
+    fn cross_entropy_with_grad_is_the_forward_then_the_backwards_dx() {
+        let opts = OperatorOptions::default();
+        let fwd = Operator::CrossEntropy.program(opts);
+        let bwd = Operator::CrossEntropyBackward.program(opts);
+        let both = Operator::CrossEntropyWithGrad.program(opts);
+        assert_eq!(both.body[..fwd.body.len()], fwd.body[..]);
+        assert_eq!(both.inputs, bwd.inputs);
+        let outputs: Vec<_> = fwd.outputs.iter().chain(&bwd.outputs).cloned().collect();
+        assert_eq!(both.outputs, outputs);
+        // The backward's instructions after the shared normalizer, in order,
+        // their own values moved by the loss's instructions between.
+        let shared = bwd
+            .body
+            .iter()
+            .position(|i| matches!(i, Instr::Load { buffer } if buffer == "dloss"))
+            .unwrap();
+        let at = both.body.len() - (bwd.body.len() - shared);
+        let unnumbered = |i: &Instr| -> String {
+            let text = format!("{i:?}");
+            let mut out = String::new();
+            for (k, piece) in text.split("Value(").enumerate() {
+                let rest = if k == 0 {
+                    piece
+                } else {
+                    piece.trim_start_matches(|c: char| c.is_ascii_digit())
+                };
+                out.push_str(rest);
+            }
+            out
+        };
+        for (b, w) in both.body[at..].iter().zip(&bwd.body[shared..]) {
+            assert_eq!(unnumbered(b), unnumbered(w));
+            let moved: Vec<u32> = w
+                .operands()
+                .iter()
+                .map(|v| {
+                    if v.index() >= shared {
+                        v.0 + (at - shared) as u32
+                    } else {
+                        v.0
+                    }
+                })
+                .collect();
+            let got: Vec<u32> = b.operands().iter().map(|v| v.0).collect();
+            assert_eq!(got, moved, "{b:?} against {w:?}");
+        }
+        // One accumulating pass, then dx: x is read twice, never three times.
+        let a = both.with_online_normalizer().unwrap().verify().unwrap();
+        assert_eq!(a.num_phases, 2);
+        assert_eq!(a.reductions.len(), 3, "max, sum of exp and x[target]");
     }
 
     /// A per-row scalar input loads as a scalar, available in phase 0: a

@@ -16,7 +16,9 @@
 //! Every failure is a Python exception (ValueError for bad arguments,
 //! RuntimeError for planning, compilation, driver errors), never a panic.
 
-use lanefold_codegen::{column_grad_kernels, CodegenOptions, ColumnGradKind};
+use lanefold_codegen::{
+    column_grad_kernels, scale_unless_one_kernel, CodegenOptions, ColumnGradKind,
+};
 use lanefold_cpu::data::expected_len;
 use lanefold_cpu::{Buffers, Tensor};
 use lanefold_cuda::{CudaBackend, RawKernel};
@@ -583,12 +585,71 @@ fn cuda_column_grads(
         .map_err(|e| runtime_error(format!("lanefold: {e}")))
 }
 
+/// The in-place scale kernel per (device, dtype, rows, n), loaded.
+type ScaleKernels = HashMap<(usize, DType, usize, usize), RawKernel>;
+
+fn scale_kernels() -> &'static Mutex<ScaleKernels> {
+    static KERNELS: OnceLock<Mutex<ScaleKernels>> = OnceLock::new();
+    KERNELS.get_or_init(Default::default)
+}
+
+/// `x *= scale` in place on CUDA over rows x n elements of `dtype`, left
+/// untouched by the kernel itself where the one-element `scale` (same
+/// dtype) is exactly 1: the host never reads it. Enqueued on `stream`;
+/// returns once enqueued.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn cuda_scale_unless_one(
+    py: Python<'_>,
+    dtype: &str,
+    rows: usize,
+    n: usize,
+    device: usize,
+    stream: usize,
+    x: u64,
+    scale: u64,
+) -> PyResult<()> {
+    let dtype: DType = dtype.parse().map_err(|e| value_error(format!("{e}")))?;
+    let key = (device, dtype, rows, n);
+    let _restore = RestoreContext::save();
+    let cached = lock(scale_kernels()).get(&key).cloned();
+    let kernel = match cached {
+        Some(k) => k,
+        None => {
+            let backend = backend(device)?;
+            let loaded = py.detach(|| -> PyResult<RawKernel> {
+                let k = scale_unless_one_kernel(dtype, rows, n)
+                    .map_err(|e| value_error(format!("lanefold: {e}")))?;
+                backend
+                    .load_raw_kernel(k, rows, n)
+                    .map_err(|e| runtime_error(format!("lanefold: {e}")))
+            })?;
+            lock(scale_kernels()).insert(key, loaded.clone());
+            loaded
+        }
+    };
+    let backend = backend(device)?;
+    // SAFETY: the Python package passes a live, contiguous, 16-byte
+    // aligned torch tensor `x` of rows x n elements of `dtype` and a
+    // one-element `scale` of that dtype, both on `device`, and that
+    // device's current torch stream, on which the launch is enqueued.
+    unsafe {
+        backend.launch_raw(
+            &kernel,
+            &[("x", x), ("scale", scale)],
+            stream as cudarc::driver::sys::CUstream,
+        )
+    }
+    .map_err(|e| runtime_error(format!("lanefold: {e}")))
+}
+
 /// Drop every cached plan and kernel (compiled binaries stay on disk).
 #[pyfunction]
 fn clear_caches() {
     lock(cpu_plans()).clear();
     lock(kernels()).clear();
     lock(column_kernels()).clear();
+    lock(scale_kernels()).clear();
 }
 
 /// A description of the plan the automatic mapper picks (for the CPU
@@ -627,6 +688,7 @@ fn _lanefold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_launch, m)?)?;
     m.add_function(wrap_pyfunction!(cpu_column_grads, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_column_grads, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_scale_unless_one, m)?)?;
     m.add("COLUMN_GROUP_ROWS", lanefold_ir::COLUMN_GROUP_ROWS)?;
     m.add_function(wrap_pyfunction!(clear_caches, m)?)?;
     m.add_function(wrap_pyfunction!(describe_plan, m)?)?;

@@ -528,9 +528,11 @@ def test_torch_compile_fullgraph_on_cpu():
         eager = model(x)
         assert torch.allclose(torch.compile(model, fullgraph=True)(x), eager, rtol=1e-5, atol=1e-6)
 
-    # Training: the backward formulas compile too.
+    # Training: the backward formulas compile too, cross entropy's
+    # forward-written gradient with a unit and a scaled incoming gradient.
     def loss(x, w, b):
-        return (lanefold.layer_norm(x, w, b) * 0.5).sum() + lanefold.cross_entropy(x, target)
+        ce = lanefold.cross_entropy(x, target) + 0.25 * lanefold.cross_entropy(x, target, reduction="sum")
+        return (lanefold.layer_norm(x, w, b) * 0.5).sum() + ce
 
     args = [t.clone().requires_grad_() for t in (x, w, b)]
     torch.compile(loss, fullgraph=True)(*args).backward()
@@ -604,7 +606,8 @@ def test_backward_runs_lanefolds_backward_programs(monkeypatch):
     y, h = lanefold.add_layer_norm(x, r, w)
     (y.sum() + h.sum()).backward()
     lanefold.softmax(x).pow(2).sum().backward()
-    lanefold.cross_entropy(x, t).backward()
+    # Per-row losses get their gradient only in the backward.
+    lanefold.cross_entropy(x, t, reduction="none").sum().backward()
     backward = [op for op in seen if op.endswith("_backward")]
     assert backward == [
         "rmsnorm_backward",
@@ -670,6 +673,69 @@ def test_cross_entropy_backward_matches_torch_and_zeroes_ignored_rows(dtype):
     assert (x.grad == 0).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(6, 300), (2, 3, 1000), (4, 1)])
+def test_cross_entropy_with_grad_matches_torch_for_mean_and_sum(dtype, shape):
+    """Mean and sum write dlogits in the forward: torch's gradients in
+    float64 with ignored rows (a custom ignore_index too), scaled by an
+    incoming gradient other than 1, and the loss of the path without it."""
+    tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    n = shape[-1]
+    x = data(shape, dtype, 82, -6.0, 6.0)
+    g = torch.Generator().manual_seed(83)
+    t = torch.randint(0, n, shape[:-1], generator=g)
+    t.view(-1)[1] = -100
+    for reduction in ["mean", "sum"]:
+        for ignore_index, scale in [(-100, 1.0), (7, 2.5)]:
+            tt = torch.where(t == -100, torch.full_like(t, ignore_index), t)
+            a = x.clone().requires_grad_()
+            loss = lanefold.cross_entropy(a, tt, ignore_index=ignore_index, reduction=reduction)
+            (loss * scale).backward()
+            x64 = x.double().requires_grad_()
+            want = F.cross_entropy(x64.reshape(-1, n), tt.reshape(-1), ignore_index=ignore_index, reduction=reduction)
+            (want * scale).backward()
+            assert a.grad.dtype == dtype and a.grad.shape == x.shape
+            assert rel_err(a.grad, x64.grad) < tol, (reduction, ignore_index)
+            assert (a.grad.reshape(-1, n)[1] == 0).all()
+            plain = lanefold.cross_entropy(x, tt, ignore_index=ignore_index, reduction=reduction)
+            assert rel_err(loss.detach(), want.detach()) < tol
+            assert rel_err(loss.detach(), plain) < tol
+
+
+def test_cross_entropy_with_grad_saves_only_dlogits_and_reads_no_logits_in_backward(monkeypatch):
+    """The fused path is taken for mean and sum with grad: one launch in the
+    forward, none in the backward, dlogits the only saved tensor, and the
+    gradient is that very buffer (scaled in place, not copied). 'none', no
+    grad and no_grad take the plain forward."""
+    seen = _recording(monkeypatch)
+    x = data((5, 33), torch.float32, 84).requires_grad_()
+    t = torch.tensor([1, -100, 32, 0, 5])
+    for reduction in ["mean", "sum"]:
+        x.grad = None
+        seen.clear()
+        loss = lanefold.cross_entropy(x, t, reduction=reduction)
+        assert seen == ["cross_entropy_with_grad"]
+        assert type(loss.grad_fn).__name__ == "_CrossEntropyWithGradBackward"
+        (saved,) = loss.grad_fn.saved_tensors
+        assert saved.shape == x.shape and saved.data_ptr() != x.data_ptr()
+        buffer = saved.data_ptr()
+        del saved
+        (loss * 3).backward()
+        assert seen == ["cross_entropy_with_grad"], seen
+        assert x.grad.data_ptr() == buffer
+    # The saved dlogits are scaled in place: a second backward is refused.
+    loss = lanefold.cross_entropy(x, t)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="inplace"):
+        loss.backward()
+    seen.clear()
+    lanefold.cross_entropy(x, t, reduction="none")
+    lanefold.cross_entropy(x.detach(), t)
+    with torch.no_grad():
+        lanefold.cross_entropy(x, t, reduction="sum")
+    assert seen == ["cross_entropy"] * 3, seen
+
+
 def test_column_gradients_are_deterministic_and_batch_split_invariant():
     """dweight and dbias are lanefold's fixed-order column sums: the same
     bits on every call, and 64 rows at once give the bits of two calls of
@@ -704,6 +770,7 @@ def test_backward_custom_ops_pass_torch_library_opcheck():
         (torch.ops.lanefold.add_layer_norm_backward.default, (dy, dy, x, w, 1e-5)),
         (torch.ops.lanefold.softmax_backward.default, (dy, x.softmax(-1))),
         (torch.ops.lanefold.cross_entropy_backward.default, (dy[:, 0].contiguous(), x, t)),
+        (torch.ops.lanefold.cross_entropy_with_grad.default, (x, t, dy[:, 0].contiguous())),
         (torch.ops.lanefold.norm_column_grads.default, (x, dy, 1e-5, True)),
         (torch.ops.lanefold.norm_column_grads.default, (x, dy, 1e-6, False)),
     ]
@@ -717,6 +784,12 @@ def test_backward_custom_ops_pass_torch_library_opcheck():
 
 def test_backward_plans_are_described():
     x = data((64, 4096), torch.bfloat16, 96)
-    for op in ["rmsnorm_backward", "layernorm_backward", "softmax_backward", "cross_entropy_backward"]:
+    for op in [
+        "rmsnorm_backward",
+        "layernorm_backward",
+        "softmax_backward",
+        "cross_entropy_backward",
+        "cross_entropy_with_grad",
+    ]:
         assert "W=" in lanefold.describe_plan(op, x)
     assert lanefold._ops._C.COLUMN_GROUP_ROWS == 32

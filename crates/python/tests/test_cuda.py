@@ -382,3 +382,115 @@ def test_column_gradients_on_cuda_equal_the_cpus_bits(dtype, shape):
     dw, db = grads("cuda", lambda x, w, b: lanefold.layer_norm(x, w, b))
     assert rel_err(dw, want_w) < TOL[dtype] or n == 1
     assert rel_err(db, g64.sum(0)) < TOL[dtype]
+
+
+# ------------------------------------------- cross entropy's fused gradient
+
+
+def _ce_unfused(x, t, reduction):
+    """cross_entropy through per-row losses: the path whose backward
+    launches cross_entropy_backward and re-reads the logits."""
+    loss = lanefold.cross_entropy(x, t, reduction="none").float().sum()
+    if reduction == "mean":
+        loss = loss / (t != -100).sum()
+    return loss.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(17, 257), (3, 5, 1000), (64, 4096), (4, 131072)])
+def test_cross_entropy_with_grad_against_float64(dtype, shape, monkeypatch):
+    """Mean and sum write dlogits in the forward (one launch of
+    cross_entropy_with_grad, none in the backward): torch's float64
+    gradients with an ignored row, under a unit and a scaled incoming
+    gradient; the loss that of the per-row path."""
+    import lanefold._ops as ops
+
+    seen = []
+    real = ops._launch
+    monkeypatch.setattr(ops, "_launch", lambda op, *a, **k: (seen.append(op), real(op, *a, **k))[1])
+    n = shape[-1]
+    tol = TOL[dtype]
+    x = data(shape, dtype, 60, -8.0, 8.0)
+    g = torch.Generator(device="cuda").manual_seed(61)
+    t = torch.randint(0, n, shape[:-1], generator=g, device="cuda")
+    t.view(-1)[0] = -100
+    for reduction in ["mean", "sum"]:
+        unit = None
+        for scale in [1.0, 2.5]:
+            seen.clear()
+            a = x.clone().requires_grad_()
+            loss = lanefold.cross_entropy(a, t, reduction=reduction)
+            (loss * scale).backward()
+            assert seen == ["cross_entropy_with_grad"], seen
+            # The in-place scale: torch's mul in the storage dtype, bit for
+            # bit, tails past the 16-byte packs included.
+            if unit is None:
+                unit = a.grad.clone()
+            else:
+                assert torch.equal(a.grad, unit * torch.tensor(scale, dtype=dtype, device="cuda"))
+            x64 = x.double().requires_grad_()
+            want = F.cross_entropy(x64.reshape(-1, n), t.reshape(-1), reduction=reduction)
+            (want * scale).backward()
+            assert a.grad.dtype == dtype and a.grad.shape == x.shape
+            assert rel_err(a.grad, x64.grad) < tol, (reduction, scale)
+            assert (a.grad.reshape(-1, n)[0] == 0).all()
+            assert rel_err(loss.detach(), want.detach()) < tol
+            with torch.no_grad():
+                assert rel_err(loss.detach(), _ce_unfused(x, t, reduction)) < tol
+
+
+def test_cross_entropy_with_grad_never_synchronizes():
+    """The count of rows not ignored stays on the device: forward and
+    backward run under torch's sync debug mode set to error."""
+    x = data((64, 4096), torch.bfloat16, 62).requires_grad_()
+    t = torch.randint(0, 4096, (64,), device="cuda")
+    t[3] = -100
+    for reduction in ["mean", "sum"]:
+        lanefold.cross_entropy(x, t, reduction=reduction).backward()  # compile outside
+    x.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for reduction in ["mean", "sum"]:
+            (lanefold.cross_entropy(x, t, reduction=reduction) * 2).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(x.grad).all().item()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_with_grad_peak_memory_on_a_large_vocabulary(reduction):
+    """Forward and backward over 4096 x 128256 bf16 logits (1 GiB), the
+    incoming gradient not 1: the fused path allocates one logits-sized
+    buffer (dlogits, which becomes logits.grad) and no other, and peaks no
+    higher than the per-row path, whose backward allocates its dlogits
+    while the forward keeps the logits."""
+    rows, n = 4096, 128256
+    size = rows * n * 2
+    x = data((rows, n), torch.bfloat16, 63).requires_grad_()
+    t = torch.randint(0, n, (rows,), device="cuda")
+    t[::7] = -100
+
+    def peak(f):
+        x.grad = None
+        gc.collect()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        (f(x, t, reduction) * 2).backward()
+        torch.cuda.synchronize()
+        grad = x.grad
+        x.grad = None
+        return torch.cuda.max_memory_allocated() - base, grad
+
+    fused = lambda x, t, r: lanefold.cross_entropy(x, t, reduction=r)  # noqa: E731
+    for f in [fused, _ce_unfused]:
+        peak(f)  # compile and load outside the measurement
+    fused_peak, fused_grad = peak(fused)
+    unfused_peak, unfused_grad = peak(_ce_unfused)
+    small = 64 << 20  # per-row buffers and reductions, far below one logits
+    assert size <= fused_peak <= size + small, (fused_peak, size)
+    assert fused_peak <= unfused_peak + small, (fused_peak, unfused_peak)
+    # On the device: float64 copies of 10^9 elements on the host take long.
+    diff = (fused_grad.float() - unfused_grad.float()).norm() / unfused_grad.float().norm()
+    assert diff.item() < TOL[torch.bfloat16]

@@ -355,6 +355,36 @@ def _(dloss, logits, target):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
+def _cross_entropy_with_grad_impl(
+    logits: torch.Tensor, target: torch.Tensor, dloss: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(per-row loss, dlogits) in one pass over the logits: the loss of
+    cross_entropy_rows and the dlogits of cross_entropy_backward for the
+    per-row gradient ``dloss`` the loss will receive."""
+    logits, target, dloss = _ready(logits), _ready(target), _ready(dloss)
+    loss = logits.new_empty((logits.shape[0],))
+    dx = torch.empty_like(logits)
+    if logits.shape[0] > 0:
+        _launch(
+            "cross_entropy_with_grad",
+            logits,
+            1.0,
+            [("x", logits), ("target", target), ("dloss", dloss)],
+            [("loss", loss), ("dx", dx)],
+        )
+    return loss, dx
+
+
+_cross_entropy_with_grad_op = torch.library.custom_op("lanefold::cross_entropy_with_grad", mutates_args=())(
+    _cross_entropy_with_grad_impl
+)
+
+
+@_cross_entropy_with_grad_op.register_fake
+def _(logits, target, dloss):
+    return logits.new_empty((logits.shape[0],)), torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
 @torch.library.custom_op("lanefold::norm_column_grads", mutates_args=())
 def _column_grads_op(x: torch.Tensor, dy: torch.Tensor, eps: float, layer: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """(dweight, dbias) of a norm of the rows x (layer: LayerNorm, else
@@ -506,6 +536,48 @@ def _cross_entropy_setup(ctx, inputs, output):
 def _cross_entropy_backward(ctx, gl):
     logits, target = ctx.saved_tensors
     return _cross_entropy_backward_op(gl.to(logits.dtype), logits, target), None
+
+
+class _CrossEntropyWithGrad(torch.autograd.Function):
+    """cross_entropy's mean or sum whose forward also writes dlogits, for
+    the gradient each row's loss receives from the reduction, and saves
+    only them: the logits are not kept for the backward, nor read again.
+    The backward scales the saved dlogits by the incoming gradient in place
+    (on CUDA not at all where it is 1) and returns them, so a backward
+    through the same graph again (after ``retain_graph=True``) is refused
+    by autograd's saved-tensor check."""
+
+    @staticmethod
+    def forward(ctx, logits, target, mean: bool):
+        # The count stays on the device: no synchronization.
+        count = (target != _IGNORE_INDEX).sum().to(torch.float32)
+        scale = count.reciprocal() if mean else torch.ones_like(count)
+        dloss = scale.to(logits.dtype).expand(logits.shape[0]).contiguous()
+        op = _cross_entropy_with_grad_impl if _direct(logits, target) else _cross_entropy_with_grad_op
+        loss, dx = op(logits, target, dloss)
+        ctx.save_for_backward(dx)
+        return _reduce_losses(loss, count if mean else None, logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (dx,) = ctx.saved_tensors
+        return _scale_unless_one_(dx, grad), None, None
+
+
+def _scale_unless_one_(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``x *= s`` in place (``s`` one element). On CUDA lanefold's kernel
+    leaves x alone where s is exactly 1, the usual incoming gradient of a
+    loss: decided on the device, so no synchronization and no traffic."""
+    s = s.to(device=x.device, dtype=x.dtype)
+    if x.is_cuda and x.numel() > 0 and _direct(x, s):
+        s = _ready(s.reshape(1))
+        device = x.device.index
+        _preload_nvrtc()
+        _C.cuda_scale_unless_one(
+            _DTYPES[x.dtype], x.shape[0], x.shape[1], device, _stream(device), x.data_ptr(), s.data_ptr()
+        )
+        return x
+    return x.mul_(s)
 
 
 _rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
@@ -715,15 +787,26 @@ def cross_entropy(
     t = target.reshape(-1).to(torch.int64)
     if ignore_index != _IGNORE_INDEX:
         t = torch.where(t == ignore_index, torch.full_like(t, _IGNORE_INDEX), t)
+    if reduction != "none" and logits.requires_grad and torch.is_grad_enabled():
+        # The gradient each row's loss will receive is known now: the
+        # forward writes dlogits too (one pass, the logits not kept).
+        return _CrossEntropyWithGrad.apply(_rows(logits), t, reduction == "mean")
     op = _cross_entropy_impl if _direct(logits, t) else _cross_entropy_op
     loss = op(_rows(logits), t)
     if reduction == "none":
         return loss.view(logits.shape[:-1])
+    count = (t != _IGNORE_INDEX).sum().to(torch.float32) if reduction == "mean" else None
+    return _reduce_losses(loss, count, logits.dtype)
+
+
+def _reduce_losses(loss: torch.Tensor, count: Optional[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The sum of the per-row losses in float32, divided by ``count`` for
+    the mean, in ``dtype``."""
     total = loss.to(torch.float32).sum()
-    if reduction == "sum":
-        return total.to(logits.dtype)
-    count = (t != _IGNORE_INDEX).sum().to(torch.float32)
-    return (total / count).to(logits.dtype)
+    out = total if count is None else total / count
+    # Not `.to` to its own dtype: returned from an autograd.Function that
+    # alias makes torch.compile (2.11) lose the Function's gradient.
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def describe_plan(op: str, x: torch.Tensor, weight: bool = True, bias: bool = True) -> str:
