@@ -4,6 +4,7 @@
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -36,6 +37,36 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     );
     pb.set_prefix(what.to_string());
     pb
+}
+
+/// A bar for work that is often quick: drawn (where [`shown`]) only once
+/// it has run past a second, so a quick run prints no bar at all.
+pub struct SlowBar {
+    bar: ProgressBar,
+    since: Instant,
+}
+
+impl SlowBar {
+    pub fn new(len: u64, what: &str) -> SlowBar {
+        let bar = bar(len, what);
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        SlowBar {
+            bar,
+            since: Instant::now(),
+        }
+    }
+
+    pub fn set(&self, position: u64, message: &str) {
+        if self.bar.is_hidden() && shown() && self.since.elapsed() > Duration::from_secs(1) {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        self.bar.set_message(message.to_string());
+        self.bar.set_position(position);
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 #[cfg(test)]

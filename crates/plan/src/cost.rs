@@ -201,6 +201,12 @@ model_params! {
     round_trip_us: 0.6, [0.05, 5.0];
     /// Each vector load a worker issues in sequence in a phase, µs.
     instruction_us: 0.05, [0.0, 1.0];
+    /// Per level of a block's tree across its warps, beyond the exchange
+    /// itself, µs (0 in roofline-v4).
+    warp_level_us: 0.0, [0.0, 1.0];
+    /// Each further round of a loop's loads that waits on the one before
+    /// (a streamed loop of more chunks than U), µs (0 in roofline-v4).
+    load_round_us: 0.0, [0.0, 2.0];
 }
 
 impl ModelParams {
@@ -290,7 +296,8 @@ impl ModelParams {
             * self.span_efficiency(x.span_bytes);
         let stream_us = x.bytes_traffic / (x.copy_bytes_per_us * efficiency);
         let tree_us = x.tree_levels * self.lane_level_us
-            + if x.tree_warps {
+            + x.warp_levels * self.warp_level_us
+            + if x.warp_levels > 0.0 {
                 self.warps_exchange_us
             } else {
                 0.0
@@ -300,8 +307,11 @@ impl ModelParams {
                 ClusterExchange::Fenced => self.cluster_barrier_us,
                 ClusterExchange::Pushed => self.pushed_cluster_us,
             };
-        let per_wave_us =
-            x.phases * (self.round_trip_us + self.instruction_us * x.instructions + tree_us);
+        let per_wave_us = x.phases
+            * (self.round_trip_us
+                + self.instruction_us * x.instructions
+                + self.load_round_us * (x.load_rounds - 1.0)
+                + tree_us);
         // Waves overlap: a partial last wave costs its fraction (v2 rounded
         // up, which ranked W=256 behind W=32 on 1024x4096 bf16 softmax).
         let latency_us = x.waves.max(1.0) * per_wave_us;
@@ -345,10 +355,14 @@ pub struct CostInputs {
     bytes_traffic: f64,
     copy_bytes_per_us: f64,
     tree_levels: f64,
-    tree_warps: bool,
+    /// Levels of the block's tree across warps (0: one warp).
+    warp_levels: f64,
     cluster: ClusterExchange,
     /// Vector load instructions per worker and phase.
     instructions: f64,
+    /// Rounds of loads a worker waits on in turn per phase: one where a
+    /// phase's chunks are all in flight, else chunks over U.
+    load_rounds: f64,
     phases: f64,
     /// At most one group per multiprocessor and more than one wave.
     serial_phases: bool,
@@ -365,6 +379,7 @@ impl CostInputs {
         // Vector instructions (at most 16 bytes each) per worker and phase.
         let per_chunk = f.access_bytes.div_ceil(16).max(1) as f64;
         let groups_per_mp = f.concurrent_groups / target.multiprocessors.max(1) as u64;
+        let chunks = plan.layout.chunks(plan.shape().n);
         CostInputs {
             access_bytes: f.access_bytes,
             bytes_in_flight_per_multiprocessor: threads_in_flight / mps
@@ -377,13 +392,18 @@ impl CostInputs {
             bytes_traffic: f.bytes_traffic as f64,
             copy_bytes_per_us: target.copy_gbps * 1e3,
             tree_levels: (t.lanes as f64).log2(),
-            tree_warps: t.warps > 1,
+            warp_levels: (t.warps.max(1) as f64).log2(),
             cluster: match (t.groups > 1, plan.pushed_cluster_reduce) {
                 (false, _) => ClusterExchange::None,
                 (true, false) => ClusterExchange::Fenced,
                 (true, true) => ClusterExchange::Pushed,
             },
-            instructions: plan.layout.chunks(plan.shape().n) as f64 * per_chunk,
+            instructions: chunks as f64 * per_chunk,
+            load_rounds: if plan.resident_slots > 0 {
+                1.0
+            } else {
+                chunks.div_ceil(plan.layout.unroll.max(1) as usize).max(1) as f64
+            },
             phases: f.phases as f64,
             serial_phases: groups_per_mp <= 1 && f.waves > 1.0,
             launch_us: target.launch_us,
