@@ -46,6 +46,8 @@ pub fn fit_model_cmd(args: FitModelArgs) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("tuning/{}-model.json", target.name)));
+    // The file `--check` holds to the fit, read before the fit runs.
+    let shipped = args.check.then(|| ModelFile::read(&output)).transpose()?;
     let corpus = corpus::load(&args.corpus)?;
     let targets = lanefold_measure::scorecard::Targets::read(&args.targets)?;
     let held_out = fit::held_out_keys(&corpus, SPLIT_SEED);
@@ -127,8 +129,7 @@ pub fn fit_model_cmd(args: FitModelArgs) -> Result<()> {
         },
     };
     print_summary(&file);
-    if args.check {
-        let shipped = ModelFile::read(&output)?;
+    if let Some(shipped) = shipped {
         if !fit::same_params(&shipped.params, &file.params) {
             bail!(
                 "{}: its parameters are not what the fit gives now; run `lanefold fit-model` \
