@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use lanefold_ir::{DType, Operator, OperatorOptions};
-use lanefold_measure::corpus::{self, SPLIT_SEED};
+use lanefold_measure::corpus::{self, Part, SPLIT_SEED};
 use lanefold_measure::fit::{self, FitReport, ModelFile, Planned, Search, Weights, Within};
 use lanefold_measure::progress::SlowBar;
 use lanefold_plan::{fitted::MODEL_SCHEMA, ModelParams, Problem, Shape, Target};
@@ -71,6 +71,7 @@ pub fn fit_model_cmd(args: FitModelArgs) -> Result<()> {
                         problem: Problem::operator(op, OperatorOptions::default(), dtype, shape),
                         source: "target shape".into(),
                         pinned: true,
+                        held_out: false,
                     });
                 }
             }
@@ -80,6 +81,7 @@ pub fn fit_model_cmd(args: FitModelArgs) -> Result<()> {
         problem: Problem::operator(p.op, OperatorOptions::default(), p.dtype, p.shape),
         source: format!("corpus {}", p.part(SPLIT_SEED)),
         pinned: false,
+        held_out: p.part(SPLIT_SEED) == Part::Report,
     }));
     let references = fit::references(&problems, &target, &defaults);
     let fitted = fit::fit(&data.fit, &references, &defaults, &weights, &|stage| {

@@ -325,6 +325,9 @@ pub struct Planned {
     /// plans were measured in paired replays, and rules beside the model
     /// are conditioned on the model's pick).
     pub pinned: bool,
+    /// In the corpus's held-out part: its moves are reported, but the fit
+    /// does not weigh them (unless pinned).
+    pub held_out: bool,
 }
 
 /// A problem the mapper plans automatically: the candidates its cost
@@ -354,8 +357,8 @@ impl Reference {
 }
 
 /// The references of `problems` (one per problem, pinned where any of
-/// its entries is; those the model does not choose for, or a tuning
-/// database entry covers, left out).
+/// its entries is; held-out problems that are not pinned, those the model
+/// does not choose for and those a tuning database entry covers left out).
 pub fn references(problems: &[Planned], target: &Target, start: &ModelParams) -> Vec<Reference> {
     let mut seen = BTreeSet::new();
     let mut out = vec![];
@@ -364,9 +367,11 @@ pub fn references(problems: &[Planned], target: &Target, start: &ModelParams) ->
         if !seen.insert(id.clone()) {
             continue;
         }
-        let pinned = problems
-            .iter()
-            .any(|p| p.pinned && problem_key(&p.problem) == id);
+        let entries = || problems.iter().filter(|p| problem_key(&p.problem) == id);
+        let pinned = entries().any(|p| p.pinned);
+        if !pinned && entries().any(|p| p.held_out) {
+            continue;
+        }
         let candidates: Vec<(CostInputs, ModelScore)> =
             lanefold_plan::model_candidates(problem, target, &LayoutRequest::default())
                 .iter()
@@ -1077,6 +1082,7 @@ mod tests {
                 ),
                 source: "test".into(),
                 pinned: true,
+                held_out: false,
             })
             .collect();
         let start = ModelParams::default();
