@@ -83,6 +83,13 @@ mod tests {
         set_quiet(true);
         assert!(!shown());
         assert!(bar(3, "x").is_hidden());
+        // A slow bar starts hidden and stays so where bars are not shown.
+        let slow = SlowBar::new(3, "x");
+        assert!(slow.bar.is_hidden());
+        std::thread::sleep(Duration::from_millis(1100));
+        slow.set(1, "y");
+        assert!(slow.bar.is_hidden());
+        assert_eq!(slow.bar.position(), 1);
         set_quiet(false);
     }
 }
