@@ -16,6 +16,7 @@ pub mod compile_check;
 pub mod corpus_cmd;
 pub mod demo;
 pub mod doctor;
+pub mod fit_cmd;
 pub mod latency;
 pub mod replay_cmd;
 pub mod search_cmd;

@@ -123,6 +123,10 @@ enum Command {
     /// The shape corpus from public model configurations, its fixed split
     /// into a fitted and a held-out part, and the default plan of each.
     Corpus(lanefold::corpus_cmd::CorpusArgs),
+    /// Fit the cost model's constants to a target's committed searches
+    /// (held-out corpus problems only reported) and write
+    /// tuning/<target>-model.json, which the mapper embeds.
+    FitModel(lanefold::fit_cmd::FitModelArgs),
     /// Recompute every summary and ratio of results directories from their
     /// raw samples; exit 1 listing each discrepancy.
     Audit {
@@ -522,6 +526,7 @@ fn main() {
         Command::Audit { dirs } => audit_cmd(&dirs),
         Command::Doctor(args) => lanefold::doctor::doctor_cmd(args),
         Command::Corpus(args) => lanefold::corpus_cmd::corpus_cmd(args),
+        Command::FitModel(args) => lanefold::fit_cmd::fit_model_cmd(args),
         Command::Counters { dirs } => counters_cmd(&dirs),
         Command::BundleSources { dirs } => bundle_sources_cmd(&dirs),
         Command::Search(args) => lanefold::search_cmd::search_cmd(args),

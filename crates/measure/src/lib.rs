@@ -11,6 +11,7 @@ pub mod counters;
 pub mod deadline;
 pub mod devices;
 pub mod env;
+pub mod fit;
 pub mod peer;
 pub mod phases;
 pub mod progress;

@@ -4,6 +4,7 @@
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -38,6 +39,36 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// A bar for work that is often quick: drawn (where [`shown`]) only once
+/// it has run past a second, so a quick run prints no bar at all.
+pub struct SlowBar {
+    bar: ProgressBar,
+    since: Instant,
+}
+
+impl SlowBar {
+    pub fn new(len: u64, what: &str) -> SlowBar {
+        let bar = bar(len, what);
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        SlowBar {
+            bar,
+            since: Instant::now(),
+        }
+    }
+
+    pub fn set(&self, position: u64, message: &str) {
+        if self.bar.is_hidden() && shown() && self.since.elapsed() > Duration::from_secs(1) {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        self.bar.set_message(message.to_string());
+        self.bar.set_position(position);
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +83,13 @@ mod tests {
         set_quiet(true);
         assert!(!shown());
         assert!(bar(3, "x").is_hidden());
+        // A slow bar starts hidden and stays so where bars are not shown.
+        let slow = SlowBar::new(3, "x");
+        assert!(slow.bar.is_hidden());
+        std::thread::sleep(Duration::from_millis(1100));
+        slow.set(1, "y");
+        assert!(slow.bar.is_hidden());
+        assert_eq!(slow.bar.position(), 1);
         set_quiet(false);
     }
 }

@@ -98,12 +98,338 @@ pub trait CostPolicy {
     fn predict_us(&self, features: &Features, plan: &Plan, target: &Target) -> f64;
 }
 
+/// One free parameter of the roofline: its bounds and whether the fitter
+/// steps it on a log scale (byte and thread counts).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParamBound {
+    pub name: &'static str,
+    pub min: f64,
+    pub max: f64,
+    pub log: bool,
+}
+
+macro_rules! model_params {
+    ($($(#[doc = $doc:literal])* $name:ident: $default:expr, [$min:expr, $max:expr] $(, $log:ident)?;)*) => {
+        /// The roofline's free parameters. The defaults are the hand-set
+        /// constants of roofline-v4; a target's fitted values ship in
+        /// `tuning/<target>-model.json` (`lanefold fit-model`).
+        #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct ModelParams {
+            $($(#[doc = $doc])* pub $name: f64,)*
+        }
+
+        impl Default for ModelParams {
+            fn default() -> Self {
+                ModelParams { $($name: $default,)* }
+            }
+        }
+
+        impl ModelParams {
+            /// Every parameter's bounds, in field order.
+            pub const BOUNDS: &'static [ParamBound] = &[$(ParamBound {
+                name: stringify!($name),
+                min: $min,
+                max: $max,
+                log: model_params!(@log $($log)?),
+            },)*];
+
+            /// The values in field order.
+            pub fn values(&self) -> Vec<f64> {
+                vec![$(self.$name,)*]
+            }
+
+            /// Parameters from values in field order, checked ([`Self::check`]).
+            pub fn from_values(values: &[f64]) -> Result<ModelParams, String> {
+                let [$($name,)*] = values else {
+                    return Err(format!(
+                        "{} values for {} parameters",
+                        values.len(),
+                        Self::BOUNDS.len()
+                    ));
+                };
+                let p = ModelParams { $($name: *$name,)* };
+                p.check()?;
+                Ok(p)
+            }
+        }
+    };
+    (@log log) => { true };
+    (@log) => { false };
+}
+
+model_params! {
+    /// Efficiency of 8-byte vector accesses against 16-byte ones.
+    access_8b: 0.9, [0.2, 1.0];
+    /// Efficiency of 4-byte accesses.
+    access_4b: 0.75, [0.1, 1.0];
+    /// Efficiency of accesses under 4 bytes.
+    access_narrow: 0.5, [0.05, 1.0];
+    /// Bytes in flight per multiprocessor at which the H200 reached its
+    /// best streaming rate in the sum search (16 KB ran at 0.73-0.84x,
+    /// 32 KB at 0.94-0.97x).
+    in_flight_full_bytes: 64.0 * 1024.0, [4096.0, 1048576.0], log;
+    /// Half-rate point of the Little's-law curve through the full point.
+    in_flight_half_bytes: 8.0 * 1024.0, [256.0, 262144.0], log;
+    /// Threads that must share a multiprocessor to hide a plan's
+    /// reductions and arithmetic between loads (softmax W=32 V=4 on
+    /// 4096-wide rows ran at 0.68x of W=256).
+    occupancy_threads: 512.0, [64.0, 2048.0], log;
+    /// Efficiency of a row span of 256-511 contiguous bytes per chunk.
+    span_256: 0.98, [0.3, 1.0];
+    /// 128-255 bytes (W=8 V=4 f32 ran at 0.86x with the bytes in flight
+    /// of W=128).
+    span_128: 0.95, [0.3, 1.0];
+    /// 64-127 bytes.
+    span_64: 0.9, [0.2, 1.0];
+    /// Under 64 bytes.
+    span_narrow: 0.8, [0.1, 1.0];
+    /// Share of a single wave lost to its tail (4096x32768 sum: 0.89x at
+    /// one wave of 4-row groups, 0.94x at two, 0.99x at eight or more).
+    tail: 0.12, [0.0, 0.6];
+    /// Per level of a warp's butterfly, µs.
+    lane_level_us: 0.02, [0.0, 0.5];
+    /// A block's exchange through shared memory, µs.
+    warps_exchange_us: 0.3, [0.0, 3.0];
+    /// A fenced cluster barrier and distributed shared memory round trip
+    /// (8-group clusters ran 1.6-2.5x slower than W=512 on 4096x32768).
+    cluster_barrier_us: 2.5, [0.0, 20.0];
+    /// A cluster exchange whose groups push their partials (`st.async`
+    /// and an mbarrier: softmax f32 4096x131072 1134 -> 1034 µs).
+    pushed_cluster_us: 0.8, [0.0, 20.0];
+    /// A phase's memory round trip, µs.
+    round_trip_us: 0.6, [0.05, 5.0];
+    /// Each vector load a worker issues in sequence in a phase, µs.
+    instruction_us: 0.05, [0.0, 1.0];
+    /// Per level of a block's tree across its warps, beyond the exchange
+    /// itself, µs (0 in roofline-v4).
+    warp_level_us: 0.0, [0.0, 1.0];
+    /// Each further round of a loop's loads that waits on the one before
+    /// (a streamed loop of more chunks than U), µs (0 in roofline-v4).
+    load_round_us: 0.0, [0.0, 2.0];
+}
+
+impl ModelParams {
+    /// Within bounds, finite, and wider accesses and spans never less
+    /// efficient than narrower ones.
+    pub fn check(&self) -> Result<(), String> {
+        for (b, v) in Self::BOUNDS.iter().zip(self.values()) {
+            if !(b.min..=b.max).contains(&v) {
+                return Err(format!(
+                    "{} = {v} is outside [{}, {}]",
+                    b.name, b.min, b.max
+                ));
+            }
+        }
+        let ordered = |what: &str, steps: &[(&str, f64)]| {
+            for w in steps.windows(2) {
+                if w[0].1 < w[1].1 {
+                    return Err(format!(
+                        "{what}: {} = {} is below {} = {}",
+                        w[0].0, w[0].1, w[1].0, w[1].1
+                    ));
+                }
+            }
+            Ok(())
+        };
+        ordered(
+            "wider accesses are never slower",
+            &[
+                ("access_8b", self.access_8b),
+                ("access_4b", self.access_4b),
+                ("access_narrow", self.access_narrow),
+            ],
+        )?;
+        ordered(
+            "wider spans are never slower",
+            &[
+                ("span_256", self.span_256),
+                ("span_128", self.span_128),
+                ("span_64", self.span_64),
+                ("span_narrow", self.span_narrow),
+            ],
+        )
+    }
+
+    /// Fraction of the best streaming rate at `bytes` in flight per
+    /// multiprocessor (a Little's-law curve normalised at the full point).
+    fn in_flight_efficiency(&self, bytes: f64) -> f64 {
+        let curve = |b: f64| b / (b + self.in_flight_half_bytes);
+        (curve(bytes) / curve(self.in_flight_full_bytes)).min(1.0)
+    }
+
+    /// Contiguous bytes a row reads per chunk: narrow spans scatter the
+    /// rows in flight over many DRAM pages.
+    fn span_efficiency(&self, span_bytes: u64) -> f64 {
+        match span_bytes {
+            b if b >= 512 => 1.0,
+            b if b >= 256 => self.span_256,
+            b if b >= 128 => self.span_128,
+            b if b >= 64 => self.span_64,
+            _ => self.span_narrow,
+        }
+    }
+
+    /// The roofline's prediction, µs (see [`RooflinePolicy`]).
+    pub fn predict_us(&self, x: &CostInputs) -> f64 {
+        let access = match x.access_bytes {
+            b if b >= 16 => 1.0,
+            8 => self.access_8b,
+            4 => self.access_4b,
+            _ => self.access_narrow,
+        };
+        let in_flight = self
+            .in_flight_efficiency(x.bytes_in_flight_per_multiprocessor)
+            .max(0.02);
+        // Bytes in flight are not enough alone: a plan whose register tiles
+        // let too few threads share a multiprocessor exposes its reductions
+        // and arithmetic between loads. A property of the plan, not of how
+        // many rows there are: small problems pay in flight.
+        let occupancy = (x.capacity_threads / self.occupancy_threads).min(1.0);
+        // Few long-lived waves leave a tail.
+        let tail = 1.0 - self.tail / x.waves.max(1.0);
+        let efficiency = tail
+            * access
+            * x.lane_utilization.max(0.05)
+            * occupancy.max(0.02)
+            * in_flight
+            * self.span_efficiency(x.span_bytes);
+        let stream_us = x.bytes_traffic / (x.copy_bytes_per_us * efficiency);
+        let tree_us = x.tree_levels * self.lane_level_us
+            + x.warp_levels * self.warp_level_us
+            + if x.warp_levels > 0.0 {
+                self.warps_exchange_us
+            } else {
+                0.0
+            }
+            + match x.cluster {
+                ClusterExchange::None => 0.0,
+                ClusterExchange::Fenced => self.cluster_barrier_us,
+                ClusterExchange::Pushed => self.pushed_cluster_us,
+            };
+        let per_wave_us = x.phases
+            * (self.round_trip_us
+                + self.instruction_us * x.instructions
+                + self.load_round_us * (x.load_rounds - 1.0)
+                + tree_us);
+        // Waves overlap: a partial last wave costs its fraction (v2 rounded
+        // up, which ranked W=256 behind W=32 on 1024x4096 bf16 softmax).
+        let latency_us = x.waves.max(1.0) * per_wave_us;
+        // Groups overlap one another's loads with their reductions and
+        // barriers only where two or more share a multiprocessor; at one
+        // per multiprocessor and several waves, a group's phases run in
+        // turn (softmax f32 4096x131072: 4 groups of 512 threads at 128
+        // registers, one per SM, ran 1410 µs; 8 groups of 256, two or three
+        // per SM, 1133: 2026-11-29-long-rows-search-g256-h200).
+        if x.serial_phases {
+            x.launch_us + stream_us + latency_us
+        } else {
+            x.launch_us + stream_us.max(latency_us)
+        }
+    }
+}
+
+/// How a row's partials meet across a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClusterExchange {
+    /// One group holds the row.
+    None,
+    /// A fenced cluster barrier.
+    Fenced,
+    /// Partials pushed by `st.async` onto an mbarrier.
+    Pushed,
+}
+
+/// What the roofline reads of a plan, its features and its target,
+/// computed once so that a fit can price the same plan under many
+/// [`ModelParams`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostInputs {
+    access_bytes: u32,
+    bytes_in_flight_per_multiprocessor: f64,
+    /// Threads the plan's occupancy lets share a multiprocessor.
+    capacity_threads: f64,
+    span_bytes: u64,
+    waves: f64,
+    lane_utilization: f64,
+    bytes_traffic: f64,
+    copy_bytes_per_us: f64,
+    tree_levels: f64,
+    /// Levels of the block's tree across warps (0: one warp).
+    warp_levels: f64,
+    cluster: ClusterExchange,
+    /// Vector load instructions per worker and phase.
+    instructions: f64,
+    /// Rounds of loads a worker waits on in turn per phase: one where a
+    /// phase's chunks are all in flight, else chunks over U.
+    load_rounds: f64,
+    phases: f64,
+    /// At most one group per multiprocessor and more than one wave.
+    serial_phases: bool,
+    launch_us: f64,
+}
+
+impl CostInputs {
+    pub fn of(f: &Features, plan: &Plan, target: &Target) -> CostInputs {
+        let mps = target.multiprocessors.max(1) as f64;
+        let threads_in_flight =
+            (f.groups.min(f.concurrent_groups) * plan.threads_per_group as u64) as f64;
+        let esize = plan.dtype().size_bytes() as u64;
+        let t = &plan.tree;
+        // Vector instructions (at most 16 bytes each) per worker and phase.
+        let per_chunk = f.access_bytes.div_ceil(16).max(1) as f64;
+        let groups_per_mp = f.concurrent_groups / target.multiprocessors.max(1) as u64;
+        let chunks = plan.layout.chunks(plan.shape().n);
+        CostInputs {
+            access_bytes: f.access_bytes,
+            bytes_in_flight_per_multiprocessor: threads_in_flight / mps
+                * bytes_in_flight_per_worker(f, plan),
+            capacity_threads: f.concurrent_groups as f64 / mps * plan.threads_per_group as f64,
+            span_bytes: (f.live_lanes as u64 * f.access_bytes as u64)
+                .min(plan.shape().n as u64 * esize),
+            waves: f.waves,
+            lane_utilization: f.lane_utilization,
+            bytes_traffic: f.bytes_traffic as f64,
+            copy_bytes_per_us: target.copy_gbps * 1e3,
+            tree_levels: (t.lanes as f64).log2(),
+            warp_levels: (t.warps.max(1) as f64).log2(),
+            cluster: match (t.groups > 1, plan.pushed_cluster_reduce) {
+                (false, _) => ClusterExchange::None,
+                (true, false) => ClusterExchange::Fenced,
+                (true, true) => ClusterExchange::Pushed,
+            },
+            instructions: chunks as f64 * per_chunk,
+            load_rounds: if plan.resident_slots > 0 {
+                1.0
+            } else {
+                chunks.div_ceil(plan.layout.unroll.max(1) as usize).max(1) as f64
+            },
+            phases: f.phases as f64,
+            serial_phases: groups_per_mp <= 1 && f.waves > 1.0,
+            launch_us: target.launch_us,
+        }
+    }
+}
+
+/// Independent bytes one worker has in flight: every chunk of a phase
+/// that fills registers (fully unrolled), else U chunks of a loop.
+fn bytes_in_flight_per_worker(f: &Features, plan: &Plan) -> f64 {
+    let chunks = plan.layout.chunks(plan.shape().n).max(1) as u32;
+    let steps = if plan.resident_slots > 0 {
+        chunks
+    } else {
+        plan.layout.unroll.clamp(1, chunks)
+    };
+    (steps * f.access_bytes * f.row_inputs.max(1)) as f64
+}
+
 /// Memory traffic over copy bandwidth, derated by access width, idle lanes,
 /// the bytes each multiprocessor keeps in flight, the plan's occupancy, the
 /// contiguous span a row reads per chunk and a few-wave tail; against a
 /// latency floor per wave of groups: for each phase, a memory round trip,
 /// the vector load instructions each worker issues in sequence, and the
-/// tree descent (cluster barriers priced high); plus the launch.
+/// tree descent (cluster barriers priced high); plus the launch. Priced
+/// with the target's [`ModelParams`] (`Target::cost`).
 ///
 /// v2 (2026-11-29) priced the per-worker instruction count and narrow
 /// accesses after the H200 rmsnorm search showed v1 ranking candidates
@@ -113,125 +439,17 @@ pub trait CostPolicy {
 /// every candidate equal and its pick ran at 0.71-0.86x of the best, and
 /// the cluster cost after the 4096x32768 W search. v4
 /// (2026-11-30) prices a pushed cluster exchange at 0.8 µs instead of the
-/// fenced barrier's 2.5 (no pick of a committed search moved).
+/// fenced barrier's 2.5 (no pick of a committed search moved). v5 takes
+/// its constants from the target, fitted to the committed searches.
 pub struct RooflinePolicy;
-
-/// Bytes in flight per multiprocessor at which the H200 reached its best
-/// streaming rate in that search; [`IN_FLIGHT_HALF_BYTES`] shapes the
-/// approach (16 KB ran at 0.73-0.84x, 32 KB at 0.94-0.97x).
-const IN_FLIGHT_FULL_BYTES: f64 = 64.0 * 1024.0;
-
-/// One reduction's exchange across a cluster whose groups push their
-/// partials (`st.async` and an mbarrier), µs per phase and wave.
-const PUSHED_CLUSTER_EXCHANGE_US: f64 = 0.8;
-const IN_FLIGHT_HALF_BYTES: f64 = 8.0 * 1024.0;
-
-impl RooflinePolicy {
-    /// Independent bytes one worker has in flight: every chunk of a phase
-    /// that fills registers (fully unrolled), else U chunks of a loop.
-    fn bytes_in_flight_per_worker(f: &Features, plan: &Plan) -> f64 {
-        let chunks = plan.layout.chunks(plan.shape().n).max(1) as u32;
-        let steps = if plan.resident_slots > 0 {
-            chunks
-        } else {
-            plan.layout.unroll.clamp(1, chunks)
-        };
-        (steps * f.access_bytes * f.row_inputs.max(1)) as f64
-    }
-
-    /// Fraction of the best streaming rate at `bytes` in flight per
-    /// multiprocessor (a Little's-law curve normalised at the full point).
-    fn in_flight_efficiency(bytes: f64) -> f64 {
-        let curve = |b: f64| b / (b + IN_FLIGHT_HALF_BYTES);
-        (curve(bytes) / curve(IN_FLIGHT_FULL_BYTES)).min(1.0)
-    }
-
-    /// Contiguous bytes a row reads per chunk: narrow spans scatter the
-    /// rows in flight over many DRAM pages (W=8 V=4 f32, 128 bytes, ran at
-    /// 0.86x with the same bytes in flight as W=128).
-    fn span_efficiency(span_bytes: u64) -> f64 {
-        match span_bytes {
-            b if b >= 512 => 1.0,
-            b if b >= 256 => 0.98,
-            b if b >= 128 => 0.95,
-            b if b >= 64 => 0.9,
-            _ => 0.8,
-        }
-    }
-}
 
 impl CostPolicy for RooflinePolicy {
     fn name(&self) -> &'static str {
-        "roofline-v4"
+        "roofline-v5"
     }
 
     fn predict_us(&self, f: &Features, plan: &Plan, target: &Target) -> f64 {
-        let access = match f.access_bytes {
-            b if b >= 16 => 1.0,
-            8 => 0.9,
-            4 => 0.75,
-            _ => 0.5,
-        };
-        let threads_in_flight =
-            (f.groups.min(f.concurrent_groups) * plan.threads_per_group as u64) as f64;
-        let per_mp = threads_in_flight / target.multiprocessors as f64
-            * Self::bytes_in_flight_per_worker(f, plan);
-        let in_flight = Self::in_flight_efficiency(per_mp).max(0.02);
-        // Bytes in flight are not enough alone: a plan whose register tiles
-        // let fewer than about 512 threads share a multiprocessor exposes
-        // its reductions and arithmetic between loads (softmax W=32 V=4 on
-        // 4096-wide rows ran at 0.68x of W=256). A property of the plan,
-        // not of how many rows there are: small problems pay in flight.
-        let capacity = f.concurrent_groups as f64 / target.multiprocessors as f64
-            * plan.threads_per_group as f64;
-        let occupancy = (capacity / 512.0).min(1.0);
-        let esize = plan.dtype().size_bytes() as u64;
-        let span = (f.live_lanes as u64 * f.access_bytes as u64).min(plan.shape().n as u64 * esize);
-        // Few long-lived waves leave a tail: on 4096x32768 sum the same
-        // bytes in flight ran 0.89x at one wave of 4-row groups, 0.94x at
-        // two, 0.99x at eight or more.
-        let tail = 1.0 - 0.12 / f.waves.max(1.0);
-        let efficiency = tail
-            * access
-            * f.lane_utilization.max(0.05)
-            * occupancy.max(0.02)
-            * in_flight
-            * Self::span_efficiency(span);
-        let bytes_per_us = target.copy_gbps * 1e3;
-        let stream_us = f.bytes_traffic as f64 / (bytes_per_us * efficiency);
-        let t = &plan.tree;
-        let tree_us = (t.lanes as f64).log2() * 0.02
-            + if t.warps > 1 { 0.3 } else { 0.0 }
-            // A cluster barrier and distributed shared memory round trip:
-            // 8-group clusters ran 1.6-2.5x slower than W=512 on 4096x32768
-            // (2026-11-29-wide-rows-search-h200). Pushed partials wait on
-            // a local mbarrier instead of a fenced cluster barrier
-            // (softmax f32 4096x131072 1134 -> 1034 µs,
-            // where 2.5 predicted 1602).
-            + match (t.groups > 1, plan.pushed_cluster_reduce) {
-                (false, _) => 0.0,
-                (true, false) => 2.5,
-                (true, true) => PUSHED_CLUSTER_EXCHANGE_US,
-            };
-        // Vector instructions (at most 16 bytes each) per worker and phase.
-        let per_chunk = f.access_bytes.div_ceil(16).max(1) as f64;
-        let instructions = plan.layout.chunks(plan.shape().n) as f64 * per_chunk;
-        let per_wave_us = f.phases as f64 * (0.6 + 0.05 * instructions + tree_us);
-        // Waves overlap: a partial last wave costs its fraction (v2 rounded
-        // up, which ranked W=256 behind W=32 on 1024x4096 bf16 softmax).
-        let latency_us = f.waves.max(1.0) * per_wave_us;
-        // Groups overlap one another's loads with their reductions and
-        // barriers only where two or more share a multiprocessor; at one
-        // per multiprocessor and several waves, a group's phases run in
-        // turn (softmax f32 4096x131072: 4 groups of 512 threads at 128
-        // registers, one per SM, ran 1410 µs; 8 groups of 256, two or three
-        // per SM, 1133: 2026-11-29-long-rows-search-g256-h200).
-        let groups_per_mp = f.concurrent_groups / target.multiprocessors.max(1) as u64;
-        if groups_per_mp <= 1 && f.waves > 1.0 {
-            target.launch_us + stream_us + latency_us
-        } else {
-            target.launch_us + stream_us.max(latency_us)
-        }
+        target.cost.predict_us(&CostInputs::of(f, plan, target))
     }
 }
 

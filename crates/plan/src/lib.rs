@@ -6,6 +6,7 @@
 mod choice;
 mod cost;
 mod enumeration;
+pub mod fitted;
 mod layout;
 mod legality;
 mod mapper;
@@ -16,8 +17,8 @@ mod target;
 mod testing;
 pub mod tuned;
 
-pub use choice::{automatic_note, model_pick, occupancy_step_to_try, ModelScore};
-pub use cost::{CostPolicy, Features, RooflinePolicy};
+pub use choice::{automatic_note, model_candidates, model_pick, occupancy_step_to_try, ModelScore};
+pub use cost::{CostInputs, CostPolicy, Features, ModelParams, ParamBound, RooflinePolicy};
 pub use enumeration::{enumerate, Candidate};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{

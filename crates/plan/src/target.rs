@@ -1,3 +1,4 @@
+use crate::cost::ModelParams;
 use serde::{Deserialize, Serialize};
 
 /// What the mapper and the cost policy know about a machine.
@@ -24,6 +25,10 @@ pub struct Target {
     pub copy_gbps: f64,
     /// Launch cost of one kernel node in a replayed graph, µs.
     pub launch_us: f64,
+    /// The cost model's constants on this machine: fitted where
+    /// `tuning/<name>-model.json` ships, else the defaults.
+    #[serde(default)]
+    pub cost: ModelParams,
 }
 
 /// Shared memory the hardware keeps for each resident group (sm_80 and
@@ -79,6 +84,7 @@ impl Target {
             max_threads_per_multiprocessor: 2048,
             copy_gbps: 4250.0,
             launch_us: 0.9,
+            cost: crate::fitted::params("h200"),
         }
     }
 
@@ -102,6 +108,7 @@ impl Target {
             max_threads_per_multiprocessor: 2048,
             copy_gbps: 10.0,
             launch_us: 5.0,
+            cost: crate::fitted::params("cpu"),
         }
     }
 

@@ -2,8 +2,9 @@
 //! (bench/results/2026-11-29-*-search-h200): each candidate's recorded
 //! layout is planned again and scored; the model's pick must be within 10%
 //! of the best measured candidate. In-sample: roofline-v2 and v3 were
-//! adjusted after these searches, so this pins the lessons,
-//! it does not prove the model on unseen shapes.
+//! adjusted after these searches and v5's constants are fitted to them
+//! (`lanefold fit-model`), so this pins the lessons, it does not prove the
+//! model on unseen shapes.
 
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{model_pick, plan, LayoutRequest, ModelScore, Problem, Target};

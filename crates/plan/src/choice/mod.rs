@@ -90,6 +90,28 @@ fn choose_by_model(
     }
 }
 
+/// What the cost model ranks for the automatic mapping of `request` on
+/// `problem`, after the mapper's first steps (the measured variants, the
+/// problem's requested form): each legal candidate's plan and target.
+/// Empty where the model chooses nothing (an explicit or exact-order
+/// request) or a tuning database entry replaces its pick. For fitting the
+/// model's constants against how far its picks move.
+pub fn model_candidates(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Vec<(Plan, Target)> {
+    let request = request.with_measured_variants(problem, target);
+    let problem = &*problem.as_requested(&request);
+    if !request.model_chooses_layout() || crate::tuned::lookup(&target.name, problem).is_some() {
+        return vec![];
+    }
+    match model::ranked_space(problem, target, &request) {
+        Ok(Some(space)) => space.into_iter().map(|c| (c.plan, c.target)).collect(),
+        _ => vec![],
+    }
+}
+
 /// A rule beside the cost model: the request it puts in place of the
 /// model's pick, the model's own plan, and why.
 struct RuleBesideModel {

@@ -1,7 +1,7 @@
 //! The cost model's own choice: the legal schedule of the model space
 //! with the lowest prediction (roofline, [`crate::cost`]).
 
-use crate::enumeration::model_space;
+use crate::enumeration::{model_space, Legal};
 use crate::legality::plan_rows;
 use crate::mapper::{LayoutRequest, MapperPolicy, Plan, Problem, ReductionOrder, Refusal};
 use crate::shape::Shape;
@@ -88,22 +88,19 @@ pub(crate) enum ModelChoice {
     Pick(LayoutRequest),
 }
 
-/// The model's pick for `request` among the legal schedules of
-/// [`model_space`], leaving out packs the H200 measured too wide
-/// ([`super::rules::scalar_pack_too_wide`]). A batch-invariant request is
+/// The legal schedules of [`model_space`] the model ranks for `request`,
+/// leaving out packs the H200 measured too wide
+/// ([`super::rules::scalar_pack_too_wide`]); None where the seed mapping
+/// answers (an exact-order reduction). A batch-invariant request is
 /// scored at [`CANONICAL_ROWS`] rows.
-pub(crate) fn model_choice(
+pub(crate) fn ranked_space(
     problem: &Problem,
     target: &Target,
     request: &LayoutRequest,
-) -> Result<ModelChoice, Refusal> {
-    let seed = LayoutRequest {
-        mapper: MapperPolicy::Seed,
-        ..*request
-    };
-    let baseline = plan_rows(problem, target, &seed)?;
+) -> Result<Option<Vec<Legal>>, Refusal> {
+    let baseline = plan_rows(problem, target, &seed_of(request))?;
     if baseline.order == ReductionOrder::Sequential {
-        return Ok(ModelChoice::Seed(seed));
+        return Ok(None);
     }
     let scored = if request.batch_invariant {
         Problem {
@@ -116,10 +113,31 @@ pub(crate) fn model_choice(
     } else {
         problem.clone()
     };
-    let space: Vec<_> = model_space(&scored, target, request)?
-        .into_iter()
-        .filter(|c| !super::rules::scalar_pack_too_wide(&scored, &c.target, c.request.pack))
-        .collect();
+    Ok(Some(
+        model_space(&scored, target, request)?
+            .into_iter()
+            .filter(|c| !super::rules::scalar_pack_too_wide(&scored, &c.target, c.request.pack))
+            .collect(),
+    ))
+}
+
+fn seed_of(request: &LayoutRequest) -> LayoutRequest {
+    LayoutRequest {
+        mapper: MapperPolicy::Seed,
+        ..*request
+    }
+}
+
+/// The model's pick for `request` among the schedules of [`ranked_space`].
+pub(crate) fn model_choice(
+    problem: &Problem,
+    target: &Target,
+    request: &LayoutRequest,
+) -> Result<ModelChoice, Refusal> {
+    let seed = seed_of(request);
+    let Some(space) = ranked_space(problem, target, request)? else {
+        return Ok(ModelChoice::Seed(seed));
+    };
     let scores: Vec<ModelScore> = space
         .iter()
         .map(|c| ModelScore::of(&c.plan, &c.target))
