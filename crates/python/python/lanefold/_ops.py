@@ -9,6 +9,7 @@ CUDA tensors it launches lanefold's generated kernel on the tensor's device
 and the current torch stream, reading and writing torch's memory directly.
 """
 
+import os
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -538,6 +539,13 @@ def _cross_entropy_backward(ctx, gl):
     return _cross_entropy_backward_op(gl.to(logits.dtype), logits, target), None
 
 
+def _forward_writes_ce_grad(logits: torch.Tensor) -> bool:
+    """The forward-written dlogits: on the CPU always; on CUDA only with
+    ``LANEFOLD_CE_GRAD_IN_FORWARD=1`` until its kernels have run on a GPU
+    (they are compiled and checked against the CPU, not yet measured)."""
+    return not logits.is_cuda or os.environ.get("LANEFOLD_CE_GRAD_IN_FORWARD") == "1"
+
+
 class _CrossEntropyWithGrad(torch.autograd.Function):
     """cross_entropy's mean or sum whose forward also writes dlogits, for
     the gradient each row's loss receives from the reduction, and saves
@@ -787,7 +795,12 @@ def cross_entropy(
     t = target.reshape(-1).to(torch.int64)
     if ignore_index != _IGNORE_INDEX:
         t = torch.where(t == ignore_index, torch.full_like(t, _IGNORE_INDEX), t)
-    if reduction != "none" and logits.requires_grad and torch.is_grad_enabled():
+    if (
+        reduction != "none"
+        and logits.requires_grad
+        and torch.is_grad_enabled()
+        and _forward_writes_ce_grad(logits)
+    ):
         # The gradient each row's loss will receive is known now: the
         # forward writes dlogits too (one pass, the logits not kept).
         return _CrossEntropyWithGrad.apply(_rows(logits), t, reduction == "mean")
