@@ -519,7 +519,9 @@ pub fn groups_per_multiprocessor(
     shared_bytes: u32,
 ) -> u32 {
     let by_threads = target.max_threads_per_multiprocessor / threads.max(1);
-    let by_registers = target.registers_per_group / (registers.max(1) * threads.max(1));
+    // sm_90 allocates registers per warp in steps of 256, 8 per thread.
+    let allocated = registers.max(1).div_ceil(8) * 8;
+    let by_registers = target.registers_per_group / (allocated * threads.max(1));
     by_threads
         .min(by_registers)
         .min(groups_by_shared_memory(target, shared_bytes))
