@@ -440,3 +440,15 @@ fn shared_memory_caps_the_groups_per_multiprocessor_of_a_staged_plan() {
         .unwrap()
         .staged_columns());
 }
+
+/// The register file is allocated per warp in steps of 256 registers, 8
+/// per thread: 36 registers take 40, so 256-thread groups fit 6 to a
+/// multiprocessor, not the 7 that 36 would give.
+#[test]
+fn occupancy_rounds_registers_up_to_the_allocation_step() {
+    let t = Target::h200();
+    assert_eq!(groups_per_multiprocessor(&t, 256, 36, 0), 6);
+    assert_eq!(groups_per_multiprocessor(&t, 256, 40, 0), 6);
+    assert_eq!(groups_per_multiprocessor(&t, 256, 32, 0), 8);
+    assert_eq!(groups_per_multiprocessor(&t, 128, 33, 0), 12);
+}
