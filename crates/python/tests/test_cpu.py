@@ -736,6 +736,21 @@ def test_cross_entropy_with_grad_saves_only_dlogits_and_reads_no_logits_in_backw
     assert seen == ["cross_entropy"] * 3, seen
 
 
+def test_cross_entropy_with_grad_is_turned_off_by_the_environment(monkeypatch):
+    """LANEFOLD_CE_GRAD_IN_FORWARD=0 keeps the logits for the backward op:
+    the same gradient, from cross_entropy then cross_entropy_backward."""
+    x = data((6, 40), torch.float32, 85).requires_grad_()
+    t = torch.tensor([1, -100, 39, 0, 5, 7])
+    lanefold.cross_entropy(x, t).backward()
+    fused = x.grad.clone()
+    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "0")
+    seen = _recording(monkeypatch)
+    x.grad = None
+    lanefold.cross_entropy(x, t).backward()
+    assert seen == ["cross_entropy", "cross_entropy_backward"], seen
+    assert rel_err(x.grad, fused) < 1e-6
+
+
 def test_column_gradients_are_deterministic_and_batch_split_invariant():
     """dweight and dbias are lanefold's fixed-order column sums: the same
     bits on every call, and 64 rows at once give the bits of two calls of

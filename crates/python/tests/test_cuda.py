@@ -403,7 +403,6 @@ def test_cross_entropy_with_grad_against_float64(dtype, shape, monkeypatch):
     cross_entropy_with_grad, none in the backward): torch's float64
     gradients with an ignored row, under a unit and a scaled incoming
     gradient; the loss that of the per-row path."""
-    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
     import lanefold._ops as ops
 
     seen = []
@@ -440,8 +439,7 @@ def test_cross_entropy_with_grad_against_float64(dtype, shape, monkeypatch):
                 assert rel_err(loss.detach(), _ce_unfused(x, t, reduction)) < tol
 
 
-def test_cross_entropy_with_grad_never_synchronizes(monkeypatch):
-    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
+def test_cross_entropy_with_grad_never_synchronizes():
     """The count of rows not ignored stays on the device: forward and
     backward run under torch's sync debug mode set to error."""
     x = data((64, 4096), torch.bfloat16, 62).requires_grad_()
@@ -461,8 +459,7 @@ def test_cross_entropy_with_grad_never_synchronizes(monkeypatch):
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_cross_entropy_with_grad_peak_memory_on_a_large_vocabulary(reduction, monkeypatch):
-    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
+def test_cross_entropy_with_grad_peak_memory_on_a_large_vocabulary(reduction):
     """Forward and backward over 4096 x 128256 bf16 logits (1 GiB), the
     incoming gradient not 1: the fused path allocates one logits-sized
     buffer (dlogits, which becomes logits.grad) and no other, and peaks no

@@ -13,16 +13,12 @@ timed region). Prints one JSON object.
 """
 import argparse
 import json
-import os
 import statistics
 
 import torch
 import torch.nn.functional as F
 
-# The forward-written dlogits are opt-in on CUDA until measured there.
-os.environ.setdefault("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
-
-import lanefold  # noqa: E402
+import lanefold
 
 
 def per_row(x, t):

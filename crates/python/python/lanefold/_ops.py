@@ -540,10 +540,9 @@ def _cross_entropy_backward(ctx, gl):
 
 
 def _forward_writes_ce_grad(logits: torch.Tensor) -> bool:
-    """The forward-written dlogits: on the CPU always; on CUDA only with
-    ``LANEFOLD_CE_GRAD_IN_FORWARD=1`` until its kernels have run on a GPU
-    (they are compiled and checked against the CPU, not yet measured)."""
-    return not logits.is_cuda or os.environ.get("LANEFOLD_CE_GRAD_IN_FORWARD") == "1"
+    """The forward-written dlogits, unless ``LANEFOLD_CE_GRAD_IN_FORWARD=0``
+    asks for the backward op (which keeps the logits and reads them again)."""
+    return os.environ.get("LANEFOLD_CE_GRAD_IN_FORWARD") != "0"
 
 
 class _CrossEntropyWithGrad(torch.autograd.Function):
