@@ -540,21 +540,21 @@ fn in_place(program: &Program, analysis: &Analysis, pushed: bool) -> Result<(), 
                     }
                 }
             }
-            Instr::RowFirst { buffer } if *buffer == input.name => {
-                if analysis.phase[at] >= store_phase {
-                    return refuse(format!(
-                        "the first element of '{}' is read in the phase that stores '{}'",
-                        input.name, output.name
-                    ));
-                }
+            Instr::RowFirst { buffer }
+                if *buffer == input.name && analysis.phase[at] >= store_phase =>
+            {
+                return refuse(format!(
+                    "the first element of '{}' is read in the phase that stores '{}'",
+                    input.name, output.name
+                ));
             }
-            Instr::MaskIndex { tile, .. } if is_input(tile) => {
-                if analysis.phase[at] >= store_phase {
-                    return refuse(format!(
-                        "an element of '{}' chosen by index is read in the phase that stores '{}'",
-                        input.name, output.name
-                    ));
-                }
+            Instr::MaskIndex { tile, .. }
+                if is_input(tile) && analysis.phase[at] >= store_phase =>
+            {
+                return refuse(format!(
+                    "an element of '{}' chosen by index is read in the phase that stores '{}'",
+                    input.name, output.name
+                ));
             }
             _ => {}
         }
