@@ -11,7 +11,8 @@ before the call (the logits themselves not counted). Sides run in a
 rotating order each round. Liger writes its gradient into the logits, so
 every side gets a fresh copy of the logits per call (copied outside the
 timed region). The in-place side's logits are a copy of a leaf made
-before the baseline (autograd refuses a leaf written in place), so its
+before the baseline (autograd refuses a leaf written in place) and its
+gradient is taken with respect to them (torch.autograd.grad), so its
 peak, like the others', is what the loss adds to existing logits. Prints
 one JSON object.
 """
@@ -64,11 +65,18 @@ def one(fn, src, t, scale, leaf=True):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     loss = fn(logits, t)
-    (loss if scale == 1.0 else loss * scale).backward()
+    out = loss if scale == 1.0 else loss * scale
+    if leaf:
+        out.backward()
+        grad = x.grad
+    else:
+        # The gradient of the logits themselves: no accumulation into the
+        # leaf, which would copy a buffer the logits still reference.
+        (grad,) = torch.autograd.grad(out, logits)
     end.record()
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    return start.elapsed_time(end), peak, loss.detach().float().item(), x.grad
+    return start.elapsed_time(end), peak, loss.detach().float().item(), grad
 
 
 def main():
