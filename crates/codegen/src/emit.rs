@@ -24,6 +24,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.rereads_tiles() {
         name += "_stream";
     }
+    if plan.in_place {
+        name += "_ip";
+    }
     if plan.groups_per_row > 1 {
         name += &format!("_c{}", plan.groups_per_row);
     }
@@ -466,8 +469,9 @@ fn streaming_helpers(plan: &Plan) -> String {
 
 /// `.nc` on hinted loads unless the plan keeps them ordered
 /// ([`lanefold_plan::LayoutRequest::ordered_hinted_loads`]).
+/// Never in place: `.nc` promises that nothing the kernel writes is read.
 fn read_only(plan: &Plan) -> &'static str {
-    if plan.ordered_hinted_loads {
+    if plan.ordered_hinted_loads || plan.in_place {
         ""
     } else {
         ".nc"
@@ -1014,6 +1018,15 @@ impl Ctx<'_> {
             "{s} = ({s} == 0.0f ? 0.0f : {s} * lf_exp({m} - lf_nm)) + ({os} == 0.0f ? 0.0f : {os} * lf_exp({om} - lf_nm));"
         ));
         self.line(&format!("{m} = lf_nm;"));
+    }
+
+    /// The phase that stores an in-place plan's aliased output.
+    fn in_place_store_phase(&self) -> Option<usize> {
+        let (_, output) = self.plan.in_place_pair()?;
+        self.program.body.iter().find_map(|i| match i {
+            Instr::Store { buffer, value } if buffer == output => Some(self.phase[value.index()]),
+            _ => None,
+        })
     }
 
     /// The gathered reductions whose masked tile belongs to phase `p`.
@@ -2063,6 +2076,16 @@ impl Ctx<'_> {
             self.emit_l2_prefetch();
         }
         self.line(&format!("// ---- phase {p} ----"));
+        if self.in_place_store_phase() == Some(p)
+            && self.warps == 1
+            && self.cluster == 1
+            && self.lanes > 1
+        {
+            // A row of one warp's lanes met at shuffles only, which order
+            // no memory: its reads of elements other lanes own (the
+            // gathered target) precede the stores over them only here.
+            self.line("__syncwarp(lf_mask); // in place: the row's reads before its stores");
+        }
         self.emit_scalars(p);
         self.emit_gathers(p);
         if !self.has_tile_work(p) {
@@ -2389,7 +2412,14 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
             (_, ParamKind::Input) => "const lf_store_t*".to_string(),
             _ => "lf_store_t*".to_string(),
         };
-        sig.push(format!("{c_type} __restrict__ p_{id}"));
+        // In place, the pair is one buffer: `__restrict__` on either would
+        // let the compiler read the input through the read-only path or
+        // move a load past a store to the same element.
+        let aliased = plan
+            .in_place_pair()
+            .is_some_and(|(i, o)| decl.name == i || decl.name == o);
+        let restrict = if aliased { "" } else { " __restrict__" };
+        sig.push(format!("{c_type}{restrict} p_{id}"));
         params.push(Param {
             name: decl.name.clone(),
             kind,

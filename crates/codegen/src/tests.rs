@@ -2300,3 +2300,112 @@ fn early_columns_of_the_partial_chunk_load_before_the_row() {
         );
     }
 }
+
+/// Schedules of every family the mapper can pick for cross entropy with
+/// its gradient: one thread per row, rows of a warp's lanes, register
+/// rows, streamed re-reads (hinted and batched), packed tiles, shared
+/// chunks, prefetched rows, L2 prefetch, clusters, the online normalizer.
+const IN_PLACE_FAMILIES: &[(&str, &str)] = &[
+    ("64x4096", "W=1 V=1 G=4"),
+    ("64x4096", "W=8 V=4 G=4"),
+    ("64x4096", "W=32 V=8 G=1"),
+    ("64x4099", "W=32 V=4 G=1 online-normalizer"),
+    ("64x4096", "W=256 V=8 G=1 registers"),
+    ("64x4096", "W=256 V=8 G=1 registers packed-resident"),
+    ("64x4096", "W=256 V=8 G=1 registers shared-chunks=1"),
+    ("64x4096", "W=256 V=8 G=1 registers prefetch-rows"),
+    ("64x4096", "W=256 V=8 G=1 registers l2-prefetch=4"),
+    ("64x32000", "W=256 V=8 U=4 G=1 stream reread-hints"),
+    ("64x32000", "W=256 V=8 U=4 G=1 stream streaming-hints"),
+    ("64x2048", "W=256 V=8 G=1 stream batched-loads"),
+    ("64x32000", "W=1024 V=8 U=2 G=1 stream online-normalizer"),
+    ("64x131072", "W=2048 V=8 G=1 registers"),
+    (
+        "64x131072",
+        "W=2048 V=8 G=1 registers relaxed-exit online-normalizer",
+    ),
+    ("64x128256", "W=4096 V=8 U=2 G=1 stream"),
+];
+
+fn in_place(shape: &str, schedule: &str) -> Plan {
+    let mut request: LayoutRequest = schedule.parse().unwrap();
+    request.in_place = true;
+    make_with(Operator::CrossEntropyWithGrad, DType::Bf16, shape, request)
+}
+
+/// In place, the logits and dlogits pointers carry no `__restrict__` and
+/// no load is `.nc` (both promise the kernel writes nothing it reads);
+/// every read of an element another thread owns (the gathered target
+/// logit) comes before a barrier of the whole row (block, cluster, or the
+/// `__syncwarp` added for a row of one warp) that precedes the first
+/// store of dx. Otherwise the kernel is the out-of-place one.
+#[test]
+fn in_place_kernels_order_every_foreign_read_before_the_stores_over_it() {
+    for &(shape, schedule) in IN_PLACE_FAMILIES {
+        let p = in_place(shape, schedule);
+        let what = format!("{shape} {}", p.describe());
+        assert!(p.describe().contains("in-place"), "{what}");
+        let k = kernel(&p);
+        let src = &k.source;
+        assert!(k.name.contains("_ip"), "{what}: {}", k.name);
+        assert!(src.contains("const lf_store_t* p_x,"), "{what}");
+        assert!(src.contains("lf_store_t* p_dx,"), "{what}");
+        assert!(
+            src.contains("const long long* __restrict__ p_target"),
+            "{what}"
+        );
+        assert!(!src.contains(".nc"), "{what}");
+        let gather = src
+            .find("gathered masked sum")
+            .expect("the target is gathered");
+        let store = src
+            .find("p_dx + row_off")
+            .or_else(|| src.find("p_dx[row_off"))
+            .unwrap_or_else(|| panic!("{what}: no dx store"));
+        let between = &src[gather..store];
+        let lanes = p.tree.lanes;
+        let ordered = [
+            "__syncthreads()",
+            "lf_cluster_sync()",
+            "__syncwarp(lf_mask)",
+        ]
+        .iter()
+        .any(|b| between.contains(b));
+        assert!(
+            ordered || lanes == 1,
+            "{what}: no barrier between gather and stores"
+        );
+        assert_eq!(
+            src.contains("__syncwarp(lf_mask)"),
+            lanes > 1 && p.tree.warps == 1 && p.groups_per_row == 1,
+            "{what}"
+        );
+        // Out of place: the same kernel but for those lines.
+        let mut out = p.clone();
+        out.in_place = false;
+        let plain = kernel(&out).source;
+        let strip = |s: &str| {
+            s.lines()
+                .filter(|l| !l.contains("__syncwarp(lf_mask)"))
+                .map(|l| l.replace(" __restrict__", "").replace(".nc", ""))
+                .map(|l| l.replace("_ip", "").replace(" in-place", ""))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(strip(src), strip(&plain), "{what}");
+    }
+}
+
+/// The in-place kernel of the golden cross_entropy_with_grad plan and of
+/// a row of one warp (the `__syncwarp` before the stores).
+#[test]
+fn golden_cross_entropy_with_grad_in_place() {
+    insta::assert_snapshot!(
+        "golden_cross_entropy_with_grad_bf16_in_place",
+        golden(&in_place("64x4096", "W=256 V=8 U=1 G=1"))
+    );
+    insta::assert_snapshot!(
+        "golden_cross_entropy_with_grad_bf16_w32_in_place",
+        golden(&in_place("64x4096", "W=32 V=8 U=1 G=1"))
+    );
+}

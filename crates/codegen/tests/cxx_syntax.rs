@@ -31,6 +31,7 @@ float __uint_as_float(unsigned);
 unsigned __float_as_uint(float);
 float __int_as_float(int);
 float __shfl_xor_sync(unsigned, float, int);
+void __syncwarp(unsigned);
 float __shfl_sync(unsigned, float, int);
 void __syncthreads();
 void __trap();

@@ -21,6 +21,28 @@ pub enum ExecError {
         got: usize,
         expected: usize,
     },
+    #[error("the plan ({0}) does not write in place")]
+    NotInPlace(String),
+}
+
+/// Where the executor reads its inputs, and (in place) which input takes
+/// which output.
+enum Source<'a> {
+    Shared(&'a Buffers),
+    InPlace {
+        buffers: &'a mut Buffers,
+        input: &'a str,
+        output: &'a str,
+    },
+}
+
+impl Source<'_> {
+    fn buffers(&self) -> &Buffers {
+        match self {
+            Source::Shared(b) => b,
+            Source::InPlace { buffers, .. } => buffers,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -270,11 +292,43 @@ fn kahan_sum(values: impl Iterator<Item = f32>) -> f32 {
 
 /// Run `plan` over `inputs`, writing every element of `outputs`.
 pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(), ExecError> {
+    run(plan, Source::Shared(inputs), outputs)
+}
+
+/// Run an in-place plan ([`Plan::in_place_pair`]): its row output is
+/// written over its first row input in `buffers`, its other outputs into
+/// `outputs`. The same bits as [`execute`]: each block of rows is read
+/// whole before any of it is written, and a row reads only itself (and
+/// the columns and per-row inputs, which nothing writes).
+pub fn execute_in_place(
+    plan: &Plan,
+    buffers: &mut Buffers,
+    outputs: &mut Buffers,
+) -> Result<(), ExecError> {
+    let (input, output) = plan
+        .in_place_pair()
+        .ok_or_else(|| ExecError::NotInPlace(plan.describe()))?;
+    let source = Source::InPlace {
+        buffers,
+        input,
+        output,
+    };
+    run(plan, source, outputs)
+}
+
+fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(), ExecError> {
     let problem = &plan.problem;
-    check_inputs(problem, inputs)?;
+    check_inputs(problem, source.buffers())?;
     let (rows, n) = (problem.shape.rows, problem.shape.n);
     let program = &problem.program;
+    let aliased = match &source {
+        Source::InPlace { output, .. } => Some(*output),
+        Source::Shared(_) => None,
+    };
     for decl in &program.outputs {
+        if aliased == Some(decl.name.as_str()) {
+            continue;
+        }
         let expected = expected_len(decl.kind, rows, n);
         let t = outputs
             .entry(decl.name.clone())
@@ -288,7 +342,7 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
         }
     }
     let dtype = problem.dtype;
-    let eval_row = |row: usize| -> Vec<(usize, Val)> {
+    let eval_row = |inputs: &Buffers, row: usize| -> Vec<(usize, Val)> {
         let mut vals: Vec<Val> = Vec::with_capacity(program.body.len());
         let mut stored = vec![];
         for instr in &program.body {
@@ -424,11 +478,25 @@ pub fn execute(plan: &Plan, inputs: &Buffers, outputs: &mut Buffers) -> Result<(
     const ROW_BLOCK: usize = 256;
     for start in (0..rows).step_by(ROW_BLOCK) {
         let end = (start + ROW_BLOCK).min(rows);
-        let results: Vec<Vec<(usize, Val)>> = (start..end).into_par_iter().map(eval_row).collect();
+        let results: Vec<Vec<(usize, Val)>> = {
+            let inputs = source.buffers();
+            (start..end)
+                .into_par_iter()
+                .map(|row| eval_row(inputs, row))
+                .collect()
+        };
         for (k, stored) in results.into_iter().enumerate() {
             let row = start + k;
             for (slot, val) in stored {
-                let out = outputs.get_mut(&program.outputs[slot].name).unwrap();
+                let name = &program.outputs[slot].name;
+                let out = match &mut source {
+                    Source::InPlace {
+                        buffers,
+                        input,
+                        output,
+                    } if *output == name.as_str() => buffers.get_mut(*input).unwrap(),
+                    _ => outputs.get_mut(name).unwrap(),
+                };
                 match val {
                     Val::Tile(t) => {
                         for (i, x) in t.into_iter().enumerate() {
@@ -1115,5 +1183,70 @@ mod tests {
                 assert!((out["y"].get(0) - want).abs() <= 1e-3 * want.abs(), "{op}");
             }
         }
+    }
+
+    /// cross_entropy_with_grad written in place (dlogits over the logits)
+    /// gives the out-of-place loss and dlogits bit for bit, over the
+    /// schedule space: every W and V (one thread per row to clusters),
+    /// rows per group, both residencies, both normalizers, f32 and bf16,
+    /// rows with a partial chunk and ignored targets.
+    #[test]
+    fn cross_entropy_with_grad_in_place_is_the_out_of_place_result_bit_for_bit() {
+        use lanefold_plan::enumerate;
+        let mut compared = 0;
+        for dtype in [DType::F32, DType::Bf16] {
+            for shape in ["7x1000", "5x4099", "3x16384"] {
+                let problem = Problem::operator(
+                    Operator::CrossEntropyWithGrad,
+                    OperatorOptions::default(),
+                    dtype,
+                    shape.parse().unwrap(),
+                );
+                let inputs = random_inputs(&problem, 11);
+                for base in [
+                    "in-place",
+                    "in-place G=2",
+                    "in-place stream online-normalizer",
+                ] {
+                    let base: LayoutRequest = base.parse().unwrap();
+                    let candidates = enumerate(
+                        &problem,
+                        &Target::h200(),
+                        &base,
+                        &[1, 8, 32, 256, 2048],
+                        &[1, 4, 8],
+                        &[0],
+                    );
+                    for plan in candidates.into_iter().filter_map(|c| c.outcome.ok()) {
+                        let what = format!("{dtype} {shape} {}", plan.describe());
+                        assert!(plan.in_place, "{what}");
+                        let mut out = poisoned_outputs(&problem);
+                        execute(&plan, &inputs, &mut out).unwrap();
+                        let mut buffers = inputs.clone();
+                        let mut loss = Buffers::new();
+                        execute_in_place(&plan, &mut buffers, &mut loss).unwrap();
+                        assert!(!loss.contains_key("dx"), "{what}");
+                        let bits = |t: &Tensor| -> Vec<u32> {
+                            (0..t.len()).map(|i| t.get(i).to_bits()).collect()
+                        };
+                        assert_eq!(bits(&buffers["x"]), bits(&out["dx"]), "{what}");
+                        assert_eq!(bits(&loss["loss"]), bits(&out["loss"]), "{what}");
+                        assert_eq!(buffers["target"], inputs["target"], "{what}");
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared >= 60, "only {compared} plans compared");
+    }
+
+    /// A plan that does not write in place is refused by the in-place
+    /// executor, which would otherwise not know where its output goes.
+    #[test]
+    fn the_in_place_executor_refuses_a_plan_that_is_not_in_place() {
+        let (plan, mut inputs, _) = run(Operator::CrossEntropyWithGrad, "2x100", 32, 1, DType::F32);
+        let mut out = Buffers::new();
+        let err = execute_in_place(&plan, &mut inputs, &mut out).unwrap_err();
+        assert!(matches!(err, ExecError::NotInPlace(_)), "{err}");
     }
 }

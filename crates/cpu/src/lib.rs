@@ -13,5 +13,5 @@ pub mod reference;
 mod validate;
 
 pub use data::{Buffers, DataError, Tensor};
-pub use exec::{cold_row, execute, is_cold, reduce_tree, ExecError};
+pub use exec::{cold_row, execute, execute_in_place, is_cold, reduce_tree, ExecError};
 pub use validate::{validate, OutputCheck, Validation};

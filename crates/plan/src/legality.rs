@@ -10,7 +10,7 @@ use crate::mapper::{
     Residency, ResidencyRequest, RowPrefetch, SharedChunks,
 };
 use crate::target::Target;
-use lanefold_ir::{Analysis, DType, Program};
+use lanefold_ir::{Analysis, BufferKind, DType, Instr, Program, Value};
 
 /// Registers a worker needs besides its private slots and load staging
 /// (addresses, loop state, reduction scratch): an allowance.
@@ -397,8 +397,12 @@ pub(crate) fn plan_rows(
             detail: format!("{} reductions", analysis.reductions.len()),
         });
     }
+    if request.in_place {
+        in_place(&problem.program, &analysis, pushed)?;
+    }
     let groups = rows.div_ceil(rows_per_group as usize) as u64 * groups_per_row as u64;
     Ok(Plan {
+        in_place: request.in_place,
         packed_register_estimate: packs_explicitly && packed_resident,
         problem: problem.clone(),
         analysis,
@@ -465,6 +469,97 @@ pub(crate) fn plan_rows(
         },
         row_prefetch,
     })
+}
+
+/// May the program's row output be written over its first row input
+/// ([`LayoutRequest::in_place`])? Safe when no element is read after its
+/// output is written:
+///
+/// - a row input is read element-wise by the one thread that owns the
+///   element (the layout map is the same in every phase, register-resident
+///   or re-read, in a group or across a cluster, persistent or not), and
+///   its last read of the element precedes its store of it in program
+///   order (the store's value depends on it); so the output's phase must
+///   be the last phase that reads the input;
+/// - reads of elements other threads own (a gathered `x[target]`, the
+///   row's first element, a cold path's re-read) must come in an earlier
+///   phase than the store, so that the reduction tree between (a block
+///   barrier, a cluster barrier with release and acquire, or, for a row of
+///   one warp's lanes, the `__syncwarp` the kernel then adds) orders them
+///   before any store. A pushed cluster reduction does not: its
+///   `st.async` completes a transaction relaxed, so it is refused;
+/// - a cold path re-reads the row after the stores: refused;
+/// - a row prefetched into shared memory is the next row, which no other
+///   group writes, and an L2 prefetch reads nothing into registers.
+fn in_place(program: &Program, analysis: &Analysis, pushed: bool) -> Result<(), Refusal> {
+    let refuse = |why: String| Err(Refusal::InPlace(format!("{}: {why}", program.name)));
+    let Some(input) = program.row_inputs().next() else {
+        return refuse("no row input to write over".into());
+    };
+    let outputs: Vec<_> = program
+        .outputs
+        .iter()
+        .filter(|d| d.kind == BufferKind::Row)
+        .collect();
+    let [output] = outputs[..] else {
+        return refuse(format!(
+            "{} row outputs; in place writes exactly one",
+            outputs.len()
+        ));
+    };
+    let store_phase = program
+        .body
+        .iter()
+        .find_map(|i| match i {
+            Instr::Store { buffer, value } if *buffer == output.name => {
+                Some(analysis.phase[value.index()])
+            }
+            _ => None,
+        })
+        .expect("a verified program stores each output");
+    if pushed {
+        return refuse(
+            "a pushed cluster reduction (push-reduce) orders no group's reads before another \
+             group's stores"
+                .into(),
+        );
+    }
+    let is_input = |v: &Value| matches!(&program.body[v.index()], Instr::Load { buffer } if *buffer == input.name);
+    for (at, instr) in program.body.iter().enumerate() {
+        match instr {
+            Instr::Rescaled { .. } => {
+                return refuse("a cold path re-reads the row after its stores".into());
+            }
+            Instr::Load { buffer } if *buffer == input.name => {
+                if let Some(&last) = analysis.demanded[at].last() {
+                    if last > store_phase {
+                        return refuse(format!(
+                            "'{}' is read in phase {last}, after '{}' is stored in phase {store_phase}",
+                            input.name, output.name
+                        ));
+                    }
+                }
+            }
+            Instr::RowFirst { buffer }
+                if *buffer == input.name && analysis.phase[at] >= store_phase =>
+            {
+                return refuse(format!(
+                    "the first element of '{}' is read in the phase that stores '{}'",
+                    input.name, output.name
+                ));
+            }
+            Instr::MaskIndex { tile, .. }
+                if is_input(tile) && analysis.phase[at] >= store_phase =>
+            {
+                return refuse(format!(
+                    "an element of '{}' chosen by index is read in the phase that stores '{}'",
+                    input.name, output.name
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Can a group's share of a chunk ([`Layout::group_chunk_span`]) be

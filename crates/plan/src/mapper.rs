@@ -321,6 +321,13 @@ pub struct LayoutRequest {
     /// start. A cache hint only: same bits (0: off).
     #[serde(default)]
     pub l2_prefetch_rows: u32,
+    /// Write the program's row output over its first row input (cross
+    /// entropy's dlogits over the logits): no second row-sized buffer.
+    /// Legal only where no thread can read an element after another has
+    /// written it ([`crate::legality`]); the kernel then drops
+    /// `__restrict__` and `.nc` on the pair. Same bits.
+    #[serde(default)]
+    pub in_place: bool,
 }
 
 impl LayoutRequest {
@@ -359,6 +366,7 @@ impl LayoutRequest {
             batch_loads: self.batch_loads,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks,
+            in_place: self.in_place,
             ..Default::default()
         }
     }
@@ -404,6 +412,8 @@ pub enum Refusal {
     Unverified(String),
     #[error("not batch invariant: {0}")]
     BatchVariant(String),
+    #[error("cannot write in place: {0}")]
+    InPlace(String),
 }
 
 /// What decides a row's floating-point results ([`Plan::arithmetic_key`]):
@@ -522,6 +532,9 @@ pub struct Plan {
     /// estimate is of unpacked tiles (an automatic residency, so that
     /// packing never moves a layout) or nothing is packed.
     pub packed_register_estimate: bool,
+    /// The row output is written over the first row input (see
+    /// [`LayoutRequest::in_place`]).
+    pub in_place: bool,
 }
 
 /// A persistent grid whose groups each copy their next row into shared
@@ -603,6 +616,21 @@ impl Plan {
             .body
             .iter()
             .any(|i| matches!(i, lanefold_ir::Instr::Rescaled { .. }))
+    }
+
+    /// The (input, output) row buffers an in-place plan aliases (see
+    /// [`LayoutRequest::in_place`]): its first row input and its row output.
+    pub fn in_place_pair(&self) -> Option<(&str, &str)> {
+        if !self.in_place {
+            return None;
+        }
+        let program = &self.problem.program;
+        let input = program.row_inputs().next()?;
+        let output = program
+            .outputs
+            .iter()
+            .find(|d| d.kind == lanefold_ir::BufferKind::Row)?;
+        Some((input.name.as_str(), output.name.as_str()))
     }
 
     /// Does a phase re-read resident tiles from memory (rather than keep
@@ -756,6 +784,7 @@ impl Plan {
             fused_output: self.fused_output(),
             cold_path: self.cold_path(),
             prefetch_rows: self.row_prefetch.is_some(),
+            in_place: self.in_place,
             occupancy: groups,
             ..*base
         }
@@ -766,11 +795,19 @@ impl Plan {
 /// automatic choice ([`crate::choice`]: variants, then the layout) for an
 /// automatic request, then the legality check of the request planned.
 pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Result<Plan, Refusal> {
+    let asked = *request;
     let request = &request.with_measured_variants(problem, target);
     let problem = &*problem.as_requested(request);
     // Validate the user's cluster group size before the model may choose one.
     with_cluster_group_threads(target, request.cluster_group_threads)?;
-    let request = &crate::choice::choose_layout(problem, target, request)?;
+    let mut request = crate::choice::choose_layout(problem, target, request)?;
+    if request.in_place && !asked.push_cluster_reduce {
+        // A pushed reduction orders no group's reads before another's
+        // writes (see `legality::in_place`): an automatic in-place choice
+        // meets its cluster at a barrier instead.
+        request.push_cluster_reduce = false;
+    }
+    let request = &request;
     let target = &with_cluster_group_threads(target, request.cluster_group_threads)?;
     let mut p = plan_rows(problem, target, request)?;
     if request.batch_invariant {

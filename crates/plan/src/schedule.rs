@@ -13,7 +13,8 @@
 //!   l1-columns unfolded-addresses ordered-columns staged-columns
 //!   packed-resident rounded-resident relaxed-exit push-reduce
 //!   persistent-clusters prefetch-rows online-normalizer one-pass-moments
-//!   fused-output batched-loads ordered-hinted-loads batch-invariant`;
+//!   fused-output batched-loads in-place ordered-hinted-loads
+//!   batch-invariant`;
 //! - counts (n > 0): `early-columns=n shared-chunks=n l2-prefetch=n
 //!   occupancy=n occupancy-cap=n group-threads=n`;
 //! - `order=tree` or `order=sequential`; `mapper=seed`.
@@ -21,7 +22,7 @@
 //! [`crate::Plan::describe`] prints the schedule of the request a plan
 //! realises ([`crate::Plan::schedule`]) with what the plan derives beside
 //! it (`cluster=n`, a partial `staged-columns=n`), leaving out the tokens
-//! after `group-threads`, which a plan's kernel does not show.
+//! after `in-place`, which a plan's kernel does not show.
 
 use crate::mapper::{LayoutRequest, MapperPolicy, ReductionOrder, ResidencyRequest};
 use std::fmt;
@@ -136,6 +137,7 @@ const TOKENS: &[Field] = &[
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
     count!("group-threads", cluster_group_threads),
+    flag!("in-place", in_place),
     // Not shown by a plan's description (see `Plan::describe`).
     flag!("ordered-hinted-loads", ordered_hinted_loads),
     Field {
@@ -332,7 +334,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 21);
+        let flags = proptest::collection::vec(any::<bool>(), 22);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -389,6 +391,7 @@ mod tests {
                 shared_chunks: c[4],
                 l2_prefetch_rows: if b[19] { c[5] } else { 0 },
                 cold_path: b[20],
+                in_place: b[21],
             }
         })
     }
@@ -426,7 +429,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
+                   fused-output cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 in-place \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(
@@ -465,6 +468,8 @@ mod tests {
             "batch-invariant",
             "order=sequential",
             "mapper=seed unfolded-addresses",
+            "in-place",
+            "in-place stream online-normalizer",
         ];
         let mut planned = 0;
         for target in [Target::h200(), Target::cpu()] {

@@ -124,6 +124,8 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         cluster_group_threads: _,
         reread_hints: _,
         occupancy: _,
+        // The caller's buffers, never a tuned variant.
+        in_place: _,
         streaming_hints,
         hoist_columns,
         keep_columns,

@@ -49,6 +49,8 @@ struct Key {
     rows: usize,
     n: usize,
     eps_bits: u32,
+    /// The row output written over the first row input.
+    in_place: bool,
 }
 
 impl Key {
@@ -85,6 +87,7 @@ impl Key {
             rows,
             n,
             eps_bits: eps32.to_bits(),
+            in_place: false,
         })
     }
 
@@ -106,7 +109,11 @@ impl Key {
     /// The automatic plan on `target`, with this key's eps.
     fn plan(&self, target: &Target) -> PyResult<Plan> {
         let problem = self.problem();
-        let mut p = plan(&problem, target, &LayoutRequest::default()).map_err(|e| {
+        let request = LayoutRequest {
+            in_place: self.in_place,
+            ..LayoutRequest::default()
+        };
+        let mut p = plan(&problem, target, &request).map_err(|e| {
             runtime_error(format!(
                 "lanefold could not plan {} {} {}x{}: {e}",
                 self.op, self.dtype, self.rows, self.n
@@ -224,7 +231,10 @@ fn check_address(name: &str, ptr: usize, size: usize) -> PyResult<()> {
 /// contiguous CPU tensors of the program's lengths: rows x n for rows, n
 /// for weight and bias, rows for target (int64) and for per-row outputs.
 /// The caller (the Python package) guarantees the lengths and dtypes.
+/// `in_place`: the plan writes its row output over its first row input,
+/// whose address the caller gives for both.
 #[pyfunction]
+#[pyo3(signature = (op, dtype, rows, n, eps, inputs, outputs, in_place=false))]
 #[allow(clippy::too_many_arguments)]
 fn cpu_run(
     py: Python<'_>,
@@ -235,9 +245,13 @@ fn cpu_run(
     eps: f64,
     inputs: Vec<(String, usize)>,
     outputs: Vec<(String, usize)>,
+    in_place: bool,
 ) -> PyResult<()> {
     let names: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
-    let key = Key::new(op, dtype, rows, n, eps, &names)?;
+    let key = Key {
+        in_place,
+        ..Key::new(op, dtype, rows, n, eps, &names)?
+    };
     let cached = lock(cpu_plans()).get(&key).cloned();
     let plan = match cached {
         Some(p) => p,
@@ -278,7 +292,25 @@ fn cpu_run(
     }
     let mut host_outputs = Buffers::new();
     let plan_ref = &plan;
-    let result = py.detach(|| lanefold_cpu::execute(plan_ref, &host_inputs, &mut host_outputs));
+    let result = match plan.in_place_pair() {
+        None => py.detach(|| lanefold_cpu::execute(plan_ref, &host_inputs, &mut host_outputs)),
+        Some((input, output)) => {
+            if find(&inputs, input)? != find(&outputs, output)? {
+                return Err(value_error(format!(
+                    "in place: '{output}' must be given the address of '{input}'"
+                )));
+            }
+            // The executor writes the output into the input's copy; it
+            // goes back to the one address as the output.
+            let result = py.detach(|| {
+                lanefold_cpu::execute_in_place(plan_ref, &mut host_inputs, &mut host_outputs)
+            });
+            if let Some(t) = host_inputs.remove(input) {
+                host_outputs.insert(output.to_string(), t);
+            }
+            result
+        }
+    };
     result.map_err(|e| value_error(format!("{e}")))?;
     for (name, ptr) in targets {
         let t = host_outputs
@@ -438,7 +470,10 @@ fn prepared() -> &'static Mutex<Vec<Arc<Prepared>>> {
 /// and output, in the order later launches give their addresses). Returns
 /// a handle for [`cuda_launch`]. The slow half of a call, paid once per
 /// (op, dtype, shape, eps, buffers, device) by the Python side's cache.
+/// `in_place`: the kernel that writes the row output over the first row
+/// input (launched with one address for both).
 #[pyfunction]
+#[pyo3(signature = (op, dtype, rows, n, eps, device, names, in_place=false))]
 #[allow(clippy::too_many_arguments)]
 fn cuda_prepare(
     py: Python<'_>,
@@ -449,9 +484,13 @@ fn cuda_prepare(
     eps: f64,
     device: usize,
     names: Vec<String>,
+    in_place: bool,
 ) -> PyResult<usize> {
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let key = Key::new(op, dtype, rows, n, eps, &refs)?;
+    let key = Key {
+        in_place,
+        ..Key::new(op, dtype, rows, n, eps, &refs)?
+    };
     let _restore = RestoreContext::save();
     // Planning and NVRTC may take a while on a cache miss: without the GIL.
     let kernel = py.detach(|| kernel(device, key))?;

@@ -808,3 +808,104 @@ def test_backward_plans_are_described():
     ]:
         assert "W=" in lanefold.describe_plan(op, x)
     assert lanefold._ops._C.COLUMN_GROUP_ROWS == 32
+
+
+def _logits(x):
+    """Logits that are not a leaf, as a model's head makes them: a matmul's
+    output, whose backward reads its inputs, not the logits."""
+    h = x.detach().clone().requires_grad_()
+    eye = torch.eye(x.shape[-1], dtype=x.dtype)
+    return h, h @ eye
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inplace_backward_gives_torchs_gradients_in_the_logits_own_storage(monkeypatch, dtype):
+    """inplace_backward=True: the gradient of torch's float64 cross entropy
+    (mean and sum, ignored rows, a custom ignore_index, an incoming
+    gradient other than 1), bit for bit the out-of-place path's; the logits
+    hold the unscaled gradient after the forward; the saved tensor and the
+    gradient are the logits' own storage (no logits-sized allocation)."""
+    tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    seen = _recording(monkeypatch)
+    x = data((2, 3, 300), dtype, 120, -6.0, 6.0)
+    t = torch.randint(0, 300, (2, 3), generator=torch.Generator().manual_seed(121))
+    t[0, 1] = 7
+    for reduction in ["mean", "sum"]:
+        # The out-of-place path's dlogits and gradient, for the bits.
+        a, la = _logits(x)
+        loss_a = lanefold.cross_entropy(la, t, ignore_index=7, reduction=reduction)
+        (unscaled,) = loss_a.grad_fn.saved_tensors
+        unscaled = unscaled.clone()
+        (loss_a * 2.5).backward()
+        seen.clear()
+        h, logits = _logits(x)
+        loss = lanefold.cross_entropy(logits, t, ignore_index=7, reduction=reduction, inplace_backward=True)
+        assert seen == ["cross_entropy_with_grad"]
+        assert torch.equal(loss, loss_a)
+        assert torch.equal(logits.detach().reshape(-1, 300), unscaled)
+        (saved,) = loss.grad_fn.saved_tensors
+        assert saved.data_ptr() == logits.data_ptr()
+        grads = []
+        logits.register_hook(lambda g: grads.append(g))
+        (loss * 2.5).backward()
+        assert seen == ["cross_entropy_with_grad"], seen
+        assert grads[0].data_ptr() == logits.data_ptr()
+        assert torch.equal(h.grad, a.grad)
+        x64 = x.double().requires_grad_()
+        want = F.cross_entropy(x64.reshape(-1, 300), t.reshape(-1), ignore_index=7, reduction=reduction)
+        (want * 2.5).backward()
+        assert rel_err(h.grad, x64.grad) < tol, reduction
+        assert (h.grad[0, 1] == 0).all()
+
+
+def test_inplace_backward_refuses_what_autograd_cannot_allow():
+    """A leaf that requires grad, 'none', non-contiguous logits: clear
+    exceptions, the logits untouched. Without grad the logits stay as they
+    are. A producer that saved the logits sees its version check fail."""
+    x = data((4, 50), torch.float32, 122)
+    t = torch.tensor([1, 2, -100, 49])
+    leaf = x.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf"):
+        lanefold.cross_entropy(leaf, t, inplace_backward=True)
+    _, logits = _logits(x)
+    with pytest.raises(ValueError, match="'mean' or 'sum'"):
+        lanefold.cross_entropy(logits, t, reduction="none", inplace_backward=True)
+    _, wide = _logits(data((50, 4), torch.float32, 123))
+    with pytest.raises(ValueError, match="contiguous"):
+        lanefold.cross_entropy(wide.t(), t, inplace_backward=True)
+    assert torch.equal(logits.detach(), x) and torch.equal(leaf.detach(), x)
+    with torch.no_grad():
+        plain = x.clone()
+        lanefold.cross_entropy(plain, t, inplace_backward=True)
+        assert torch.equal(plain, x)
+    h = x.clone().requires_grad_()
+    squashed = torch.tanh(h)
+    loss = lanefold.cross_entropy(squashed, t, inplace_backward=True)
+    with pytest.raises(RuntimeError, match="inplace"):
+        loss.backward()
+
+
+def test_inplace_cross_entropy_op_passes_opcheck_and_compiles():
+    x = data((3, 40), torch.float32, 124)
+    t = torch.tensor([1, -100, 39])
+    dloss = torch.full((3,), 0.5)
+    torch.library.opcheck(
+        torch.ops.lanefold.cross_entropy_with_grad_.default,
+        (x.clone(), t, dloss),
+        test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic"),
+    )
+    why = _compile_works()
+    if why:
+        pytest.skip(why)
+    torch._dynamo.reset()
+    w = data((40, 40), torch.float32, 125).requires_grad_()
+
+    def step(h, w):
+        return lanefold.cross_entropy(h @ w, t, inplace_backward=True)
+
+    h = x.clone().requires_grad_()
+    torch.compile(step, fullgraph=True)(h, w).backward()
+    he, we = x.clone().requires_grad_(), w.detach().clone().requires_grad_()
+    step(he, we).backward()
+    torch.testing.assert_close(h.grad, he.grad)
+    torch.testing.assert_close(w.grad, we.grad)

@@ -494,3 +494,61 @@ def test_cross_entropy_with_grad_peak_memory_on_a_large_vocabulary(reduction):
     # On the device: float64 copies of 10^9 elements on the host take long.
     diff = (fused_grad.float() - unfused_grad.float()).norm() / unfused_grad.float().norm()
     assert diff.item() < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(17, 257), (64, 4096), (4, 131072), (8, 128256)])
+def test_inplace_backward_is_the_fused_gradient_bit_for_bit(dtype, shape, monkeypatch):
+    """inplace_backward=True on CUDA: the in-place kernel's loss and
+    gradient are the out-of-place fused path's bit for bit (mean and sum,
+    an ignored row, a scaled incoming gradient), the gradient lies in the
+    logits' own storage."""
+    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
+    rows, n = shape
+    x = data(shape, dtype, 64, -8.0, 8.0)
+    t = torch.randint(0, n, (rows,), device="cuda", generator=torch.Generator(device="cuda").manual_seed(65))
+    t[0] = -100
+    eye_h = lambda: x.clone().requires_grad_()  # noqa: E731
+    for reduction in ["mean", "sum"]:
+        a = eye_h()
+        loss_a = lanefold.cross_entropy(a, t, reduction=reduction)
+        (loss_a * 2.5).backward()
+        h = eye_h()
+        logits = h.clone()  # not a leaf; CloneBackward passes the gradient through
+        loss = lanefold.cross_entropy(logits, t, reduction=reduction, inplace_backward=True)
+        (loss * 2.5).backward()
+        assert torch.equal(loss, loss_a), reduction
+        assert torch.equal(h.grad, a.grad), reduction
+        assert torch.equal(logits.detach(), a.grad), reduction
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_inplace_backward_peak_memory_is_one_logits_buffer_lower(reduction, monkeypatch):
+    """4096 x 128256 bf16 logits (1 GiB) made before the measurement:
+    forward + backward in place allocate no logits-sized buffer at all
+    (Liger's peak), the fused path one."""
+    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
+    rows, n = 4096, 128256
+    size = rows * n * 2
+    t = torch.randint(0, n, (rows,), device="cuda")
+    t[::7] = -100
+    src = data((rows, n), torch.bfloat16, 66)
+
+    def peak(inplace):
+        logits = src.clone().requires_grad_().clone()  # not a leaf
+        gc.collect()
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        loss = lanefold.cross_entropy(logits, t, reduction=reduction, inplace_backward=inplace)
+        (grad,) = torch.autograd.grad(loss * 2, logits)
+        torch.cuda.synchronize()
+        assert (grad.data_ptr() == logits.data_ptr()) == inplace
+        return torch.cuda.max_memory_allocated() - base
+
+    for inplace in [False, True]:
+        peak(inplace)  # compile and load outside the measurement
+    small = 64 << 20
+    fused, inplace = peak(False), peak(True)
+    assert inplace <= small, (inplace, size)
+    assert fused >= size, (fused, size)

@@ -452,3 +452,106 @@ fn occupancy_rounds_registers_up_to_the_allocation_step() {
     assert_eq!(groups_per_multiprocessor(&t, 256, 32, 0), 8);
     assert_eq!(groups_per_multiprocessor(&t, 128, 33, 0), 12);
 }
+
+fn in_place_request(schedule: &str) -> LayoutRequest {
+    let mut r: LayoutRequest = schedule.parse().unwrap();
+    r.in_place = true;
+    r
+}
+
+/// In place is refused, with its reason, wherever an element could be
+/// read after its output is written: a pushed cluster reduction (no
+/// ordering of one group's reads before another's stores), a cold path
+/// (re-reads the row after its stores), two row outputs; and it is
+/// planned for cross entropy with its gradient in every other family.
+#[test]
+fn in_place_is_refused_where_a_read_could_follow_the_store_over_it() {
+    let t = Target::h200();
+    let ce = typed(Operator::CrossEntropyWithGrad, DType::Bf16, "8x131072");
+    let pushed = plan(
+        &ce,
+        &t,
+        &in_place_request("W=2048 V=8 registers push-reduce"),
+    );
+    assert!(
+        matches!(&pushed, Err(Refusal::InPlace(m)) if m.contains("push-reduce")),
+        "{pushed:?}"
+    );
+    let barrier = plan(&ce, &t, &in_place_request("W=2048 V=8 registers")).unwrap();
+    assert!(barrier.in_place && barrier.groups_per_row > 1);
+    assert_eq!(barrier.in_place_pair(), Some(("x", "dx")));
+    let cold = typed(Operator::Rmsnorm, DType::F32, "8x4096");
+    let refused = plan(&cold, &t, &in_place_request("W=256 V=4 cold-path"));
+    assert!(
+        matches!(&refused, Err(Refusal::InPlace(m)) if m.contains("cold path")),
+        "{refused:?}"
+    );
+    let two = typed(Operator::ResidualLayernorm, DType::F32, "8x4096");
+    let refused = plan(&two, &t, &in_place_request("W=256 V=4"));
+    assert!(
+        matches!(&refused, Err(Refusal::InPlace(m)) if m.contains("2 row outputs")),
+        "{refused:?}"
+    );
+    // The one-pass moments read x's first element in the first phase,
+    // before the output's: in place is legal there.
+    let ln = typed(Operator::Layernorm, DType::F32, "8x4096");
+    assert!(plan(&ln, &t, &in_place_request("W=256 V=4 one-pass-moments")).is_ok());
+    // The plan round-trips its token.
+    assert!(
+        barrier.describe().ends_with("in-place"),
+        "{}",
+        barrier.describe()
+    );
+    assert_eq!(plan(&ce, &t, &barrier.schedule()).unwrap(), barrier);
+}
+
+/// A store in the phase that reads an element another thread owns (here
+/// `x[0]` and the output in one phase, no reduction between) is refused.
+#[test]
+fn in_place_refuses_a_foreign_read_in_the_storing_phase() {
+    let mut b = Builder::new("first_minus_x");
+    let x = b.input("x", BufferKind::Row);
+    let f = b.row_first("x");
+    let fb = b.broadcast(f);
+    let y = b.sub(x, fb);
+    b.output("y", BufferKind::Row, y);
+    let program = b.finish();
+    let p = Problem {
+        program,
+        dtype: DType::F32,
+        shape: "4x1024".parse().unwrap(),
+    };
+    let refused = plan(&p, &Target::h200(), &in_place_request("W=256 V=4"));
+    assert!(
+        matches!(&refused, Err(Refusal::InPlace(m)) if m.contains("first element")),
+        "{refused:?}"
+    );
+}
+
+/// An automatic in-place request never plans a pushed cluster
+/// reduction, which legality would refuse (were one chosen, the choice
+/// meets its cluster at a barrier instead), and otherwise plans what the
+/// out-of-place request does.
+#[test]
+fn an_automatic_in_place_request_avoids_pushed_cluster_reductions() {
+    let t = Target::h200();
+    for shape in ["4096x128256", "64x262144", "8192x32000", "1x4096"] {
+        for dtype in [DType::Bf16, DType::F32] {
+            let ce = typed(Operator::CrossEntropyWithGrad, dtype, shape);
+            let r = LayoutRequest {
+                in_place: true,
+                ..automatic()
+            };
+            let p = plan(&ce, &t, &r).unwrap_or_else(|e| panic!("{shape} {dtype}: {e}"));
+            assert!(p.in_place && !p.pushed_cluster_reduce, "{}", p.describe());
+            // Otherwise the out-of-place choice itself, the same kernel
+            // but for the aliased pair.
+            let out = plan(&ce, &t, &automatic()).unwrap();
+            if !out.pushed_cluster_reduce {
+                let mut same = out.schedule();
+                same.in_place = true;
+                assert_eq!(p.schedule(), same, "{shape} {dtype}");
+            }
+        }
+    }
+}

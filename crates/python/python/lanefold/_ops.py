@@ -98,9 +98,11 @@ def _stream(device: int) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
+def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs, in_place: bool = False) -> None:
     """Run ``op`` over the rows of the 2-D ``x``: ``inputs`` and ``outputs``
-    are (buffer name, tensor) pairs, every tensor contiguous on x's device."""
+    are (buffer name, tensor) pairs, every tensor contiguous on x's device.
+    ``in_place``: the plan that writes its row output over its first row
+    input (both given the same tensor)."""
     rows, n = x.shape
     dtype = _DTYPES[x.dtype]
     if x.device.type == "cpu":
@@ -112,16 +114,17 @@ def _launch(op: str, x: torch.Tensor, eps: float, inputs, outputs) -> None:
             float(eps),
             [(name, t.data_ptr()) for name, t in inputs],
             [(name, t.data_ptr()) for name, t in outputs],
+            in_place,
         )
     elif x.device.type == "cuda":
         buffers = inputs + outputs
         device = x.device.index
         names = tuple([name for name, _ in buffers])
-        key = (op, dtype, rows, n, eps, names, device)
+        key = (op, dtype, rows, n, eps, names, device, in_place)
         handle = _PREPARED.get(key)
         if handle is None:
             _preload_nvrtc()
-            handle = _C.cuda_prepare(op, dtype, rows, n, float(eps), device, list(names))
+            handle = _C.cuda_prepare(op, dtype, rows, n, float(eps), device, list(names), in_place)
             _PREPARED[key] = handle
         _C.cuda_launch(handle, _stream(device), [t.data_ptr() for _, t in buffers])
     else:
@@ -386,6 +389,36 @@ def _(logits, target, dloss):
     return logits.new_empty((logits.shape[0],)), torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
+def _cross_entropy_with_grad_inplace_impl(logits: torch.Tensor, target: torch.Tensor, dloss: torch.Tensor) -> torch.Tensor:
+    """cross_entropy_with_grad writing dlogits over ``logits`` (contiguous,
+    2-D): returns the per-row loss; ``logits`` then holds the gradient. One
+    logits-sized buffer fewer than the out-of-place op."""
+    target, dloss = _ready(target), _ready(dloss)
+    if not logits.is_contiguous() or (logits.is_cuda and logits.data_ptr() % 16 != 0):
+        raise ValueError("lanefold: in place, logits must be contiguous (and 16-byte aligned on CUDA)")
+    loss = logits.new_empty((logits.shape[0],))
+    if logits.shape[0] > 0:
+        _launch(
+            "cross_entropy_with_grad",
+            logits,
+            1.0,
+            [("x", logits), ("target", target), ("dloss", dloss)],
+            [("loss", loss), ("dx", logits)],
+            in_place=True,
+        )
+    return loss
+
+
+_cross_entropy_with_grad_inplace_op = torch.library.custom_op(
+    "lanefold::cross_entropy_with_grad_", mutates_args=("logits",)
+)(_cross_entropy_with_grad_inplace_impl)
+
+
+@_cross_entropy_with_grad_inplace_op.register_fake
+def _(logits, target, dloss):
+    return logits.new_empty((logits.shape[0],))
+
+
 @torch.library.custom_op("lanefold::norm_column_grads", mutates_args=())
 def _column_grads_op(x: torch.Tensor, dy: torch.Tensor, eps: float, layer: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """(dweight, dbias) of a norm of the rows x (layer: LayerNorm, else
@@ -563,6 +596,29 @@ class _CrossEntropyWithGrad(torch.autograd.Function):
         op = _cross_entropy_with_grad_impl if _direct(logits, target) else _cross_entropy_with_grad_op
         loss, dx = op(logits, target, dloss)
         ctx.save_for_backward(dx)
+        return _reduce_losses(loss, count if mean else None, logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (dx,) = ctx.saved_tensors
+        return _scale_unless_one_(dx, grad), None, None
+
+
+class _CrossEntropyWithGradInPlace(torch.autograd.Function):
+    """``inplace_backward=True``: as :class:`_CrossEntropyWithGrad`, but
+    dlogits are written over the logits themselves (Liger's and
+    flash-attn's in-place gradient), so forward + backward hold no second
+    logits-sized buffer; the saved tensor is the logits' own storage and
+    the backward scales it in place and returns it as their gradient."""
+
+    @staticmethod
+    def forward(ctx, logits, target, mean: bool):
+        count = (target != _IGNORE_INDEX).sum().to(torch.float32)
+        scale = count.reciprocal() if mean else torch.ones_like(count)
+        dloss = scale.to(logits.dtype).expand(logits.shape[0]).contiguous()
+        op = _cross_entropy_with_grad_inplace_impl if _direct(logits, target) else _cross_entropy_with_grad_inplace_op
+        loss = op(logits, target, dloss)
+        ctx.save_for_backward(logits.detach())
         return _reduce_losses(loss, count if mean else None, logits.dtype)
 
     @staticmethod
@@ -760,6 +816,7 @@ def cross_entropy(
     target: torch.Tensor,
     ignore_index: int = -100,
     reduction: str = "mean",
+    inplace_backward: bool = False,
 ) -> torch.Tensor:
     """Cross entropy of class-index targets over the last dim of ``logits``.
 
@@ -768,6 +825,16 @@ def cross_entropy(
     as torch). Losses are in logits' dtype; the reductions accumulate in
     float32. On the CPU an out-of-range target raises ValueError; on CUDA
     it is not checked (a check would synchronize).
+
+    ``inplace_backward=True`` (``"mean"`` or ``"sum"``, logits that require
+    grad): the forward overwrites ``logits`` with their gradient and the
+    backward returns that storage, as Liger's cross entropy does, saving
+    one logits-sized buffer. ``logits`` must be contiguous and not a leaf
+    (autograd forbids changing a leaf that requires grad in place); nothing
+    else may read them after this call (their values are gone: a
+    producer that saved them for its own backward, e.g. ``tanh``, fails
+    autograd's version check, while a matmul's saved inputs are
+    untouched).
     """
     _check_input(logits, "logits")
     _check_tensor(target, "target")
@@ -794,6 +861,21 @@ def cross_entropy(
     t = target.reshape(-1).to(torch.int64)
     if ignore_index != _IGNORE_INDEX:
         t = torch.where(t == ignore_index, torch.full_like(t, _IGNORE_INDEX), t)
+    if inplace_backward and logits.requires_grad and torch.is_grad_enabled():
+        if reduction == "none":
+            raise ValueError(
+                "lanefold: inplace_backward needs reduction 'mean' or 'sum' "
+                "(with 'none' the gradient each row receives is not known in the forward)"
+            )
+        base = logits if logits._base is None else logits._base
+        if base.is_leaf:
+            raise RuntimeError(
+                "lanefold: inplace_backward overwrites logits with their gradient, "
+                "but they are (a view of) a leaf that requires grad (autograd forbids that in place)"
+            )
+        if not logits.is_contiguous():
+            raise ValueError("lanefold: inplace_backward needs contiguous logits")
+        return _CrossEntropyWithGradInPlace.apply(_rows(logits), t, reduction == "mean")
     if (
         reduction != "none"
         and logits.requires_grad
