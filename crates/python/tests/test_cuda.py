@@ -498,12 +498,11 @@ def test_cross_entropy_with_grad_peak_memory_on_a_large_vocabulary(reduction):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(17, 257), (64, 4096), (4, 131072), (8, 128256)])
-def test_inplace_backward_is_the_fused_gradient_bit_for_bit(dtype, shape, monkeypatch):
+def test_inplace_backward_is_the_fused_gradient_bit_for_bit(dtype, shape):
     """inplace_backward=True on CUDA: the in-place kernel's loss and
     gradient are the out-of-place fused path's bit for bit (mean and sum,
     an ignored row, a scaled incoming gradient), the gradient lies in the
     logits' own storage."""
-    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
     rows, n = shape
     x = data(shape, dtype, 64, -8.0, 8.0)
     t = torch.randint(0, n, (rows,), device="cuda", generator=torch.Generator(device="cuda").manual_seed(65))
@@ -523,11 +522,10 @@ def test_inplace_backward_is_the_fused_gradient_bit_for_bit(dtype, shape, monkey
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_inplace_backward_peak_memory_is_one_logits_buffer_lower(reduction, monkeypatch):
+def test_inplace_backward_peak_memory_is_one_logits_buffer_lower(reduction):
     """4096 x 128256 bf16 logits (1 GiB) made before the measurement:
     forward + backward in place allocate no logits-sized buffer at all
     (Liger's peak), the fused path one."""
-    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "1")
     rows, n = 4096, 128256
     size = rows * n * 2
     t = torch.randint(0, n, (rows,), device="cuda")
