@@ -13,7 +13,8 @@
 //!   l1-columns unfolded-addresses ordered-columns staged-columns
 //!   packed-resident rounded-resident relaxed-exit push-reduce
 //!   persistent-clusters prefetch-rows online-normalizer one-pass-moments
-//!   fused-output batched-loads ordered-hinted-loads batch-invariant`;
+//!   fused-output no-cold-path batched-loads ordered-hinted-loads
+//!   batch-invariant`;
 //! - counts (n > 0): `early-columns=n shared-chunks=n l2-prefetch=n
 //!   occupancy=n occupancy-cap=n group-threads=n`;
 //! - `order=tree` or `order=sequential`; `mapper=seed`.
@@ -131,7 +132,7 @@ const TOKENS: &[Field] = &[
     flag!("online-normalizer", online_normalizer),
     flag!("one-pass-moments", one_pass_moments),
     flag!("fused-output", fused_output),
-    flag!("cold-path", cold_path),
+    flag!("no-cold-path", no_cold_path),
     count!("occupancy", occupancy),
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
@@ -279,6 +280,13 @@ impl FromStr for LayoutRequest {
                         .expect("the residency is a field");
                     (residency, word)
                 }
+                (None, None) if word == "cold-path" => {
+                    return Err(ScheduleError::new(
+                        word,
+                        "the norms take their cold path by default now: leave the token \
+                         out (no-cold-path opts out)",
+                    ));
+                }
                 (None, _) if word == "auto" => {
                     return Err(ScheduleError::new(
                         word,
@@ -388,7 +396,7 @@ mod tests {
                 early_columns: c[3],
                 shared_chunks: c[4],
                 l2_prefetch_rows: if b[19] { c[5] } else { 0 },
-                cold_path: b[20],
+                no_cold_path: b[20],
             }
         })
     }
@@ -426,7 +434,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
+                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(
