@@ -134,7 +134,7 @@ pub(crate) fn resolve(
     let promised = replan(p, target, |r| r.occupancy = groups)?;
     let cold = compile_offline(&promised, options, arch)?;
     let registers = registers_of(&cold)?;
-    let local = cold.ptxas.spill_store_bytes.unwrap_or(0) + cold.ptxas.stack_bytes.unwrap_or(0);
+    let local = kernel_local_bytes(&cold);
     let reached = promised.compiled_groups_per_multiprocessor(target, registers);
     let (decision, plan, compiled) = if local == 0 && reached >= groups {
         let decision = ColdPathDecision::Kept {
@@ -146,7 +146,7 @@ pub(crate) fn resolve(
     } else {
         let reason = if local > 0 {
             format!(
-                "the cold path needs {local} bytes of local memory to keep the plain \
+                "the cold path spills {local} bytes in the kernel to keep the plain \
                  kernel's {groups} groups/SM ({plain_registers} registers)"
             )
         } else {
@@ -210,6 +210,22 @@ fn replan(
         )));
     }
     Ok(q)
+}
+
+/// Local memory of the kernel itself (its spill stores and stack frame),
+/// where the hot path would pay for it; the non-inlined cold functions'
+/// own frames are left out: they run only for the rare rows that need
+/// them. A log without the kernel's line counts everything it reports.
+fn kernel_local_bytes(c: &OfflineCompile) -> u32 {
+    let header = format!("Function properties for {}", c.kernel);
+    let mut lines = c.log.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end().ends_with(&header) {
+            let r = crate::PtxasReport::parse(lines.next().unwrap_or_default());
+            return r.spill_store_bytes.unwrap_or(0) + r.stack_bytes.unwrap_or(0);
+        }
+    }
+    c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0)
 }
 
 fn registers_of(c: &OfflineCompile) -> Result<u32, CudaError> {

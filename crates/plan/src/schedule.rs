@@ -455,6 +455,52 @@ mod tests {
         }
     }
 
+    /// `no-cold-path` round-trips, plans a norm without its cold path and
+    /// shows in that plan's schedule; the default plan shows no token; the
+    /// old opt-in `cold-path` is refused with the new default named.
+    #[test]
+    fn no_cold_path_round_trips_and_the_old_cold_path_token_is_refused() {
+        use crate::{plan, Problem, Target};
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        let r: LayoutRequest = "W=256 V=4 no-cold-path".parse().unwrap();
+        assert!(r.no_cold_path);
+        assert_eq!(r.to_string(), "W=256 V=4 no-cold-path");
+        let err = "W=256 cold-path".parse::<LayoutRequest>().unwrap_err();
+        assert_eq!(err.token, "cold-path");
+        assert!(err.reason.contains("by default now"), "{err}");
+        for op in Operator::SIX {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::Bf16,
+                "64x4096".parse().unwrap(),
+            );
+            let target = Target::h200();
+            let default = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+            let plain_request = LayoutRequest {
+                no_cold_path: true,
+                ..LayoutRequest::default()
+            };
+            let plain = plan(&problem, &target, &plain_request).unwrap();
+            let norm = op.has_cold_path();
+            assert_eq!(default.cold_path(), norm, "{op}");
+            assert!(!plain.cold_path(), "{op}");
+            assert!(!default.describe().contains("cold-path"), "{op}");
+            assert_eq!(plain.describe().contains("no-cold-path"), norm, "{op}");
+            // Each plan's schedule text plans back to it, from either
+            // plan's own problem (the cold path added or taken out).
+            for p in [&default, &plain] {
+                let text = p.schedule().to_string();
+                let back: LayoutRequest = text.parse().unwrap();
+                for from in [&problem, &default.problem, &plain.problem] {
+                    let q = plan(from, &target, &back).unwrap();
+                    assert_eq!(q.describe(), p.describe(), "{op}: {text}");
+                    assert_eq!(q.problem.program, p.problem.program, "{op}: {text}");
+                }
+            }
+        }
+    }
+
     /// Plans of every operator and dtype over short, long and cluster rows,
     /// asked for by many requests (automatic, explicit, with policies):
     /// each one's schedule text, parsed back, plans to the same plan.
