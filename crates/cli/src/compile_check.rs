@@ -18,11 +18,7 @@ pub fn compile_check(
     arch: &str,
     occupancy_from_compiler: bool,
     cubin_dir: Option<&Path>,
-    cold_path: bool,
 ) -> Result<()> {
-    if cold_path {
-        return cold_path_check(ops, shapes, dtypes, request, arch);
-    }
     if let Some(dir) = cubin_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -142,7 +138,7 @@ fn no_kernel(plan: String, result: String) -> Vec<String> {
 /// kernel's registers and groups/SM, and whether the cold kernel kept them
 /// under the promise or the plain plan runs instead. Other operators and
 /// plans without a cold path are left out.
-fn cold_path_check(
+pub fn cold_path_check(
     ops: &[Operator],
     shapes: &[Shape],
     dtypes: &[DType],

@@ -588,6 +588,15 @@ fn main() {
             cubin_dir,
             cold_path,
         } => parse_ops(&ops).and_then(|ops| {
+            if cold_path {
+                return lanefold::compile_check::cold_path_check(
+                    &ops,
+                    &shapes,
+                    &dtypes,
+                    &layout.request()?,
+                    &arch,
+                );
+            }
             lanefold::compile_check::compile_check(
                 &ops,
                 &shapes,
@@ -596,7 +605,6 @@ fn main() {
                 &arch,
                 occupancy_from_compiler,
                 cubin_dir.as_deref(),
-                cold_path,
             )
         }),
         Command::Speed(args) => args.layout.request().and_then(|request| {
