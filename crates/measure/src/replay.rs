@@ -298,15 +298,19 @@ pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, O
             // hash, so plan that layout explicitly, in whichever cluster
             // group size regenerates the recorded source. Without a recorded
             // hash nothing would prove the kernel is the same one.
+            // A norm recorded before it carried its cold path by default
+            // ran today's `no-cold-path` kernel.
             let group_sizes = std::iter::once(case.request.cluster_group_threads)
-                .chain((5..=10).map(|k| 1u32 << k));
-            for cluster_group_threads in group_sizes {
+                .chain((5..=10).map(|k| 1u32 << k))
+                .flat_map(|g| [(g, false), (g, true)]);
+            for (cluster_group_threads, no_cold_path) in group_sizes {
                 let explicit = LayoutRequest {
                     workers: case.layout.workers,
                     pack: case.layout.pack,
                     unroll: case.layout.unroll,
                     rows_per_group: case.layout.rows_per_group,
                     cluster_group_threads,
+                    no_cold_path: no_cold_path || case.request.no_cold_path,
                     ..case.request
                 };
                 let Ok(q) = plan(&problem, target, &explicit) else {
