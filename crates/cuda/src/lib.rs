@@ -1288,6 +1288,8 @@ ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loa
                 pack,
                 cluster_group_threads: group_threads,
                 mapper: MapperPolicy::Model,
+                // The kernels measured: without the norms' cold path.
+                no_cold_path: true,
                 ..Default::default()
             };
             let p = plan(&problem, &target, &request).unwrap();
