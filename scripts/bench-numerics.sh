@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Paired speed check of the numerics change, in one session (A B B A, so
 # drift cancels): the old binary (A) against the new one (B) with the
-# same default schedules, and the new one without (B) and with (C) the
-# norms' opt-in cold path (B C C B). Each run is a `lanefold bench` of
+# same default schedules, and the new one with (B, the default) and
+# without (C, `no-cold-path`) the norms' cold path (B C C B). Each run is a `lanefold bench` of
 # the GPU phase (3 samples of 5 ms); compare the p50s of matching cases
 # across the runs (results.md in each directory).
 #
@@ -12,7 +12,7 @@
 #         long   the same norms at 1024x131072; A B B A
 #         online softmax, cross_entropy at 4096x8192, 1024x4096,
 #                1024x131072; A B B A
-#         cold   the norms of `norms`, B C C B with `--schedule cold-path`
+#         cold   the norms of `norms`, B C C B, C with `--schedule no-cold-path`
 #   Env: OLD (default .device/lanefold-old), NEW (default .device/lanefold),
 #   OUT (default /tmp/bench-numerics), SHAPES and DTYPES (override the
 #   part's; default f32,bf16), RUN_S (seconds a run may take, default 140).
@@ -33,7 +33,7 @@ case $part in
   norms) ops=$norms shapes=$norm_shapes order=("${ab[@]}") ;;
   long) ops=$norms shapes=1024x131072 order=("${ab[@]}") ;;
   online) ops=softmax,cross_entropy shapes=4096x8192,1024x4096,1024x131072 order=("${ab[@]}") ;;
-  cold) ops=$norms shapes=$norm_shapes order=("b1:$new:" "c1:$new:cold-path" "c2:$new:cold-path" "b2:$new:") ;;
+  cold) ops=$norms shapes=$norm_shapes order=("b1:$new:" "c1:$new:no-cold-path" "c2:$new:no-cold-path" "b2:$new:") ;;
   *) echo "unknown PART $part (norms, long, online, cold)" >&2; exit 2 ;;
 esac
 shapes=${SHAPES:-$shapes}

@@ -132,3 +132,75 @@ fn no_kernel(plan: String, result: String) -> Vec<String> {
     let dash = || "—".to_string();
     vec![plan, dash(), dash(), dash(), dash(), dash(), result]
 }
+
+/// `compile-check --cold-path`: what the CUDA runtime does with each norm
+/// plan's cold path ([`lanefold_cuda::resolve_cold_path`]): the plain
+/// kernel's registers and groups/SM, and whether the cold kernel kept them
+/// under the promise or the plain plan runs instead. Other operators and
+/// plans without a cold path are left out.
+pub fn cold_path_check(
+    ops: &[Operator],
+    shapes: &[Shape],
+    dtypes: &[DType],
+    request: &LayoutRequest,
+    arch: &str,
+) -> Result<()> {
+    use lanefold_cuda::ColdPathDecision;
+    lanefold_cuda::probe_nvrtc()?;
+    let target = Target::h200();
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(["op", "dtype", "shape", "resolved plan", "decision"]);
+    let (mut kept, mut plain, mut own, mut refused) = (0, 0, 0, 0);
+    for &shape in shapes {
+        for &op in ops.iter().filter(|op| op.has_cold_path()) {
+            for &dtype in dtypes {
+                let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                let p = match plan(&problem, &target, request) {
+                    Ok(p) if p.cold_path() => p,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        refused += 1;
+                        table.add_row([
+                            op.to_string(),
+                            dtype.to_string(),
+                            shape.to_string(),
+                            "—".into(),
+                            format!("refused: {e}"),
+                        ]);
+                        continue;
+                    }
+                };
+                let (r, decision) = lanefold_cuda::resolve_cold_path(
+                    &p,
+                    &CodegenOptions::default(),
+                    arch,
+                    &target,
+                )?;
+                match decision {
+                    ColdPathDecision::Kept { .. } => kept += 1,
+                    ColdPathDecision::Plain { .. } => plain += 1,
+                    _ => own += 1,
+                }
+                table.add_row([
+                    op.to_string(),
+                    dtype.to_string(),
+                    shape.to_string(),
+                    r.describe(),
+                    decision.to_string(),
+                ]);
+            }
+        }
+    }
+    println!(
+        "NVRTC {}, {arch}, target {}",
+        lanefold_cuda::nvrtc_version().unwrap_or_default(),
+        target.name
+    );
+    println!("{table}");
+    println!(
+        "cold path: {kept} kept at the plain kernel's groups/SM, {plain} plain, \
+         {own} under their own promise, {refused} refused"
+    );
+    Ok(())
+}

@@ -7,7 +7,7 @@ use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{poisoned_outputs, random_inputs};
 use lanefold_cpu::reference::{reference, Reference};
 use lanefold_cpu::{Buffers, Validation};
-use lanefold_cuda::CudaBackend;
+use lanefold_cuda::{ColdPathDecision, CudaBackend};
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Refusal, Shape, Target};
 
@@ -102,18 +102,26 @@ impl Backend {
         (request, false)
     }
 
+    /// Run `plan`; returns the plan that ran and, on CUDA, what became of
+    /// its cold path ([`CudaBackend::resolve`]). The CPU runs plans as
+    /// they are.
     pub fn execute(
         &self,
         plan: &Plan,
         options: &CodegenOptions,
         inputs: &Buffers,
         outputs: &mut Buffers,
-    ) -> Result<()> {
-        match self {
-            Backend::Cpu => lanefold_cpu::execute(plan, inputs, outputs)?,
-            Backend::Cuda(c) => c.execute(plan, options, inputs, outputs)?,
-        }
-        Ok(())
+    ) -> Result<(Plan, Option<ColdPathDecision>)> {
+        Ok(match self {
+            Backend::Cpu => {
+                lanefold_cpu::execute(plan, inputs, outputs)?;
+                (plan.clone(), None)
+            }
+            Backend::Cuda(c) => {
+                let (plan, decision) = c.execute(plan, options, inputs, outputs)?;
+                (plan, Some(decision))
+            }
+        })
     }
 }
 
@@ -134,7 +142,10 @@ impl Case {
 }
 
 pub struct Outcome {
+    /// The plan that ran (on CUDA, resolved: [`CudaBackend::resolve`]).
     pub plan: Plan,
+    /// On CUDA, what became of the plan's cold path.
+    pub cold_path: Option<ColdPathDecision>,
     pub validation: Validation,
     pub outputs: Buffers,
     pub inputs: Buffers,
@@ -177,10 +188,11 @@ fn run_plan_against(
 ) -> Result<Outcome> {
     let problem = &plan.problem;
     let mut outputs = poisoned_outputs(problem);
-    backend.execute(&plan, options, &inputs, &mut outputs)?;
+    let (plan, cold_path) = backend.execute(&plan, options, &inputs, &mut outputs)?;
     let validation = lanefold_cpu::validate(problem.dtype, &outputs, want);
     Ok(Outcome {
         plan,
+        cold_path,
         validation,
         outputs,
         inputs,

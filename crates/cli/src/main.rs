@@ -183,6 +183,11 @@ enum Command {
         /// its source beside it as `<kernel>.cu`.
         #[arg(long)]
         cubin_dir: Option<PathBuf>,
+        /// Report what the CUDA runtime does with each norm plan's cold
+        /// path: the plain kernel's groups/SM, and whether the cold kernel
+        /// kept them (promised, no spill) or the plain plan runs instead.
+        #[arg(long)]
+        cold_path: bool,
     },
     /// Judge the replays in these directories against the speed targets
     /// of a targets file, case by case, from their recorded rounds, and
@@ -581,7 +586,17 @@ fn main() {
             arch,
             occupancy_from_compiler,
             cubin_dir,
+            cold_path,
         } => parse_ops(&ops).and_then(|ops| {
+            if cold_path {
+                return lanefold::compile_check::cold_path_check(
+                    &ops,
+                    &shapes,
+                    &dtypes,
+                    &layout.request()?,
+                    &arch,
+                );
+            }
             lanefold::compile_check::compile_check(
                 &ops,
                 &shapes,
@@ -962,6 +977,13 @@ fn run_cmd(args: RunArgs) -> Result<()> {
         backend.name(),
         out.plan.describe()
     );
+    if let Some(d) = out
+        .cold_path
+        .as_ref()
+        .filter(|d| **d != lanefold_cuda::ColdPathDecision::Absent)
+    {
+        println!("{d}");
+    }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header([
@@ -1005,10 +1027,18 @@ fn run_cmd(args: RunArgs) -> Result<()> {
             problem.operator_kind(),
             Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
         );
+        if let Some(lanefold_cuda::ColdPathDecision::Plain { reason, .. }) = &out.cold_path {
+            bail!(
+                "output failed validation against float64 (rows whose squares overflow f32, \
+                 or far from 0 for their spread, need the norms' cold path, and this plan \
+                 runs without it: it did not fit the plain kernel's occupancy: {reason})"
+            );
+        }
         if norm && !out.plan.cold_path() {
             bail!(
                 "output failed validation against float64 (rows whose squares overflow f32, \
-                 or far from 0 for their spread, need the norms' cold path: --schedule cold-path)"
+                 or far from 0 for their spread, need the norms' cold path, which \
+                 no-cold-path leaves out)"
             );
         }
         bail!("output failed validation against float64");

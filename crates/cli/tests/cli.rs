@@ -677,10 +677,20 @@ fn masked_and_huge_npy_inputs_validate() {
     let path = dir.join("huge.npy");
     npy::write(&path, &Tensor::F32(huge), &[rows as u64, n as u64]).unwrap();
     let arg = format!("x={}", path.display());
-    // The norms meet float64 there with the cold path (`cold-path`).
+    // The norms meet float64 there by default (their cold path) on the
+    // CPU: f32 rows at 1e30 normalised to 0 when it was opt-in.
     for op in ["rmsnorm", "layernorm", "residual_layernorm"] {
-        let mut args = vec!["run", "--op", op, "--shape", "3x40", "--input", &arg];
-        args.extend(["--schedule", "cold-path"]);
+        let args = [
+            "run",
+            "--op",
+            op,
+            "--shape",
+            "3x40",
+            "--input",
+            &arg,
+            "--backend",
+            "cpu",
+        ];
         let o = lanefold(&args);
         assert!(o.status.success(), "{op}: {}\n{}", stderr(&o), stdout(&o));
         assert!(stdout(&o).contains("validated against float64"));
@@ -693,16 +703,32 @@ fn masked_and_huge_npy_inputs_validate() {
         "3x40",
         "--input",
         &arg,
+        "--backend",
+        "cpu",
+        "--schedule",
+        "no-cold-path",
     ]);
     assert!(
         !o.status.success(),
         "the fast path alone normalises 1e30 rows to 0"
     );
     assert!(
-        stderr(&o).contains("--schedule cold-path"),
+        stderr(&o).contains("no-cold-path leaves out"),
         "{}",
         stderr(&o)
     );
+    // The old opt-in token is refused with the new default named.
+    let o = lanefold(&[
+        "plan",
+        "--op",
+        "layernorm",
+        "--shape",
+        "3x40",
+        "--schedule",
+        "cold-path",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("by default now"), "{}", stderr(&o));
 }
 
 /// Masked long rows went NaN in the online normalizer: a softmax and a

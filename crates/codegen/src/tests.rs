@@ -68,7 +68,7 @@ fn golden_rmsnorm_f32_w256_v4_streaming_hints() {
         },
     );
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_rmsnorm_f32_w256_v4_u1_g1_cs");
+    assert_eq!(k.name, "lf_rmsnorm_f32_w256_v4_u1_g1_cs_cp");
     assert!(
         k.source.contains("= lf_ld_cs(q + 0);"),
         "x loads evict-first"
@@ -90,6 +90,8 @@ fn an_occupancy_promise_changes_only_the_declaration_and_the_name() {
         pack: 8,
         unroll: 4,
         cluster_group_threads: 256,
+        // The plain kernel's name, which the promise extends.
+        no_cold_path: true,
         ..Default::default()
     };
     let plain = make_with(Operator::Rmsnorm, DType::Bf16, "4x131072", request);
@@ -109,7 +111,7 @@ fn an_occupancy_promise_changes_only_the_declaration_and_the_name() {
     assert_eq!(k_bounded.name, format!("{}_ob4", k_plain.name));
     let strip = |s: &str, name: &str, describe: &str| {
         s.replace(name, "NAME")
-            .replace(describe, "DESCRIBE")
+            .replace(&describe.replace(" no-cold-path", ""), "DESCRIBE")
             .replace("__launch_bounds__(256, 4)", "__launch_bounds__(256)")
     };
     assert_eq!(
@@ -139,6 +141,7 @@ fn keep_columns_marks_only_the_column_loads_of_a_register_plan() {
     let request = LayoutRequest {
         workers: 256,
         pack: 4,
+        no_cold_path: true,
         ..Default::default()
     };
     let kept_request = LayoutRequest {
@@ -147,7 +150,7 @@ fn keep_columns_marks_only_the_column_loads_of_a_register_plan() {
     };
     let plain = make_with(Operator::Layernorm, DType::F32, "64x4096", request);
     let kept = make_with(Operator::Layernorm, DType::F32, "64x4096", kept_request);
-    assert!(kept.keep_columns && kept.describe().ends_with(" keep-columns"));
+    assert!(kept.keep_columns && kept.describe().contains(" keep-columns"));
     assert_eq!(kept.residency, lanefold_plan::Residency::Registers);
     let (k_plain, k) = (kernel(&plain), kernel(&kept));
     assert_eq!(k.name, format!("{}_kc", k_plain.name));
@@ -185,6 +188,7 @@ fn reread_hints_keep_a_streamed_tile_for_its_reread_and_drop_it_after() {
         pack: 4,
         unroll: 2,
         residency: ResidencyRequest::Stream,
+        no_cold_path: true,
         ..Default::default()
     };
     let hinted_request = LayoutRequest {
@@ -193,7 +197,7 @@ fn reread_hints_keep_a_streamed_tile_for_its_reread_and_drop_it_after() {
     };
     let plain = make_with(Operator::Rmsnorm, DType::F32, "4x32768", request);
     let hinted = make_with(Operator::Rmsnorm, DType::F32, "4x32768", hinted_request);
-    assert!(hinted.reread_hints && hinted.describe().ends_with(" reread-hints"));
+    assert!(hinted.reread_hints && hinted.describe().contains(" reread-hints"));
     let (k_plain, k) = (kernel(&plain), kernel(&hinted));
     assert_eq!(k.name, format!("{}_rr", k_plain.name));
     let phase1 = k.source.find("// ---- phase 1 ----").unwrap();
@@ -307,6 +311,7 @@ fn relaxed_cluster_exit_changes_only_the_barrier_before_exit() {
                 pack: 4,
                 cluster_group_threads: 256,
                 relaxed_cluster_exit,
+                no_cold_path: true,
                 ..Default::default()
             },
         )
@@ -492,7 +497,7 @@ fn golden_layernorm_bf16_w256_v8_packed_resident() {
     );
     assert!(p.packed_resident && p.describe().contains(" packed-resident"));
     let k = kernel(&p);
-    assert!(k.name.ends_with("_pk"), "{}", k.name);
+    assert!(k.name.ends_with("_pk_cp"), "{}", k.name);
     assert!(k.source.contains("unsigned r0[8];"));
     assert!(!k.source.contains("float r0["));
     // Phases 1 (variance) and 2 (normalize) re-read the tile.
@@ -628,7 +633,7 @@ fn golden_layernorm_f32_w256_v4_hoisted_columns() {
     );
     assert!(p.hoisted_columns);
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u1_g1_hc");
+    assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u1_g1_hc_cp");
     let phase0 = k.source.split("// ---- phase 1 ----").next().unwrap();
     assert!(
         phase0.contains("p_weight + i0") && phase0.contains("p_bias + i0"),
@@ -1153,7 +1158,7 @@ fn golden_rmsnorm_f32_w256_v4_prefetched_rows() {
     // Three rows: three groups, not one per multiprocessor.
     assert_eq!(prefetch.launched_groups, 3);
     let k = kernel(&p);
-    assert!(k.name.ends_with("_pf"), "{}", k.name);
+    assert!(k.name.ends_with("_pf_cp"), "{}", k.name);
     assert_eq!(k.grid, (3, 1, 1));
     // The runtime may launch up to one group a row, as occupancy allows.
     assert_eq!(k.persistent_rows, Some(3));
@@ -1223,7 +1228,7 @@ fn golden_rmsnorm_f32_w1024_v4_u8_stream_reread_hints() {
         },
     );
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr");
+    assert_eq!(k.name, "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr_cp");
     assert!(k.source.contains("= lf_ld_keep(q + 0, lf_keep);"));
     assert!(k.source.contains("= lf_ld_drop(q + 0, lf_drop);"));
     assert!(k
@@ -1253,7 +1258,7 @@ fn golden_layernorm_f32_w256_v4_l1_columns() {
     assert!(p.l1_columns);
     assert!(p.describe().contains(" l1-columns"));
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u4_g1_l1c");
+    assert_eq!(k.name, "lf_layernorm_f32_w256_v4_u4_g1_l1c_cp");
     assert_eq!(k.carveout_percent, Some(0));
     assert!(k.source.contains("ld.global.nc.L1::no_allocate.v4.u32"));
     let x_loads = k.source.matches("= lf_ld_na(q + 0);").count();
@@ -1282,7 +1287,7 @@ fn golden_rmsnorm_f32_w256_v4_stream_reread_l1_columns() {
     };
     let p = make_with(Operator::Rmsnorm, DType::F32, "8x4096", request);
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_rmsnorm_f32_w256_v4_u2_g1_stream_rr_l1c");
+    assert_eq!(k.name, "lf_rmsnorm_f32_w256_v4_u2_g1_stream_rr_l1c_cp");
     assert!(k.source.contains("= lf_ld_na_hint(q + 0, lf_keep);"));
     assert!(k.source.contains("= lf_ld_na_hint(q + 0, lf_drop);"));
     assert!(
@@ -1313,7 +1318,7 @@ fn golden_layernorm_f32_32768x4096_default_ordered_hinted_loads() {
     );
     assert!(p.ordered_hinted_loads, "{}", p.describe());
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_layernorm_f32_w512_v4_u4_g1_stream_rr_om");
+    assert_eq!(k.name, "lf_layernorm_f32_w512_v4_u4_g1_stream_rr_om_cp");
     assert!(k
         .source
         .contains("ld.global.L1::evict_last.L2::cache_hint.v4.u32"));
@@ -1337,7 +1342,7 @@ fn golden_layernorm_bf16_32768x4096_default_ordered_hinted_loads() {
     assert!(p.ordered_hinted_loads, "{}", p.describe());
     assert_eq!(p.min_groups_per_multiprocessor, None);
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_layernorm_bf16_w256_v8_u4_g1_stream_rr_om");
+    assert_eq!(k.name, "lf_layernorm_bf16_w256_v8_u4_g1_stream_rr_om_cp");
     assert!(!k.source.contains("ld.global.nc"));
     insta::assert_snapshot!(golden(&p));
 }
@@ -1357,6 +1362,7 @@ fn an_occupancy_cap_folds_pack_addresses_and_pads_shared_memory() {
         residency: ResidencyRequest::Stream,
         reread_hints: true,
         occupancy_cap: cap,
+        no_cold_path: true,
         ..Default::default()
     };
     const FOLD: &str = "asm(\"\" : \"+r\"(w));";
@@ -1420,7 +1426,7 @@ fn golden_rmsnorm_f32_4096x32768_default_one_row_per_multiprocessor() {
     let k = kernel(&p);
     assert_eq!(
         k.name,
-        "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr_ob1_cap1_bl"
+        "lf_rmsnorm_f32_w1024_v4_u8_g1_stream_rr_ob1_cap1_cp_bl"
     );
     assert!(k.source.contains("__launch_bounds__(1024, 1)"));
     let keeps = k
@@ -1447,7 +1453,7 @@ fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
         LayoutRequest::default(),
     );
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_layernorm_bf16_w512_v8_u4_g1_oc_pk_om");
+    assert_eq!(k.name, "lf_layernorm_bf16_w512_v8_u4_g1_oc_pk_om_cp");
     // Eight packs of weight and eight of bias, every one an ordered load;
     // the row itself is read once, by plain read-only loads.
     assert_eq!(k.source.matches("= lf_ld_ord(q + 0)").count(), 2);
@@ -1485,7 +1491,7 @@ fn golden_residual_layernorm_bf16_4096x32768_rounded_resident() {
     let k = kernel(&p);
     assert_eq!(
         k.name,
-        "lf_residual_layernorm_bf16_w512_v8_u4_g1_oc_pk_rt_ob2_om"
+        "lf_residual_layernorm_bf16_w512_v8_u4_g1_oc_pk_rt_ob2_om_cp"
     );
     // One tile of slots (h's), filled from its storage bits.
     assert_eq!(
@@ -1495,6 +1501,8 @@ fn golden_residual_layernorm_bf16_4096x32768_rounded_resident() {
     assert!(k.source.contains("= lf_bits("));
     // x and the residual are loaded in phase 0 only; phase 1 re-widens h.
     let phase1 = &k.source[k.source.find("// ---- phase 1 ----").unwrap()..];
+    // (The cold path, after the last phase, reads the row again.)
+    let phase1 = &phase1[..phase1.find("lf_cold_stats(").unwrap()];
     assert!(!phase1.contains("p_x") && !phase1.contains("p_residual"));
     assert!(phase1.contains("lf_rewiden<1>("));
     insta::assert_snapshot!(golden(&p));
@@ -1587,7 +1595,7 @@ fn golden_layernorm_bf16_w2048_v4_persistent_clusters_staged() {
         p.describe()
     );
     let k = kernel(&p);
-    assert!(k.name.ends_with("_pr_pc_om"), "{}", k.name);
+    assert!(k.name.ends_with("_pr_pc_om_cp"), "{}", k.name);
     assert_eq!(k.persistent_rows, Some(37));
     let body = &k.source[k.source.find("__global__").unwrap()..];
     let looped = body.find("for (int row = lf_cluster;").unwrap();
@@ -1689,7 +1697,7 @@ fn golden_layernorm_f32_w2048_v4_persistent_clusters_prefetched() {
     assert_eq!(prefetch.row_bytes, 16384 / 8 * 4);
     assert_eq!(prefetch.launched_groups % 8, 0);
     let k = kernel(&p);
-    assert!(k.name.ends_with("_pr_pc_pf_om"), "{}", k.name);
+    assert!(k.name.ends_with("_pr_pc_pf_om_cp"), "{}", k.name);
     assert_eq!(k.persistent_rows, Some(37));
     assert_eq!(k.grid.0, prefetch.launched_groups);
     assert_eq!(k.shared_bytes, prefetch.total_bytes());
@@ -2017,7 +2025,7 @@ fn golden_layernorm_bf16_w256_v8_fused_output_one_pass_moments() {
     );
     assert!(p.fused_output() && p.one_pass_moments(), "{}", p.describe());
     let k = kernel(&p);
-    assert!(k.name.ends_with("_om_fo"), "{}", k.name);
+    assert!(k.name.ends_with("_om_fo_cp"), "{}", k.name);
     // One negated shift per row, no per-element subtraction of the mean.
     assert_eq!(k.source.matches(" = -").count(), 1);
     insta::assert_snapshot!(golden(&p));
@@ -2152,12 +2160,13 @@ fn regression_masked_long_rows_went_nan_in_every_online_normalizer_family() {
     }
 }
 
-/// With `cold-path`, the norms' kernels test their statistics once per
-/// row and call the non-inlined `lf_cold_stats` and `lf_cold_out` after
-/// the row's last phase; without it (the default) they carry none of it
-/// and are the kernels of a program without [`lanefold_ir::Instr::Rescaled`].
+/// By default the norms' kernels test their statistics once per row and
+/// call the non-inlined `lf_cold_stats` and `lf_cold_out` after the row's
+/// last phase; with `no-cold-path` they carry none of it and are the
+/// kernels of a program without [`lanefold_ir::Instr::Rescaled`]. Other
+/// operators' kernels are the same either way.
 #[test]
-fn cold_path_kernels_call_the_cold_functions_and_default_kernels_carry_none() {
+fn default_norm_kernels_call_the_cold_functions_and_no_cold_path_kernels_carry_none() {
     for op in Operator::SIX {
         for request in [
             "W=256 V=4 G=1",
@@ -2166,19 +2175,28 @@ fn cold_path_kernels_call_the_cold_functions_and_default_kernels_carry_none() {
             "W=256 V=4 G=1 prefetch-rows",
             "W=128 V=4 G=2",
         ] {
-            let base: LayoutRequest = request.parse().unwrap();
-            let cold = LayoutRequest {
-                cold_path: true,
-                ..base
+            let asked: LayoutRequest = request.parse().unwrap();
+            let plain = LayoutRequest {
+                no_cold_path: true,
+                ..asked
             };
-            let plain = make_with(op, DType::Bf16, "64x16384", base);
-            let asked = make_with(op, DType::Bf16, "64x16384", cold);
+            let plain = make_with(op, DType::Bf16, "64x16384", plain);
+            let asked = make_with(op, DType::Bf16, "64x16384", asked);
             let norm = matches!(
                 op,
                 Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm
             );
             assert!(!kernel(&plain).source.contains("lf_cold"), "{op} {request}");
             assert_eq!(asked.cold_path(), norm, "{op} {request}");
+            assert_eq!(plain.declines_cold_path(), norm, "{op} {request}");
+            // The default's schedule names nothing new; the plain one's
+            // says what it left out.
+            assert!(!asked.describe().contains("cold-path"), "{op} {request}");
+            assert_eq!(
+                plain.describe().contains("no-cold-path"),
+                norm,
+                "{op} {request}"
+            );
             let src = kernel(&asked).source;
             assert_eq!(src.contains("lf_cold_out("), norm, "{op} {request}");
             if norm {

@@ -116,7 +116,7 @@ fn sources() -> Vec<(String, String)> {
                             relaxed_cluster_exit: load_policies,
                             push_cluster_reduce: load_policies,
                             prefetch_rows: load_policies,
-                            cold_path: load_policies,
+                            no_cold_path: mapper == MapperPolicy::Seed,
                             // One row per group with load policies, so
                             // that rows can be prefetched.
                             rows_per_group: match (shape, load_policies) {

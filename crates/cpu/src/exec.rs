@@ -806,14 +806,12 @@ mod tests {
         let base = LayoutRequest {
             workers: 32,
             pack: 1,
-            cold_path: true,
             ..Default::default()
         };
         vec![
             LayoutRequest {
                 workers: 1,
                 pack: 1,
-                cold_path: true,
                 ..Default::default()
             },
             base,
@@ -825,32 +823,65 @@ mod tests {
         ]
     }
 
-    /// Without `cold-path` (the default) the norms keep their fast
-    /// statistics alone: layernorm f32 rows at 1e30 overflow the sum of
-    /// squares and normalise to 0, far from float64; with it they meet it.
+    /// By default the norms take their cold path: f32 rows at 1e30, whose
+    /// sum of squares overflows, meet float64 under the automatic plan of
+    /// rmsnorm, layernorm and residual_layernorm. They normalised to 0
+    /// when the cold path was opt-in, as they still do with
+    /// `no-cold-path`.
     #[test]
-    fn regression_layernorm_f32_rows_at_1e30_normalised_to_zero_without_the_cold_path() {
+    fn regression_norm_f32_rows_at_1e30_normalised_to_zero_by_default() {
         let row: Vec<f32> = (0..300)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) * 2e28)
             .collect();
-        for cold_path in [false, true] {
-            let request = LayoutRequest {
-                cold_path,
-                ..requests()[1]
-            };
-            let (p, out, v) = run_rows(
-                Operator::Layernorm,
-                DType::F32,
-                std::slice::from_ref(&row),
-                &[],
-                request,
-            );
-            assert_eq!(p.cold_path(), cold_path);
-            assert_eq!(v.pass, cold_path, "{}: {v:?}", p.describe());
-            if cold_path {
-                assert!(v.worst_rel_err() < 1e-5, "{v:?}");
-            } else {
-                assert!((0..300).all(|i| out["y"].get(i) == 0.0));
+        for op in [
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+        ] {
+            for no_cold_path in [false, true] {
+                let request = LayoutRequest {
+                    no_cold_path,
+                    ..Default::default()
+                };
+                let rows = [row.clone(), row.iter().map(|x| -x * 0.5).collect()];
+                let (p, out, v) = run_rows(op, DType::F32, &rows, &[], request);
+                assert_eq!(p.cold_path(), !no_cold_path, "{op}");
+                assert_eq!(v.pass, !no_cold_path, "{op} {}: {v:?}", p.describe());
+                if no_cold_path {
+                    assert!((0..600).all(|i| out["y"].get(i) == 0.0), "{op}");
+                } else {
+                    assert!(v.worst_rel_err() < 1e-5, "{op}: {v:?}");
+                }
+            }
+        }
+    }
+
+    /// Tiny and subnormal rows, where epsilon dominates the statistic (as
+    /// in torch), constant and far-offset rows: the default plans of the
+    /// three norms, f32 and bf16, meet float64.
+    #[test]
+    fn default_norm_plans_meet_float64_on_tiny_subnormal_constant_and_offset_rows() {
+        let wave = |scale: f32, offset: f32| -> Vec<f32> {
+            (0..300)
+                .map(|i| offset + ((i * 37 % 101) as f32 - 50.0) / 50.0 * scale)
+                .collect()
+        };
+        let rows = vec![
+            wave(1e-20, 0.0),
+            wave(1e-39, 0.0),
+            wave(1e-44, 0.0),
+            vec![7.25; 300],
+            wave(1.0, 1e6),
+        ];
+        for op in [
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+        ] {
+            for dtype in [DType::F32, DType::Bf16] {
+                let (p, _, v) = run_rows(op, dtype, &rows, &[], LayoutRequest::default());
+                assert!(p.cold_path(), "{op} {dtype}");
+                assert!(v.pass, "{op} {dtype} {}: {v:?}", p.describe());
             }
         }
     }

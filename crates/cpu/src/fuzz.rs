@@ -126,8 +126,8 @@ pub enum NormLimit {
 }
 
 /// The known limits of the norms' fast statistics, which the generator
-/// leaves out on plans without the cold path (`cold-path`, off by
-/// default), each with its reason. A plan with it has none: every row kind
+/// leaves out on plans without the cold path (`no-cold-path`; the
+/// default carries it), each with its reason. A plan with it has none: every row kind
 /// is drawn (the `regression_` tests of the CPU executor pin them).
 pub const FAST_PATH_EXCLUSIONS: &[(NormLimit, &str)] = &[
     (
@@ -328,7 +328,7 @@ fn draw_request(rng: &mut ChaCha8Rng) -> LayoutRequest {
     r.fused_output = rng.random_bool(0.3);
     r.pack_resident = rng.random_bool(0.2);
     r.rounded_resident = rng.random_bool(0.2);
-    r.cold_path = rng.random_bool(0.5);
+    r.no_cold_path = rng.random_bool(0.5);
     r
 }
 
@@ -350,7 +350,7 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
     let problem = Problem::operator(op, options, dtype, shape);
     let mut request = draw_request(&mut rng);
     if matches!(op, Operator::Layernorm | Operator::ResidualLayernorm)
-        && !request.cold_path
+        && request.no_cold_path
         && excluded(NormLimit::FusedOutput)
     {
         request.fused_output = false;

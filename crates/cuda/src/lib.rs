@@ -11,6 +11,7 @@
 
 mod cache;
 mod call_graph;
+mod cold;
 mod columns;
 mod completion;
 mod latency;
@@ -19,6 +20,7 @@ mod raw;
 
 pub use cache::{compile_key, default_dir as default_kernel_cache_dir, sha256_hex, DiskCache};
 pub use call_graph::CallCompletion;
+pub use cold::{resolve_cold_path, ColdPathDecision};
 pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
 pub use raw::RawKernel;
@@ -472,9 +474,35 @@ impl CudaBackend {
         Ok(2.0 * bytes as f64 / (best * 1e-3) / 1e9)
     }
 
-    /// Generate, compile (cached) and load the kernel for `plan`.
-    fn load(&self, plan: &Plan, options: &CodegenOptions) -> Result<Arc<Loaded>, CudaError> {
-        self.load_kernel(generate(plan, options)?, options)
+    /// `plan` as this device runs it: a norm's cold path at the plain
+    /// kernel's occupancy, or the plain plan ([`resolve_cold_path`]). The
+    /// kernel compiled on the way is staged for [`CudaBackend::load`].
+    pub fn resolve(
+        &self,
+        plan: &Plan,
+        options: &CodegenOptions,
+    ) -> Result<(Plan, ColdPathDecision), CudaError> {
+        let r = cold::resolve(plan, options, &self.arch, &target_of(plan)?)?;
+        if let Some((key, bytes)) = r.binary {
+            self.staged
+                .lock()
+                .expect("staging lock")
+                .entry(key)
+                .or_insert(bytes);
+        }
+        Ok((r.plan, r.decision))
+    }
+
+    /// Resolve ([`CudaBackend::resolve`]), generate, compile (cached) and
+    /// load the kernel for `plan`: the one place a plan becomes a kernel.
+    fn load(
+        &self,
+        plan: &Plan,
+        options: &CodegenOptions,
+    ) -> Result<(Plan, ColdPathDecision, Arc<Loaded>), CudaError> {
+        let (plan, decision) = self.resolve(plan, options)?;
+        let loaded = self.load_kernel(generate(&plan, options)?, options)?;
+        Ok((plan, decision, loaded))
     }
 
     /// Compile (cached, in memory and on disk) and load a generated kernel.
@@ -531,6 +559,30 @@ impl CudaBackend {
     /// kernel that fails is skipped, and its own load reports the error.
     pub fn precompile(&self, jobs: &[(Plan, CodegenOptions)]) -> Precompiled {
         let started = std::time::Instant::now();
+        // Norm plans resolve first ([`CudaBackend::resolve`]: two compiles
+        // each, on every core), staging the kernel each keeps; a plan that
+        // fails to resolve is left for its own load to report.
+        let resolutions: Vec<_> = jobs
+            .par_iter()
+            .map(|(p, o)| cold::resolve(p, o, &self.arch, &target_of(p)?))
+            .collect();
+        let mut resolved = Vec::with_capacity(jobs.len());
+        for ((p, o), r) in jobs.iter().zip(resolutions) {
+            match r {
+                Ok(r) => {
+                    if let Some((key, bytes)) = r.binary {
+                        self.staged
+                            .lock()
+                            .expect("staging lock")
+                            .entry(key)
+                            .or_insert(bytes);
+                    }
+                    resolved.push((r.plan, *o));
+                }
+                Err(_) => resolved.push((p.clone(), *o)),
+            }
+        }
+        let jobs = &resolved[..];
         let (todo, mut report) = {
             let memory = self.memory.lock().expect("cache lock");
             let staged = self.staged.lock().expect("staging lock");
@@ -842,14 +894,16 @@ impl CudaBackend {
 
     /// Compile (cached), upload inputs, launch, synchronize and download
     /// every output into `outputs` (same names and lengths; overwritten).
+    /// Returns the plan that ran ([`CudaBackend::resolve`]).
     pub fn execute(
         &self,
         plan: &Plan,
         options: &CodegenOptions,
         inputs: &Buffers,
         outputs: &mut Buffers,
-    ) -> Result<(), CudaError> {
-        let loaded = self.load(plan, options)?;
+    ) -> Result<(Plan, ColdPathDecision), CudaError> {
+        let (plan, decision, loaded) = self.load(plan, options)?;
+        let plan = &plan;
         // Outputs are uploaded as given (e.g. NaN-poisoned), so an element
         // the kernel fails to write stays visible.
         let mut args = self.upload(plan, &loaded.kernel, inputs, Some(outputs))?;
@@ -868,7 +922,7 @@ impl CudaBackend {
                 }
             }
         }
-        Ok(())
+        Ok((plan.clone(), decision))
     }
 
     /// GPU time per launch, µs, one value per sample: inputs uploaded once
@@ -893,6 +947,12 @@ impl CudaBackend {
         }
         Ok(out)
     }
+}
+
+/// The target a plan was made for, which its resolution must plan on.
+fn target_of(plan: &Plan) -> Result<lanefold_plan::Target, CudaError> {
+    lanefold_plan::Target::by_name(&plan.target)
+        .ok_or_else(|| CudaError::Data(format!("unknown target '{}'", plan.target)))
 }
 
 /// NVRTC: a kernel's source to a cubin, with the compiler's log. Needs
@@ -979,7 +1039,9 @@ pub struct PtxasReport {
 }
 
 impl PtxasReport {
-    /// Read the numbers out of a verbose ptxas log.
+    /// Read the numbers out of a verbose ptxas log. Stack and spill bytes
+    /// are summed over every function it reports: the kernel's and those
+    /// of the functions it calls (the norms' non-inlined cold path).
     pub fn parse(log: &str) -> PtxasReport {
         // "<n> <unit>" pairs: the number just before `unit`.
         fn before(text: &str, unit: &str) -> Option<u32> {
@@ -992,9 +1054,13 @@ impl PtxasReport {
                 r.registers = before(line, " registers");
             }
             if line.contains("stack frame") {
-                r.stack_bytes = before(line, " bytes stack frame");
-                r.spill_store_bytes = before(line, " bytes spill stores");
-                r.spill_load_bytes = before(line, " bytes spill loads");
+                let add = |sum: Option<u32>, unit| match (sum, before(line, unit)) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+                r.stack_bytes = add(r.stack_bytes, " bytes stack frame");
+                r.spill_store_bytes = add(r.spill_store_bytes, " bytes spill stores");
+                r.spill_load_bytes = add(r.spill_load_bytes, " bytes spill loads");
             }
         }
         r
@@ -1116,7 +1182,7 @@ pub fn compiler_occupancy(
 }
 
 /// The compiler part of a cache key: NVRTC's `major.minor`, asked once.
-fn nvrtc_id() -> &'static str {
+pub(crate) fn nvrtc_id() -> &'static str {
     static ID: OnceLock<String> = OnceLock::new();
     ID.get_or_init(|| nvrtc_version().unwrap_or_else(|| "no-nvrtc".into()))
 }
@@ -1148,6 +1214,20 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
         assert_eq!(r.spill_store_bytes, Some(184));
         assert_eq!(r.spill_load_bytes, Some(180));
         assert_eq!(PtxasReport::parse("no report"), PtxasReport::default());
+        // A kernel calling non-inlined functions: the callees' lines come
+        // after the kernel's, and their local memory counts too.
+        let log = "ptxas info    : Function properties for lf_k\n\
+ptxas         .     0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n\
+ptxas info    : Used 32 registers, used 1 barriers\n\
+ptxas info    : Function properties for _Z11lf_cold_outPKt\n\
+ptxas         .     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+ptxas info    : Function properties for _Z13lf_cold_statsPKt\n\
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
+        let r = PtxasReport::parse(log);
+        assert_eq!(r.registers, Some(32));
+        assert_eq!(r.stack_bytes, Some(16));
+        assert_eq!(r.spill_store_bytes, Some(8));
+        assert_eq!(r.spill_load_bytes, Some(8));
     }
 
     use super::*;
@@ -1208,6 +1288,8 @@ ptxas info    : Used 64 registers, used 1 barriers, 160 bytes cumulative stack s
                 pack,
                 cluster_group_threads: group_threads,
                 mapper: MapperPolicy::Model,
+                // The kernels measured: without the norms' cold path.
+                no_cold_path: true,
                 ..Default::default()
             };
             let p = plan(&problem, &target, &request).unwrap();

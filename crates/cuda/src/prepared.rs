@@ -10,7 +10,7 @@
 //! every failure is a [`CudaError`], never a panic.
 
 use crate::call_graph::CallPath;
-use crate::{driver, CudaBackend, CudaError, DeviceArgs, Loaded};
+use crate::{driver, ColdPathDecision, CudaBackend, CudaError, DeviceArgs, Loaded};
 use cudarc::driver::{sys, CudaEvent, CudaGraph};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{poisoned_outputs, Buffers};
@@ -38,7 +38,9 @@ pub struct KernelResources {
 
 pub struct Prepared<'a> {
     pub(crate) backend: &'a CudaBackend,
+    /// The plan as resolved for the device ([`CudaBackend::resolve`]).
     plan: Plan,
+    cold_path: ColdPathDecision,
     pub(crate) loaded: Arc<Loaded>,
     pub(crate) sets: Vec<DeviceArgs>,
     /// Batch size -> instantiated graph, or None when capture failed for
@@ -70,7 +72,8 @@ impl CudaBackend {
                 "prepare needs at least one input set".into(),
             ));
         }
-        let loaded = self.load(plan, options)?;
+        let (plan, cold_path, loaded) = self.load(plan, options)?;
+        let plan = &plan;
         let poisoned = poisoned_outputs(&plan.problem);
         let mut sets = Vec::with_capacity(input_sets.len());
         for inputs in input_sets {
@@ -87,6 +90,7 @@ impl CudaBackend {
         Ok(Prepared {
             backend: self,
             plan: plan.clone(),
+            cold_path,
             source_sha256: crate::sha256_hex(loaded.kernel.source.as_bytes()),
             loaded,
             sets,
@@ -110,8 +114,15 @@ impl<'a> Prepared<'a> {
         self.sets.len()
     }
 
+    /// The plan that runs: the one given, resolved for the device
+    /// ([`CudaBackend::resolve`]). Record this one.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// What became of the plan's cold path.
+    pub fn cold_path(&self) -> &ColdPathDecision {
+        &self.cold_path
     }
 
     /// The generated CUDA C source.

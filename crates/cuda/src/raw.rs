@@ -11,7 +11,7 @@
 
 use crate::{argument_pointers, CudaBackend, CudaError, Loaded};
 use cudarc::driver::sys;
-use lanefold_codegen::{generate, CodegenOptions, Kernel, ParamKind};
+use lanefold_codegen::{CodegenOptions, Kernel, ParamKind};
 use lanefold_plan::Plan;
 use std::sync::Arc;
 
@@ -51,7 +51,8 @@ impl RawKernel {
 impl CudaBackend {
     /// Generate, compile (memory and disk caches) and load `plan`'s kernel.
     pub fn load_raw(&self, plan: &Plan, options: &CodegenOptions) -> Result<RawKernel, CudaError> {
-        let loaded = self.load_kernel(generate(plan, options)?, options)?;
+        let (plan, _, loaded) = self.load(plan, options)?;
+        let plan = &plan;
         Ok(RawKernel {
             loaded,
             rows: plan.shape().rows,

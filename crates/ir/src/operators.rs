@@ -142,6 +142,15 @@ impl Operator {
         })
     }
 
+    /// Does this operator's forward program carry the norms' cold path
+    /// ([`NormForm::cold_path`]) unless a schedule opts out?
+    pub fn has_cold_path(self) -> bool {
+        matches!(
+            self,
+            Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Operator::Sum => "sum",

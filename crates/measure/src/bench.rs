@@ -15,7 +15,7 @@ use lanefold_cpu::data::{expected_len, random_inputs};
 use lanefold_cpu::npy::{self, Element};
 use lanefold_cpu::reference::{reference, Reference};
 use lanefold_cpu::{validate, Buffers};
-use lanefold_cuda::CudaBackend;
+use lanefold_cuda::{ColdPathDecision, CudaBackend};
 use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, Features, LayoutRequest, Plan, Problem, Shape, Target};
 use std::collections::BTreeMap;
@@ -115,6 +115,29 @@ pub fn compiler_promise(
         probe.registers
     );
     Ok((promised, pinned))
+}
+
+/// `p` as the CUDA backend runs it ([`CudaBackend::resolve`]: a norm's
+/// cold path promised the plain kernel's occupancy, or the plain plan)
+/// with the explicit request that plans to exactly it, to record, so that
+/// replays re-plan the same kernel without a compiler. Unchanged without
+/// a device or where nothing was decided.
+pub fn resolved_for_device(
+    cuda: Option<&CudaBackend>,
+    p: Plan,
+    request: &LayoutRequest,
+) -> Result<(Plan, LayoutRequest)> {
+    let Some(c) = cuda else {
+        return Ok((p, *request));
+    };
+    let (q, decision) = c.resolve(&p, &CodegenOptions::default())?;
+    match decision {
+        ColdPathDecision::Kept { .. } | ColdPathDecision::Plain { .. } => {
+            let pinned = q.pinned_request(request, q.min_groups_per_multiprocessor.unwrap_or(0));
+            Ok((q, pinned))
+        }
+        ColdPathDecision::Absent | ColdPathDecision::OwnPromise => Ok((p, *request)),
+    }
 }
 
 /// Bytes of one input set (for sizing L2-cold rotation).
@@ -258,6 +281,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
             let arch = cuda.as_ref().map_or("sm_90", |c| c.arch());
             (p, request) = compiler_promise(&problem, &target, &spec.request, p, arch)?;
         }
+        (p, request) = resolved_for_device(cuda.as_ref(), p, &request)?;
         let features = Features::of(&p, &target);
         let input_sets = input_sets(
             &problem,

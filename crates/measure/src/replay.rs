@@ -50,6 +50,27 @@ pub const TORCH: &str = PeerMode::Eager.side();
 /// Phases with per-round statistics, in report order.
 pub const PHASES: [&str; 4] = ["gpu", "e2e", "single_gpu", "single_host"];
 
+/// A frozen plan as the CUDA backend runs it ([`CudaBackend::resolve`])
+/// with its kernel's source hash: a recorded promise or `no-cold-path`
+/// resolves to itself, so a kernel recorded on the device stays the same.
+fn on_device(
+    cuda: Option<&lanefold_cuda::CudaBackend>,
+    (p, hash): (Plan, Option<String>),
+) -> Result<(Plan, Option<String>)> {
+    let Some(c) = cuda else {
+        return Ok((p, hash));
+    };
+    let (q, _) = c.resolve(&p, &CodegenOptions::default())?;
+    if q == p {
+        return Ok((p, hash));
+    }
+    let hash = Some(lanefold_cuda::kernel_source_sha256(
+        &q,
+        &CodegenOptions::default(),
+    )?);
+    Ok((q, hash))
+}
+
 // ---------------------------------------------------------------------------
 // Frozen parameters
 // ---------------------------------------------------------------------------
@@ -277,15 +298,19 @@ pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, O
             // hash, so plan that layout explicitly, in whichever cluster
             // group size regenerates the recorded source. Without a recorded
             // hash nothing would prove the kernel is the same one.
+            // A norm recorded before it carried its cold path by default
+            // ran today's `no-cold-path` kernel.
             let group_sizes = std::iter::once(case.request.cluster_group_threads)
-                .chain((5..=10).map(|k| 1u32 << k));
-            for cluster_group_threads in group_sizes {
+                .chain((5..=10).map(|k| 1u32 << k))
+                .flat_map(|g| [(g, false), (g, true)]);
+            for (cluster_group_threads, no_cold_path) in group_sizes {
                 let explicit = LayoutRequest {
                     workers: case.layout.workers,
                     pack: case.layout.pack,
                     unroll: case.layout.unroll,
                     rows_per_group: case.layout.rows_per_group,
                     cluster_group_threads,
+                    no_cold_path: no_cold_path || case.request.no_cold_path,
                     ..case.request
                 };
                 let Ok(q) = plan(&problem, target, &explicit) else {
@@ -301,6 +326,23 @@ pub fn freeze(case: &FrozenCase, role: &str, target: &Target) -> Result<(Plan, O
                     p = q;
                     regenerated = hash;
                     break;
+                }
+            }
+        }
+    }
+    if let (true, Some(recorded)) = (p.cold_path(), &case.source_sha256) {
+        if regenerated.as_ref() != Some(recorded) {
+            // Recorded before the norms carried their cold path by default:
+            // that kernel is today's `no-cold-path`.
+            let plain = LayoutRequest {
+                no_cold_path: true,
+                ..p.schedule()
+            };
+            if let Ok(q) = plan(&problem, target, &plain) {
+                let hash = source_hash(&q);
+                if hash.as_ref() == Some(recorded) {
+                    p = q;
+                    regenerated = hash;
                 }
             }
         }
@@ -847,8 +889,8 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
             unmatched.push(format!("{} (reference only)", r.key()));
             continue;
         };
-        let (rp, rh) = freeze(r, REFERENCE, &target)?;
-        let (cp, ch) = freeze(c, CANDIDATE, &target)?;
+        let (rp, rh) = on_device(cuda.as_ref(), freeze(r, REFERENCE, &target)?)?;
+        let (cp, ch) = on_device(cuda.as_ref(), freeze(c, CANDIDATE, &target)?)?;
         let bytes_moved = Features::of(&rp, &target).bytes_moved;
         cases.push(ReplayCase {
             id: r.key(),

@@ -535,7 +535,14 @@ fn search_problem(
         })
         .collect();
     // The automatic mapping: the base request as given.
-    let auto_plan = plan(problem, target, &spec.base).ok();
+    // On CUDA, plans as the device runs them (the norms' cold path
+    // resolved), recorded with the request that plans to each.
+    let on_device =
+        |p: Plan, request: &LayoutRequest| crate::bench::resolved_for_device(cuda, p, request);
+    let auto_plan = match plan(problem, target, &spec.base) {
+        Ok(p) => Some(on_device(p, &spec.base)?.0),
+        Err(_) => None,
+    };
     let auto_sha = match &auto_plan {
         Some(p) => Some(realization(p)?.0),
         None => None,
@@ -571,9 +578,14 @@ fn search_problem(
         let mut source = None;
         match c.outcome {
             Err(e) => rec.reason = Some(e.to_string()),
-            Ok(p) => match realization(&p) {
+            Ok(p) => match on_device(p, &c.request).and_then(|(p, request)| {
+                rec.request = request;
+                rec.schedule = Some(request.to_string());
+                let (sha, src) = realization(&p)?;
+                Ok((p, sha, src))
+            }) {
                 Err(e) => rec.reason = Some(format!("code generation: {e:#}")),
-                Ok((sha, src)) => {
+                Ok((p, sha, src)) => {
                     let (record, f) = plan_record(&p, target);
                     bytes_moved = f.bytes_moved;
                     rec.predicted_us = Some(record.predicted_us);

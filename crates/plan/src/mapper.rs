@@ -37,13 +37,17 @@ impl Problem {
     }
 
     /// The problem whose program the plans of `request` run: rewritten
-    /// where the request asks (one-pass moments, the online normalizer),
-    /// else as it is.
+    /// where the request asks (one-pass moments, the online normalizer;
+    /// the norms' cold path unless it opts out), else as it is.
     pub fn as_requested(&self, request: &LayoutRequest) -> Cow<'_, Problem> {
         // The fused output's per-row rounding is only hidden by 16-bit
         // outputs' (see `NormForm::fused_output`).
         let fused_output = request.fused_output && self.dtype.size_bytes() == 2;
-        let norm_form = request.one_pass_moments || fused_output || request.cold_path;
+        // A norm's program is always rebuilt, so that a plan's own problem
+        // (cold path in or out) plans again to the form the request asks.
+        let norm = self.operator_kind().is_some_and(|op| op.has_cold_path());
+        let cold_path = norm && !request.no_cold_path;
+        let norm_form = request.one_pass_moments || fused_output || norm;
         if !norm_form && !request.online_normalizer {
             return Cow::Borrowed(self);
         }
@@ -56,7 +60,7 @@ impl Problem {
             let form = NormForm {
                 one_pass_moments: request.one_pass_moments,
                 fused_output,
-                cold_path: request.cold_path,
+                cold_path,
             };
             let one_pass = self
                 .operator_kind()
@@ -234,14 +238,15 @@ pub struct LayoutRequest {
     /// operators are unaffected.
     #[serde(default)]
     pub fused_output: bool,
-    /// rmsnorm, layernorm and residual_layernorm: rows the fast statistics
-    /// get wrong (a sum of squares that overflows, infinities, NaN, a mean
-    /// far beyond the spread) take a rare cold path that computes the row
-    /// again in scaled form ([`NormForm::cold_path`]). Same results on
-    /// every other row; off by default until measured neutral on the
-    /// device (it moves some kernels' register counts).
+    /// rmsnorm, layernorm and residual_layernorm: leave out the rare cold
+    /// path that rows the fast statistics get wrong (a sum of squares that
+    /// overflows, infinities, NaN, a mean far beyond the spread) take by
+    /// default, computing the row again in scaled form
+    /// ([`NormForm::cold_path`]). Same results on every other row. The
+    /// CUDA runtime opts out by itself where the cold kernel would not
+    /// keep the plain kernel's occupancy. No effect on other operators.
     #[serde(default)]
-    pub cold_path: bool,
+    pub no_cold_path: bool,
     /// Register plans of one group per row: a persistent grid, each group
     /// copying its next row into shared memory (`cp.async.bulk`,
     /// completing an `mbarrier`) while it reduces and writes the current
@@ -356,7 +361,7 @@ impl LayoutRequest {
             online_normalizer: self.online_normalizer,
             one_pass_moments: self.one_pass_moments,
             fused_output: self.fused_output,
-            cold_path: self.cold_path,
+            no_cold_path: self.no_cold_path,
             prefetch_rows: self.prefetch_rows,
             l1_columns: self.l1_columns,
             unfold_pack_addresses: self.unfold_pack_addresses,
@@ -609,7 +614,7 @@ impl Plan {
     }
 
     /// Do rows the fast statistics get wrong take a cold path (see
-    /// [`LayoutRequest::cold_path`])?
+    /// [`LayoutRequest::no_cold_path`])?
     pub fn cold_path(&self) -> bool {
         self.problem
             .program
@@ -631,6 +636,16 @@ impl Plan {
             .iter()
             .find(|d| d.kind == lanefold_ir::BufferKind::Row)?;
         Some((input.name.as_str(), output.name.as_str()))
+    }
+
+    /// Is this a norm whose program left out the cold path it carries by
+    /// default ([`LayoutRequest::no_cold_path`])?
+    pub fn declines_cold_path(&self) -> bool {
+        !self.cold_path()
+            && self
+                .problem
+                .operator_kind()
+                .is_some_and(|op| op.has_cold_path())
     }
 
     /// Does a phase re-read resident tiles from memory (rather than keep
@@ -782,7 +797,7 @@ impl Plan {
             online_normalizer: self.online_normalizer(),
             one_pass_moments: self.one_pass_moments(),
             fused_output: self.fused_output(),
-            cold_path: self.cold_path(),
+            no_cold_path: self.declines_cold_path(),
             prefetch_rows: self.row_prefetch.is_some(),
             in_place: self.in_place,
             occupancy: groups,
@@ -893,8 +908,9 @@ impl Plan {
     }
 
     /// Groups of this plan that share one multiprocessor at `registers`
-    /// per thread: what threads, registers and shared memory allow, held
-    /// to the occupancy cap (whose carve-out the driver is asked for).
+    /// per thread (counted as sm_90 allocates them): what threads,
+    /// registers and shared memory allow, held to the occupancy cap (whose
+    /// carve-out the driver is asked for).
     pub fn groups_per_multiprocessor(&self, target: &Target, registers: u32) -> u32 {
         let groups =
             groups_per_multiprocessor(target, self.threads_per_group, registers, self.shared_bytes);

@@ -13,7 +13,7 @@
 //!   l1-columns unfolded-addresses ordered-columns staged-columns
 //!   packed-resident rounded-resident relaxed-exit push-reduce
 //!   persistent-clusters prefetch-rows online-normalizer one-pass-moments
-//!   fused-output batched-loads in-place ordered-hinted-loads
+//!   fused-output no-cold-path batched-loads in-place ordered-hinted-loads
 //!   batch-invariant`;
 //! - counts (n > 0): `early-columns=n shared-chunks=n l2-prefetch=n
 //!   occupancy=n occupancy-cap=n group-threads=n`;
@@ -132,7 +132,7 @@ const TOKENS: &[Field] = &[
     flag!("online-normalizer", online_normalizer),
     flag!("one-pass-moments", one_pass_moments),
     flag!("fused-output", fused_output),
-    flag!("cold-path", cold_path),
+    flag!("no-cold-path", no_cold_path),
     count!("occupancy", occupancy),
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
@@ -281,6 +281,13 @@ impl FromStr for LayoutRequest {
                         .expect("the residency is a field");
                     (residency, word)
                 }
+                (None, None) if word == "cold-path" => {
+                    return Err(ScheduleError::new(
+                        word,
+                        "the norms take their cold path by default now: leave the token \
+                         out (no-cold-path opts out)",
+                    ));
+                }
                 (None, _) if word == "auto" => {
                     return Err(ScheduleError::new(
                         word,
@@ -390,7 +397,7 @@ mod tests {
                 early_columns: c[3],
                 shared_chunks: c[4],
                 l2_prefetch_rows: if b[19] { c[5] } else { 0 },
-                cold_path: b[20],
+                no_cold_path: b[20],
                 in_place: b[21],
             }
         })
@@ -429,7 +436,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 in-place \
+                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 in-place \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(
@@ -447,6 +454,52 @@ mod tests {
                 value, &default[name],
                 "{name} is not set by the full schedule"
             );
+        }
+    }
+
+    /// `no-cold-path` round-trips, plans a norm without its cold path and
+    /// shows in that plan's schedule; the default plan shows no token; the
+    /// old opt-in `cold-path` is refused with the new default named.
+    #[test]
+    fn no_cold_path_round_trips_and_the_old_cold_path_token_is_refused() {
+        use crate::{plan, Problem, Target};
+        use lanefold_ir::{DType, Operator, OperatorOptions};
+        let r: LayoutRequest = "W=256 V=4 no-cold-path".parse().unwrap();
+        assert!(r.no_cold_path);
+        assert_eq!(r.to_string(), "W=256 V=4 no-cold-path");
+        let err = "W=256 cold-path".parse::<LayoutRequest>().unwrap_err();
+        assert_eq!(err.token, "cold-path");
+        assert!(err.reason.contains("by default now"), "{err}");
+        for op in Operator::SIX {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::Bf16,
+                "64x4096".parse().unwrap(),
+            );
+            let target = Target::h200();
+            let default = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+            let plain_request = LayoutRequest {
+                no_cold_path: true,
+                ..LayoutRequest::default()
+            };
+            let plain = plan(&problem, &target, &plain_request).unwrap();
+            let norm = op.has_cold_path();
+            assert_eq!(default.cold_path(), norm, "{op}");
+            assert!(!plain.cold_path(), "{op}");
+            assert!(!default.describe().contains("cold-path"), "{op}");
+            assert_eq!(plain.describe().contains("no-cold-path"), norm, "{op}");
+            // Each plan's schedule text plans back to it, from either
+            // plan's own problem (the cold path added or taken out).
+            for p in [&default, &plain] {
+                let text = p.schedule().to_string();
+                let back: LayoutRequest = text.parse().unwrap();
+                for from in [&problem, &default.problem, &plain.problem] {
+                    let q = plan(from, &target, &back).unwrap();
+                    assert_eq!(q.describe(), p.describe(), "{op}: {text}");
+                    assert_eq!(q.problem.program, p.problem.program, "{op}: {text}");
+                }
+            }
         }
     }
 

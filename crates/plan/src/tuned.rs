@@ -148,11 +148,11 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         early_columns,
         shared_chunks,
         l2_prefetch_rows,
-        cold_path,
+        no_cold_path,
     } = *variants;
     let r = request;
     r.streaming_hints |= streaming_hints;
-    r.cold_path |= cold_path;
+    r.no_cold_path |= no_cold_path;
     r.hoist_columns |= hoist_columns;
     r.keep_columns |= keep_columns;
     r.stage_columns |= stage_columns;

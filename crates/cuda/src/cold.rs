@@ -1,0 +1,336 @@
+//! The norms' cold path at the plain kernel's occupancy.
+//!
+//! The cold path (`Instr::Rescaled`) moves ptxas' register count, and with
+//! it groups per multiprocessor, on about one norm plan in four. Only the
+//! compiler knows by how much, so the runtime decides: compile the plain
+//! kernel (no cold path), read its registers, and compile the cold one
+//! promising the plain kernel's groups per multiprocessor
+//! (`__launch_bounds__`). The cold kernel is kept only if it reaches them
+//! with no local memory; otherwise the plain plan runs.
+
+use crate::{compile_offline, CudaError, OfflineCompile};
+use lanefold_codegen::{generate, nvrtc_options, CodegenOptions};
+use lanefold_plan::{plan, Plan, Target};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// What [`resolve_cold_path`] did with a plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ColdPathDecision {
+    /// The plan has no cold path (not a norm, or `no-cold-path`): as it is.
+    Absent,
+    /// The plan makes its own occupancy promise: as it is.
+    OwnPromise,
+    /// The cold path kept, promising the plain kernel's groups.
+    Kept {
+        groups: u32,
+        plain_registers: u32,
+        registers: u32,
+    },
+    /// The plain plan (`no-cold-path`) instead, and why.
+    Plain {
+        plain_registers: u32,
+        groups: u32,
+        reason: String,
+    },
+}
+
+impl ColdPathDecision {
+    /// Did the plan fall back to the plain kernel?
+    pub fn fell_back(&self) -> bool {
+        matches!(self, ColdPathDecision::Plain { .. })
+    }
+}
+
+impl std::fmt::Display for ColdPathDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ColdPathDecision::Absent => f.write_str("no cold path"),
+            ColdPathDecision::OwnPromise => f.write_str("cold path under the plan's own promise"),
+            ColdPathDecision::Kept {
+                groups,
+                plain_registers,
+                registers,
+            } => write!(
+                f,
+                "cold path kept: {registers} registers promising {groups} groups/SM \
+                 (plain: {plain_registers})"
+            ),
+            ColdPathDecision::Plain { reason, .. } => write!(f, "plain kernel: {reason}"),
+        }
+    }
+}
+
+/// A resolved plan and the binary compiled for it on the way, so a
+/// backend need not compile it again.
+pub(crate) struct Resolution {
+    pub plan: Plan,
+    pub decision: ColdPathDecision,
+    /// (compile key, cubin) of the resolved plan's kernel, where it was
+    /// compiled here (not when the decision was remembered).
+    pub binary: Option<(String, Vec<u8>)>,
+}
+
+/// Decisions already made in this process, by the cold kernel's compile
+/// key: a second use compiles nothing.
+fn decisions() -> &'static Mutex<HashMap<String, ColdPathDecision>> {
+    static D: OnceLock<Mutex<HashMap<String, ColdPathDecision>>> = OnceLock::new();
+    D.get_or_init(Default::default)
+}
+
+/// `plan` as the CUDA runtime runs it for `arch` on `target`: a norm's
+/// cold path promised the plain kernel's groups per multiprocessor
+/// (`occupancy=B` in its schedule) where that compiles with no local
+/// memory, else the plain plan (`no-cold-path`). Plans without a cold path
+/// or with a promise of their own come back as they are. Compiles with
+/// NVRTC alone (no device); remembered for the process.
+pub fn resolve_cold_path(
+    plan: &Plan,
+    options: &CodegenOptions,
+    arch: &str,
+    target: &Target,
+) -> Result<(Plan, ColdPathDecision), CudaError> {
+    let r = resolve(plan, options, arch, target)?;
+    Ok((r.plan, r.decision))
+}
+
+pub(crate) fn resolve(
+    p: &Plan,
+    options: &CodegenOptions,
+    arch: &str,
+    target: &Target,
+) -> Result<Resolution, CudaError> {
+    let as_is = |decision| {
+        Ok(Resolution {
+            plan: p.clone(),
+            decision,
+            binary: None,
+        })
+    };
+    if !p.cold_path() {
+        return as_is(ColdPathDecision::Absent);
+    }
+    if p.min_groups_per_multiprocessor.is_some() {
+        return as_is(ColdPathDecision::OwnPromise);
+    }
+    let key = compile_key_of(p, options, arch)?;
+    let known = decisions()
+        .lock()
+        .expect("decision lock")
+        .get(&key)
+        .cloned();
+    if let Some(decision) = known {
+        let plan = resolved_plan(p, target, &decision)?;
+        return Ok(Resolution {
+            plan,
+            decision,
+            binary: None,
+        });
+    }
+    let plain = replan(p, target, |r| r.no_cold_path = true)?;
+    let plain_compile = compile_offline(&plain, options, arch)?;
+    let plain_registers = registers_of(&plain_compile)?;
+    let groups = plain.groups_per_multiprocessor(target, plain_registers);
+    let promised = replan(p, target, |r| r.occupancy = groups)?;
+    let cold = compile_offline(&promised, options, arch)?;
+    let registers = registers_of(&cold)?;
+    let local = kernel_local_bytes(&cold);
+    let reached = promised.groups_per_multiprocessor(target, registers);
+    let (decision, plan, compiled) = if local == 0 && reached >= groups {
+        let decision = ColdPathDecision::Kept {
+            groups,
+            plain_registers,
+            registers,
+        };
+        (decision, promised, cold)
+    } else {
+        let reason = if local > 0 {
+            format!(
+                "the cold path spills {local} bytes in the kernel to keep the plain \
+                 kernel's {groups} groups/SM ({plain_registers} registers)"
+            )
+        } else {
+            format!(
+                "the cold path takes {registers} registers, {reached} groups/SM against \
+                 the plain kernel's {groups} ({plain_registers} registers)"
+            )
+        };
+        let decision = ColdPathDecision::Plain {
+            plain_registers,
+            groups,
+            reason,
+        };
+        (decision, plain, plain_compile)
+    };
+    decisions()
+        .lock()
+        .expect("decision lock")
+        .insert(key, decision.clone());
+    let binary_key = compile_key_of(&plan, options, arch)?;
+    Ok(Resolution {
+        plan,
+        decision,
+        binary: Some((binary_key, compiled.cubin)),
+    })
+}
+
+/// The plan a remembered decision gives.
+fn resolved_plan(
+    p: &Plan,
+    target: &Target,
+    decision: &ColdPathDecision,
+) -> Result<Plan, CudaError> {
+    match decision {
+        ColdPathDecision::Kept { groups, .. } => replan(p, target, |r| r.occupancy = *groups),
+        ColdPathDecision::Plain { .. } => replan(p, target, |r| r.no_cold_path = true),
+        _ => Ok(p.clone()),
+    }
+}
+
+/// `p`'s own schedule, edited, planned again: the same layout or an error.
+fn replan(
+    p: &Plan,
+    target: &Target,
+    edit: impl Fn(&mut lanefold_plan::LayoutRequest),
+) -> Result<Plan, CudaError> {
+    let mut request = p.schedule();
+    edit(&mut request);
+    let q = plan(&p.problem, target, &request).map_err(|e| {
+        CudaError::Data(format!(
+            "the cold path's plan '{request}' was refused: {e} (a mapper bug: it must plan \
+             like '{}')",
+            p.describe()
+        ))
+    })?;
+    if q.layout != p.layout || q.residency != p.residency {
+        return Err(CudaError::Data(format!(
+            "the cold path's plan '{request}' planned to {} (a mapper bug: it must keep {})",
+            q.describe(),
+            p.describe()
+        )));
+    }
+    Ok(q)
+}
+
+/// Local memory of the kernel itself (its spill stores and stack frame),
+/// where the hot path would pay for it; the non-inlined cold functions'
+/// own frames are left out: they run only for the rare rows that need
+/// them. A log without the kernel's line counts everything it reports.
+fn kernel_local_bytes(c: &OfflineCompile) -> u32 {
+    let header = format!("Function properties for {}", c.kernel);
+    let mut lines = c.log.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end().ends_with(&header) {
+            let r = crate::PtxasReport::parse(lines.next().unwrap_or_default());
+            return r.spill_store_bytes.unwrap_or(0) + r.stack_bytes.unwrap_or(0);
+        }
+    }
+    c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0)
+}
+
+fn registers_of(c: &OfflineCompile) -> Result<u32, CudaError> {
+    c.ptxas.registers.ok_or_else(|| CudaError::Compile {
+        kernel: c.kernel.clone(),
+        error: "ptxas reported no register count".into(),
+        log: c.log.clone(),
+    })
+}
+
+fn compile_key_of(p: &Plan, options: &CodegenOptions, arch: &str) -> Result<String, CudaError> {
+    let kernel = generate(p, options)?;
+    let opts = nvrtc_options(options, arch);
+    Ok(crate::compile_key(
+        &kernel.source,
+        &opts,
+        arch,
+        crate::nvrtc_id(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lanefold_ir::{DType, Operator, OperatorOptions};
+    use lanefold_plan::{LayoutRequest, Problem, ResidencyRequest};
+
+    /// Needs NVRTC: CI runs it after `scripts/fetch-nvrtc.sh` (`--ignored`).
+    /// Over norm plans in f32 and bf16, in registers and streamed, short
+    /// and long rows, a resolved cold kernel keeps the plain kernel's
+    /// groups per multiprocessor with no local memory, and its schedule
+    /// says so (`occupancy=B`); a plain fallback says `no-cold-path`.
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_a_resolved_cold_path_keeps_the_plain_kernels_groups_without_spilling() {
+        let target = Target::h200();
+        let options = CodegenOptions::default();
+        let mut kept = 0;
+        for op in [
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+        ] {
+            for dtype in [DType::F32, DType::Bf16] {
+                for (shape, residency) in [
+                    ("64x4096", ResidencyRequest::Auto),
+                    ("4096x8192", ResidencyRequest::Stream),
+                    ("1024x4096", ResidencyRequest::Registers),
+                    ("4x131072", ResidencyRequest::Auto),
+                ] {
+                    let problem = Problem::operator(
+                        op,
+                        OperatorOptions::default(),
+                        dtype,
+                        shape.parse().unwrap(),
+                    );
+                    let request = LayoutRequest {
+                        residency,
+                        ..Default::default()
+                    };
+                    let p = plan(&problem, &target, &request).unwrap();
+                    assert!(p.cold_path(), "{op} {dtype} {shape}");
+                    let what = format!("{op} {dtype} {shape} {}", p.describe());
+                    if p.min_groups_per_multiprocessor.is_some() {
+                        continue;
+                    }
+                    let (r, decision) = resolve_cold_path(&p, &options, "sm_90", &target)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(r.layout, p.layout, "{what}");
+                    let plain = replan(&p, &target, |r| r.no_cold_path = true).unwrap();
+                    let c = compile_offline(&plain, &options, "sm_90").unwrap();
+                    let plain_registers = c.ptxas.registers.unwrap();
+                    let groups = plain.groups_per_multiprocessor(&target, plain_registers);
+                    let c = compile_offline(&r, &options, "sm_90").unwrap();
+                    let local =
+                        c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0);
+                    let reached =
+                        r.groups_per_multiprocessor(&target, c.ptxas.registers.unwrap());
+                    eprintln!("{what}: {decision}");
+                    match decision {
+                        ColdPathDecision::Kept { groups: g, .. } => {
+                            kept += 1;
+                            assert_eq!(g, groups, "{what}");
+                            assert!(r.cold_path(), "{what}");
+                            assert_eq!(r.min_groups_per_multiprocessor, Some(groups), "{what}");
+                            assert!(
+                                r.describe().ends_with(&format!("occupancy={groups}")),
+                                "{what}: {}",
+                                r.describe()
+                            );
+                            assert_eq!((local, reached >= groups), (0, true), "{what}");
+                        }
+                        ColdPathDecision::Plain { .. } => {
+                            assert!(!r.cold_path(), "{what}");
+                            assert!(r.describe().contains("no-cold-path"), "{what}");
+                            assert_eq!(reached, groups, "{what}");
+                        }
+                        d => panic!("{what}: {d:?}"),
+                    }
+                    // Remembered: the same answer again.
+                    let (again, _) = resolve_cold_path(&p, &options, "sm_90", &target).unwrap();
+                    assert_eq!(again.describe(), r.describe(), "{what}");
+                }
+            }
+        }
+        assert!(kept >= 18, "only {kept} kept");
+    }
+}
