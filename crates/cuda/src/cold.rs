@@ -302,8 +302,7 @@ mod tests {
                     let c = compile_offline(&r, &options, "sm_90").unwrap();
                     let local =
                         c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0);
-                    let reached =
-                        r.groups_per_multiprocessor(&target, c.ptxas.registers.unwrap());
+                    let reached = r.groups_per_multiprocessor(&target, c.ptxas.registers.unwrap());
                     eprintln!("{what}: {decision}");
                     match decision {
                         ColdPathDecision::Kept { groups: g, .. } => {
