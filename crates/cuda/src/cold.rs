@@ -8,7 +8,7 @@
 //! (`__launch_bounds__`). The cold kernel is kept only if it reaches them
 //! with no local memory; otherwise the plain plan runs.
 
-use crate::{compile_offline, CudaError, OfflineCompile};
+use crate::{compile_offline, CudaError, DiskCache, OfflineCompile};
 use lanefold_codegen::{generate, nvrtc_options, CodegenOptions};
 use lanefold_plan::{plan, Plan, Target};
 use std::collections::HashMap;
@@ -90,7 +90,7 @@ pub fn resolve_cold_path(
     arch: &str,
     target: &Target,
 ) -> Result<(Plan, ColdPathDecision), CudaError> {
-    let r = resolve(plan, options, arch, target)?;
+    let r = resolve(plan, options, arch, target, None)?;
     Ok((r.plan, r.decision))
 }
 
@@ -99,6 +99,7 @@ pub(crate) fn resolve(
     options: &CodegenOptions,
     arch: &str,
     target: &Target,
+    disk: Option<&DiskCache>,
 ) -> Result<Resolution, CudaError> {
     let as_is = |decision| {
         Ok(Resolution {
@@ -114,11 +115,19 @@ pub(crate) fn resolve(
         return as_is(ColdPathDecision::OwnPromise);
     }
     let key = compile_key_of(p, options, arch)?;
-    let known = decisions()
+    let remembered = decisions()
         .lock()
         .expect("decision lock")
         .get(&key)
         .cloned();
+    let known = remembered.or_else(|| {
+        let d = decode_decision(&disk?.load(&decision_key(&key))?)?;
+        decisions()
+            .lock()
+            .expect("decision lock")
+            .insert(key.clone(), d.clone());
+        Some(d)
+    });
     if let Some(decision) = known {
         let plan = resolved_plan(p, target, &decision)?;
         return Ok(Resolution {
@@ -129,11 +138,37 @@ pub(crate) fn resolve(
     }
     let plain = replan(p, target, |r| r.no_cold_path = true)?;
     let plain_compile = compile_offline(&plain, options, arch)?;
-    let plain_registers = registers_of(&plain_compile)?;
+    let no_count = |c: &OfflineCompile| ColdPathDecision::Plain {
+        plain_registers: 0,
+        groups: 0,
+        reason: format!(
+            "ptxas reported no register count for {} (log: '{}'), so the plain kernel's \
+             occupancy is unknown",
+            c.kernel,
+            c.log.trim()
+        ),
+    };
+    // Not remembered: a later compile may report the count.
+    let Some(plain_registers) = plain_compile.ptxas.registers else {
+        let decision = no_count(&plain_compile);
+        return Ok(Resolution {
+            plan: plain,
+            decision,
+            binary: None,
+        });
+    };
     let groups = plain.groups_per_multiprocessor(target, plain_registers);
     let promised = replan(p, target, |r| r.occupancy = groups)?;
     let cold = compile_offline(&promised, options, arch)?;
-    let registers = registers_of(&cold)?;
+    let Some(registers) = cold.ptxas.registers else {
+        let decision = no_count(&cold);
+        let binary = Some((compile_key_of(&plain, options, arch)?, plain_compile.cubin));
+        return Ok(Resolution {
+            plan: plain,
+            decision,
+            binary,
+        });
+    };
     let local = kernel_local_bytes(&cold);
     let reached = promised.groups_per_multiprocessor(target, registers);
     let (decision, plan, compiled) = if local == 0 && reached >= groups {
@@ -162,6 +197,14 @@ pub(crate) fn resolve(
         };
         (decision, plain, plain_compile)
     };
+    if let Some(disk) = disk {
+        if let Err(e) = disk.store(&decision_key(&key), encode_decision(&decision).as_bytes()) {
+            eprintln!(
+                "lanefold: could not write the kernel cache under {}: {e}",
+                disk.dir().display()
+            );
+        }
+    }
     decisions()
         .lock()
         .expect("decision lock")
@@ -172,6 +215,56 @@ pub(crate) fn resolve(
         decision,
         binary: Some((binary_key, compiled.cubin)),
     })
+}
+
+/// The kernel cache's entry for the decision about the cold kernel whose
+/// compile key is `key`: later processes decide alike without compiling.
+/// NVRTC 13.0 on the H200 was seen to give an empty ptxas log for a kernel
+/// an earlier process had compiled, so a process cannot always decide anew.
+fn decision_key(key: &str) -> String {
+    format!("{key}-cold-path")
+}
+
+/// One line: `kept GROUPS PLAIN_REGISTERS REGISTERS` or
+/// `plain PLAIN_REGISTERS GROUPS REASON`.
+fn encode_decision(d: &ColdPathDecision) -> String {
+    match d {
+        ColdPathDecision::Kept {
+            groups,
+            plain_registers,
+            registers,
+        } => format!("kept {groups} {plain_registers} {registers}"),
+        ColdPathDecision::Plain {
+            plain_registers,
+            groups,
+            reason,
+        } => format!("plain {plain_registers} {groups} {reason}"),
+        ColdPathDecision::Absent => "absent".into(),
+        ColdPathDecision::OwnPromise => "own-promise".into(),
+    }
+}
+
+/// [`encode_decision`]'s line read back (None: not a kept or plain line).
+fn decode_decision(bytes: &[u8]) -> Option<ColdPathDecision> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut fields = text.splitn(4, ' ');
+    let tag = fields.next()?;
+    let a: u32 = fields.next()?.parse().ok()?;
+    let b: u32 = fields.next()?.parse().ok()?;
+    let rest = fields.next();
+    match tag {
+        "kept" => Some(ColdPathDecision::Kept {
+            groups: a,
+            plain_registers: b,
+            registers: rest?.parse().ok()?,
+        }),
+        "plain" => Some(ColdPathDecision::Plain {
+            plain_registers: a,
+            groups: b,
+            reason: rest?.to_string(),
+        }),
+        _ => None,
+    }
 }
 
 /// The plan a remembered decision gives.
@@ -228,14 +321,6 @@ fn kernel_local_bytes(c: &OfflineCompile) -> u32 {
     c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0)
 }
 
-fn registers_of(c: &OfflineCompile) -> Result<u32, CudaError> {
-    c.ptxas.registers.ok_or_else(|| CudaError::Compile {
-        kernel: c.kernel.clone(),
-        error: "ptxas reported no register count".into(),
-        log: c.log.clone(),
-    })
-}
-
 fn compile_key_of(p: &Plan, options: &CodegenOptions, arch: &str) -> Result<String, CudaError> {
     let kernel = generate(p, options)?;
     let opts = nvrtc_options(options, arch);
@@ -252,6 +337,64 @@ mod tests {
     use super::*;
     use lanefold_ir::{DType, Operator, OperatorOptions};
     use lanefold_plan::{LayoutRequest, Problem, ResidencyRequest};
+
+    /// A decision read back from its cache line is the decision; other
+    /// lines (a torn or foreign entry) are none.
+    #[test]
+    fn a_cold_path_decision_round_trips_through_its_cache_line() {
+        for d in [
+            ColdPathDecision::Kept {
+                groups: 4,
+                plain_registers: 32,
+                registers: 28,
+            },
+            ColdPathDecision::Plain {
+                plain_registers: 35,
+                groups: 6,
+                reason: "the cold path spills 16 bytes in the kernel".into(),
+            },
+        ] {
+            assert_eq!(decode_decision(encode_decision(&d).as_bytes()), Some(d));
+        }
+        for bad in ["", "kept 4 32", "kept x 32 28", "absent", "plain 35"] {
+            assert_eq!(decode_decision(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    /// On the H200 a second process got an empty ptxas log for the plain
+    /// kernel a first process had compiled, and every norm call failed
+    /// ("ptxas reported no register count"). A decision in the kernel
+    /// cache is now taken as it is, with nothing compiled: a stored plain
+    /// decision (which no compile here would make) comes back.
+    #[test]
+    fn regression_a_later_process_takes_the_cold_path_decision_from_the_kernel_cache() {
+        let target = Target::h200();
+        let options = CodegenOptions::default();
+        let problem = Problem::operator(
+            Operator::Layernorm,
+            OperatorOptions::default(),
+            DType::F32,
+            "24x4096".parse().unwrap(),
+        );
+        let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+        assert!(p.cold_path() && p.min_groups_per_multiprocessor.is_none());
+        let dir = std::env::temp_dir().join(format!("lanefold-cold-{}", std::process::id()));
+        let disk = DiskCache::new(&dir);
+        let key = compile_key_of(&p, &options, "sm_90").unwrap();
+        let stored = ColdPathDecision::Plain {
+            plain_registers: 40,
+            groups: 5,
+            reason: "stored by an earlier process".into(),
+        };
+        disk.store(&decision_key(&key), encode_decision(&stored).as_bytes())
+            .unwrap();
+        decisions().lock().unwrap().remove(&key);
+        let r = resolve(&p, &options, "sm_90", &target, Some(&disk)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(r.decision, stored);
+        assert!(r.binary.is_none(), "nothing compiled");
+        assert!(!r.plan.cold_path() && r.plan.describe().contains("no-cold-path"));
+    }
 
     /// Needs NVRTC: CI runs it after `scripts/fetch-nvrtc.sh` (`--ignored`).
     /// Over norm plans in f32 and bf16, in registers and streamed, short

@@ -482,7 +482,13 @@ impl CudaBackend {
         plan: &Plan,
         options: &CodegenOptions,
     ) -> Result<(Plan, ColdPathDecision), CudaError> {
-        let r = cold::resolve(plan, options, &self.arch, &target_of(plan)?)?;
+        let r = cold::resolve(
+            plan,
+            options,
+            &self.arch,
+            &target_of(plan)?,
+            self.disk.as_ref(),
+        )?;
         if let Some((key, bytes)) = r.binary {
             self.staged
                 .lock()
@@ -564,7 +570,7 @@ impl CudaBackend {
         // fails to resolve is left for its own load to report.
         let resolutions: Vec<_> = jobs
             .par_iter()
-            .map(|(p, o)| cold::resolve(p, o, &self.arch, &target_of(p)?))
+            .map(|(p, o)| cold::resolve(p, o, &self.arch, &target_of(p)?, self.disk.as_ref()))
             .collect();
         let mut resolved = Vec::with_capacity(jobs.len());
         for ((p, o), r) in jobs.iter().zip(resolutions) {
