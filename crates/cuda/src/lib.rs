@@ -489,14 +489,20 @@ impl CudaBackend {
             &target_of(plan)?,
             self.disk.as_ref(),
         )?;
-        if let Some((key, bytes)) = r.binary {
+        self.stage(r.binary);
+        Ok((r.plan, r.decision))
+    }
+
+    /// Keep a binary compiled on the way (a resolution's) for
+    /// [`CudaBackend::load_kernel`], unless one is staged under its key.
+    fn stage(&self, binary: Option<(String, Vec<u8>)>) {
+        if let Some((key, bytes)) = binary {
             self.staged
                 .lock()
                 .expect("staging lock")
                 .entry(key)
                 .or_insert(bytes);
         }
-        Ok((r.plan, r.decision))
     }
 
     /// Resolve ([`CudaBackend::resolve`]), generate, compile (cached) and
@@ -576,13 +582,7 @@ impl CudaBackend {
         for ((p, o), r) in jobs.iter().zip(resolutions) {
             match r {
                 Ok(r) => {
-                    if let Some((key, bytes)) = r.binary {
-                        self.staged
-                            .lock()
-                            .expect("staging lock")
-                            .entry(key)
-                            .or_insert(bytes);
-                    }
+                    self.stage(r.binary);
                     resolved.push((r.plan, *o));
                 }
                 Err(_) => resolved.push((p.clone(), *o)),

@@ -365,9 +365,15 @@ def _cross_entropy_with_grad_impl(
     """(per-row loss, dlogits) in one pass over the logits: the loss of
     cross_entropy_rows and the dlogits of cross_entropy_backward for the
     per-row gradient ``dloss`` the loss will receive."""
-    logits, target, dloss = _ready(logits), _ready(target), _ready(dloss)
-    loss = logits.new_empty((logits.shape[0],))
+    logits = _ready(logits)
     dx = torch.empty_like(logits)
+    return _launch_cross_entropy_with_grad(logits, target, dloss, dx), dx
+
+
+def _launch_cross_entropy_with_grad(logits, target, dloss, dx) -> torch.Tensor:
+    """The per-row loss; dlogits written to ``dx`` (``logits`` itself in place)."""
+    target, dloss = _ready(target), _ready(dloss)
+    loss = logits.new_empty((logits.shape[0],))
     if logits.shape[0] > 0:
         _launch(
             "cross_entropy_with_grad",
@@ -375,8 +381,9 @@ def _cross_entropy_with_grad_impl(
             1.0,
             [("x", logits), ("target", target), ("dloss", dloss)],
             [("loss", loss), ("dx", dx)],
+            in_place=dx is logits,
         )
-    return loss, dx
+    return loss
 
 
 _cross_entropy_with_grad_op = torch.library.custom_op("lanefold::cross_entropy_with_grad", mutates_args=())(
@@ -393,20 +400,9 @@ def _cross_entropy_with_grad_inplace_impl(logits: torch.Tensor, target: torch.Te
     """cross_entropy_with_grad writing dlogits over ``logits`` (contiguous,
     2-D): returns the per-row loss; ``logits`` then holds the gradient. One
     logits-sized buffer fewer than the out-of-place op."""
-    target, dloss = _ready(target), _ready(dloss)
     if not logits.is_contiguous() or (logits.is_cuda and logits.data_ptr() % 16 != 0):
         raise ValueError("lanefold: in place, logits must be contiguous (and 16-byte aligned on CUDA)")
-    loss = logits.new_empty((logits.shape[0],))
-    if logits.shape[0] > 0:
-        _launch(
-            "cross_entropy_with_grad",
-            logits,
-            1.0,
-            [("x", logits), ("target", target), ("dloss", dloss)],
-            [("loss", loss), ("dx", logits)],
-            in_place=True,
-        )
-    return loss
+    return _launch_cross_entropy_with_grad(logits, target, dloss, logits)
 
 
 _cross_entropy_with_grad_inplace_op = torch.library.custom_op(
