@@ -148,26 +148,22 @@ pub(crate) fn resolve(
             c.log.trim()
         ),
     };
-    // Not remembered: a later compile may report the count.
-    let Some(plain_registers) = plain_compile.ptxas.registers else {
-        let decision = no_count(&plain_compile);
-        return Ok(Resolution {
+    // The plain kernel, not remembered: a later compile may report the count.
+    let plain_for = |c: &OfflineCompile, plain: Plan, cubin| -> Result<Resolution, CudaError> {
+        Ok(Resolution {
+            decision: no_count(c),
+            binary: Some((compile_key_of(&plain, options, arch)?, cubin)),
             plan: plain,
-            decision,
-            binary: None,
-        });
+        })
+    };
+    let Some(plain_registers) = plain_compile.ptxas.registers else {
+        return plain_for(&plain_compile, plain, plain_compile.cubin.clone());
     };
     let groups = plain.groups_per_multiprocessor(target, plain_registers);
     let promised = replan(p, target, |r| r.occupancy = groups)?;
     let cold = compile_offline(&promised, options, arch)?;
     let Some(registers) = cold.ptxas.registers else {
-        let decision = no_count(&cold);
-        let binary = Some((compile_key_of(&plain, options, arch)?, plain_compile.cubin));
-        return Ok(Resolution {
-            plan: plain,
-            decision,
-            binary,
-        });
+        return plain_for(&cold, plain, plain_compile.cubin);
     };
     let local = kernel_local_bytes(&cold);
     let reached = promised.groups_per_multiprocessor(target, registers);

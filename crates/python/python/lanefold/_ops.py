@@ -568,10 +568,18 @@ def _cross_entropy_backward(ctx, gl):
     return _cross_entropy_backward_op(gl.to(logits.dtype), logits, target), None
 
 
-def _forward_writes_ce_grad(logits: torch.Tensor) -> bool:
+def _forward_writes_ce_grad() -> bool:
     """The forward-written dlogits, unless ``LANEFOLD_CE_GRAD_IN_FORWARD=0``
     asks for the backward op (which keeps the logits and reads them again)."""
     return os.environ.get("LANEFOLD_CE_GRAD_IN_FORWARD") != "0"
+
+
+def _per_row_dloss(logits: torch.Tensor, target: torch.Tensor, mean: bool):
+    """(rows not ignored, the gradient each row's loss receives from the
+    mean or sum), both on the device: no synchronization."""
+    count = (target != _IGNORE_INDEX).sum().to(torch.float32)
+    scale = count.reciprocal() if mean else torch.ones_like(count)
+    return count, scale.to(logits.dtype).expand(logits.shape[0]).contiguous()
 
 
 class _CrossEntropyWithGrad(torch.autograd.Function):
@@ -585,10 +593,7 @@ class _CrossEntropyWithGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, mean: bool):
-        # The count stays on the device: no synchronization.
-        count = (target != _IGNORE_INDEX).sum().to(torch.float32)
-        scale = count.reciprocal() if mean else torch.ones_like(count)
-        dloss = scale.to(logits.dtype).expand(logits.shape[0]).contiguous()
+        count, dloss = _per_row_dloss(logits, target, mean)
         op = _cross_entropy_with_grad_impl if _direct(logits, target) else _cross_entropy_with_grad_op
         loss, dx = op(logits, target, dloss)
         ctx.save_for_backward(dx)
@@ -609,9 +614,7 @@ class _CrossEntropyWithGradInPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, mean: bool):
-        count = (target != _IGNORE_INDEX).sum().to(torch.float32)
-        scale = count.reciprocal() if mean else torch.ones_like(count)
-        dloss = scale.to(logits.dtype).expand(logits.shape[0]).contiguous()
+        count, dloss = _per_row_dloss(logits, target, mean)
         op = _cross_entropy_with_grad_inplace_impl if _direct(logits, target) else _cross_entropy_with_grad_inplace_op
         loss = op(logits, target, dloss)
         ctx.save_for_backward(logits.detach())
@@ -876,7 +879,7 @@ def cross_entropy(
         reduction != "none"
         and logits.requires_grad
         and torch.is_grad_enabled()
-        and _forward_writes_ce_grad(logits)
+        and _forward_writes_ce_grad()
     ):
         # The gradient each row's loss will receive is known now: the
         # forward writes dlogits too (one pass, the logits not kept).
