@@ -1162,7 +1162,11 @@ mod tests {
             Instr::Binary { op: BinaryOp::Add, lhs, .. }
                 if matches!(with.body[lhs.index()], Instr::Unary { op: UnaryOp::Log, .. })
         ));
-        assert_eq!(fwd.outputs.len(), 1, "the default forward writes the loss only");
+        assert_eq!(
+            fwd.outputs.len(),
+            1,
+            "the default forward writes the loss only"
+        );
         let a = with.with_online_normalizer().unwrap().verify().unwrap();
         assert!(a.resident.is_empty(), "x is still read once");
     }

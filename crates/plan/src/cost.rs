@@ -44,6 +44,7 @@ impl Features {
             BufferKind::Column => n * esize,
             BufferKind::RowIndex => rows * 8,
             BufferKind::RowScalar => rows * esize,
+            BufferKind::RowScalarF32 => rows * 4,
         };
         let bytes_moved: u64 = program
             .inputs
