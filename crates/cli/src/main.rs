@@ -964,6 +964,8 @@ fn run_cmd(args: RunArgs) -> Result<()> {
             BufferKind::Column => (Element::Float(problem.dtype), vec![n]),
             BufferKind::RowIndex => (Element::Index, vec![rows]),
             BufferKind::RowScalar => (Element::Float(problem.dtype), vec![rows]),
+            // A saved statistic is f32 whatever the storage dtype.
+            BufferKind::RowScalarF32 => (Element::Float(DType::F32), vec![rows]),
         };
         inputs.insert(name.clone(), npy::read(path, element, &shape)?);
     }
