@@ -33,9 +33,10 @@ OPS = {
     "layernorm_backward": ["x", "dy", "weight"],
     "residual_layernorm_backward": ["h", "dy", "dh", "weight"],
     "softmax_backward": ["y", "dy"],
-    "cross_entropy_backward": ["x", "target", "dloss"],
+    "cross_entropy_backward": ["x", "target", "lse", "dloss"],
+    "cross_entropy_backward_recompute": ["x", "target", "dloss"],
 }
-BACKWARD = [op for op in OPS if op.endswith("_backward")]
+BACKWARD = [op for op in OPS if "_backward" in op]
 
 
 class Peer:
@@ -105,6 +106,9 @@ def random_inputs(op, rows, n, dtype, g):
             t = (torch.rand(n, generator=g) + 0.5).to(dtype)
         elif name == "dloss":
             t = (torch.rand(rows, generator=g) * 4 - 2).to(dtype)
+        elif name == "lse":
+            # The forward's saved statistic (f32), which the peers ignore.
+            t = torch.logsumexp(a["x"].float(), -1)
         else:
             t = (torch.rand(rows, n, generator=g) * 4 - 2).to(dtype)
         a[name] = t
@@ -146,7 +150,7 @@ def reference(op, a, n):
     elif op == "residual_layernorm_backward":
         # h receives dh as well as LayerNorm's gradient.
         outs, grads = [x * 1.0, F.layer_norm(x, (n,), w, None, 1e-5)], [d["dh"], d["dy"]]
-    elif op == "cross_entropy_backward":
+    elif op in ("cross_entropy_backward", "cross_entropy_backward_recompute"):
         loss = F.cross_entropy(x, d["target"], reduction="none", ignore_index=-100)
         outs, grads = [loss], [d["dloss"]]
     else:
@@ -200,7 +204,7 @@ def check_backward_on_cpu():
                     and err <= TOLERANCE[name]
                     and torch.equal(again[0], dx)
                 )
-                if op == "cross_entropy_backward":
+                if op.startswith("cross_entropy_backward"):
                     ignored = a["target"] == -100
                     ok = ok and bool((dx[ignored] == 0).all())
                 print(f"cpu {mode} {op} {name}: rel {err:.2e} {'ok' if ok else 'FAIL'} ({notes[0]})")

@@ -63,7 +63,14 @@ never requires a gradient: only dx is asked for):
   softmax_backward            y, dy               -> y * (dy - sum(y * dy))
   cross_entropy_backward      x, target, dloss    -> (softmax(x) -
                                  onehot(target)) * dloss per row, 0 on rows
-                                 whose target is -100
+                                 whose target is -100. lanefold's form also
+                                 reads the forward's saved log-sum-exp
+                                 `lse` (f32, one per row): accepted and
+                                 ignored here, as every mode's backward
+                                 reads its own forward's saved state.
+  cross_entropy_backward_recompute  the same gradient (lanefold's form that
+                                 recomputes the normalizer from x); the
+                                 peers run the same backward as above
 Only the backward is timed: whatever a mode's backward reads from its
 forward (the autograd graph, saved statistics) is made once per input set
 before the timing. Eager runs torch.autograd.grad of the F.* forward
@@ -124,8 +131,12 @@ OPS = {
     "layernorm_backward": (["x", "dy"], ["weight"], ["dx"]),
     "residual_layernorm_backward": (["h", "dy", "dh"], ["weight"], ["dx"]),
     "softmax_backward": (["y", "dy"], [], ["dx"]),
-    "cross_entropy_backward": (["x", "target", "dloss"], [], ["dx"]),
+    "cross_entropy_backward": (["x", "target", "dloss"], ["lse"], ["dx"]),
+    "cross_entropy_backward_recompute": (["x", "target", "dloss"], [], ["dx"]),
 }
+# lanefold's operators whose peers run another's code: the gradient is the
+# same whatever lanefold's kernel reads.
+SAME_AS = {"cross_entropy_backward_recompute": "cross_entropy_backward"}
 MODES = ("eager", "compile", "liger", "quack")
 
 torch = None
@@ -226,7 +237,7 @@ def storage_dtype(name):
 
 
 def is_backward(op):
-    return isinstance(op, str) and op.endswith("_backward") and op in OPS
+    return isinstance(op, str) and SAME_AS.get(op, op).endswith("_backward") and op in OPS
 
 
 def input_shape(name, rows, n):
@@ -234,7 +245,7 @@ def input_shape(name, rows, n):
         return (rows, n)
     if name in ("weight", "bias"):
         return (n,)
-    if name in ("target", "dloss"):
+    if name in ("target", "dloss", "lse"):
         return (rows,)
     raise Refused(f"unknown input {name!r}")
 
@@ -280,6 +291,11 @@ def load_npy(path, name, dtype, shape):
         if a.dtype.kind != "i":
             raise Refused(f"{path}: target dtype {a.dtype}, expected <i8 or <i4")
         return torch.from_numpy(a.astype(np.int64)).cuda()
+    if name == "lse":
+        # A saved statistic: f32 whatever the storage dtype.
+        if a.dtype != np.float32:
+            raise Refused(f"{path}: lse dtype {a.dtype}, expected float32")
+        return torch.from_numpy(a).cuda()
     if dtype == torch.bfloat16:
         if a.dtype.kind not in "iu" or a.dtype.itemsize != 2:
             raise Refused(f"{path}: bf16 must arrive as raw bits (<u2/<i2), got {a.dtype}")
@@ -750,6 +766,7 @@ def backward_op(op, mode, n, notes):
     """(fn, prepare) of a backward op in `mode`: prepare(input set) gives
     the tensors fn reads beyond the set's inputs (the forward's graph or
     statistics), made once per set before any timing; fn(set) -> (dx,)."""
+    op = SAME_AS.get(op, op)
     if mode == "liger":
         return liger_backward(op, n, notes)
     if mode == "quack":

@@ -51,7 +51,7 @@ for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer
   [ -n "$sanitizer" ] || { [ -x "$c" ] && sanitizer=$c; }
 done
 if [ -n "$sanitizer" ]; then
-  for op in rmsnorm_backward layernorm_backward residual_layernorm_backward softmax_backward cross_entropy_backward cross_entropy_with_grad; do
+  for op in rmsnorm_backward layernorm_backward residual_layernorm_backward softmax_backward cross_entropy_backward cross_entropy_backward_recompute cross_entropy_with_grad cross_entropy_with_lse; do
     [ "$(left)" -gt 30 ] || break
     timeout "$(left)" "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$bin" run --backend cuda --op "$op" --shape 17x257 --dtype bf16 >> "$out/memcheck.log" 2>&1

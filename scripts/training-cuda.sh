@@ -111,7 +111,7 @@ case $part in
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     }
     bench rmsnorm_backward,layernorm_backward,residual_layernorm_backward,softmax_backward 16384x4096 "$dir-rows"
-    bench cross_entropy_backward 4096x32000 "$dir-loss"
+    bench cross_entropy_backward,cross_entropy_backward_recompute 4096x32000 "$dir-loss"
     "$bin" audit "$dir"-* || status=1
     ;;
   train-bench)

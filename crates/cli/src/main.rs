@@ -964,8 +964,18 @@ fn run_cmd(args: RunArgs) -> Result<()> {
             BufferKind::Column => (Element::Float(problem.dtype), vec![n]),
             BufferKind::RowIndex => (Element::Index, vec![rows]),
             BufferKind::RowScalar => (Element::Float(problem.dtype), vec![rows]),
+            // A saved statistic is f32 whatever the storage dtype.
+            BufferKind::RowScalarF32 => (Element::Float(DType::F32), vec![rows]),
         };
         inputs.insert(name.clone(), npy::read(path, element, &shape)?);
+    }
+    // A saved lse not given is the one the given x's forward would save
+    // (the seeded one belongs to the seeded x).
+    let lse_given = args.input.iter().any(|(name, _)| name == "lse");
+    if !lse_given {
+        if let Some(lse) = lanefold_cpu::data::saved_lse(&problem, &inputs) {
+            inputs.insert("lse".into(), lse);
+        }
     }
     let options = CodegenOptions { fma: !args.no_fma };
     let out = run_plan(&backend, p, inputs, &options)?;
@@ -1167,7 +1177,11 @@ fn full_selftest(
         );
         selftest::run_cases(
             backend,
-            &selftest::shape_matrix_of(&Operator::BACKWARD, &selftest::SEED_SHAPES, &[0, 4]),
+            &selftest::shape_matrix_of(
+                &Operator::training().collect::<Vec<_>>(),
+                &selftest::SEED_SHAPES,
+                &[0, 4],
+            ),
             report,
         );
         println!(

@@ -5,7 +5,8 @@
 use crate::{run_case, run_layouts, Backend, Case};
 use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{poisoned_outputs, random_inputs, same_bits};
-use lanefold_cpu::{Buffers, Tensor};
+use lanefold_cpu::reference::reference;
+use lanefold_cpu::{validate, Buffers, Tensor};
 use lanefold_ir::BufferKind;
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Plan, Problem, ReductionOrder, Refusal, Shape, Target};
@@ -134,12 +135,13 @@ pub fn layout_matrix(dtype: DType) -> Vec<Case> {
     cases
 }
 
-/// The backward operators x V {1,2,4,8} x W {32,256} x N {1,33,129,4103}
-/// x rows {1,5}, in `dtype`.
+/// The backward operators and the lse-saving forward
+/// ([`Operator::training`]) x V {1,2,4,8} x W {32,256} x N
+/// {1,33,129,4103} x rows {1,5}, in `dtype`.
 pub fn backward_layout_matrix(dtype: DType) -> Vec<Case> {
     let mut cases = vec![];
     let mut seed = 7000;
-    for op in Operator::BACKWARD {
+    for op in Operator::training() {
         for pack in [1, 2, 4, 8] {
             for workers in [32, 256] {
                 for n in [1, 33, 129, 4103] {
@@ -176,25 +178,102 @@ pub fn backward_checks(backend: &Backend, report: &mut Report) {
         Backend::Cuda(_) => &[127, 4096],
         Backend::Cpu => &[127],
     };
-    batch_invariance_checks_of(&Operator::BACKWARD, backend, ns, report);
+    let training: Vec<Operator> = Operator::training().collect();
+    batch_invariance_checks_of(&training, backend, ns, report);
     cross_entropy_with_grad_checks(backend, report);
+    cross_entropy_saved_lse_checks(backend, report);
     column_grad_checks(backend, report);
     if let Backend::Cuda(_) = backend {
         run_cases(
             backend,
-            &shape_matrix_of(&Operator::BACKWARD, &SEED_SHAPES, &[0, 4]),
+            &shape_matrix_of(&training, &SEED_SHAPES, &[0, 4]),
             report,
         );
         run_cases(
             backend,
-            &shape_matrix_of(&Operator::BACKWARD, &LONG_SHAPES[..2], &[0]),
+            &shape_matrix_of(&training, &LONG_SHAPES[..2], &[0]),
             report,
         );
     }
 }
 
+/// The training pair on the backend: cross_entropy_with_lse's loss is
+/// cross_entropy's bit for bit on the same plan, and cross_entropy_backward
+/// from the lse it wrote passes against the float64 gradient that
+/// recomputes the normalizer (not the lse it was given), in both
+/// normalizer forms (on CUDA also a long row and a vocabulary's).
+pub fn cross_entropy_saved_lse_checks(backend: &Backend, report: &mut Report) {
+    let shapes: &[(usize, usize)] = match backend {
+        Backend::Cuda(_) => &[(5, 129), (64, 4096), (8, 50257), (4, 131072)],
+        Backend::Cpu => &[(5, 129), (3, 4103)],
+    };
+    for dtype in [DType::F32, DType::Bf16] {
+        for &(rows, n) in shapes {
+            for online_normalizer in [false, true] {
+                let problem = |op: Operator| {
+                    Problem::operator(op, OperatorOptions::default(), dtype, shape(rows, n))
+                };
+                let saving = problem(Operator::CrossEntropyWithLse);
+                let label = format!(
+                    "cross_entropy_backward from cross_entropy_with_lse's lse {dtype} {} online={online_normalizer}",
+                    saving.shape
+                );
+                let backward = problem(Operator::CrossEntropyBackward);
+                let mut inputs = random_inputs(&backward, 41 + n as u64);
+                let run = |problem: &Problem, p: &Plan, inputs: &Buffers| {
+                    let mut mine = inputs.clone();
+                    mine.retain(|name, _| problem.program.input(name).is_some());
+                    let mut out = poisoned_outputs(problem);
+                    backend.execute(p, &CodegenOptions::default(), &mine, &mut out)?;
+                    anyhow::Ok(out)
+                };
+                let result = (|| -> anyhow::Result<Option<String>> {
+                    let request = LayoutRequest {
+                        online_normalizer,
+                        ..Default::default()
+                    };
+                    let p = plan(&saving, &backend.target(), &request)?;
+                    let fwd = run(&saving, &p, &inputs)?;
+                    let plain = problem(Operator::CrossEntropy);
+                    let pp = plan(&plain, &backend.target(), &p.schedule())?;
+                    if !run(&plain, &pp, &inputs)?["loss"].same_bits(&fwd["loss"]) {
+                        return Ok(Some(format!(
+                            "loss differs from cross_entropy's on {}",
+                            p.describe()
+                        )));
+                    }
+                    let v = validate(
+                        dtype,
+                        &fwd,
+                        &reference(&saving, &inputs).expect("an operator"),
+                    );
+                    if !v.pass {
+                        return Ok(Some(format!("forward {}: {:?}", p.describe(), v.outputs)));
+                    }
+                    inputs.insert("lse".into(), fwd["lse"].clone());
+                    let bp = plan(&backward, &backend.target(), &LayoutRequest::default())?;
+                    let dx = run(&backward, &bp, &inputs)?;
+                    let truth = problem(Operator::CrossEntropyBackwardRecompute);
+                    let v = validate(
+                        dtype,
+                        &dx,
+                        &reference(&truth, &inputs).expect("an operator"),
+                    );
+                    Ok((!v.pass).then(|| format!("backward {}: {:?}", bp.describe(), v.outputs)))
+                })();
+                match result {
+                    Ok(differs) => {
+                        report.record(differs.is_none(), &label, &differs.unwrap_or_default())
+                    }
+                    Err(e) => report.record(false, &label, &format!("{e:#}")),
+                }
+            }
+        }
+    }
+}
+
 /// cross_entropy_with_grad against its halves on its own plan: its loss
-/// is cross_entropy's and its dx cross_entropy_backward's, bit for bit,
+/// is cross_entropy's and its dx cross_entropy_backward_recompute's, bit for bit,
 /// with and without the online normalizer (on CUDA also a clustered row).
 pub fn cross_entropy_with_grad_checks(backend: &Backend, report: &mut Report) {
     let shapes: &[(usize, usize)] = match backend {
@@ -231,7 +310,7 @@ pub fn cross_entropy_with_grad_checks(backend: &Backend, report: &mut Report) {
                     let both = run(&fused, &p)?;
                     for (op, name) in [
                         (Operator::CrossEntropy, "loss"),
-                        (Operator::CrossEntropyBackward, "dx"),
+                        (Operator::CrossEntropyBackwardRecompute, "dx"),
                     ] {
                         let half = Problem {
                             program: op.program(OperatorOptions::default()),

@@ -830,7 +830,7 @@ fn a_per_row_scalar_input_reads_from_npy() {
 
 /// `run --op cross_entropy_with_grad` validates both outputs and writes
 /// them: on one schedule and seed, the loss.npy of `cross_entropy` and the
-/// dx.npy of `cross_entropy_backward`, byte for byte.
+/// dx.npy of `cross_entropy_backward_recompute`, byte for byte.
 #[test]
 fn cross_entropy_with_grad_writes_the_forwards_loss_and_the_backwards_dx() {
     let dir = tmpdir("with-grad");
@@ -860,8 +860,60 @@ fn cross_entropy_with_grad_writes_the_forwards_loss_and_the_backwards_dx() {
     );
     assert_eq!(
         read(&both, "dx.npy"),
-        read(&run("cross_entropy_backward"), "dx.npy")
+        read(&run("cross_entropy_backward_recompute"), "dx.npy")
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The training pair through `.npy` files: `cross_entropy_with_lse`
+/// writes an f32 lse.npy, `cross_entropy_backward` reads it back (and the
+/// forward's x and target), validated; an lse in the storage dtype is
+/// refused with its name, never a panic.
+#[test]
+fn the_saved_lse_travels_from_the_forward_to_the_backward_as_npy() {
+    let dir = tmpdir("saved-lse");
+    let d = dir.to_str().unwrap();
+    let shape = ["--shape", "5x300", "--dtype", "bf16", "--seed", "3"];
+    let fwd = dir.join("fwd");
+    let o = lanefold(
+        &[
+            &["run", "--op", "cross_entropy_with_lse", "--output-dir"][..],
+            &[fwd.to_str().unwrap()],
+            &shape[..],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lse = std::fs::read(fwd.join("lse.npy")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&lse[..80]).contains("<f4"),
+        "f32 lse"
+    );
+    // The same seed gives the backward the forward's x and target.
+    let arg = format!("lse={}", fwd.join("lse.npy").display());
+    let o = lanefold(
+        &[
+            &["run", "--op", "cross_entropy_backward", "--input", &arg][..],
+            &shape[..],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("validated against float64"),
+        "{}",
+        stdout(&o)
+    );
+    let loss = format!("lse={}", fwd.join("loss.npy").display());
+    let o = lanefold(
+        &[
+            &["run", "--op", "cross_entropy_backward", "--input", &loss][..],
+            &shape[..],
+        ]
+        .concat(),
+    );
+    assert_clean_failure(&o, 1, "lse");
+    let _ = d;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -871,12 +923,13 @@ fn cross_entropy_with_grad_writes_the_forwards_loss_and_the_backwards_dx() {
 fn selftest_backward_runs_the_backward_layout_matrix() {
     let o = lanefold(&["selftest", "--backward"]);
     assert!(o.status.success(), "stderr: {}", stderr(&o));
-    // 6 operators x 4 packs x 2 widths x 4 lengths x 2 row counts x 2
-    // dtypes, their batch invariance (6 x 2 dtypes), cross_entropy_with_grad
-    // against its halves (2 dtypes x 2 shapes x 2 forms), then 3 norms'
-    // column gradients x 3 dtypes x 3 shapes and 3 batch splits.
+    // 8 operators (7 backward, the lse-saving forward) x 4 packs x 2
+    // widths x 4 lengths x 2 row counts x 2 dtypes, their batch invariance
+    // (8 x 2 dtypes), cross_entropy_with_grad against its halves and the
+    // backward from the saved lse (each 2 dtypes x 2 shapes x 2 forms),
+    // then 3 norms' column gradients x 3 dtypes x 3 shapes and 3 splits.
     assert!(
-        stdout(&o).contains("818 passed, 0 failed"),
+        stdout(&o).contains("1086 passed, 0 failed"),
         "{}",
         stdout(&o)
     );

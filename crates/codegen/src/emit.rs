@@ -1056,7 +1056,11 @@ impl Ctx<'_> {
             Instr::Const(c) => lit(*c),
             Instr::RowLen => "(float)LF_N".to_string(),
             Instr::RowFirst { buffer } => format!("lf_widen(p_{}[row_off])", ident(buffer)),
-            // Only a per-row scalar input loads as a scalar.
+            // Only a per-row scalar input loads as a scalar; an f32 one
+            // as it is.
+            Instr::Load { buffer } if self.buffer_kind(buffer) == BufferKind::RowScalarF32 => {
+                format!("p_{}[row_c]", ident(buffer))
+            }
             Instr::Load { buffer } => format!("lf_widen(p_{}[row_c])", ident(buffer)),
             Instr::Unary { op, arg } => unary(*op, &n(arg)),
             Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
@@ -1120,8 +1124,13 @@ impl Ctx<'_> {
         for instr in &self.program.body {
             if let Instr::Store { buffer, value } = instr {
                 if self.kinds[value.index()] == Kind::Scalar && self.phase[value.index()] == p {
+                    let narrow = if self.buffer_kind(buffer) == BufferKind::RowScalarF32 {
+                        ""
+                    } else {
+                        "lf_narrow"
+                    };
                     let s = format!(
-                        "if (row_ok && {worker0}) p_{}[row] = lf_narrow({});",
+                        "if (row_ok && {worker0}) p_{}[row] = {narrow}({});",
                         ident(buffer),
                         self.name(*value)
                     );
@@ -2409,6 +2418,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         }
         let c_type = match (decl.kind, kind) {
             (BufferKind::RowIndex, _) => "const long long*".to_string(),
+            (BufferKind::RowScalarF32, ParamKind::Input) => "const float*".to_string(),
+            (BufferKind::RowScalarF32, _) => "float*".to_string(),
             (_, ParamKind::Input) => "const lf_store_t*".to_string(),
             _ => "lf_store_t*".to_string(),
         };

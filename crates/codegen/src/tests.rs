@@ -2258,6 +2258,13 @@ fn golden_backward_kernels() {
             8,
         ),
         (
+            Operator::CrossEntropyBackwardRecompute,
+            DType::Bf16,
+            "64x4096",
+            256,
+            8,
+        ),
+        (
             Operator::CrossEntropyWithGrad,
             DType::Bf16,
             "64x4096",
@@ -2270,12 +2277,58 @@ fn golden_backward_kernels() {
         if op.forward() == Some(Operator::CrossEntropy) {
             assert!(g.contains("lf_widen(p_dloss[row_c])"), "{g}");
         }
+        if op == Operator::CrossEntropyBackward {
+            // The saved lse read as f32, one pass over x, no reduction.
+            assert!(g.contains("const float* __restrict__ p_lse"), "{g}");
+            assert!(g.contains("p_lse[row_c]"), "{g}");
+            assert!(!g.contains("lf_widen(p_lse"), "{g}");
+            assert!(!g.contains("__shfl_xor_sync"), "{g}");
+        }
         if op == Operator::CrossEntropyWithGrad {
             // The loss by the row's first worker, dx by every worker.
             assert_eq!(g.matches("p_loss[row] = ").count(), 1, "{g}");
             assert!(g.contains("p_dx + row_off"), "{g}");
         }
         insta::assert_snapshot!(format!("golden_{op}_{dtype}"), g);
+    }
+}
+
+/// cross_entropy_with_lse: the forward's kernel plus an f32 lse stored
+/// unrounded by the row's first worker, in both normalizer forms; the
+/// default forward's kernel (its own golden files) has no lse.
+#[test]
+fn golden_cross_entropy_with_lse() {
+    for online_normalizer in [false, true] {
+        let request = LayoutRequest {
+            workers: 256,
+            pack: 8,
+            unroll: 1,
+            online_normalizer,
+            ..Default::default()
+        };
+        let p = make_with(
+            Operator::CrossEntropyWithLse,
+            DType::Bf16,
+            "64x4096",
+            request,
+        );
+        let g = golden(&p);
+        assert!(g.contains("float* __restrict__ p_lse"), "{g}");
+        assert_eq!(g.matches("p_lse[row] = (").count(), 1, "{g}");
+        assert_eq!(g.matches("p_loss[row] = lf_narrow(").count(), 1, "{g}");
+        let plain = golden(&make_with(
+            Operator::CrossEntropy,
+            DType::Bf16,
+            "64x4096",
+            request,
+        ));
+        assert!(!plain.contains("lse"), "{plain}");
+        let suffix = if online_normalizer {
+            "_online_normalizer"
+        } else {
+            ""
+        };
+        insta::assert_snapshot!(format!("golden_cross_entropy_with_lse_bf16{suffix}"), g);
     }
 }
 

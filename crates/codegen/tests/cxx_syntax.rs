@@ -153,7 +153,7 @@ fn sources() -> Vec<(String, String)> {
 /// registers and streamed tiles, clusters on long rows.
 fn backward_sources(target: &Target) -> Vec<(String, String)> {
     let mut out = vec![];
-    for op in Operator::BACKWARD {
+    for op in Operator::training() {
         for dtype in [DType::F32, DType::Bf16, DType::F16] {
             for (shape, workers, packs) in [
                 ("17x257", &[0, 32][..], &[1, 2, 4, 8][..]),

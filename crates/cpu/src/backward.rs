@@ -72,7 +72,26 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
                 scale[i] = y[i].abs() * (dy[i].abs() + dot.abs());
             }
         }
-        Operator::CrossEntropyBackward | Operator::CrossEntropyWithGrad => {
+        Operator::CrossEntropyBackward => {
+            // From the given lse, whatever it is: p = exp(x - lse), and g
+            // multiplies every term (g = 0 on an ignored row, where a NaN
+            // p stays NaN, as in torch's log_softmax backward).
+            let t = inputs["target"].index(r);
+            let x = row("x", r);
+            let lse = inputs["lse"].get(r) as f64;
+            let g = if t == IGNORE_INDEX {
+                0.0
+            } else {
+                inputs["dloss"].get(r) as f64
+            };
+            for i in 0..n {
+                let onehot = if i as i64 == t { 1.0 } else { 0.0 };
+                let p = (x[i] - lse).exp();
+                dx[i] = p * g - onehot * g;
+                scale[i] = (p + onehot) * g.abs();
+            }
+        }
+        Operator::CrossEntropyBackwardRecompute | Operator::CrossEntropyWithGrad => {
             let t = inputs["target"].index(r);
             if t == IGNORE_INDEX {
                 dx.iter_mut().for_each(|d| *d = 0.0);
@@ -211,6 +230,9 @@ mod tests {
                 if backward.program.input("weight").is_some() {
                     bin.insert("weight".into(), fin["weight"].clone());
                 }
+                if let Some(lse) = crate::data::saved_lse(&backward, &bin) {
+                    bin.insert("lse".into(), lse);
+                }
                 let dx = &reference_backward(op, &backward, &bin).unwrap()["dx"].values;
                 for (i, &d) in dx.iter().enumerate() {
                     let fd = central_difference(&forward, &fin, &cot, wrt, i);
@@ -303,7 +325,7 @@ mod tests {
                     };
                     let got = run(Operator::CrossEntropyWithGrad);
                     let loss = run(Operator::CrossEntropy);
-                    let dx = run(Operator::CrossEntropyBackward);
+                    let dx = run(Operator::CrossEntropyBackwardRecompute);
                     let label = format!("{dtype} {shape} online={online_normalizer}");
                     assert!(got["loss"].same_bits(&loss["loss"]), "{label}");
                     assert!(got["dx"].same_bits(&dx["dx"]), "{label}");
@@ -314,6 +336,121 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The backward from the saved lse and the recomputing one agree on the
+    /// same inputs within the dtype's tolerance (not bit for bit: one
+    /// divides by a sum, the other subtracts a logarithm), through the
+    /// executor; and the saved lse is what cross_entropy_with_lse writes.
+    #[test]
+    fn the_saved_lse_backward_matches_the_recomputing_one() {
+        use crate::data::poisoned_outputs;
+        use crate::{execute, validate};
+        use lanefold_plan::{plan, LayoutRequest, Target};
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            for shape in ["7x129", "3x4103", "2x1", "4x50257"] {
+                let problem = |op| {
+                    Problem::operator(
+                        op,
+                        OperatorOptions::default(),
+                        dtype,
+                        shape.parse().unwrap(),
+                    )
+                };
+                let saved = problem(Operator::CrossEntropyBackward);
+                let inputs = random_inputs(&saved, 21);
+                let run = |op, inputs: &Buffers| -> Buffers {
+                    let problem = problem(op);
+                    let p = plan(&problem, &Target::cpu(), &LayoutRequest::default()).unwrap();
+                    let mut mine = inputs.clone();
+                    mine.retain(|name, _| problem.program.input(name).is_some());
+                    let mut outputs = poisoned_outputs(&problem);
+                    execute(&p, &mine, &mut outputs).unwrap();
+                    outputs
+                };
+                let label = format!("{dtype} {shape}");
+                // The forward's saved lse is the seeded one, to f32's rounding.
+                let fwd = run(Operator::CrossEntropyWithLse, &inputs);
+                let (got, want) = (fwd["lse"].to_f64(), inputs["lse"].to_f64());
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{label}: {g} {w}");
+                }
+                let from_lse = run(Operator::CrossEntropyBackward, &inputs);
+                let recomputed = run(Operator::CrossEntropyBackwardRecompute, &inputs);
+                let want =
+                    reference(&problem(Operator::CrossEntropyBackwardRecompute), &inputs).unwrap();
+                for out in [&from_lse, &recomputed] {
+                    let v = validate(dtype, out, &want);
+                    assert!(v.pass, "{label}: {:?}", v.outputs);
+                }
+                let (a, b) = (from_lse["dx"].to_f64(), recomputed["dx"].to_f64());
+                let diff = a.iter().zip(&b).map(|(a, b)| (a - b).powi(2)).sum::<f64>();
+                let norm = b.iter().map(|b| b * b).sum::<f64>();
+                assert!(
+                    diff.sqrt() <= dtype.tolerance() * norm.sqrt().max(1e-30),
+                    "{label}: {diff} {norm}"
+                );
+                // A wrong lse moves every element: the check can fail
+                // (where the targets' terms leave p's share of the norm
+                // above the tolerance: not 16-bit rows of 50257).
+                let shift = if dtype == DType::F32 { 0.05 } else { 1.0 };
+                let mut off = inputs.clone();
+                let lse = off.get_mut("lse").unwrap();
+                for r in 0..lse.len() {
+                    lse.set(r, lse.get(r) - shift);
+                }
+                if shape != "2x1" && (dtype == DType::F32 || shape != "4x50257") {
+                    let v = validate(dtype, &run(Operator::CrossEntropyBackward, &off), &want);
+                    assert!(!v.pass, "{label}");
+                }
+            }
+        }
+    }
+
+    /// Non-finite rows as torch's log_softmax backward gives them: a fully
+    /// -inf (masked) row has lse = -inf and every dx NaN, its target
+    /// ignored or not; a partly masked row gives 0 at its -inf elements.
+    #[test]
+    fn the_saved_lse_backward_of_masked_rows() {
+        let inf = f32::INFINITY;
+        let x = [-inf, -inf, -inf, 0.5, -inf, 1.0, -inf, -inf, -inf];
+        let problem = Problem::operator(
+            Operator::CrossEntropyBackward,
+            OperatorOptions::default(),
+            DType::F32,
+            "3x3".parse().unwrap(),
+        );
+        let mut inputs = Buffers::from([
+            ("x".to_string(), Tensor::F32(x.to_vec())),
+            ("target".to_string(), Tensor::I64(vec![1, 2, IGNORE_INDEX])),
+            ("dloss".to_string(), Tensor::F32(vec![1.0, 0.5, 1.0])),
+        ]);
+        let lse = crate::data::saved_lse(&problem, &inputs).unwrap();
+        assert_eq!(lse.get(0), -inf);
+        inputs.insert("lse".into(), lse);
+        for want in [
+            reference_backward(Operator::CrossEntropyBackward, &problem, &inputs).unwrap(),
+            crate::oracle::expected(&problem, &inputs).unwrap(),
+        ] {
+            let dx = &want["dx"].values;
+            assert!(dx[..3].iter().all(|v| v.is_nan()), "{dx:?}");
+            assert!(dx[6..].iter().all(|v| v.is_nan()), "ignored: {dx:?}");
+            assert_eq!(dx[4], 0.0);
+            let p = (0.5f64 - 1.0).exp();
+            let s = 1.0 + p;
+            assert!((dx[3] - 0.5 * p / s).abs() < 1e-6, "{dx:?}");
+            assert!((dx[5] - 0.5 * (1.0 / s - 1.0)).abs() < 1e-6, "{dx:?}");
+        }
+        let p = lanefold_plan::plan(
+            &problem,
+            &lanefold_plan::Target::cpu(),
+            &lanefold_plan::LayoutRequest::default(),
+        )
+        .unwrap();
+        let mut out = crate::data::poisoned_outputs(&problem);
+        crate::execute(&p, &inputs, &mut out).unwrap();
+        let want = reference_backward(Operator::CrossEntropyBackward, &problem, &inputs).unwrap();
+        assert!(crate::validate(DType::F32, &out, &want).pass);
     }
 
     #[test]

@@ -208,12 +208,16 @@ pub fn expected_len(kind: BufferKind, rows: usize, n: usize) -> usize {
     match kind {
         BufferKind::Row => rows * n,
         BufferKind::Column => n,
-        BufferKind::RowIndex | BufferKind::RowScalar => rows,
+        BufferKind::RowIndex | BufferKind::RowScalar | BufferKind::RowScalarF32 => rows,
     }
 }
 
 /// Seeded inputs: values uniform in [-2, 2) (rounded to the storage dtype),
 /// weights near 1, targets in range with about one row in eight ignored.
+/// A saved log-sum-exp `lse` (cross_entropy_backward's) is not drawn: it
+/// is each row's true `log(sum(exp(x)))` of the seeded, stored `x`, in f64
+/// rounded once to f32, so the inputs are those a forward would have
+/// saved for them (a drawn one would give gradients no forward can).
 pub fn random_inputs(problem: &Problem, seed: u64) -> Buffers {
     let (rows, n) = (problem.shape.rows, problem.shape.n);
     let mut out = Buffers::new();
@@ -260,7 +264,41 @@ pub fn random_inputs(problem: &Problem, seed: u64) -> Buffers {
         };
         out.insert(decl.name.clone(), tensor);
     }
+    if let Some(lse) = saved_lse(problem, &out) {
+        out.insert("lse".into(), lse);
+    }
     out
+}
+
+/// The per-row log-sum-exp of `inputs["x"]`, in f64 from the stored values
+/// and rounded once to f32, for a program with an f32 per-row input
+/// `lse`; None otherwise. A fully -inf row gives -inf, a row holding NaN
+/// or +inf NaN or +inf: what the forward computes for such rows.
+pub fn saved_lse(problem: &Problem, inputs: &Buffers) -> Option<Tensor> {
+    let decl = problem.program.input("lse")?;
+    if decl.kind != BufferKind::RowScalarF32 {
+        return None;
+    }
+    let x = inputs.get("x")?;
+    let (rows, n) = (problem.shape.rows, problem.shape.n);
+    let lse = (0..rows)
+        .into_par_iter()
+        .map(|r| {
+            let row = (0..n).map(|i| x.get(r * n + i) as f64);
+            let m = row.clone().fold(f64::NEG_INFINITY, f64::max);
+            if !m.is_finite() {
+                // All -inf: -inf; +inf: +inf (a NaN in the row is below).
+                return if row.clone().any(f64::is_nan) {
+                    f32::NAN
+                } else {
+                    m as f32
+                };
+            }
+            let s: f64 = row.map(|v| (v - m).exp()).sum();
+            (s.ln() + m) as f32
+        })
+        .collect();
+    Some(Tensor::F32(lse))
 }
 
 /// NaN-filled outputs in the storage dtype.
@@ -273,7 +311,10 @@ pub fn poisoned_outputs(problem: &Problem) -> Buffers {
         .map(|d| {
             (
                 d.name.clone(),
-                Tensor::poisoned(problem.dtype, expected_len(d.kind, rows, n)),
+                Tensor::poisoned(
+                    d.kind.float_dtype(problem.dtype),
+                    expected_len(d.kind, rows, n),
+                ),
             )
         })
         .collect()
@@ -303,7 +344,7 @@ pub fn check_inputs(problem: &Problem, inputs: &Buffers) -> Result<(), DataError
         let want = if decl.kind == BufferKind::RowIndex {
             "i64"
         } else {
-            problem.dtype.name()
+            decl.kind.float_dtype(problem.dtype).name()
         };
         if t.dtype_name() != want {
             return Err(DataError::DType {

@@ -332,7 +332,7 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
         let expected = expected_len(decl.kind, rows, n);
         let t = outputs
             .entry(decl.name.clone())
-            .or_insert_with(|| Tensor::poisoned(problem.dtype, expected));
+            .or_insert_with(|| Tensor::poisoned(decl.kind.float_dtype(problem.dtype), expected));
         if t.len() != expected {
             return Err(ExecError::OutputLength {
                 name: decl.name.clone(),
@@ -354,7 +354,7 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
                         BufferKind::Row => Val::Tile((0..n).map(|i| t.get(row * n + i)).collect()),
                         BufferKind::Column => Val::Tile((0..n).map(|i| t.get(i)).collect()),
                         BufferKind::RowIndex => Val::Index(t.index(row)),
-                        BufferKind::RowScalar => Val::Scalar(t.get(row)),
+                        BufferKind::RowScalar | BufferKind::RowScalarF32 => Val::Scalar(t.get(row)),
                     }
                 }
                 Instr::Const(c) => Val::Scalar(*c),

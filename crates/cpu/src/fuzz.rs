@@ -336,7 +336,18 @@ fn draw_request(rng: &mut ChaCha8Rng) -> LayoutRequest {
 /// mapper refuses is replaced by the automatic one.
 pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzCase {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let op = Operator::SIX[rng.random_range(0..Operator::SIX.len())];
+    let mut op = Operator::SIX[rng.random_range(0..Operator::SIX.len())];
+    if op == Operator::CrossEntropy {
+        // A third of cross entropy's cases each write the saved lse or
+        // read it back, decided on a stream of their own so the other
+        // operators' cases stay as they were drawn before.
+        let mut pick = ChaCha8Rng::seed_from_u64(seed ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        op = [
+            Operator::CrossEntropy,
+            Operator::CrossEntropyWithLse,
+            Operator::CrossEntropyBackward,
+        ][pick.random_range(0..3)];
+    }
     let dtype = DType::ALL[rng.random_range(0..DType::ALL.len())];
     let options = OperatorOptions {
         weight: rng.random_bool(0.8),
@@ -385,6 +396,15 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
                 let v: Vec<f32> = (0..len).map(|_| rng.random_range(-1.5f32..1.5)).collect();
                 Tensor::from_f32(dtype, &v)
             }
+            // An incoming loss gradient: a mean's 1/rows or any scale.
+            BufferKind::RowScalar => {
+                let v: Vec<f32> = (0..len)
+                    .map(|_| signed_decade(&mut rng, -6.0, 2.0))
+                    .collect();
+                Tensor::from_f32(dtype, &v)
+            }
+            // The saved statistic is the forward's of x, set below.
+            BufferKind::RowScalarF32 => Tensor::F32(vec![0.0; len]),
             _ => {
                 let mut v = Vec::with_capacity(len);
                 for &kind in &kinds {
@@ -394,6 +414,9 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
             }
         };
         inputs.insert(decl.name.clone(), tensor);
+    }
+    if let Some(lse) = crate::data::saved_lse(&problem, &inputs) {
+        inputs.insert("lse".into(), lse);
     }
     FuzzCase {
         plan,
@@ -436,6 +459,54 @@ pub fn run_cpu(case: &FuzzCase) -> Result<Validation, crate::ExecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The saved-lse forms are drawn, with the lse their x gives, and
+    /// a case the CPU executor passes fails with a wrong lse.
+    #[test]
+    fn the_saved_lse_forms_are_drawn_with_a_consistent_lse() {
+        let target = Target::cpu();
+        let limits = FuzzLimits { max_elements: 4096 };
+        let mut seen = std::collections::BTreeSet::new();
+        for index in 0..400 {
+            let case = draw(7, index, &target, limits);
+            let op = case.plan.problem.operator_kind().unwrap();
+            seen.insert(op.name());
+            if op != Operator::CrossEntropyBackward {
+                continue;
+            }
+            let want = crate::data::saved_lse(&case.plan.problem, &case.inputs).unwrap();
+            assert!(case.inputs["lse"].same_bits(&want));
+            let finite = case.inputs["x"].to_f64().iter().all(|v| v.is_finite());
+            if finite && case.plan.problem.shape.n > 1 && case.plan.problem.dtype == DType::F32 {
+                assert!(run_cpu(&case).unwrap().pass, "{}", case.label());
+                // The oracle's dx from the drawn lse is the true gradient:
+                // the recomputing backward's reference on the same inputs.
+                let p = &case.plan.problem;
+                let recompute = Problem::operator(
+                    Operator::CrossEntropyBackwardRecompute,
+                    OperatorOptions::default(),
+                    p.dtype,
+                    p.shape,
+                );
+                let mut inputs = case.inputs.clone();
+                inputs.remove("lse");
+                let truth = crate::reference::reference(&recompute, &inputs).unwrap();
+                let mut oracle = Buffers::new();
+                let dx = &crate::oracle::expected(p, &case.inputs).unwrap()["dx"].values;
+                let dx: Vec<f32> = dx.iter().map(|&v| v as f32).collect();
+                oracle.insert("dx".into(), Tensor::F32(dx));
+                let v = validate(DType::F32, &oracle, &truth);
+                assert!(v.pass, "{}: {:?}", case.label(), v.outputs);
+            }
+        }
+        for op in [
+            "cross_entropy_with_lse",
+            "cross_entropy_backward",
+            "softmax",
+        ] {
+            assert!(seen.contains(op), "{op} never drawn: {seen:?}");
+        }
+    }
 
     /// Norm cases without the cold path draw none of
     /// [`FAST_PATH_EXCLUSIONS`]; with it, and for other operators, every

@@ -10,6 +10,13 @@
 //!   -inf; else `exp(x - max) / sum`, a -inf giving 0.
 //! - cross_entropy: 0 for an ignored row; NaN under softmax's NaN rule;
 //!   else `logsumexp(x) - x[t]`, +inf where `x[t]` is -inf.
+//! - cross_entropy_with_lse: that loss, and `logsumexp(x)` on every row,
+//!   ignored ones too, NaN under softmax's NaN rule (the forward's own
+//!   `log(sum(exp(x - max))) + max` there).
+//! - cross_entropy_backward, from the given `lse` (whatever it holds):
+//!   `exp(x - lse) * g - onehot(t) * g`, g = dloss or 0 on an ignored row,
+//!   IEEE arithmetic deciding the rest (a NaN or infinite lse, an
+//!   infinity in x: NaN where torch's log_softmax backward gives NaN).
 //! - rmsnorm: NaN everywhere if the row holds a NaN; an infinity makes the
 //!   mean square infinite, so each finite element gives 0 and each
 //!   infinite one NaN (`x * rsqrt(inf)`); else `x / sqrt(mean(x^2) + eps)`.
@@ -50,6 +57,29 @@ fn softmax(x: &[f64]) -> Vec<f64> {
     let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
     let total = csum(e.iter().copied());
     e.iter().map(|v| v / total).collect()
+}
+
+/// `logsumexp(x)`, NaN under softmax's NaN rule.
+fn log_sum_exp(x: &[f64]) -> f64 {
+    if softmax_undefined(x) {
+        return f64::NAN;
+    }
+    let m = x.iter().copied().fold(f64::MIN, f64::max);
+    m + csum(x.iter().map(|v| (v - m).exp())).ln()
+}
+
+/// cross_entropy's dlogits from a saved `lse`, each with the magnitude of
+/// the terms it subtracts (the target's `p*g - g` cancels where p ~ 1).
+fn cross_entropy_dx(x: &[f64], target: i64, lse: f64, dloss: f64) -> Vec<(f64, f64)> {
+    let g = if target == IGNORE_INDEX { 0.0 } else { dloss };
+    x.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let p = (v - lse).exp();
+            let hit = if i as i64 == target { g } else { 0.0 };
+            (p * g - hit, (p * g).abs() + hit.abs())
+        })
+        .collect()
 }
 
 fn cross_entropy(x: &[f64], target: i64) -> f64 {
@@ -155,6 +185,19 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                 let t = inputs["target"].index(r);
                 out[0].1.push(cross_entropy(&row("x", r), t));
             }
+            Operator::CrossEntropyWithLse => {
+                let (x, t) = (row("x", r), inputs["target"].index(r));
+                out[0].1.push(cross_entropy(&x, t));
+                out[1].1.push(log_sum_exp(&x));
+            }
+            Operator::CrossEntropyBackward => {
+                let t = inputs["target"].index(r);
+                let (lse, dloss) = (inputs["lse"].get(r) as f64, inputs["dloss"].get(r) as f64);
+                for (dx, s) in cross_entropy_dx(&row("x", r), t, lse, dloss) {
+                    out[0].1.push(dx);
+                    scale.push(s);
+                }
+            }
             Operator::Rmsnorm => out[0].1.extend(rmsnorm(&row("x", r), weight.as_deref())),
             Operator::Layernorm => {
                 out[0]
@@ -177,11 +220,11 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                 let (x, res) = (row("x", r), row("residual", r));
                 out[0].1.extend(x.iter().zip(&res).map(|(a, b)| a + b));
             }
-            // The gradients' oracle is `backward::reference_backward`.
+            // The other gradients' oracle is `backward::reference_backward`.
             _ => return None,
         }
     }
-    let scale = (op == Operator::Sum).then_some(scale);
+    let scale = matches!(op, Operator::Sum | Operator::CrossEntropyBackward).then_some(scale);
     Some(
         out.into_iter()
             .map(|(name, values)| {

@@ -92,16 +92,20 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
             }
             layer_norm(h[0], y[0]);
         }
-        Operator::CrossEntropy => {
+        Operator::CrossEntropy | Operator::CrossEntropyWithLse => {
             let x = row("x", r);
             let t = inputs["target"].index(r);
+            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let lse = x.iter().map(|v| (v - m).exp()).sum::<f64>().ln() + m;
             out[0][0] = if t == IGNORE_INDEX {
                 0.0
             } else {
-                let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let lse = x.iter().map(|v| (v - m).exp()).sum::<f64>().ln() + m;
                 lse - x[t as usize]
             };
+            if let Some(saved) = out.get_mut(1) {
+                // Written on every row, ignored ones too.
+                saved[0] = lse;
+            }
         }
         Operator::Add => {
             let (x, res) = (row("x", r), row("residual", r));

@@ -760,12 +760,12 @@ impl CudaBackend {
             let want = if decl.kind == BufferKind::RowIndex {
                 "i64"
             } else {
-                plan.dtype().name()
+                decl.kind.float_dtype(plan.dtype()).name()
             };
             let elem = if decl.kind == BufferKind::RowIndex {
                 8
             } else {
-                plan.dtype().size_bytes()
+                decl.kind.float_dtype(plan.dtype()).size_bytes()
             };
             let slice = match source {
                 Some(buffers) => {

@@ -2,6 +2,14 @@
 //! program used as a copy-bandwidth baseline and to exercise refusals), and
 //! the input gradients (dx) of five of them, row programs too, and cross
 //! entropy's loss with its dx in one program.
+//!
+//! Cross entropy's saved log-sum-exp is two operators, not an
+//! `OperatorOptions` field: the name of an operator is what results,
+//! tuning keys, replays, the peers and the selftest identify a problem by,
+//! and the saved-statistic backward reads different inputs at a different
+//! cost (x once, not twice), while options stand for per-column inputs a
+//! peer's PyTorch module lacks (a bench with any refuses the peers), which
+//! would bar the training form from the comparisons it exists for.
 
 use crate::program::{BinaryOp, BufferKind, Builder, Program, ReduceOp, RowStat, UnaryOp};
 use serde::{Deserialize, Serialize};
@@ -34,17 +42,29 @@ pub enum Operator {
     ResidualLayernormBackward,
     /// dx of softmax from its output y and dy.
     SoftmaxBackward,
-    /// dlogits of cross_entropy from the logits x, target and the per-row
-    /// incoming gradient dloss; ignored rows give 0.
+    /// dlogits of cross_entropy from the logits x, target, the
+    /// forward's saved log-sum-exp `lse` ([`Operator::CrossEntropyWithLse`])
+    /// and the per-row incoming gradient dloss: `(exp(x - lse) -
+    /// onehot(target)) * g`, g = 0 on an ignored row. Element-only: one
+    /// read of x, one write of dx. What training runs after a forward that
+    /// saved lse, as PyTorch's own backwards do.
     CrossEntropyBackward,
+    /// cross_entropy's dlogits with the row's maximum and sum of
+    /// exponentials recomputed from x (no saved statistic): three phases.
+    CrossEntropyBackwardRecompute,
     /// cross_entropy's loss and, in the same pass, its dlogits for the
     /// per-row gradient dloss the loss will receive (known at forward time
     /// for a mean or a sum): the backward then needs no second read of x.
     CrossEntropyWithGrad,
+    /// cross_entropy's loss and the row's log-sum-exp (f32) for
+    /// [`Operator::CrossEntropyBackward`]: the forward a training step
+    /// runs. 4 bytes a row more than `cross_entropy`, whose program stays
+    /// as it is for inference.
+    CrossEntropyWithLse,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add, rmsnorm_backward, layernorm_backward, residual_layernorm_backward, softmax_backward, cross_entropy_backward, cross_entropy_with_grad)")]
+#[error("unknown operator '{0}' (expected one of: sum, softmax, rmsnorm, layernorm, residual_layernorm, cross_entropy, add, rmsnorm_backward, layernorm_backward, residual_layernorm_backward, softmax_backward, cross_entropy_backward, cross_entropy_backward_recompute, cross_entropy_with_grad, cross_entropy_with_lse)")]
 pub struct ParseOperatorError(pub String);
 
 /// Optional per-column inputs. PyTorch's defaults have both.
@@ -117,16 +137,26 @@ impl Operator {
     ];
 
     /// The input gradients, one per operator that has one (sum's is a
-    /// broadcast, not a row program worth a kernel), and cross_entropy's
-    /// loss with its gradient.
-    pub const BACKWARD: [Operator; 6] = [
+    /// broadcast, not a row program worth a kernel; cross_entropy's in both
+    /// forms), and cross_entropy's loss with its gradient.
+    pub const BACKWARD: [Operator; 7] = [
         Operator::RmsnormBackward,
         Operator::LayernormBackward,
         Operator::ResidualLayernormBackward,
         Operator::SoftmaxBackward,
         Operator::CrossEntropyBackward,
+        Operator::CrossEntropyBackwardRecompute,
         Operator::CrossEntropyWithGrad,
     ];
+
+    /// Forwards that also write what their backward reads.
+    pub const SAVING: [Operator; 1] = [Operator::CrossEntropyWithLse];
+
+    /// The backward operators and the saving forwards: what a training
+    /// step runs besides the six.
+    pub fn training() -> impl Iterator<Item = Operator> {
+        Operator::BACKWARD.into_iter().chain(Operator::SAVING)
+    }
 
     /// The operator whose input gradient this is; None for a forward one.
     pub fn forward(self) -> Option<Operator> {
@@ -135,9 +165,9 @@ impl Operator {
             Operator::LayernormBackward => Operator::Layernorm,
             Operator::ResidualLayernormBackward => Operator::ResidualLayernorm,
             Operator::SoftmaxBackward => Operator::Softmax,
-            Operator::CrossEntropyBackward | Operator::CrossEntropyWithGrad => {
-                Operator::CrossEntropy
-            }
+            Operator::CrossEntropyBackward
+            | Operator::CrossEntropyBackwardRecompute
+            | Operator::CrossEntropyWithGrad => Operator::CrossEntropy,
             _ => return None,
         })
     }
@@ -165,7 +195,9 @@ impl Operator {
             Operator::ResidualLayernormBackward => "residual_layernorm_backward",
             Operator::SoftmaxBackward => "softmax_backward",
             Operator::CrossEntropyBackward => "cross_entropy_backward",
+            Operator::CrossEntropyBackwardRecompute => "cross_entropy_backward_recompute",
             Operator::CrossEntropyWithGrad => "cross_entropy_with_grad",
+            Operator::CrossEntropyWithLse => "cross_entropy_with_lse",
         }
     }
 
@@ -200,6 +232,12 @@ impl Operator {
             Operator::CrossEntropy => {
                 let row = CrossEntropyRow::new(&mut b);
                 row.loss(&mut b);
+            }
+            Operator::CrossEntropyWithLse => {
+                // The forward, instruction for instruction, then one store.
+                let row = CrossEntropyRow::new(&mut b);
+                let lse = row.loss(&mut b);
+                b.output("lse", BufferKind::RowScalarF32, lse);
             }
             Operator::Add => {
                 let x = b.input("x", BufferKind::Row);
@@ -259,6 +297,23 @@ impl Operator {
                 b.output("dx", BufferKind::Row, dx);
             }
             Operator::CrossEntropyBackward => {
+                // torch's log_softmax backward from the saved statistic:
+                // exp(x - lse) * g - onehot * g. A fully -inf row has
+                // lse = -inf and gives NaN (-inf - -inf), as torch does.
+                let x = b.input("x", BufferKind::Row);
+                let t = b.input("target", BufferKind::RowIndex);
+                let lse = b.input("lse", BufferKind::RowScalarF32);
+                let g = ignored_as_zero(&mut b, t);
+                let lb = b.broadcast(lse);
+                let d = b.sub(x, lb);
+                let p = b.unary(UnaryOp::Exp, d);
+                let gb = b.broadcast(g);
+                let pg = b.mul(p, gb);
+                let onehot = b.mask_index(gb, t);
+                let dx = b.sub(pg, onehot);
+                b.output("dx", BufferKind::Row, dx);
+            }
+            Operator::CrossEntropyBackwardRecompute => {
                 let row = CrossEntropyRow::new(&mut b);
                 row.dx(&mut b);
             }
@@ -303,8 +358,9 @@ impl CrossEntropyRow {
         CrossEntropyRow { x, t, m, e, s }
     }
 
-    /// `loss = log(sum(e)) + m - x[target]`, 0 on an ignored row.
-    fn loss(&self, b: &mut Builder) {
+    /// `loss = log(sum(e)) + m - x[target]`, 0 on an ignored row; returns
+    /// the row's log-sum-exp.
+    fn loss(&self, b: &mut Builder) -> crate::Value {
         let ls = b.unary(UnaryOp::Log, self.s);
         let lse = b.add(ls, self.m);
         let picked = b.mask_index(self.x, self.t);
@@ -313,14 +369,13 @@ impl CrossEntropyRow {
         let zero = b.constant(0.0);
         let out = b.select_index_eq(self.t, IGNORE_INDEX, zero, loss);
         b.output("loss", BufferKind::RowScalar, out);
+        lse
     }
 
     /// `dx = (softmax(x) - onehot(target)) * g`, g the per-row input
     /// `dloss`, or 0 on an ignored row.
     fn dx(&self, b: &mut Builder) {
-        let dl = b.input("dloss", BufferKind::RowScalar);
-        let zero = b.constant(0.0);
-        let g = b.select_index_eq(self.t, IGNORE_INDEX, zero, dl);
+        let g = ignored_as_zero(b, self.t);
         let r = b.unary(UnaryOp::Recip, self.s);
         let rg = b.mul(r, g);
         let rgb = b.broadcast(rg);
@@ -330,6 +385,13 @@ impl CrossEntropyRow {
         let dx = b.sub(p, onehot);
         b.output("dx", BufferKind::Row, dx);
     }
+}
+
+/// The per-row input `dloss`, 0 on a row whose target is ignored.
+fn ignored_as_zero(b: &mut Builder, t: crate::Value) -> crate::Value {
+    let dl = b.input("dloss", BufferKind::RowScalar);
+    let zero = b.constant(0.0);
+    b.select_index_eq(t, IGNORE_INDEX, zero, dl)
 }
 
 /// `dy * weight`, or `dy` without a weight.
@@ -590,12 +652,11 @@ impl fmt::Display for Operator {
 impl FromStr for Operator {
     type Err = ParseOperatorError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let all = Operator::SIX
-            .iter()
-            .chain([Operator::Add].iter())
-            .chain(Operator::BACKWARD.iter());
-        all.copied()
-            .find(|o| o.name() == s.trim())
+        let mut all = Operator::SIX
+            .into_iter()
+            .chain([Operator::Add])
+            .chain(Operator::training());
+        all.find(|o| o.name() == s.trim())
             .ok_or_else(|| ParseOperatorError(s.to_string()))
     }
 }
@@ -989,7 +1050,8 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{op}: {e}\n{}", p.to_text()));
                 let phases = match op {
                     Operator::LayernormBackward | Operator::ResidualLayernormBackward => 3,
-                    Operator::CrossEntropyBackward | Operator::CrossEntropyWithGrad => 3,
+                    Operator::CrossEntropyBackwardRecompute | Operator::CrossEntropyWithGrad => 3,
+                    Operator::CrossEntropyBackward => 1,
                     _ => 2,
                 };
                 assert_eq!(a.num_phases, phases, "{op}\n{}", p.to_text());
@@ -1010,7 +1072,7 @@ mod tests {
             }
         }
         // The per-row incoming gradient is a scalar input.
-        let ce = Operator::CrossEntropyBackward.program(OperatorOptions::default());
+        let ce = Operator::CrossEntropyBackwardRecompute.program(OperatorOptions::default());
         assert_eq!(
             ce.input("dloss").map(|d| d.kind),
             Some(BufferKind::RowScalar)
@@ -1027,7 +1089,7 @@ mod tests {
     fn cross_entropy_with_grad_is_the_forward_then_the_backwards_dx() {
         let opts = OperatorOptions::default();
         let fwd = Operator::CrossEntropy.program(opts);
-        let bwd = Operator::CrossEntropyBackward.program(opts);
+        let bwd = Operator::CrossEntropyBackwardRecompute.program(opts);
         let both = Operator::CrossEntropyWithGrad.program(opts);
         assert_eq!(both.body[..fwd.body.len()], fwd.body[..]);
         assert_eq!(both.inputs, bwd.inputs);
@@ -1076,6 +1138,69 @@ mod tests {
         assert_eq!(a.reductions.len(), 3, "max, sum of exp and x[target]");
     }
 
+    /// cross_entropy_with_lse is the forward, instruction for instruction,
+    /// plus one f32 per-row store of the log-sum-exp the loss computes; the
+    /// forward itself writes nothing more than the loss.
+    #[test]
+    fn cross_entropy_with_lse_is_the_forward_and_one_store() {
+        let opts = OperatorOptions::default();
+        let fwd = Operator::CrossEntropy.program(opts);
+        let with = Operator::CrossEntropyWithLse.program(opts);
+        assert_eq!(with.body[..fwd.body.len()], fwd.body[..]);
+        assert_eq!(with.body.len(), fwd.body.len() + 1);
+        assert_eq!(with.inputs, fwd.inputs);
+        assert_eq!(with.outputs[..1], fwd.outputs[..]);
+        assert_eq!(with.outputs[1].name, "lse");
+        assert_eq!(with.outputs[1].kind, BufferKind::RowScalarF32);
+        let Instr::Store { buffer, value } = &with.body[fwd.body.len()] else {
+            panic!("a store: {}", with.to_text());
+        };
+        assert_eq!(buffer, "lse");
+        // log(sum(exp(x - m))) + m, the value the loss subtracts x[t] from.
+        assert!(matches!(
+            &with.body[value.index()],
+            Instr::Binary { op: BinaryOp::Add, lhs, .. }
+                if matches!(with.body[lhs.index()], Instr::Unary { op: UnaryOp::Log, .. })
+        ));
+        assert_eq!(
+            fwd.outputs.len(),
+            1,
+            "the default forward writes the loss only"
+        );
+        let a = with.with_online_normalizer().unwrap().verify().unwrap();
+        assert!(a.resident.is_empty(), "x is still read once");
+    }
+
+    /// The backward from the saved lse reduces nothing: one element-wise
+    /// phase over x, with target, lse and dloss per-row inputs, in that
+    /// order after x.
+    #[test]
+    fn the_saved_lse_backward_is_element_only() {
+        let p = Operator::CrossEntropyBackward.program(OperatorOptions::default());
+        let a = p.verify().unwrap();
+        assert!(!a.has_reduction());
+        assert!(a.resident.is_empty());
+        let inputs: Vec<_> = p.inputs.iter().map(|d| (d.name.as_str(), d.kind)).collect();
+        assert_eq!(
+            inputs,
+            [
+                ("x", BufferKind::Row),
+                ("target", BufferKind::RowIndex),
+                ("lse", BufferKind::RowScalarF32),
+                ("dloss", BufferKind::RowScalar),
+            ]
+        );
+        assert!(p.with_online_normalizer().is_none());
+        // A saved statistic is an input or a per-row output, never a tile.
+        let mut b = Builder::new("bad");
+        let x = b.input("x", BufferKind::Row);
+        b.output("s", BufferKind::RowScalarF32, x);
+        assert!(matches!(
+            b.finish().verify(),
+            Err(VerifyError::TileEscape { .. })
+        ));
+    }
+
     /// A per-row scalar input loads as a scalar, available in phase 0: a
     /// tile operand needs its broadcast.
     #[test]
@@ -1103,7 +1228,7 @@ mod tests {
 
     #[test]
     fn parse_names_round_trip() {
-        for op in Operator::BACKWARD {
+        for op in Operator::training() {
             assert_eq!(op.name().parse::<Operator>().unwrap(), op);
         }
         for op in Operator::SIX {

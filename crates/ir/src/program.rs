@@ -23,6 +23,28 @@ pub enum BufferKind {
     /// One element per row, storage dtype: a per-row output, or an input
     /// loaded as a per-row scalar (an incoming loss gradient).
     RowScalar,
+    /// One f32 per row whatever the storage dtype: a row statistic a
+    /// forward saves for its backward (cross entropy's log-sum-exp), where
+    /// a 16-bit rounding would cost the backward ~2^-9 * |lse| of relative
+    /// error in every element.
+    RowScalarF32,
+}
+
+impl BufferKind {
+    /// One value per row (a RowScalar or a RowScalarF32).
+    pub fn is_row_scalar(self) -> bool {
+        matches!(self, BufferKind::RowScalar | BufferKind::RowScalarF32)
+    }
+
+    /// The dtype a float buffer of this kind is stored in, for a problem
+    /// stored in `dtype` (a RowIndex holds i64: not asked here).
+    pub fn float_dtype(self, dtype: crate::DType) -> crate::DType {
+        if self == BufferKind::RowScalarF32 {
+            crate::DType::F32
+        } else {
+            dtype
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -167,7 +167,7 @@ impl Program {
             }
         }
         for b in &self.outputs {
-            if !matches!(b.kind, BufferKind::Row | BufferKind::RowScalar) {
+            if !(b.kind == BufferKind::Row || b.kind.is_row_scalar()) {
                 return Err(VerifyError::BadBufferKind {
                     name: b.name.clone(),
                     role: "output",
@@ -212,7 +212,7 @@ impl Program {
                     let kind = match decl.kind {
                         BufferKind::Row | BufferKind::Column => Kind::Tile,
                         BufferKind::RowIndex => Kind::Index,
-                        BufferKind::RowScalar => Kind::Scalar,
+                        BufferKind::RowScalar | BufferKind::RowScalarF32 => Kind::Scalar,
                     };
                     (kind, 0)
                 }
@@ -348,8 +348,9 @@ impl Program {
                     };
                     store_counts[slot] += 1;
                     match (self.outputs[slot].kind, k(value)) {
-                        (BufferKind::Row, Kind::Tile) | (BufferKind::RowScalar, Kind::Scalar) => {}
-                        (BufferKind::RowScalar, Kind::Tile) => {
+                        (BufferKind::Row, Kind::Tile) => {}
+                        (k, Kind::Scalar) if k.is_row_scalar() => {}
+                        (k, Kind::Tile) if k.is_row_scalar() => {
                             return Err(VerifyError::TileEscape {
                                 at,
                                 buffer: buffer.clone(),

@@ -177,7 +177,11 @@ fn read_outputs(problem: &Problem, files: &BTreeMap<String, PathBuf>) -> Result<
         };
         out.insert(
             decl.name.clone(),
-            npy::read(path, Element::Float(problem.dtype), &shape)?,
+            npy::read(
+                path,
+                Element::Float(decl.kind.float_dtype(problem.dtype)),
+                &shape,
+            )?,
         );
     }
     Ok(out)

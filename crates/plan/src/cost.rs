@@ -44,6 +44,7 @@ impl Features {
             BufferKind::Column => n * esize,
             BufferKind::RowIndex => rows * 8,
             BufferKind::RowScalar => rows * esize,
+            BufferKind::RowScalarF32 => rows * 4,
         };
         let bytes_moved: u64 = program
             .inputs
@@ -484,6 +485,41 @@ mod tests {
         // x read, y written, weight read once.
         assert_eq!(f.bytes_moved, 2 * 1024 * 4096 * 4 + 4096 * 4);
         assert_eq!(f.passes, 1.0);
+    }
+
+    /// Cross entropy's backward from the saved lse: x read and dx written
+    /// once, target (8 bytes), lse (4, f32 whatever the dtype) and dloss
+    /// per row; no reduction, so the automatic plan prices it below the
+    /// recomputing form's on the same problem.
+    #[test]
+    fn the_saved_lse_backward_counts_its_per_row_inputs() {
+        let t = Target::h200();
+        let (rows, n) = (4096u64, 32000u64);
+        let problem = |op| {
+            Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::Bf16,
+                format!("{rows}x{n}").parse().unwrap(),
+            )
+        };
+        let auto = |op| {
+            let p = plan(&problem(op), &t, &LayoutRequest::default()).unwrap();
+            let f = Features::of(&p, &t);
+            let us = RooflinePolicy.predict_us(&f, &p, &t);
+            (p, f, us)
+        };
+        let (p, f, us) = auto(Operator::CrossEntropyBackward);
+        assert!(!p.analysis.has_reduction());
+        assert_eq!(f.bytes_moved, 2 * rows * n * 2 + rows * (8 + 4 + 2));
+        assert_eq!(f.passes, 1.0);
+        let (_, g, recomputed) = auto(Operator::CrossEntropyBackwardRecompute);
+        assert_eq!(g.bytes_moved, 2 * rows * n * 2 + rows * (8 + 2));
+        assert!(us < recomputed, "{us} against {recomputed}");
+        // The forward that saves lse: 4 bytes a row more than the loss.
+        let (_, fwd, _) = auto(Operator::CrossEntropy);
+        let (_, with, _) = auto(Operator::CrossEntropyWithLse);
+        assert_eq!(with.bytes_moved, fwd.bytes_moved + rows * 4);
     }
 
     #[test]

@@ -169,6 +169,7 @@ fn element(kind: BufferKind, dtype: DType) -> (usize, &'static str) {
     if kind == BufferKind::RowIndex {
         (8, "i64")
     } else {
+        let dtype = kind.float_dtype(dtype);
         (dtype.size_bytes(), dtype.name())
     }
 }
@@ -192,7 +193,7 @@ unsafe fn read_host(ptr: usize, len: usize, kind: BufferKind, dtype: DType) -> T
         if kind == BufferKind::RowIndex {
             return Tensor::I64(from_raw_parts(ptr as *const i64, len).to_vec());
         }
-        match dtype {
+        match kind.float_dtype(dtype) {
             DType::F32 => Tensor::F32(from_raw_parts(ptr as *const f32, len).to_vec()),
             DType::Bf16 => Tensor::Bf16(from_raw_parts(ptr as *const half::bf16, len).to_vec()),
             DType::F16 => Tensor::F16(from_raw_parts(ptr as *const half::f16, len).to_vec()),

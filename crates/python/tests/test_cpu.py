@@ -35,7 +35,17 @@ def data(shape, dtype, seed=0, lo=-2.0, hi=2.0):
 
 def test_import_and_ops_registered():
     assert callable(lanefold.rms_norm)
-    for name in ["rms_norm", "layer_norm", "add_layer_norm", "softmax", "row_sum", "cross_entropy_rows"]:
+    for name in [
+        "rms_norm",
+        "layer_norm",
+        "add_layer_norm",
+        "softmax",
+        "row_sum",
+        "cross_entropy_rows",
+        "cross_entropy_rows_lse",
+        "cross_entropy_backward",
+        "cross_entropy_backward_recompute",
+    ]:
         assert hasattr(torch.ops.lanefold, name), name
 
 
@@ -469,6 +479,7 @@ def test_custom_ops_pass_torch_library_opcheck():
         (torch.ops.lanefold.softmax.default, (x,)),
         (torch.ops.lanefold.row_sum.default, (x,)),
         (torch.ops.lanefold.cross_entropy_rows.default, (x, t)),
+        (torch.ops.lanefold.cross_entropy_rows_lse.default, (x, t)),
     ]
     for op, args in cases:
         torch.library.opcheck(
@@ -729,16 +740,20 @@ def test_cross_entropy_with_grad_saves_only_dlogits_and_reads_no_logits_in_backw
     with pytest.raises(RuntimeError, match="inplace"):
         loss.backward()
     seen.clear()
-    lanefold.cross_entropy(x, t, reduction="none")
     lanefold.cross_entropy(x.detach(), t)
     with torch.no_grad():
         lanefold.cross_entropy(x, t, reduction="sum")
-    assert seen == ["cross_entropy"] * 3, seen
+    assert seen == ["cross_entropy"] * 2, seen
+    # 'none' with grad: the forward that saves lse for the backward.
+    seen.clear()
+    lanefold.cross_entropy(x, t, reduction="none")
+    assert seen == ["cross_entropy_with_lse"], seen
 
 
 def test_cross_entropy_with_grad_is_turned_off_by_the_environment(monkeypatch):
-    """LANEFOLD_CE_GRAD_IN_FORWARD=0 keeps the logits for the backward op:
-    the same gradient, from cross_entropy then cross_entropy_backward."""
+    """LANEFOLD_CE_GRAD_IN_FORWARD=0 keeps the logits and the saved lse for
+    the backward op: the same gradient, from cross_entropy_with_lse then
+    cross_entropy_backward."""
     x = data((6, 40), torch.float32, 85).requires_grad_()
     t = torch.tensor([1, -100, 39, 0, 5, 7])
     lanefold.cross_entropy(x, t).backward()
@@ -747,7 +762,7 @@ def test_cross_entropy_with_grad_is_turned_off_by_the_environment(monkeypatch):
     seen = _recording(monkeypatch)
     x.grad = None
     lanefold.cross_entropy(x, t).backward()
-    assert seen == ["cross_entropy", "cross_entropy_backward"], seen
+    assert seen == ["cross_entropy_with_lse", "cross_entropy_backward"], seen
     assert rel_err(x.grad, fused) < 1e-6
 
 
@@ -784,7 +799,8 @@ def test_backward_custom_ops_pass_torch_library_opcheck():
         (torch.ops.lanefold.layer_norm_backward.default, (dy, x, None, 1e-5)),
         (torch.ops.lanefold.add_layer_norm_backward.default, (dy, dy, x, w, 1e-5)),
         (torch.ops.lanefold.softmax_backward.default, (dy, x.softmax(-1))),
-        (torch.ops.lanefold.cross_entropy_backward.default, (dy[:, 0].contiguous(), x, t)),
+        (torch.ops.lanefold.cross_entropy_backward.default, (dy[:, 0].contiguous(), x, t, torch.logsumexp(x, -1))),
+        (torch.ops.lanefold.cross_entropy_backward_recompute.default, (dy[:, 0].contiguous(), x, t)),
         (torch.ops.lanefold.cross_entropy_with_grad.default, (x, t, dy[:, 0].contiguous())),
         (torch.ops.lanefold.norm_column_grads.default, (x, dy, 1e-5, True)),
         (torch.ops.lanefold.norm_column_grads.default, (x, dy, 1e-6, False)),
@@ -883,6 +899,102 @@ def test_inplace_backward_refuses_what_autograd_cannot_allow():
     loss = lanefold.cross_entropy(squashed, t, inplace_backward=True)
     with pytest.raises(RuntimeError, match="inplace"):
         loss.backward()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_saved_lse_backward_gives_torchs_gradients_and_reads_the_logits_once(monkeypatch, dtype):
+    """reduction='none' with grad (and mean/sum with the forward-written
+    gradient turned off): the forward writes each row's lse (float32) and
+    saves it with the logits; the backward is one cross_entropy_backward
+    launch over them, giving torch's float64 gradients (ignored rows 0, a
+    custom ignore_index), and the recomputing backward's within tolerance."""
+    tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    seen = _recording(monkeypatch)
+    monkeypatch.setenv("LANEFOLD_CE_GRAD_IN_FORWARD", "0")
+    x = data((2, 3, 300), dtype, 130, -6.0, 6.0)
+    t = torch.tensor([[3, -100, 299], [0, 7, 17]])
+    g = data((2, 3), dtype, 131)
+    for reduction, ignore_index in [("none", -100), ("mean", -100), ("sum", 7)]:
+        tt = torch.where(t == -100, ignore_index, t)
+        seen.clear()
+        h = x.clone().requires_grad_()
+        loss = lanefold.cross_entropy(h, tt, ignore_index=ignore_index, reduction=reduction)
+        assert seen == ["cross_entropy_with_lse"], seen
+        if reduction == "none":
+            # Under the view back to the batch's shape: the op's node.
+            node = loss.grad_fn.next_functions[0][0]
+            logits, target, lse = node.saved_tensors
+            assert logits.shape == (6, 300)
+            assert lse.dtype == torch.float32 and lse.shape == (6,)
+            want_lse = torch.logsumexp(x.double().reshape(6, 300), -1)
+            assert (lse.double() - want_lse).abs().max() < 1e-5 * want_lse.abs().max()
+        loss.backward(g if reduction == "none" else None)
+        assert seen == ["cross_entropy_with_lse", "cross_entropy_backward"], seen
+        e = x.double().requires_grad_()
+        want = F.cross_entropy(e.reshape(6, 300), tt.reshape(6), ignore_index=ignore_index, reduction=reduction)
+        want.backward(g.double().reshape(6) if reduction == "none" else None)
+        assert h.grad.dtype == dtype
+        assert rel_err(h.grad, e.grad) < tol, reduction
+        assert (h.grad[tt == ignore_index] == 0).all()
+    # The same gradient as the recomputing backward op, on the same inputs.
+    rows = x.reshape(6, 300)
+    tt = t.reshape(6)
+    dl = g.reshape(6).contiguous()
+    _, lse = torch.ops.lanefold.cross_entropy_rows_lse(rows, tt)
+    a = torch.ops.lanefold.cross_entropy_backward(dl, rows, tt, lse)
+    b = torch.ops.lanefold.cross_entropy_backward_recompute(dl, rows, tt)
+    assert rel_err(a, b.double()) < tol
+    # A wrong lse gives a wrong gradient: the op reads it.
+    c = torch.ops.lanefold.cross_entropy_backward(dl, rows, tt, lse + 1.0)
+    assert not torch.allclose(c, b, rtol=0.1, atol=0.0)
+
+
+def test_saved_lse_backward_of_masked_rows_is_torchs():
+    """Masked logits (-inf): a partly masked row's gradient is 0 at its
+    masked classes; a fully masked row has lse = -inf in torch and gives NaN
+    everywhere, its target ignored or not, as torch's backward does."""
+    inf = float("inf")
+    x = torch.tensor(
+        [[-inf, 0.5, 1.0, -inf], [-inf] * 4, [-inf] * 4, [0.0, 1.0, 2.0, 3.0]], dtype=torch.float32
+    )
+    t = torch.tensor([2, 1, -100, 0])
+    g = torch.tensor([0.5, 1.0, 1.0, 2.0])
+    h = x.clone().requires_grad_()
+    lanefold.cross_entropy(h, t, reduction="none").backward(g)
+    e = x.clone().requires_grad_()
+    F.cross_entropy(e, t, reduction="none").backward(g)
+    torch.testing.assert_close(h.grad, e.grad, equal_nan=True)
+    assert h.grad[1:3].isnan().all() and e.grad[1:3].isnan().all()
+    assert (h.grad[0, [0, 3]] == 0).all()
+    # torch's saved statistic for the masked row, given to the op: NaN too.
+    lse = torch.logsumexp(x, -1)
+    assert lse[1] == -inf
+    dx = torch.ops.lanefold.cross_entropy_backward(g, x, t, lse)
+    torch.testing.assert_close(dx, e.grad, equal_nan=True)
+
+
+def test_saved_lse_path_compiles_with_its_gradient():
+    """torch.compile(fullgraph=True) of a per-row loss with grad: the
+    lse-saving forward and the backward from it, through their fake
+    kernels, give eager's gradient."""
+    why = _compile_works()
+    if why:
+        pytest.skip(why)
+    torch._dynamo.reset()
+    t = torch.tensor([1, -100, 39, 5])
+    g = data((4,), torch.float32, 133)
+    w = data((40, 40), torch.float32, 134).requires_grad_()
+
+    def step(h, w):
+        return (lanefold.cross_entropy(h @ w, t, reduction="none") * g).sum()
+
+    x = data((4, 40), torch.float32, 135)
+    h = x.clone().requires_grad_()
+    torch.compile(step, fullgraph=True)(h, w).backward()
+    he, we = x.clone().requires_grad_(), w.detach().clone().requires_grad_()
+    step(he, we).backward()
+    torch.testing.assert_close(h.grad, he.grad)
+    torch.testing.assert_close(w.grad, we.grad)
 
 
 def test_inplace_cross_entropy_op_passes_opcheck_and_compiles():

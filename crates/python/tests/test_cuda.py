@@ -389,7 +389,8 @@ def test_column_gradients_on_cuda_equal_the_cpus_bits(dtype, shape):
 
 def _ce_unfused(x, t, reduction):
     """cross_entropy through per-row losses: the path whose backward
-    launches cross_entropy_backward and re-reads the logits."""
+    launches cross_entropy_backward from the saved lse (one more read of
+    the logits)."""
     loss = lanefold.cross_entropy(x, t, reduction="none").float().sum()
     if reduction == "mean":
         loss = loss / (t != -100).sum()
@@ -550,3 +551,32 @@ def test_inplace_backward_peak_memory_is_one_logits_buffer_lower(reduction):
     fused, inplace = peak(False), peak(True)
     assert inplace <= small, (inplace, size)
     assert fused >= size, (fused, size)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(17, 257), (64, 4096), (8, 50257), (4, 131072)])
+def test_saved_lse_backward_against_float64(dtype, shape):
+    """Per-row losses with grad on CUDA: the forward saves each row's lse
+    (float32, torch's logsumexp within f32), the backward from it gives
+    torch's float64 gradient (an ignored row 0, a fully masked row NaN as
+    torch) and the recomputing backward op's within tolerance."""
+    rows, n = shape
+    x = data(shape, dtype, 66, -8.0, 8.0)
+    x[rows - 1] = float("-inf")
+    t = torch.randint(0, n, (rows,), device="cuda", generator=torch.Generator(device="cuda").manual_seed(67))
+    t[0] = -100
+    g = data((rows,), dtype, 68)
+    h = x.clone().requires_grad_()
+    loss = lanefold.cross_entropy(h, t, reduction="none")
+    _, _, lse = loss.grad_fn.next_functions[0][0].saved_tensors
+    assert lse.dtype == torch.float32
+    want_lse = torch.logsumexp(x.double()[:-1], -1)
+    assert ((lse[:-1].double() - want_lse).abs() <= 1e-5 * want_lse.abs().clamp_min(1)).all()
+    loss.backward(g)
+    e = x.double().requires_grad_()
+    F.cross_entropy(e, t, reduction="none").backward(g.double())
+    assert h.grad[-1].isnan().all() and e.grad[-1].isnan().all()
+    assert (h.grad[0] == 0).all()
+    assert rel_err(h.grad[1:-1], e.grad[1:-1]) < TOL[dtype]
+    b = torch.ops.lanefold.cross_entropy_backward_recompute(g, x, t)
+    assert rel_err(h.grad[1:-1], b[1:-1].double()) < TOL[dtype]

@@ -140,9 +140,10 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // replaces a cluster of register groups: 4096x131072 f32 556 -> 473
     // µs, bf16 357 -> 244; 1024x262144 f32 366 -> 248, bf16 257 -> 133. On
     // rows of 32768 and less the register plan already reads once and
-    // bf16 became 10-13% slower (the extra exp work).
+    // bf16 became 10-13% slower (the extra exp work). The lse-saving
+    // forward is that kernel plus a per-row store (not measured apart).
     Rung {
-        ops: &[Operator::CrossEntropy],
+        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
         dtypes: Dtypes::Any,
         n: from(32769),
         rows: Rows::Any,
@@ -251,6 +252,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         ops: &[
             Operator::Softmax,
             Operator::CrossEntropy,
+            Operator::CrossEntropyWithLse,
             Operator::Layernorm,
             Operator::Rmsnorm,
         ],
@@ -357,7 +359,7 @@ pub(crate) fn few_rows_max_workers(op: Operator) -> u32 {
     match op {
         // Two reductions (softmax) or a gather besides one (cross_entropy):
         // W=256 was best on every such f32 problem of the decode search.
-        Operator::Softmax | Operator::CrossEntropy => 256,
+        Operator::Softmax | Operator::CrossEntropy | Operator::CrossEntropyWithLse => 256,
         _ => 512,
     }
 }

@@ -258,6 +258,36 @@ def _(logits, target):
     return logits.new_empty((logits.shape[0],))
 
 
+def _cross_entropy_lse_impl(logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss and each row's log-sum-exp (float32, 4 bytes a row),
+    saved for the backward: it then reads the logits once instead of
+    twice. Only a forward whose logits need a gradient runs this one."""
+    logits, target = _ready(logits), _ready(target)
+    rows = logits.shape[0]
+    loss = logits.new_empty((rows,))
+    lse = logits.new_empty((rows,), dtype=torch.float32)
+    if rows > 0:
+        _launch(
+            "cross_entropy_with_lse",
+            logits,
+            1.0,
+            [("x", logits), ("target", target)],
+            [("loss", loss), ("lse", lse)],
+        )
+    return loss, lse
+
+
+_cross_entropy_lse_op = torch.library.custom_op("lanefold::cross_entropy_rows_lse", mutates_args=())(
+    _cross_entropy_lse_impl
+)
+
+
+@_cross_entropy_lse_op.register_fake
+def _(logits, target):
+    rows = logits.shape[0]
+    return logits.new_empty((rows,)), logits.new_empty((rows,), dtype=torch.float32)
+
+
 # ------------------------------------------------------- the backward ops
 #
 # Input gradients (dx) are lanefold's backward row programs, on the same
@@ -338,14 +368,41 @@ def _(dy, y):
 
 
 @torch.library.custom_op("lanefold::cross_entropy_backward", mutates_args=())
-def _cross_entropy_backward_op(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """dlogits = (softmax(logits) - onehot(target)) * dloss per row; 0 on
-    rows whose target is -100."""
-    dloss, logits, target = _ready(dloss), _ready(logits), _ready(target)
+def _cross_entropy_backward_op(
+    dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor
+) -> torch.Tensor:
+    """dlogits = (exp(logits - lse) - onehot(target)) * dloss per row from
+    the forward's saved log-sum-exp (float32): one read of the logits, one
+    write; rows whose target is -100 get 0 (NaN where the row's lse is, as
+    torch's backward)."""
+    dloss, logits, target, lse = _ready(dloss), _ready(logits), _ready(target), _ready(lse)
     dx = torch.empty_like(logits)
     if logits.shape[0] > 0:
         _launch(
             "cross_entropy_backward",
+            logits,
+            1.0,
+            [("x", logits), ("target", target), ("lse", lse), ("dloss", dloss)],
+            [("dx", dx)],
+        )
+    return dx
+
+
+@_cross_entropy_backward_op.register_fake
+def _(dloss, logits, target, lse):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("lanefold::cross_entropy_backward_recompute", mutates_args=())
+def _cross_entropy_backward_recompute_op(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """dlogits = (softmax(logits) - onehot(target)) * dloss per row, the
+    row's normalizer recomputed (two reads of the logits): the gradient of
+    ``cross_entropy_rows`` called directly, which saves no statistic."""
+    dloss, logits, target = _ready(dloss), _ready(logits), _ready(target)
+    dx = torch.empty_like(logits)
+    if logits.shape[0] > 0:
+        _launch(
+            "cross_entropy_backward_recompute",
             logits,
             1.0,
             [("x", logits), ("target", target), ("dloss", dloss)],
@@ -354,7 +411,7 @@ def _cross_entropy_backward_op(dloss: torch.Tensor, logits: torch.Tensor, target
     return dx
 
 
-@_cross_entropy_backward_op.register_fake
+@_cross_entropy_backward_recompute_op.register_fake
 def _(dloss, logits, target):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
@@ -565,12 +622,24 @@ def _cross_entropy_setup(ctx, inputs, output):
 
 def _cross_entropy_backward(ctx, gl):
     logits, target = ctx.saved_tensors
-    return _cross_entropy_backward_op(gl.to(logits.dtype), logits, target), None
+    return _cross_entropy_backward_recompute_op(gl.to(logits.dtype), logits, target), None
+
+
+def _cross_entropy_lse_setup(ctx, inputs, output):
+    logits, target = inputs
+    ctx.save_for_backward(logits, target, output[1])
+    ctx.mark_non_differentiable(output[1])
+
+
+def _cross_entropy_lse_backward(ctx, gl, _glse):
+    logits, target, lse = ctx.saved_tensors
+    return _cross_entropy_backward_op(gl.to(logits.dtype), logits, target, lse), None
 
 
 def _forward_writes_ce_grad() -> bool:
     """The forward-written dlogits, unless ``LANEFOLD_CE_GRAD_IN_FORWARD=0``
-    asks for the backward op (which keeps the logits and reads them again)."""
+    asks for the backward op (which keeps the logits and the saved lse and
+    reads the logits again, once)."""
     return os.environ.get("LANEFOLD_CE_GRAD_IN_FORWARD") != "0"
 
 
@@ -648,6 +717,7 @@ _add_layer_norm_op.register_autograd(_add_layer_norm_backward, setup_context=_ad
 _softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 _sum_op.register_autograd(_sum_backward, setup_context=_sum_setup)
 _cross_entropy_op.register_autograd(_cross_entropy_backward, setup_context=_cross_entropy_setup)
+_cross_entropy_lse_op.register_autograd(_cross_entropy_lse_backward, setup_context=_cross_entropy_lse_setup)
 
 
 # ------------------------------------------------------------ argument checks
@@ -884,8 +954,14 @@ def cross_entropy(
         # The gradient each row's loss will receive is known now: the
         # forward writes dlogits too (one pass, the logits not kept).
         return _CrossEntropyWithGrad.apply(_rows(logits), t, reduction == "mean")
-    op = _cross_entropy_impl if _direct(logits, t) else _cross_entropy_op
-    loss = op(_rows(logits), t)
+    if logits.requires_grad and torch.is_grad_enabled():
+        # The backward will need the logits' normalizer: the forward saves
+        # each row's log-sum-exp (4 bytes a row), so the backward reads the
+        # logits once, not twice.
+        loss, _ = _cross_entropy_lse_op(_rows(logits), t)
+    else:
+        op = _cross_entropy_impl if _direct(logits, t) else _cross_entropy_op
+        loss = op(_rows(logits), t)
     if reduction == "none":
         return loss.view(logits.shape[:-1])
     count = (t != _IGNORE_INDEX).sum().to(torch.float32) if reduction == "mean" else None
