@@ -358,7 +358,7 @@ fn cold_helpers(program: &Program, stat: RowStat, residual: bool) -> String {
     return make_float4(s, k, m1, rstd);
 ",
             h0 = h("0"),
-            eps = lit(lanefold_ir::LAYERNORM_EPS),
+            eps = lit(program.norm_eps().unwrap_or(lanefold_ir::LAYERNORM_EPS)),
         ),
     };
     format!(

@@ -2480,3 +2480,26 @@ fn golden_cross_entropy_with_grad_in_place() {
         golden(&in_place("64x4096", "W=32 V=8 U=1 G=1"))
     );
 }
+
+/// The caller's eps is the only eps in a layernorm kernel: its fast path's
+/// and its cold path's (which once wrote the default as a literal).
+#[test]
+fn regression_the_cold_path_wrote_the_default_eps() {
+    for op in [Operator::Layernorm, Operator::ResidualLayernorm] {
+        let mut problem = Problem::operator(
+            op,
+            OperatorOptions::default(),
+            DType::Bf16,
+            "64x4096".parse().unwrap(),
+        );
+        assert!(problem.program.set_norm_eps(0.25));
+        let p = plan(&problem, &Target::h200(), &LayoutRequest::default()).unwrap();
+        assert!(p.cold_path(), "{op}: {}", p.describe());
+        let source = kernel(&p).source;
+        assert!(source.contains("0.25f"), "{op}");
+        assert!(
+            !source.contains(&format!("{:?}f", lanefold_ir::LAYERNORM_EPS)),
+            "{op}: the default eps is in the source"
+        );
+    }
+}

@@ -221,8 +221,9 @@ pub fn is_cold(stat: RowStat, check: f32, mean: Option<f32>) -> bool {
 /// [`RESCUE_SCALE`]; layernorm scales h by a power of two to order 1,
 /// centres it on its first element and takes two passes, so overflowing,
 /// tiny, constant and far-offset rows all come out right. The smallest
-/// normal f32 under rmsnorm's square root keeps an all-zero row finite.
-pub fn cold_row(stat: RowStat, h: &[f32]) -> Vec<f32> {
+/// normal f32 under rmsnorm's square root keeps an all-zero row finite;
+/// layernorm adds `eps`, the program's.
+pub fn cold_row(stat: RowStat, eps: f32, h: &[f32]) -> Vec<f32> {
     let n = h.len() as f32;
     match stat {
         RowStat::RmsRstd => {
@@ -235,7 +236,6 @@ pub fn cold_row(stat: RowStat, h: &[f32]) -> Vec<f32> {
             h.iter().map(|&v| v * rstd).collect()
         }
         RowStat::LnRstd => {
-            let eps = LAYERNORM_EPS;
             let bad = h.iter().any(|v| !v.is_finite());
             let amax = h.iter().fold(0.0f32, |m, v| {
                 if v.abs() <= f32::MAX && v.abs() > m {
@@ -431,7 +431,8 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
                                     .collect()
                             }
                         };
-                        let mut y = cold_row(*stat, &h);
+                        let eps = program.norm_eps().unwrap_or(LAYERNORM_EPS);
+                        let mut y = cold_row(*stat, eps, &h);
                         // Each rounded on its own, as the kernel's are.
                         if let Some(w) = inputs
                             .get("weight")
@@ -1182,7 +1183,7 @@ mod tests {
     fn regression_rescaled_sum_of_squares_with_an_infinity_went_nan() {
         // The slow path's compensated sum turned an infinite square into
         // NaN: rmsnorm's finite elements must stay 0, as torch's do.
-        let y = cold_row(RowStat::RmsRstd, &[1.0, NEG, 2.0]);
+        let y = cold_row(RowStat::RmsRstd, RMSNORM_EPS, &[1.0, NEG, 2.0]);
         assert_eq!((y[0], y[2]), (0.0, 0.0));
         let (_, out, v) = run_rows(
             Operator::Rmsnorm,
@@ -1212,6 +1213,45 @@ mod tests {
                 };
                 let want = tiny[0] / eps.sqrt();
                 assert!((out["y"].get(0) - want).abs() <= 1e-3 * want.abs(), "{op}");
+            }
+        }
+    }
+
+    /// A caller's eps reaches layernorm's cold path as well as its fast
+    /// one: a plain row and a far-offset row (the cancellation the cold path
+    /// takes), eps 0.25, against float64 with that eps.
+    #[test]
+    fn regression_the_cold_path_took_the_default_eps() {
+        let eps = 0.25f32;
+        let plain: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+        let offset: Vec<f32> = plain.iter().map(|v| 4096.0 + v * 1e-2).collect();
+        let none = OperatorOptions {
+            weight: false,
+            bias: false,
+        };
+        for request in requests() {
+            let shape = Shape::new(2, 64).unwrap();
+            let mut problem = Problem::operator(Operator::Layernorm, none, DType::F32, shape);
+            assert!(problem.program.set_norm_eps(eps));
+            let p = plan(&problem, &Target::cpu(), &request).unwrap();
+            let mut inputs = Buffers::new();
+            let flat = [plain.clone(), offset.clone()].concat();
+            inputs.insert("x".into(), Tensor::from_f32(DType::F32, &flat));
+            let mut out = poisoned_outputs(&p.problem);
+            execute(&p, &inputs, &mut out).unwrap();
+            for (r, row) in [&plain, &offset].into_iter().enumerate() {
+                let n = row.len() as f64;
+                let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
+                let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+                for (i, &v) in row.iter().enumerate() {
+                    let want = (v as f64 - mean) / (var + eps as f64).sqrt();
+                    let got = out["y"].get(r * 64 + i) as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-4,
+                        "{} row {r} [{i}]: {got} against {want}",
+                        p.describe()
+                    );
+                }
             }
         }
     }

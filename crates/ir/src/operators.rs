@@ -678,6 +678,40 @@ mod tests {
         }
     }
 
+    /// Every norm program, in every form, has one eps (the PyTorch default)
+    /// that `set_norm_eps` finds and replaces; the others have none.
+    #[test]
+    fn every_norm_form_has_one_eps_that_can_be_set() {
+        let ops = Operator::SIX.into_iter().chain(Operator::BACKWARD);
+        for op in ops {
+            let default = match op {
+                Operator::Rmsnorm | Operator::RmsnormBackward => Some(RMSNORM_EPS),
+                Operator::Layernorm
+                | Operator::ResidualLayernorm
+                | Operator::LayernormBackward
+                | Operator::ResidualLayernormBackward => Some(LAYERNORM_EPS),
+                _ => None,
+            };
+            let opts = OperatorOptions::default();
+            let mut forms = vec![op.program(opts)];
+            for bits in 0..8u8 {
+                let form = NormForm {
+                    one_pass_moments: bits & 1 != 0,
+                    fused_output: bits & 2 != 0,
+                    cold_path: bits & 4 != 0,
+                };
+                forms.extend(op.program_norm_form(opts, form));
+            }
+            for mut p in forms {
+                assert_eq!(p.norm_eps(), default, "{op}\n{}", p.to_text());
+                assert_eq!(p.set_norm_eps(0.25), default.is_some(), "{op}");
+                if default.is_some() {
+                    assert_eq!(p.norm_eps(), Some(0.25), "{op}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn options_apply_only_to_the_inputs_an_operator_has() {
         let none = OperatorOptions {

@@ -252,6 +252,53 @@ pub struct Program {
 }
 
 impl Program {
+    /// The index of a norm's epsilon: the one constant added to a row
+    /// statistic under a reciprocal square root (`rsqrt(stat + eps)`).
+    /// None where the program has no such constant, or several.
+    fn norm_eps_index(&self) -> Option<usize> {
+        let constant = |v: Value| matches!(self.body.get(v.index()), Some(Instr::Const(_)));
+        let mut found = self.body.iter().filter_map(|instr| {
+            let Instr::Unary {
+                op: UnaryOp::Rsqrt,
+                arg,
+            } = instr
+            else {
+                return None;
+            };
+            match self.body.get(arg.index())? {
+                Instr::Binary {
+                    op: BinaryOp::Add,
+                    lhs,
+                    rhs,
+                } => [*rhs, *lhs].into_iter().find(|&v| constant(v)),
+                _ => None,
+            }
+        });
+        let first = found.next()?;
+        found.all(|v| v == first).then_some(first.index())
+    }
+
+    /// A norm's epsilon (see [`Program::set_norm_eps`]).
+    pub fn norm_eps(&self) -> Option<f32> {
+        match self.body[self.norm_eps_index()?] {
+            Instr::Const(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Set a norm's epsilon, the one constant added to a row statistic
+    /// under a reciprocal square root, which the cold path reads too.
+    /// False (and nothing changed) where the program has no such constant.
+    pub fn set_norm_eps(&mut self, eps: f32) -> bool {
+        match self.norm_eps_index() {
+            Some(i) => {
+                self.body[i] = Instr::Const(eps);
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn input(&self, name: &str) -> Option<&BufferDecl> {
         self.inputs.iter().find(|b| b.name == name)
     }

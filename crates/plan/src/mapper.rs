@@ -71,6 +71,10 @@ impl Problem {
                 } else {
                     p.exact()
                 };
+                // The rebuilt form keeps the caller's epsilon.
+                if let Some(eps) = self.program.norm_eps() {
+                    program.set_norm_eps(eps);
+                }
             }
         }
         if request.online_normalizer {

@@ -23,7 +23,7 @@ use lanefold_cpu::data::expected_len;
 use lanefold_cpu::{Buffers, Tensor};
 use lanefold_cuda::{CudaBackend, RawKernel};
 use lanefold_ir::{
-    BufferKind, DType, Instr, Operator, OperatorOptions, LAYERNORM_EPS, RMSNORM_EPS,
+    BufferKind, DType, Operator, OperatorOptions, Program, LAYERNORM_EPS, RMSNORM_EPS,
 };
 use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Shape, Target};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -108,46 +108,37 @@ impl Key {
 
     /// The automatic plan on `target`, with this key's eps.
     fn plan(&self, target: &Target) -> PyResult<Plan> {
-        let problem = self.problem();
+        let mut problem = self.problem();
+        set_eps(&mut problem.program, self.op, f32::from_bits(self.eps_bits))?;
         let request = LayoutRequest {
             in_place: self.in_place,
             ..LayoutRequest::default()
         };
-        let mut p = plan(&problem, target, &request).map_err(|e| {
+        plan(&problem, target, &request).map_err(|e| {
             runtime_error(format!(
                 "lanefold could not plan {} {} {}x{}: {e}",
                 self.op, self.dtype, self.rows, self.n
             ))
-        })?;
-        set_eps(&mut p, self.op, f32::from_bits(self.eps_bits))?;
-        Ok(p)
+        })
     }
 }
 
-/// The operator programs carry the PyTorch default eps as a constant;
-/// replace it (in the plan's own program, which may be a rewritten form
-/// of the operator's) with the caller's.
-fn set_eps(plan: &mut Plan, op: Operator, eps: f32) -> PyResult<()> {
-    let default = match op {
-        Operator::Rmsnorm | Operator::RmsnormBackward => RMSNORM_EPS,
-        Operator::Layernorm
-        | Operator::ResidualLayernorm
-        | Operator::LayernormBackward
-        | Operator::ResidualLayernormBackward => LAYERNORM_EPS,
-        _ => return Ok(()),
-    };
-    let mut found = 0;
-    for instr in &mut plan.problem.program.body {
-        if let Instr::Const(c) = instr {
-            if c.to_bits() == default.to_bits() {
-                *c = eps;
-                found += 1;
-            }
-        }
-    }
-    if found != 1 {
+/// The operator programs carry the PyTorch default eps; the caller's
+/// replaces it before planning, so that every form the plan takes (its
+/// cold path in or out, planned again by the CUDA runtime) keeps it.
+fn set_eps(program: &mut Program, op: Operator, eps: f32) -> PyResult<()> {
+    let norm = matches!(
+        op,
+        Operator::Rmsnorm
+            | Operator::RmsnormBackward
+            | Operator::Layernorm
+            | Operator::ResidualLayernorm
+            | Operator::LayernormBackward
+            | Operator::ResidualLayernormBackward
+    );
+    if norm && !program.set_norm_eps(eps) {
         return Err(runtime_error(format!(
-            "internal: the {op} program has {found} eps constants, expected 1"
+            "internal: the {op} program has no single eps constant"
         )));
     }
     Ok(())

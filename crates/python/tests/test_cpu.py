@@ -83,6 +83,18 @@ def test_layer_norm(dtype, shape):
             assert rel_err(y, want) < TOL[dtype], (weight is None, bias is None, eps)
 
 
+def test_a_callers_eps_reaches_the_cold_path():
+    """Rows offset far from zero take layernorm's cold path, which once
+    used the default eps whatever the caller gave."""
+    n = 1000
+    x = data((8, n), torch.float32, 1)
+    x[4:] = 4096.0 + x[4:] * 1e-2
+    for eps in [0.25, 1e-5]:
+        y = lanefold.layer_norm(x, None, None, eps=eps)
+        want = F.layer_norm(x.double(), (n,), None, None, eps)
+        assert rel_err(y, want) < TOL[torch.float32], eps
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_add_layer_norm(dtype, shape):

@@ -77,6 +77,22 @@ def test_every_op_against_float64(dtype, shape):
         assert rel_err(got, want) < tol, reduction
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_callers_eps_reaches_the_cold_path(dtype):
+    """Rows offset far from zero take layernorm's cold path; it and the
+    plain rows beside them use the caller's eps (the default once reached
+    neither after the runtime planned the cold path again)."""
+    n = 1000
+    x = data((8, n), dtype, 1)
+    x[4:] = (4096.0 + x[4:].float() * 1e-2).to(dtype)
+    for eps in [0.25, 1e-5]:
+        y = lanefold.layer_norm(x, None, None, eps=eps)
+        want = F.layer_norm(x.double(), (n,), None, None, eps)
+        assert rel_err(y, want) < TOL[dtype], eps
+        y = lanefold.rms_norm(x, None, eps=eps)
+        assert rel_err(y, F.rms_norm(x.double(), (n,), None, eps)) < TOL[dtype], eps
+
+
 def test_unaligned_and_strided_inputs():
     flat = data((1 + 8 * 300,), torch.float16, 8)
     x = flat[1:].view(8, 300)  # contiguous, 2 bytes past an aligned start

@@ -47,3 +47,38 @@ fn a_pinned_request_plans_to_the_same_plan_with_only_the_promise_added() {
         );
     }
 }
+
+/// The PyTorch package sets its caller's eps in the problem; a norm's
+/// program is rebuilt whenever it is planned (its cold path in or out, as
+/// the CUDA runtime plans it again), and the rebuilt form lost the eps:
+/// `layer_norm(x, w, b, eps=0.25)` ran with 1e-5 on the GPU.
+#[test]
+fn regression_a_norm_planned_again_lost_the_callers_eps() {
+    for op in [
+        Operator::Rmsnorm,
+        Operator::Layernorm,
+        Operator::ResidualLayernorm,
+    ] {
+        for dtype in [lanefold_ir::DType::F32, lanefold_ir::DType::Bf16] {
+            let mut p = typed(op, dtype, "64x4096");
+            assert!(p.program.set_norm_eps(0.25));
+            let first = plan(&p, &Target::h200(), &LayoutRequest::default()).unwrap();
+            assert_eq!(first.problem.program.norm_eps(), Some(0.25), "{op}");
+            let edits: [fn(&mut LayoutRequest); 3] = [
+                |r| r.no_cold_path = true,
+                |r| r.one_pass_moments = !r.one_pass_moments,
+                |r| r.fused_output = true,
+            ];
+            for edit in edits {
+                let mut request = first.schedule();
+                edit(&mut request);
+                let again = plan(&first.problem, &Target::h200(), &request).unwrap();
+                assert_eq!(
+                    again.problem.program.norm_eps(),
+                    Some(0.25),
+                    "{op} {dtype} {request}"
+                );
+            }
+        }
+    }
+}
