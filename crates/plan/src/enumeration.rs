@@ -62,7 +62,8 @@ pub(crate) struct Legal {
 /// 1, 2, 4, 8, at the request's cluster group size and, where the request
 /// leaves it automatic and the target has clusters, at
 /// [`AUTO_CLUSTER_GROUP_THREADS`] too (only plans whose rows span a
-/// cluster: a smaller group changes no other).
+/// cluster: a smaller group changes no other). An element-only program's
+/// rows never span a cluster here.
 pub(crate) fn model_space(
     problem: &Problem,
     target: &Target,
@@ -91,6 +92,14 @@ pub(crate) fn model_space(
                     continue;
                 };
                 if group_threads != request.cluster_group_threads && p.groups_per_row == 1 {
+                    continue;
+                }
+                // A row spans a cluster to share its reductions; an
+                // element-only program has none to share and pays the
+                // cluster's launch for nothing (bf16 1024x128256 saved-lse
+                // cross-entropy backward on the H200: W=2048 in clusters
+                // of 4 174 µs, W=512 or 1024 in one group 141 µs).
+                if p.groups_per_row > 1 && !p.analysis.has_reduction() {
                     continue;
                 }
                 out.push(Legal {
