@@ -1001,6 +1001,12 @@ def test_saved_lse_path_compiles_with_its_gradient():
         return (lanefold.cross_entropy(h @ w, t, reduction="none") * g).sum()
 
     x = data((4, 40), torch.float32, 135)
+    assert_compiled_grads_match(step, x, w)
+
+
+def assert_compiled_grads_match(step, x, w):
+    """`step(h, w)` under torch.compile(fullgraph=True) and eagerly, from
+    the same x and w: the same gradients of both."""
     h = x.clone().requires_grad_()
     torch.compile(step, fullgraph=True)(h, w).backward()
     he, we = x.clone().requires_grad_(), w.detach().clone().requires_grad_()
@@ -1027,9 +1033,4 @@ def test_inplace_cross_entropy_op_passes_opcheck_and_compiles():
     def step(h, w):
         return lanefold.cross_entropy(h @ w, t, inplace_backward=True)
 
-    h = x.clone().requires_grad_()
-    torch.compile(step, fullgraph=True)(h, w).backward()
-    he, we = x.clone().requires_grad_(), w.detach().clone().requires_grad_()
-    step(he, we).backward()
-    torch.testing.assert_close(h.grad, he.grad)
-    torch.testing.assert_close(w.grad, we.grad)
+    assert_compiled_grads_match(step, x, w)
