@@ -30,10 +30,12 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
         }
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
+    // The program's own eps: a caller may have set another than the default.
+    let eps = |default: f32| problem.program.norm_eps().unwrap_or(default) as f64;
     let layer_norm_dx = |x: &[f64], g: &[f64], dx: &mut [f64], scale: &mut [f64]| {
         let mu = mean(x);
         let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
-        let rstd = 1.0 / (var + LAYERNORM_EPS as f64).sqrt();
+        let rstd = 1.0 / (var + eps(LAYERNORM_EPS)).sqrt();
         let xhat: Vec<f64> = x.iter().map(|v| (v - mu) * rstd).collect();
         let mean_g = mean(g);
         let mean_gx = g.iter().zip(&xhat).map(|(g, h)| g * h).sum::<f64>() / n as f64;
@@ -47,7 +49,7 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
             let x = row("x", r);
             let g = weighted(row("dy", r));
             let rstd = 1.0
-                / (mean(&x.iter().map(|v| v * v).collect::<Vec<_>>()) + RMSNORM_EPS as f64).sqrt();
+                / (mean(&x.iter().map(|v| v * v).collect::<Vec<_>>()) + eps(RMSNORM_EPS)).sqrt();
             let mean_gx = g.iter().zip(&x).map(|(g, x)| g * x).sum::<f64>() / n as f64;
             for i in 0..n {
                 dx[i] = rstd * g[i] - x[i] * rstd.powi(3) * mean_gx;

@@ -1239,6 +1239,13 @@ mod tests {
             inputs.insert("x".into(), Tensor::from_f32(DType::F32, &flat));
             let mut out = poisoned_outputs(&p.problem);
             execute(&p, &inputs, &mut out).unwrap();
+            // Both float64 references read the program's eps too.
+            let reference = crate::reference::reference(&p.problem, &inputs).unwrap();
+            let oracle = crate::oracle::expected(&p.problem, &inputs).unwrap();
+            for want in [reference, oracle] {
+                let v = crate::validate::validate(DType::F32, &out, &want);
+                assert!(v.pass, "{}: {v:?}", p.describe());
+            }
             for (r, row) in [&plain, &offset].into_iter().enumerate() {
                 let n = row.len() as f64;
                 let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;

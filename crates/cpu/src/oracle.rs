@@ -98,7 +98,7 @@ fn cross_entropy(x: &[f64], target: i64) -> f64 {
     lse - xt
 }
 
-fn rmsnorm(x: &[f64], weight: Option<&[f64]>) -> Vec<f64> {
+fn rmsnorm(x: &[f64], weight: Option<&[f64]>, eps: f64) -> Vec<f64> {
     let w = |i: usize| weight.map_or(1.0, |w| w[i]);
     if x.iter().any(|v| v.is_nan()) {
         return vec![f64::NAN; x.len()];
@@ -115,18 +115,18 @@ fn rmsnorm(x: &[f64], weight: Option<&[f64]>) -> Vec<f64> {
             .collect();
     }
     let ms = csum(x.iter().map(|v| v * v)) / x.len() as f64;
-    let d = (ms + RMSNORM_EPS as f64).sqrt();
+    let d = (ms + eps).sqrt();
     (0..x.len()).map(|i| x[i] / d * w(i)).collect()
 }
 
-fn layernorm(h: &[f64], weight: Option<&[f64]>, bias: Option<&[f64]>) -> Vec<f64> {
+fn layernorm(h: &[f64], weight: Option<&[f64]>, bias: Option<&[f64]>, eps: f64) -> Vec<f64> {
     if h.iter().any(|v| !v.is_finite()) {
         return vec![f64::NAN; h.len()];
     }
     let n = h.len() as f64;
     let mean = csum(h.iter().copied()) / n;
     let var = csum(h.iter().map(|v| (v - mean).powi(2))) / n;
-    let d = (var + LAYERNORM_EPS as f64).sqrt();
+    let d = (var + eps).sqrt();
     (0..h.len())
         .map(|i| {
             let y = (h[i] - mean) / d * weight.map_or(1.0, |w| w[i]);
@@ -161,6 +161,8 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     };
     let weight = inputs.get("weight").map(|t| t.to_f64());
     let bias = inputs.get("bias").map(|t| t.to_f64());
+    // The program's own eps: a caller may have set another than the default.
+    let eps = |default: f32| problem.program.norm_eps().unwrap_or(default) as f64;
     let mut out: Vec<(String, Vec<f64>)> = problem
         .program
         .outputs
@@ -198,12 +200,17 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                     scale.push(s);
                 }
             }
-            Operator::Rmsnorm => out[0].1.extend(rmsnorm(&row("x", r), weight.as_deref())),
-            Operator::Layernorm => {
+            Operator::Rmsnorm => {
                 out[0]
                     .1
-                    .extend(layernorm(&row("x", r), weight.as_deref(), bias.as_deref()))
+                    .extend(rmsnorm(&row("x", r), weight.as_deref(), eps(RMSNORM_EPS)))
             }
+            Operator::Layernorm => out[0].1.extend(layernorm(
+                &row("x", r),
+                weight.as_deref(),
+                bias.as_deref(),
+                eps(LAYERNORM_EPS),
+            )),
             Operator::ResidualLayernorm => {
                 let (x, res) = (row("x", r), row("residual", r));
                 let h: Vec<f64> = x
@@ -211,7 +218,7 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                     .zip(&res)
                     .map(|(a, b)| dtype.round(*a as f32 + *b as f32) as f64)
                     .collect();
-                let y = layernorm(&h, weight.as_deref(), bias.as_deref());
+                let y = layernorm(&h, weight.as_deref(), bias.as_deref(), eps(LAYERNORM_EPS));
                 for (name, values) in out.iter_mut() {
                     values.extend(if name == "h" { &h } else { &y });
                 }

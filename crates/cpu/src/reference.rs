@@ -43,10 +43,12 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     let column = |name: &str| -> Option<Vec<f64>> { inputs.get(name).map(|t| t.to_f64()) };
     let weight = column("weight");
     let bias = column("bias");
+    // The program's own eps: a caller may have set another than the default.
+    let eps = |default: f32| problem.program.norm_eps().unwrap_or(default) as f64;
     let layer_norm = |h: &[f64], y: &mut [f64]| {
         let mean = h.iter().sum::<f64>() / n as f64;
         let var = h.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
-        let rstd = 1.0 / (var + LAYERNORM_EPS as f64).sqrt();
+        let rstd = 1.0 / (var + eps(LAYERNORM_EPS)).sqrt();
         for (i, y) in y.iter_mut().enumerate() {
             *y = (h[i] - mean) * rstd;
             if let Some(w) = &weight {
@@ -77,7 +79,7 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
         Operator::Rmsnorm => {
             let x = row("x", r);
             let ms = x.iter().map(|v| v * v).sum::<f64>() / n as f64;
-            let inv = 1.0 / (ms + RMSNORM_EPS as f64).sqrt();
+            let inv = 1.0 / (ms + eps(RMSNORM_EPS)).sqrt();
             for (i, y) in out[0].iter_mut().enumerate() {
                 *y = x[i] * inv * weight.as_ref().map_or(1.0, |w| w[i]);
             }
