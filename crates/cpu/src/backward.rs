@@ -80,7 +80,10 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
             // p stays NaN, as in torch's log_softmax backward).
             let t = inputs["target"].index(r);
             let x = row("x", r);
-            let lse = inputs["lse"].get(r) as f64;
+            // A non-finite lse means an undefined softmax: NaN throughout.
+            let lse = Some(inputs["lse"].get(r) as f64)
+                .filter(|l| l.is_finite())
+                .unwrap_or(f64::NAN);
             let g = if t == IGNORE_INDEX {
                 0.0
             } else {
@@ -94,14 +97,15 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
             }
         }
         Operator::CrossEntropyBackwardRecompute | Operator::CrossEntropyWithGrad => {
+            // g = 0 on an ignored row: 0 times softmax, NaN where the
+            // softmax is, as in torch's log_softmax backward.
             let t = inputs["target"].index(r);
-            if t == IGNORE_INDEX {
-                dx.iter_mut().for_each(|d| *d = 0.0);
-                scale.iter_mut().for_each(|s| *s = 0.0);
-                return;
-            }
             let x = row("x", r);
-            let g = inputs["dloss"].get(r) as f64;
+            let g = if t == IGNORE_INDEX {
+                0.0
+            } else {
+                inputs["dloss"].get(r) as f64
+            };
             let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let total: f64 = x.iter().map(|v| (v - m).exp()).sum();
             for i in 0..n {
@@ -453,6 +457,127 @@ mod tests {
         crate::execute(&p, &inputs, &mut out).unwrap();
         let want = reference_backward(Operator::CrossEntropyBackward, &problem, &inputs).unwrap();
         assert!(crate::validate(DType::F32, &out, &want).pass);
+    }
+
+    /// An ignored row's dlogits are 0 times softmax, as in torch's
+    /// log_softmax backward: NaN where the row's softmax is (a NaN, a +inf,
+    /// every entry -inf), 0 elsewhere. The recomputing forms' reference
+    /// once wrote 0 there and called the kernel's NaN wrong.
+    #[test]
+    fn regression_an_ignored_row_with_an_undefined_softmax_was_zero() {
+        let inf = f32::INFINITY;
+        let x = [
+            1.0,
+            f32::NAN,
+            0.0, // NaN
+            inf,
+            0.0,
+            1.0, // +inf
+            -inf,
+            -inf,
+            -inf, // all masked
+            -inf,
+            0.5,
+            1.0, // a finite softmax
+        ];
+        for op in [
+            Operator::CrossEntropyBackwardRecompute,
+            Operator::CrossEntropyWithGrad,
+            Operator::CrossEntropyBackward,
+        ] {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::F32,
+                "4x3".parse().unwrap(),
+            );
+            let mut inputs = Buffers::from([
+                ("x".to_string(), Tensor::F32(x.to_vec())),
+                ("target".to_string(), Tensor::I64(vec![IGNORE_INDEX; 4])),
+                ("dloss".to_string(), Tensor::F32(vec![1.0; 4])),
+            ]);
+            if op == Operator::CrossEntropyBackward {
+                let lse = crate::data::saved_lse(&problem, &inputs).unwrap();
+                inputs.insert("lse".into(), lse);
+            }
+            let want = reference_backward(op, &problem, &inputs).unwrap();
+            let dx = &want["dx"].values;
+            assert!(dx[..9].iter().all(|v| v.is_nan()), "{op}: {dx:?}");
+            assert!(dx[9..].iter().all(|&v| v == 0.0), "{op}: {dx:?}");
+            let p = lanefold_plan::plan(
+                &problem,
+                &lanefold_plan::Target::cpu(),
+                &lanefold_plan::LayoutRequest::default(),
+            )
+            .unwrap();
+            let mut out = crate::data::poisoned_outputs(&problem);
+            crate::execute(&p, &inputs, &mut out).unwrap();
+            let v = crate::validate(DType::F32, &out, &want);
+            assert!(v.pass, "{op}: {v:?}");
+        }
+    }
+
+    /// The saved lse is NaN wherever the softmax is undefined, in both
+    /// normalizer forms: the online one stored -inf for a fully masked row,
+    /// where its references (and the two-pass form) give NaN.
+    #[test]
+    fn regression_a_fully_masked_row_saved_minus_inf_under_the_online_normalizer() {
+        let inf = f32::INFINITY;
+        let x = [
+            1.0,
+            f32::NAN,
+            0.0,
+            2.0, // NaN
+            inf,
+            0.0,
+            1.0,
+            2.0, // +inf
+            -inf,
+            -inf,
+            -inf,
+            -inf, // fully masked
+            -inf,
+            0.5,
+            1.0,
+            2.0, // masked
+            3e38,
+            3e38,
+            1.0,
+            -3e38, // huge
+        ];
+        let problem = Problem::operator(
+            Operator::CrossEntropyWithLse,
+            OperatorOptions::default(),
+            DType::F32,
+            "5x4".parse().unwrap(),
+        );
+        let inputs = Buffers::from([
+            ("x".to_string(), Tensor::F32(x.to_vec())),
+            ("target".to_string(), Tensor::I64(vec![1; 5])),
+        ]);
+        for schedule in [
+            "W=2 V=2",
+            "W=2 V=2 online-normalizer",
+            "W=1 V=1 stream online-normalizer",
+        ] {
+            let request = schedule.parse().unwrap();
+            let p = lanefold_plan::plan(&problem, &lanefold_plan::Target::cpu(), &request).unwrap();
+            let mut out = crate::data::poisoned_outputs(&problem);
+            crate::execute(&p, &inputs, &mut out).unwrap();
+            let lse: Vec<f32> = (0..5).map(|r| out["lse"].get(r)).collect();
+            assert!(lse[..3].iter().all(|v| v.is_nan()), "{schedule}: {lse:?}");
+            assert!(
+                lse[3..].iter().all(|v| v.is_finite()),
+                "{schedule}: {lse:?}"
+            );
+            for want in [
+                reference(&problem, &inputs),
+                crate::oracle::expected(&problem, &inputs),
+            ] {
+                let v = crate::validate(DType::F32, &out, &want.unwrap());
+                assert!(v.pass, "{schedule}: {v:?}");
+            }
+        }
     }
 
     #[test]

@@ -13,10 +13,10 @@
 //! - cross_entropy_with_lse: that loss, and `logsumexp(x)` on every row,
 //!   ignored ones too, NaN under softmax's NaN rule (the forward's own
 //!   `log(sum(exp(x - max))) + max` there).
-//! - cross_entropy_backward, from the given `lse` (whatever it holds):
-//!   `exp(x - lse) * g - onehot(t) * g`, g = dloss or 0 on an ignored row,
-//!   IEEE arithmetic deciding the rest (a NaN or infinite lse, an
-//!   infinity in x: NaN where torch's log_softmax backward gives NaN).
+//! - cross_entropy_backward, from the given `lse`: NaN throughout where it
+//!   is not finite (an undefined softmax: a NaN, a +inf, every entry -inf;
+//!   ignored rows too, as torch's log_softmax backward gives), else
+//!   `exp(x - lse) * g - onehot(t) * g`, g = dloss or 0 on an ignored row.
 //! - rmsnorm: NaN everywhere if the row holds a NaN; an infinity makes the
 //!   mean square infinite, so each finite element gives 0 and each
 //!   infinite one NaN (`x * rsqrt(inf)`); else `x / sqrt(mean(x^2) + eps)`.
@@ -72,6 +72,8 @@ fn log_sum_exp(x: &[f64]) -> f64 {
 /// the terms it subtracts (the target's `p*g - g` cancels where p ~ 1).
 fn cross_entropy_dx(x: &[f64], target: i64, lse: f64, dloss: f64) -> Vec<(f64, f64)> {
     let g = if target == IGNORE_INDEX { 0.0 } else { dloss };
+    // A non-finite lse means an undefined softmax: NaN throughout.
+    let lse = if lse.is_finite() { lse } else { f64::NAN };
     x.iter()
         .enumerate()
         .map(|(i, v)| {

@@ -237,7 +237,12 @@ impl Operator {
                 // The forward, instruction for instruction, then one store.
                 let row = CrossEntropyRow::new(&mut b);
                 let lse = row.loss(&mut b);
-                b.output("lse", BufferKind::RowScalarF32, lse);
+                // m - m is NaN where the row's max is not finite, 0 else:
+                // a fully -inf row stores NaN in both normalizer forms
+                // (the online one's sum is 0 there, its lse -inf).
+                let undefined = b.sub(row.m, row.m);
+                let saved = b.add(lse, undefined);
+                b.output("lse", BufferKind::RowScalarF32, saved);
             }
             Operator::Add => {
                 let x = b.input("x", BufferKind::Row);
@@ -298,12 +303,16 @@ impl Operator {
             }
             Operator::CrossEntropyBackward => {
                 // torch's log_softmax backward from the saved statistic:
-                // exp(x - lse) * g - onehot * g. A fully -inf row has
-                // lse = -inf and gives NaN (-inf - -inf), as torch does.
+                // exp(x - lse) * g - onehot * g. A row whose softmax is
+                // undefined (a NaN, a +inf, every entry -inf) has a
+                // non-finite lse; lse + (lse - lse) makes it NaN, so the
+                // whole row is NaN, ignored or not, as torch's is.
                 let x = b.input("x", BufferKind::Row);
                 let t = b.input("target", BufferKind::RowIndex);
-                let lse = b.input("lse", BufferKind::RowScalarF32);
+                let saved = b.input("lse", BufferKind::RowScalarF32);
                 let g = ignored_as_zero(&mut b, t);
+                let undefined = b.sub(saved, saved);
+                let lse = b.add(saved, undefined);
                 let lb = b.broadcast(lse);
                 let d = b.sub(x, lb);
                 let p = b.unary(UnaryOp::Exp, d);
