@@ -447,16 +447,21 @@ mod tests {
             assert!((dx[3] - 0.5 * p / s).abs() < 1e-6, "{dx:?}");
             assert!((dx[5] - 0.5 * (1.0 / s - 1.0)).abs() < 1e-6, "{dx:?}");
         }
-        let p = lanefold_plan::plan(
-            &problem,
-            &lanefold_plan::Target::cpu(),
-            &lanefold_plan::LayoutRequest::default(),
-        )
-        .unwrap();
-        let mut out = crate::data::poisoned_outputs(&problem);
-        crate::execute(&p, &inputs, &mut out).unwrap();
+        let out = executed(&problem, &inputs, &Default::default());
         let want = reference_backward(Operator::CrossEntropyBackward, &problem, &inputs).unwrap();
         assert!(crate::validate(DType::F32, &out, &want).pass);
+    }
+
+    /// `problem` planned for the CPU with `request` and run on `inputs`.
+    fn executed(
+        problem: &Problem,
+        inputs: &Buffers,
+        request: &lanefold_plan::LayoutRequest,
+    ) -> Buffers {
+        let p = lanefold_plan::plan(problem, &lanefold_plan::Target::cpu(), request).unwrap();
+        let mut out = crate::data::poisoned_outputs(problem);
+        crate::execute(&p, inputs, &mut out).unwrap();
+        out
     }
 
     /// An ignored row's dlogits are 0 times softmax, as in torch's
@@ -504,14 +509,7 @@ mod tests {
             let dx = &want["dx"].values;
             assert!(dx[..9].iter().all(|v| v.is_nan()), "{op}: {dx:?}");
             assert!(dx[9..].iter().all(|&v| v == 0.0), "{op}: {dx:?}");
-            let p = lanefold_plan::plan(
-                &problem,
-                &lanefold_plan::Target::cpu(),
-                &lanefold_plan::LayoutRequest::default(),
-            )
-            .unwrap();
-            let mut out = crate::data::poisoned_outputs(&problem);
-            crate::execute(&p, &inputs, &mut out).unwrap();
+            let out = executed(&problem, &inputs, &Default::default());
             let v = crate::validate(DType::F32, &out, &want);
             assert!(v.pass, "{op}: {v:?}");
         }
@@ -560,10 +558,7 @@ mod tests {
             "W=2 V=2 online-normalizer",
             "W=1 V=1 stream online-normalizer",
         ] {
-            let request = schedule.parse().unwrap();
-            let p = lanefold_plan::plan(&problem, &lanefold_plan::Target::cpu(), &request).unwrap();
-            let mut out = crate::data::poisoned_outputs(&problem);
-            crate::execute(&p, &inputs, &mut out).unwrap();
+            let out = executed(&problem, &inputs, &schedule.parse().unwrap());
             let lse: Vec<f32> = (0..5).map(|r| out["lse"].get(r)).collect();
             assert!(lse[..3].iter().all(|v| v.is_nan()), "{schedule}: {lse:?}");
             assert!(
