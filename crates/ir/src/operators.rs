@@ -1182,29 +1182,44 @@ mod tests {
     }
 
     /// cross_entropy_with_lse is the forward, instruction for instruction,
-    /// plus one f32 per-row store of the log-sum-exp the loss computes; the
-    /// forward itself writes nothing more than the loss.
+    /// plus one f32 per-row store of the log-sum-exp the loss computes (made
+    /// NaN where the row's max is not finite: `lse + (m - m)`); the forward
+    /// itself writes nothing more than the loss.
     #[test]
     fn cross_entropy_with_lse_is_the_forward_and_one_store() {
         let opts = OperatorOptions::default();
         let fwd = Operator::CrossEntropy.program(opts);
         let with = Operator::CrossEntropyWithLse.program(opts);
         assert_eq!(with.body[..fwd.body.len()], fwd.body[..]);
-        assert_eq!(with.body.len(), fwd.body.len() + 1);
+        assert_eq!(with.body.len(), fwd.body.len() + 3);
         assert_eq!(with.inputs, fwd.inputs);
         assert_eq!(with.outputs[..1], fwd.outputs[..]);
         assert_eq!(with.outputs[1].name, "lse");
         assert_eq!(with.outputs[1].kind, BufferKind::RowScalarF32);
-        let Instr::Store { buffer, value } = &with.body[fwd.body.len()] else {
+        let Instr::Store { buffer, value } = &with.body[fwd.body.len() + 2] else {
             panic!("a store: {}", with.to_text());
         };
         assert_eq!(buffer, "lse");
-        // log(sum(exp(x - m))) + m, the value the loss subtracts x[t] from.
-        assert!(matches!(
-            &with.body[value.index()],
-            Instr::Binary { op: BinaryOp::Add, lhs, .. }
-                if matches!(with.body[lhs.index()], Instr::Unary { op: UnaryOp::Log, .. })
-        ));
+        // (log(sum(exp(x - m))) + m) + (m - m): the value the loss subtracts
+        // x[t] from, NaN where m is not finite.
+        let Instr::Binary {
+            op: BinaryOp::Add,
+            lhs,
+            rhs,
+        } = &with.body[value.index()]
+        else {
+            panic!("an add: {}", with.to_text());
+        };
+        let log_plus_max = |v: crate::program::Value| {
+            matches!(&with.body[v.index()], Instr::Binary { op: BinaryOp::Add, lhs, .. }
+                if matches!(with.body[lhs.index()], Instr::Unary { op: UnaryOp::Log, .. }))
+        };
+        assert!(log_plus_max(*lhs), "{}", with.to_text());
+        assert!(
+            matches!(&with.body[rhs.index()], Instr::Binary { op: BinaryOp::Sub, lhs: a, rhs: b } if a == b),
+            "{}",
+            with.to_text()
+        );
         assert_eq!(
             fwd.outputs.len(),
             1,
