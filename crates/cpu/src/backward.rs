@@ -5,7 +5,7 @@
 
 use crate::data::Buffers;
 use crate::reference::{Expected, Reference};
-use lanefold_ir::{Operator, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
+use lanefold_ir::{Operator, IGNORE_INDEX};
 use lanefold_plan::Problem;
 use rayon::prelude::*;
 
@@ -30,12 +30,11 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
         }
     };
     let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
-    // The program's own eps: a caller may have set another than the default.
-    let eps = |default: f32| problem.program.norm_eps().unwrap_or(default) as f64;
+    let eps = crate::reference::norm_eps(problem);
     let layer_norm_dx = |x: &[f64], g: &[f64], dx: &mut [f64], scale: &mut [f64]| {
         let mu = mean(x);
         let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
-        let rstd = 1.0 / (var + eps(LAYERNORM_EPS)).sqrt();
+        let rstd = 1.0 / (var + eps).sqrt();
         let xhat: Vec<f64> = x.iter().map(|v| (v - mu) * rstd).collect();
         let mean_g = mean(g);
         let mean_gx = g.iter().zip(&xhat).map(|(g, h)| g * h).sum::<f64>() / n as f64;
@@ -48,8 +47,7 @@ pub fn reference_backward(op: Operator, problem: &Problem, inputs: &Buffers) -> 
         Operator::RmsnormBackward => {
             let x = row("x", r);
             let g = weighted(row("dy", r));
-            let rstd = 1.0
-                / (mean(&x.iter().map(|v| v * v).collect::<Vec<_>>()) + eps(RMSNORM_EPS)).sqrt();
+            let rstd = 1.0 / (mean(&x.iter().map(|v| v * v).collect::<Vec<_>>()) + eps).sqrt();
             let mean_gx = g.iter().zip(&x).map(|(g, x)| g * x).sum::<f64>() / n as f64;
             for i in 0..n {
                 dx[i] = rstd * g[i] - x[i] * rstd.powi(3) * mean_gx;

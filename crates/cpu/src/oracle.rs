@@ -26,7 +26,7 @@
 
 use crate::data::{expected_len, Buffers};
 use crate::reference::{Expected, Reference};
-use lanefold_ir::{Operator, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
+use lanefold_ir::{Operator, IGNORE_INDEX};
 use lanefold_plan::Problem;
 
 /// Neumaier's compensated sum.
@@ -163,8 +163,7 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     };
     let weight = inputs.get("weight").map(|t| t.to_f64());
     let bias = inputs.get("bias").map(|t| t.to_f64());
-    // The program's own eps: a caller may have set another than the default.
-    let eps = |default: f32| problem.program.norm_eps().unwrap_or(default) as f64;
+    let eps = crate::reference::norm_eps(problem);
     let mut out: Vec<(String, Vec<f64>)> = problem
         .program
         .outputs
@@ -202,16 +201,14 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                     scale.push(s);
                 }
             }
-            Operator::Rmsnorm => {
-                out[0]
-                    .1
-                    .extend(rmsnorm(&row("x", r), weight.as_deref(), eps(RMSNORM_EPS)))
-            }
+            Operator::Rmsnorm => out[0]
+                .1
+                .extend(rmsnorm(&row("x", r), weight.as_deref(), eps)),
             Operator::Layernorm => out[0].1.extend(layernorm(
                 &row("x", r),
                 weight.as_deref(),
                 bias.as_deref(),
-                eps(LAYERNORM_EPS),
+                eps,
             )),
             Operator::ResidualLayernorm => {
                 let (x, res) = (row("x", r), row("residual", r));
@@ -220,7 +217,7 @@ pub fn expected(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
                     .zip(&res)
                     .map(|(a, b)| dtype.round(*a as f32 + *b as f32) as f64)
                     .collect();
-                let y = layernorm(&h, weight.as_deref(), bias.as_deref(), eps(LAYERNORM_EPS));
+                let y = layernorm(&h, weight.as_deref(), bias.as_deref(), eps);
                 for (name, values) in out.iter_mut() {
                     values.extend(if name == "h" { &h } else { &y });
                 }

@@ -2,7 +2,7 @@
 //! the IR, the layout and the executor.
 
 use crate::data::{expected_len, Buffers};
-use lanefold_ir::{Operator, OperatorOptions, IGNORE_INDEX, LAYERNORM_EPS, RMSNORM_EPS};
+use lanefold_ir::{Operator, OperatorOptions, IGNORE_INDEX};
 use lanefold_plan::Problem;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -19,6 +19,13 @@ pub struct Expected {
 }
 
 pub type Reference = BTreeMap<String, Expected>;
+
+/// A norm's eps as its program holds it: a caller may have set another
+/// than the operator's default.
+pub(crate) fn norm_eps(problem: &Problem) -> f64 {
+    let op = problem.operator_kind().and_then(Operator::default_eps);
+    problem.program.norm_eps().or(op).unwrap_or(f32::NAN) as f64
+}
 
 /// Reference outputs for `problem`; None for a program that is not one of
 /// lanefold's operators.
@@ -43,12 +50,11 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
     let column = |name: &str| -> Option<Vec<f64>> { inputs.get(name).map(|t| t.to_f64()) };
     let weight = column("weight");
     let bias = column("bias");
-    // The program's own eps: a caller may have set another than the default.
-    let eps = |default: f32| problem.program.norm_eps().unwrap_or(default) as f64;
+    let eps = norm_eps(problem);
     let layer_norm = |h: &[f64], y: &mut [f64]| {
         let mean = h.iter().sum::<f64>() / n as f64;
         let var = h.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
-        let rstd = 1.0 / (var + eps(LAYERNORM_EPS)).sqrt();
+        let rstd = 1.0 / (var + eps).sqrt();
         for (i, y) in y.iter_mut().enumerate() {
             *y = (h[i] - mean) * rstd;
             if let Some(w) = &weight {
@@ -79,7 +85,7 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
         Operator::Rmsnorm => {
             let x = row("x", r);
             let ms = x.iter().map(|v| v * v).sum::<f64>() / n as f64;
-            let inv = 1.0 / (ms + eps(RMSNORM_EPS)).sqrt();
+            let inv = 1.0 / (ms + eps).sqrt();
             for (i, y) in out[0].iter_mut().enumerate() {
                 *y = x[i] * inv * weight.as_ref().map_or(1.0, |w| w[i]);
             }
@@ -160,7 +166,7 @@ pub fn reference(problem: &Problem, inputs: &Buffers) -> Option<Reference> {
 mod tests {
     use super::*;
     use crate::data::Tensor;
-    use lanefold_ir::{DType, OperatorOptions};
+    use lanefold_ir::{DType, OperatorOptions, LAYERNORM_EPS, RMSNORM_EPS};
 
     fn run(op: Operator, dtype: DType, shape: &str, inputs: &[(&str, Tensor)]) -> Reference {
         let problem = Problem::operator(

@@ -181,6 +181,19 @@ impl Operator {
         )
     }
 
+    /// The PyTorch default eps of a norm and its gradient, which the
+    /// program carries ([`crate::Program::norm_eps`]); None elsewhere.
+    pub fn default_eps(self) -> Option<f32> {
+        match self {
+            Operator::Rmsnorm | Operator::RmsnormBackward => Some(RMSNORM_EPS),
+            Operator::Layernorm
+            | Operator::ResidualLayernorm
+            | Operator::LayernormBackward
+            | Operator::ResidualLayernormBackward => Some(LAYERNORM_EPS),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Operator::Sum => "sum",
@@ -693,14 +706,7 @@ mod tests {
     fn every_norm_form_has_one_eps_that_can_be_set() {
         let ops = Operator::SIX.into_iter().chain(Operator::BACKWARD);
         for op in ops {
-            let default = match op {
-                Operator::Rmsnorm | Operator::RmsnormBackward => Some(RMSNORM_EPS),
-                Operator::Layernorm
-                | Operator::ResidualLayernorm
-                | Operator::LayernormBackward
-                | Operator::ResidualLayernormBackward => Some(LAYERNORM_EPS),
-                _ => None,
-            };
+            let default = op.default_eps();
             let opts = OperatorOptions::default();
             let mut forms = vec![op.program(opts)];
             for bits in 0..8u8 {

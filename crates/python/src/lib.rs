@@ -22,9 +22,7 @@ use lanefold_codegen::{
 use lanefold_cpu::data::expected_len;
 use lanefold_cpu::{Buffers, Tensor};
 use lanefold_cuda::{CudaBackend, RawKernel};
-use lanefold_ir::{
-    BufferKind, DType, Operator, OperatorOptions, Program, LAYERNORM_EPS, RMSNORM_EPS,
-};
+use lanefold_ir::{BufferKind, DType, Operator, OperatorOptions, Program, LAYERNORM_EPS};
 use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Shape, Target};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -127,16 +125,7 @@ impl Key {
 /// replaces it before planning, so that every form the plan takes (its
 /// cold path in or out, planned again by the CUDA runtime) keeps it.
 fn set_eps(program: &mut Program, op: Operator, eps: f32) -> PyResult<()> {
-    let norm = matches!(
-        op,
-        Operator::Rmsnorm
-            | Operator::RmsnormBackward
-            | Operator::Layernorm
-            | Operator::ResidualLayernorm
-            | Operator::LayernormBackward
-            | Operator::ResidualLayernormBackward
-    );
-    if norm && !program.set_norm_eps(eps) {
+    if op.default_eps().is_some() && !program.set_norm_eps(eps) {
         return Err(runtime_error(format!(
             "internal: the {op} program has no single eps constant"
         )));
@@ -703,10 +692,12 @@ fn describe_plan(
     if bias {
         names.push("bias");
     }
-    let default_eps = match op {
-        "rmsnorm" | "rmsnorm_backward" => RMSNORM_EPS,
-        _ => LAYERNORM_EPS,
-    };
+    // Any eps for an operator without one: it carries none.
+    let default_eps = op
+        .parse::<Operator>()
+        .ok()
+        .and_then(Operator::default_eps)
+        .unwrap_or(LAYERNORM_EPS);
     let key = Key::new(op, dtype, rows, n, default_eps as f64, &names)?;
     let target = if cuda { Target::h200() } else { Target::cpu() };
     Ok(key.plan(&target)?.describe())
