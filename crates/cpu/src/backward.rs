@@ -469,20 +469,13 @@ mod tests {
     #[test]
     fn regression_an_ignored_row_with_an_undefined_softmax_was_zero() {
         let inf = f32::INFINITY;
-        let x = [
-            1.0,
-            f32::NAN,
-            0.0, // NaN
-            inf,
-            0.0,
-            1.0, // +inf
-            -inf,
-            -inf,
-            -inf, // all masked
-            -inf,
-            0.5,
-            1.0, // a finite softmax
+        let rows = [
+            [1.0, f32::NAN, 0.0],
+            [inf, 0.0, 1.0],
+            [-inf, -inf, -inf],
+            [-inf, 0.5, 1.0], // the one finite softmax
         ];
+        let x = rows.concat();
         for op in [
             Operator::CrossEntropyBackwardRecompute,
             Operator::CrossEntropyWithGrad,
@@ -495,7 +488,7 @@ mod tests {
                 "4x3".parse().unwrap(),
             );
             let mut inputs = Buffers::from([
-                ("x".to_string(), Tensor::F32(x.to_vec())),
+                ("x".to_string(), Tensor::F32(x.clone())),
                 ("target".to_string(), Tensor::I64(vec![IGNORE_INDEX; 4])),
                 ("dloss".to_string(), Tensor::F32(vec![1.0; 4])),
             ]);
@@ -519,28 +512,14 @@ mod tests {
     #[test]
     fn regression_a_fully_masked_row_saved_minus_inf_under_the_online_normalizer() {
         let inf = f32::INFINITY;
-        let x = [
-            1.0,
-            f32::NAN,
-            0.0,
-            2.0, // NaN
-            inf,
-            0.0,
-            1.0,
-            2.0, // +inf
-            -inf,
-            -inf,
-            -inf,
-            -inf, // fully masked
-            -inf,
-            0.5,
-            1.0,
-            2.0, // masked
-            3e38,
-            3e38,
-            1.0,
-            -3e38, // huge
+        let rows = [
+            [1.0, f32::NAN, 0.0, 2.0],
+            [inf, 0.0, 1.0, 2.0],
+            [-inf, -inf, -inf, -inf],
+            [-inf, 0.5, 1.0, 2.0],
+            [3e38, 3e38, 1.0, -3e38],
         ];
+        let x = rows.concat();
         let problem = Problem::operator(
             Operator::CrossEntropyWithLse,
             OperatorOptions::default(),
