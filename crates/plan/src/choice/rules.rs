@@ -6,7 +6,8 @@
 //! - [`VARIANT_LADDERS`]: the variants an automatic request takes.
 //! - The layout rules, tried in this order where no tuning entry covers
 //!   the problem: [`few_rows_narrower_instead`],
-//!   [`whole_row_stream_instead`], [`hinted_stream_instead`]; then
+//!   [`whole_row_stream_instead`], [`hinted_stream_instead`],
+//!   [`early_columns_instead`]; then
 //!   [`one_row_per_multiprocessor`] on whatever replaced the model's pick.
 //! - [`scalar_pack_too_wide`] narrows the model's space;
 //!   [`occupancy_step_to_try`] judges an occupancy promise once the
@@ -484,6 +485,56 @@ fn streams_whole_row(problem: &Problem) -> bool {
     searched
         && WHOLE_ROW_STREAM_N.contains(problem.shape.n)
         && row_tile_bytes(problem) >= PAST_L2_BYTES
+}
+
+/// Rows x N tiles at most this large keep a norm's input and output
+/// within the H200's 50 MB L2: the problems of one or a few waves where
+/// [`early_columns_instead`] was measured (tiles of 1-16 MiB).
+const EARLY_COLUMNS_MAX_BYTES: u64 = 24 << 20;
+
+/// Output phases of at least this many chunks wait on one column round
+/// trip a chunk without early columns.
+const EARLY_COLUMNS_MIN_CHUNKS: u32 = 3;
+
+/// The model's register pick for rmsnorm or layernorm, on at least as many
+/// rows as multiprocessors and a tile within [`EARLY_COLUMNS_MAX_BYTES`],
+/// with the weight and bias of every chunk (at most 8) loaded before the
+/// reduction, where its output phase has at least
+/// [`EARLY_COLUMNS_MIN_CHUNKS`] chunks. Without them the compiler issues
+/// each chunk's column load after the previous chunk's store (SASS of
+/// rmsnorm bf16 W=32 V=8 on 1024-wide rows: three column round trips in
+/// turn), a wait the groups of one or a few waves cannot hide. The
+/// model's picks in the searches of 2026-12-03 (L2 cold):
+/// - rmsnorm bf16 512x1024 2.76 -> 2.37 µs, 1024x1536 4.59 -> 3.23,
+///   2048x2048 5.97 -> 5.91, 2048x4096 10.90 -> 10.65;
+/// - layernorm bf16 512x1024 2.84 -> 2.52, 2048x4096 15.43 -> 12.16.
+///
+/// On a pick of two chunks it cost registers and time (layernorm bf16
+/// 512x2560 W=256: 3.89 -> 4.19 µs), hence the chunk floor; on fewer rows
+/// than multiprocessors the variant ladder decides.
+pub(super) fn early_columns_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let op = problem.operator_kind()?;
+    if target.name != "h200"
+        || !matches!(op, Operator::Rmsnorm | Operator::Layernorm)
+        || problem.shape.rows < target.multiprocessors as usize
+        || row_tile_bytes(problem) > EARLY_COLUMNS_MAX_BYTES
+        || picked.residency != Residency::Registers
+        || picked.early_columns > 0
+        || (picked.layout.chunks(problem.shape.n) as u32) < EARLY_COLUMNS_MIN_CHUNKS
+    {
+        return None;
+    }
+    let early = LayoutRequest {
+        early_columns: 8,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &early).ok()?;
+    (plan.early_columns >= EARLY_COLUMNS_MIN_CHUNKS).then_some(early)
 }
 
 /// Bytes of one rows x N tile in the problem's storage dtype.
