@@ -539,12 +539,12 @@ fn search_problem(
     // resolved), recorded with the request that plans to each.
     let on_device =
         |p: Plan, request: &LayoutRequest| crate::bench::resolved_for_device(cuda, p, request);
-    let auto_plan = match plan(problem, target, &spec.base) {
-        Ok(p) => Some(on_device(p, &spec.base)?.0),
-        Err(_) => None,
-    };
+    // The plan as planned is kept: the loop below resolves it like every
+    // other candidate, and a plan resolved twice was recorded with a
+    // request that regenerates a different kernel.
+    let auto_plan = plan(problem, target, &spec.base).ok();
     let auto_sha = match &auto_plan {
-        Some(p) => Some(realization(p)?.0),
+        Some(p) => Some(realization(&on_device(p.clone(), &spec.base)?.0)?.0),
         None => None,
     };
     let mut all: Vec<(lanefold_plan::Candidate, bool)> =
