@@ -539,12 +539,15 @@ fn search_problem(
     // resolved), recorded with the request that plans to each.
     let on_device =
         |p: Plan, request: &LayoutRequest| crate::bench::resolved_for_device(cuda, p, request);
-    // The plan as planned is kept: the loop below resolves it like every
-    // other candidate, and a plan resolved twice was recorded with a
-    // request that regenerates a different kernel.
-    let auto_plan = plan(problem, target, &spec.base).ok();
+    // Resolved once, with the request that plans to it: a plan resolved
+    // twice was recorded with the automatic request, which regenerates a
+    // different kernel.
+    let auto_plan = match plan(problem, target, &spec.base) {
+        Ok(p) => Some(on_device(p, &spec.base)?),
+        Err(_) => None,
+    };
     let auto_sha = match &auto_plan {
-        Some(p) => Some(realization(&on_device(p.clone(), &spec.base)?.0)?.0),
+        Some((p, _)) => Some(realization(p)?.0),
         None => None,
     };
     let mut all: Vec<(lanefold_plan::Candidate, bool)> =
@@ -578,7 +581,13 @@ fn search_problem(
         let mut source = None;
         match c.outcome {
             Err(e) => rec.reason = Some(e.to_string()),
-            Ok(p) => match on_device(p, &c.request).and_then(|(p, request)| {
+            Ok(p) => match if added {
+                // The automatic mapping, resolved above.
+                Ok((p, c.request))
+            } else {
+                on_device(p, &c.request)
+            }
+            .and_then(|(p, request)| {
                 rec.request = request;
                 rec.schedule = Some(request.to_string());
                 let (sha, src) = realization(&p)?;
@@ -604,10 +613,10 @@ fn search_problem(
         i += 1;
         // After the product: the automatic mapping, when none realizes it.
         if i == all.len() && !candidates.iter().any(|c: &SearchCandidate| c.automatic) {
-            if let Some(p) = &auto_plan {
+            if let Some((p, request)) = &auto_plan {
                 all.push((
                     lanefold_plan::Candidate {
-                        request: spec.base,
+                        request: *request,
                         outcome: Ok(p.clone()),
                     },
                     true,
