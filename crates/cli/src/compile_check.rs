@@ -14,6 +14,7 @@ pub fn compile_check(
     ops: &[Operator],
     shapes: &[Shape],
     dtypes: &[DType],
+    columns: OperatorOptions,
     request: &LayoutRequest,
     arch: &str,
     occupancy_from_compiler: bool,
@@ -48,7 +49,7 @@ pub fn compile_check(
     for &shape in shapes {
         for &op in ops {
             for &dtype in dtypes {
-                let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                let problem = Problem::operator(op, columns, dtype, shape);
                 let p = match plan(&problem, &target, request) {
                     Err(refusal) => Err(refusal),
                     Ok(p) if occupancy_from_compiler && request.occupancy == 0 => {
@@ -142,6 +143,7 @@ pub fn cold_path_check(
     ops: &[Operator],
     shapes: &[Shape],
     dtypes: &[DType],
+    columns: OperatorOptions,
     request: &LayoutRequest,
     arch: &str,
 ) -> Result<()> {
@@ -155,7 +157,7 @@ pub fn cold_path_check(
     for &shape in shapes {
         for &op in ops.iter().filter(|op| op.has_cold_path()) {
             for &dtype in dtypes {
-                let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
+                let problem = Problem::operator(op, columns, dtype, shape);
                 let p = match plan(&problem, &target, request) {
                     Ok(p) if p.cold_path() => p,
                     Ok(_) => continue,

@@ -188,6 +188,12 @@ enum Command {
         /// kept them (promised, no spill) or the plain plan runs instead.
         #[arg(long)]
         cold_path: bool,
+        /// Leave out the per-column weight (the norms).
+        #[arg(long)]
+        no_weight: bool,
+        /// Leave out the per-column bias (layernorm, residual_layernorm).
+        #[arg(long)]
+        no_bias: bool,
     },
     /// Judge the replays in these directories against the speed targets
     /// of a targets file, case by case, from their recorded rounds, and
@@ -587,12 +593,19 @@ fn main() {
             occupancy_from_compiler,
             cubin_dir,
             cold_path,
+            no_weight,
+            no_bias,
         } => parse_ops(&ops).and_then(|ops| {
+            let columns = OperatorOptions {
+                weight: !no_weight,
+                bias: !no_bias,
+            };
             if cold_path {
                 return lanefold::compile_check::cold_path_check(
                     &ops,
                     &shapes,
                     &dtypes,
+                    columns,
                     &layout.request()?,
                     &arch,
                 );
@@ -601,6 +614,7 @@ fn main() {
                 &ops,
                 &shapes,
                 &dtypes,
+                columns,
                 &layout.request()?,
                 &arch,
                 occupancy_from_compiler,
