@@ -318,6 +318,22 @@ fn judged_problems<'a>(
         .filter(move |p| throughput && targets.family_of(&p.shape).is_some())
 }
 
+/// `resolved` without the tokens the CUDA runtime adds when it resolves a
+/// norm's cold path (an occupancy promise, or `no-cold-path`) where the
+/// plan as planned, `planned`, has none: the device's realization of
+/// today's pick matches the pick.
+fn as_planned(resolved: &str, planned: &str) -> String {
+    let promised = planned.split(' ').any(|t| t.starts_with("occupancy="));
+    let plain = planned.split(' ').any(|t| t == "no-cold-path");
+    resolved
+        .split(' ')
+        .filter(|t| {
+            !(!promised && t.starts_with("occupancy=")) && !(!plain && *t == "no-cold-path")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The automatic mapping for today's mapper: each problem of `file` on a target shape
 /// planned again with today's default request (the base's load and launch
 /// policies kept) on `target`; the pick's time is
@@ -336,10 +352,14 @@ pub fn score_search_today(
                 .map(|plan| plan.describe())
                 .map_err(Clone::clone);
             let measured = pick.as_ref().ok().and_then(|describe| {
-                problem.candidates.iter().position(|c| {
-                    c.plan.as_ref().is_some_and(|p| &p.describe == describe)
-                        && (c.objective_p50.is_some() || c.duplicate_of.is_some())
-                })
+                let measured_as = |same: &dyn Fn(&str) -> bool| {
+                    problem.candidates.iter().position(|c| {
+                        c.plan.as_ref().is_some_and(|p| same(&p.describe))
+                            && (c.objective_p50.is_some() || c.duplicate_of.is_some())
+                    })
+                };
+                measured_as(&|d| d == describe)
+                    .or_else(|| measured_as(&|d| as_planned(d, describe) == *describe))
             });
             let mut v = automatic_verdict_at(problem, measured, &targets.automatic_today);
             if let (Ok(plan), Some(at)) = (&today, measured) {
@@ -638,6 +658,25 @@ fn table(rows: &[(&Verdict, Option<&str>)], targets: &Targets) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A search's automatic candidate, resolved on the device with the cold
+    /// path's occupancy promise (or the plain kernel), is today's pick as
+    /// planned; a pick that makes its own promise is not stripped.
+    #[test]
+    fn regression_a_device_resolved_automatic_candidate_is_todays_pick() {
+        let pick = "W=128 V=8 U=4 G=2 registers early-columns=4";
+        assert_eq!(as_planned(&format!("{pick} occupancy=4"), pick), pick);
+        assert_eq!(as_planned(&format!("{pick} no-cold-path"), pick), pick);
+        let own = "W=128 V=8 U=4 G=2 registers occupancy=2";
+        assert_eq!(
+            as_planned("W=128 V=8 U=4 G=2 registers occupancy=4", own),
+            "W=128 V=8 U=4 G=2 registers occupancy=4"
+        );
+        assert_ne!(
+            as_planned("W=64 V=8 U=4 G=4 registers occupancy=4", pick),
+            pick
+        );
+    }
+
     use super::*;
 
     /// The committed targets file.
