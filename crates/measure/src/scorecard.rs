@@ -328,7 +328,7 @@ fn as_planned(resolved: &str, planned: &str) -> String {
     resolved
         .split(' ')
         .filter(|t| {
-            !(!promised && t.starts_with("occupancy=")) && !(!plain && *t == "no-cold-path")
+            (promised || !t.starts_with("occupancy=")) && (plain || *t != "no-cold-path")
         })
         .collect::<Vec<_>>()
         .join(" ")
