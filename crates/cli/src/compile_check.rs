@@ -10,6 +10,7 @@ use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Problem, Shape, Target};
 use std::path::Path;
 
+#[allow(clippy::too_many_arguments)] // one per CLI flag
 pub fn compile_check(
     ops: &[Operator],
     shapes: &[Shape],
