@@ -14,6 +14,7 @@ mod call_graph;
 mod cold;
 mod columns;
 mod completion;
+mod cubin;
 mod latency;
 mod prepared;
 mod raw;
@@ -21,6 +22,7 @@ mod raw;
 pub use cache::{compile_key, default_dir as default_kernel_cache_dir, sha256_hex, DiskCache};
 pub use call_graph::CallCompletion;
 pub use cold::{resolve_cold_path, ColdPathDecision};
+pub use cubin::{kernel_resources, CubinResources};
 pub use latency::{LatencyProbe, LatencyVariant};
 pub use prepared::{KernelResources, Prepared, MAX_GRAPH_LAUNCHES};
 pub use raw::RawKernel;
@@ -1083,6 +1085,30 @@ pub struct OfflineCompile {
     pub ptxas: PtxasReport,
 }
 
+impl OfflineCompile {
+    /// The report from ptxas' log; where the log holds no register count
+    /// (NVRTC on the H200 machine was seen to return an empty one), the
+    /// kernel's registers and frame as its cubin records them.
+    fn new(kernel: String, cubin: Vec<u8>, log: String) -> OfflineCompile {
+        let mut ptxas = PtxasReport::parse(&log);
+        if ptxas.registers.is_none() {
+            if let Some(r) = cubin::kernel_resources(&cubin, &kernel) {
+                ptxas = PtxasReport {
+                    registers: Some(r.registers),
+                    stack_bytes: Some(r.frame_bytes),
+                    ..ptxas
+                };
+            }
+        }
+        OfflineCompile {
+            kernel,
+            cubin,
+            log,
+            ptxas,
+        }
+    }
+}
+
 /// Generate and compile `plan` for `arch` (e.g. `sm_90`) through NVRTC
 /// alone, with ptxas' verbose report: a check of the generated code and
 /// a register count where no GPU is. Loads nothing onto a device.
@@ -1096,12 +1122,7 @@ pub fn compile_offline(
     let mut opts = nvrtc_options(options, arch);
     opts.push("--ptxas-options=-v".to_string());
     let (cubin, log) = compile_kernel(&kernel, &opts)?;
-    Ok(OfflineCompile {
-        kernel: kernel.name,
-        cubin,
-        ptxas: PtxasReport::parse(&log),
-        log,
-    })
+    Ok(OfflineCompile::new(kernel.name, cubin, log))
 }
 
 /// [`compile_offline`] of a kernel generated without a plan (the norms'
@@ -1115,12 +1136,7 @@ pub fn compile_kernel_offline(
     let mut opts = nvrtc_options(options, arch);
     opts.push("--ptxas-options=-v".to_string());
     let (cubin, log) = compile_kernel(kernel, &opts)?;
-    Ok(OfflineCompile {
-        kernel: kernel.name.clone(),
-        cubin,
-        ptxas: PtxasReport::parse(&log),
-        log,
-    })
+    Ok(OfflineCompile::new(kernel.name.clone(), cubin, log))
 }
 
 /// What the compiler said about an occupancy promise for one plan.

@@ -327,9 +327,7 @@ fn as_planned(resolved: &str, planned: &str) -> String {
     let plain = planned.split(' ').any(|t| t == "no-cold-path");
     resolved
         .split(' ')
-        .filter(|t| {
-            (promised || !t.starts_with("occupancy=")) && (plain || *t != "no-cold-path")
-        })
+        .filter(|t| (promised || !t.starts_with("occupancy=")) && (plain || *t != "no-cold-path"))
         .collect::<Vec<_>>()
         .join(" ")
 }
