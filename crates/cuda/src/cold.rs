@@ -159,7 +159,11 @@ pub(crate) fn resolve(
     let Some(plain_registers) = plain_compile.ptxas.registers else {
         return plain_for(&plain_compile, plain, plain_compile.cubin.clone());
     };
-    let groups = plain.groups_per_multiprocessor(target, plain_registers);
+    let groups = resident_need(
+        &plain,
+        plain.groups_per_multiprocessor(target, plain_registers),
+        target,
+    );
     let promised = replan(p, target, |r| r.occupancy = groups)?;
     let cold = compile_offline(&promised, options, arch)?;
     let Some(registers) = cold.ptxas.registers else {
@@ -177,13 +181,13 @@ pub(crate) fn resolve(
     } else {
         let reason = if local > 0 {
             format!(
-                "the cold path spills {local} bytes in the kernel to keep the plain \
-                 kernel's {groups} groups/SM ({plain_registers} registers)"
+                "the cold path spills {local} bytes in the kernel to keep {groups} \
+                 groups/SM (the plain kernel: {plain_registers} registers)"
             )
         } else {
             format!(
                 "the cold path takes {registers} registers, {reached} groups/SM against \
-                 the plain kernel's {groups} ({plain_registers} registers)"
+                 the {groups} it must keep (the plain kernel: {plain_registers} registers)"
             )
         };
         let decision = ColdPathDecision::Plain {
@@ -211,6 +215,19 @@ pub(crate) fn resolve(
         decision,
         binary: Some((binary_key, compiled.cubin)),
     })
+}
+
+/// Groups per multiprocessor the cold kernel must keep: the plain
+/// kernel's `groups`, or fewer where that many already hold every group of
+/// the problem at once (a promise beyond them buys nothing, and a smaller
+/// one leaves the cold path room not to spill). Clusters keep the plain
+/// count: where they land depends on the GPU's partitions.
+fn resident_need(plain: &Plan, groups: u32, target: &Target) -> u32 {
+    if plain.groups_per_row > 1 {
+        return groups;
+    }
+    let all_at_once = plain.groups.div_ceil(target.multiprocessors.max(1) as u64);
+    groups.min(all_at_once.max(1) as u32)
 }
 
 /// The kernel cache's entry for the decision about the cold kernel whose
