@@ -778,6 +778,9 @@ struct Ctx<'a> {
     /// That loading phase: once its loads are in the slots, the next row's
     /// copy starts, before the phase's reduction.
     prefetch_phase: Option<usize>,
+    /// The loads of the partial chunk's whole pack that the current phase
+    /// issued before its complete chunks ([`Ctx::preloads_partial`]).
+    preloaded: Vec<Value>,
     /// The calls of an [`Instr::Rescaled`]'s cold path, made after the
     /// row's last phase.
     cold_call: Option<Vec<String>>,
@@ -1307,7 +1310,7 @@ impl Ctx<'_> {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>(lf_rowbuf + {at}); // prefetched row"
                         ));
-                    } else if !staged {
+                    } else if !staged && !(chunk == "LF_FULL" && self.preloaded.contains(val)) {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                         ));
@@ -1322,6 +1325,11 @@ impl Ctx<'_> {
                             ));
                         } else if batched {
                             self.line(&format!("const {ty} a = lf_b{}[{chunk}][{k}];", val.0));
+                        } else if chunk == "LF_FULL" && self.preloaded.contains(val) {
+                            self.line(&format!(
+                                "const {ty} a = lf_t{p}_{}[{k}]; // loaded before the complete chunks",
+                                val.0
+                            ));
                         } else {
                             let access = self.vector_access(p, *val, buffer, k);
                             if self.is_shared_tile(*val) {
@@ -1976,6 +1984,63 @@ impl Ctx<'_> {
             && !self.plan.packed_resident
     }
 
+    /// Does a register plan's phase load its partial chunk's whole pack
+    /// before its complete chunks? Loaded after them, in the branch that
+    /// follows their loop, it waits on their sums: a second memory round
+    /// trip per phase, which the decode searches of 2026-12-03 priced at
+    /// 0.2-0.4 µs (every plan whose packs end in a partial chunk lost to
+    /// one without).
+    fn preloads_partial(&self) -> bool {
+        self.registers && self.partial > 0 && self.whole_packs_in_partial_chunk()
+    }
+
+    /// The partial chunk's whole-pack vector loads of phase `p` into
+    /// `lf_t<phase>_<value>[access]`, where this worker's pack lies wholly
+    /// in the row (`lf_whole<phase>`); columns loaded early and staged ones are left to
+    /// their own paths.
+    fn emit_partial_preload(&mut self, p: usize) {
+        let vec = self.vector.expect("whole packs are vector packs");
+        let ty = vec.access_type();
+        let accesses = vec.words / vec.per_access;
+        let early =
+            self.early_columns().is_some_and(|(_, out)| out == p) && self.early_partial_columns();
+        let loads: Vec<(Value, String)> = self
+            .global_loads(p)
+            .into_iter()
+            .filter(|(_, buffer)| {
+                !self.is_staged(buffer)
+                    && !(early && self.buffer_kind(buffer) == BufferKind::Column)
+            })
+            .collect();
+        if loads.is_empty() {
+            return;
+        }
+        self.line("// the partial chunk's whole pack, loaded before the complete chunks");
+        self.line(&format!(
+            "const bool lf_whole{p} = (LF_FULL * LF_W + w) * LF_V + LF_V <= LF_N;"
+        ));
+        for (val, _) in &loads {
+            self.line(&format!("{ty} lf_t{p}_{}[{accesses}] = {{}};", val.0));
+        }
+        self.open(&format!("if (lf_whole{p}) {{"));
+        self.line("const int i0 = (LF_FULL * LF_W + w) * LF_V;");
+        for (val, buffer) in &loads {
+            let base = self.row_base(buffer);
+            self.open("{");
+            self.line(&format!(
+                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + {base}i0);",
+                ident(buffer)
+            ));
+            for k in 0..accesses {
+                let access = self.vector_access(p, *val, buffer, k);
+                self.line(&format!("lf_t{p}_{}[{k}] = {access};", val.0));
+            }
+            self.close();
+        }
+        self.close();
+        self.preloaded = loads.into_iter().map(|(val, _)| val).collect();
+    }
+
     /// Phase `p`'s loads for every chunk into `lf_b<value>[chunk][access]`,
     /// issued before the chunk loop computes on any (see
     /// [`Self::batches_loads`]).
@@ -2141,6 +2206,10 @@ impl Ctx<'_> {
                 self.emit_early_partial_column_loads(out);
             }
         }
+        self.preloaded.clear();
+        if self.preloads_partial() {
+            self.emit_partial_preload(p);
+        }
         let batched = self.batches_loads(p);
         if batched {
             self.open("{ // this phase's loads, all issued before the chunk loop");
@@ -2165,13 +2234,18 @@ impl Ctx<'_> {
             // than one chunk ran all of it that way, 1.7x slower than V=4
             // on short bf16 rmsnorm rows (2026-12-02-search-short-*).
             self.open("{ // the partial chunk: whole packs as vectors, the last one guarded");
-            self.open("if ((LF_FULL * LF_W + w) * LF_V + LF_V <= LF_N) {");
+            if self.preloaded.is_empty() {
+                self.open("if ((LF_FULL * LF_W + w) * LF_V + LF_V <= LF_N) {");
+            } else {
+                self.open(&format!("if (lf_whole{p}) {{"));
+            }
             self.emit_pack(p, "LF_FULL", None, false);
             self.close();
             self.open("else {");
             self.emit_pack(p, "LF_FULL", Some(self.partial), false);
             self.close();
             self.close();
+            self.preloaded.clear();
         } else if self.partial > 0 {
             self.open("{ // the partial pack, guarded per element");
             self.emit_pack(p, "LF_FULL", Some(self.partial), false);
@@ -2613,6 +2687,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         reductions,
         prefetched: prefetched.clone(),
         prefetch_phase,
+        preloaded: vec![],
         cold_call: None,
         again: None,
         out: String::new(),
