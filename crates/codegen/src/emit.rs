@@ -1970,13 +1970,15 @@ impl Ctx<'_> {
     /// arithmetic in the same order as the guarded form.
     ///
     /// Only where the partial chunk is much of the row (at most one
-    /// complete chunk, or a quarter of the row): there it gained 1.1-1.6x,
-    /// while on rows of many chunks the second copy of the pack code cost
-    /// 2-17% (bf16 cross_entropy 16384x32000 at U=4: 0.83x).
+    /// complete chunk, or a quarter of the row), or in a register plan of
+    /// at most four complete chunks (its partial chunk then loads with
+    /// them, [`Self::preloads_partial`]): there it gained 1.1-1.6x, while
+    /// on rows of many chunks the second copy of the pack code cost 2-17%
+    /// (bf16 cross_entropy 16384x32000 at U=4: 0.83x).
     fn whole_packs_in_partial_chunk(&self) -> bool {
         let n = self.plan.shape().n;
         let rest = n % self.plan.layout.chunk_span();
-        (self.full <= 1 || 4 * rest >= n)
+        (self.full <= 1 || 4 * rest >= n || (self.registers && self.full <= 4))
             && self.partial == self.v
             && self.vector.is_some()
             && self.prefetched.is_none()
