@@ -1310,7 +1310,7 @@ impl Ctx<'_> {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>(lf_rowbuf + {at}); // prefetched row"
                         ));
-                    } else if !staged && !(chunk == "LF_FULL" && self.preloaded.contains(val)) {
+                    } else if !(staged || chunk == "LF_FULL" && self.preloaded.contains(val)) {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                         ));
