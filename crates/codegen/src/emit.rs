@@ -2010,8 +2010,7 @@ impl Ctx<'_> {
             .global_loads(p)
             .into_iter()
             .filter(|(_, buffer)| {
-                !self.is_staged(buffer)
-                    && !(early && self.buffer_kind(buffer) == BufferKind::Column)
+                !(self.is_staged(buffer) || early && self.buffer_kind(buffer) == BufferKind::Column)
             })
             .collect();
         if loads.is_empty() {
