@@ -409,10 +409,49 @@ mod tests {
         assert!(!r.plan.cold_path() && r.plan.describe().contains("no-cold-path"));
     }
 
+    /// The promise is the plain kernel's groups per SM, or fewer where
+    /// those already hold all of a problem's groups at once; clusters keep
+    /// the plain count.
+    #[test]
+    fn the_cold_path_promises_only_the_groups_a_problem_can_use() {
+        let target = Target::h200();
+        let norm = |shape: &str, request: LayoutRequest| {
+            let problem = Problem::operator(
+                Operator::Rmsnorm,
+                OperatorOptions::default(),
+                DType::Bf16,
+                shape.parse().unwrap(),
+            );
+            plan(&problem, &target, &request).unwrap()
+        };
+        let w512 = || LayoutRequest {
+            workers: 512,
+            pack: 8,
+            ..Default::default()
+        };
+        // 64 groups on 132 SMs: one each at most.
+        assert_eq!(resident_need(&norm("64x4096", w512()), 4, &target), 1);
+        // 300 groups: three per SM hold them all.
+        assert_eq!(resident_need(&norm("300x4096", w512()), 4, &target), 3);
+        // Many waves: the plain kernel's count.
+        assert_eq!(resident_need(&norm("32768x4096", w512()), 4, &target), 4);
+        let cluster = norm(
+            "64x131072",
+            LayoutRequest {
+                workers: 4096,
+                pack: 8,
+                ..Default::default()
+            },
+        );
+        assert!(cluster.groups_per_row > 1);
+        assert_eq!(resident_need(&cluster, 2, &target), 2);
+    }
+
     /// Needs NVRTC: CI runs it after `scripts/fetch-nvrtc.sh` (`--ignored`).
     /// Over norm plans in f32 and bf16, in registers and streamed, short
     /// and long rows, a resolved cold kernel keeps the plain kernel's
-    /// groups per multiprocessor with no local memory, and its schedule
+    /// groups per multiprocessor (or those the problem can use,
+    /// [`resident_need`]) with no local memory, and its schedule
     /// says so (`occupancy=B`); a plain fallback says `no-cold-path`.
     #[test]
     #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
@@ -454,7 +493,11 @@ mod tests {
                     let plain = replan(&p, &target, |r| r.no_cold_path = true).unwrap();
                     let c = compile_offline(&plain, &options, "sm_90").unwrap();
                     let plain_registers = c.ptxas.registers.unwrap();
-                    let groups = plain.groups_per_multiprocessor(&target, plain_registers);
+                    let groups = resident_need(
+                        &plain,
+                        plain.groups_per_multiprocessor(&target, plain_registers),
+                        &target,
+                    );
                     let c = compile_offline(&r, &options, "sm_90").unwrap();
                     let local =
                         c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.stack_bytes.unwrap_or(0);
