@@ -28,7 +28,7 @@ use crate::target::Target;
 use model::{model_choice, ModelChoice};
 
 use rules::{
-    early_columns_instead, few_rows_narrower_instead, hinted_stream_instead,
+    early_columns_instead, few_rows_narrower_instead, hinted_stream_instead, one_chunk_instead,
     one_row_per_multiprocessor, whole_row_stream_instead,
 };
 
@@ -184,6 +184,16 @@ fn layout_rule_beside_model(
             why: "a streamed plan with re-read hints (64 private slots per thread compile \
                   to 108-128 registers on sm_90; the streamed plans measured 1.02-1.11x \
                   faster)"
+                .to_string(),
+        }));
+    }
+    if let Some(one) = one_chunk_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: one,
+            model_plan,
+            why: "short rows whose groups are all resident at once: one chunk a worker, \
+                  at most 256 workers (first or within 1% in the short-row searches of \
+                  2026-12-02 and 2026-12-03; the narrow picks 1.03-1.17x slower)"
                 .to_string(),
         }));
     }

@@ -537,6 +537,60 @@ pub(super) fn early_columns_instead(
     (plan.early_columns >= EARLY_COLUMNS_MIN_CHUNKS).then_some(early)
 }
 
+/// The widest worker count a one-chunk norm plan takes: a block of 256
+/// threads, the width at which the short-row searches measured one chunk
+/// a worker best.
+const ONE_CHUNK_MAX_WORKERS: u32 = 256;
+
+/// The model's register pick for rmsnorm or layernorm on short rows
+/// replaced by one chunk a worker (W the next power of two over the row's
+/// packs, at most [`ONE_CHUNK_MAX_WORKERS`], the pick's V), on at least
+/// as many rows as multiprocessors and at most one wave of 256-thread
+/// groups. Each worker then issues one load per phase, and a problem of
+/// a wave or two has little to overlap the narrow pick's chunks with. The searches of 2026-12-03
+/// (L2 cold, the model's picks with early columns), against the best:
+/// - rmsnorm bf16 512x1024: one chunk (W=128 V=8) 1.04x, the pick (W=32,
+///   four chunks) 1.13x;
+/// - rmsnorm bf16 1024x1536: one chunk (W=256 V=8) first, the pick (W=32,
+///   six chunks) 1.04x;
+/// - layernorm bf16 512x1024: one chunk (W=128 V=8) 1.006x, the pick
+///   1.08x.
+///
+/// On rows of 4096 one chunk lost (W=512: 1.04-1.41x), hence the width cap.
+pub(super) fn one_chunk_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let op = problem.operator_kind()?;
+    let (rows, n) = (problem.shape.rows, problem.shape.n);
+    let packs = n.div_ceil(picked.layout.pack.max(1) as usize);
+    let workers = (packs.next_power_of_two() as u32).max(32);
+    // One wave of 256-thread groups, the searches' range (512-1024 rows).
+    let one_wave = target.multiprocessors as usize
+        * (target.max_threads_per_multiprocessor / ONE_CHUNK_MAX_WORKERS) as usize;
+    if target.name != "h200"
+        || !matches!(op, Operator::Rmsnorm | Operator::Layernorm)
+        || rows < target.multiprocessors as usize
+        || rows > one_wave
+        || workers > ONE_CHUNK_MAX_WORKERS
+        || picked.residency != Residency::Registers
+        || picked.layout.chunks(n) < 2
+    {
+        return None;
+    }
+    let one = LayoutRequest {
+        workers,
+        pack: picked.layout.pack,
+        unroll: 1,
+        rows_per_group: 1,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &one).ok()?;
+    (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
+}
+
 /// Bytes of one rows x N tile in the problem's storage dtype.
 fn row_tile_bytes(problem: &Problem) -> u64 {
     problem.shape.rows as u64 * problem.shape.n as u64 * problem.dtype.size_bytes() as u64

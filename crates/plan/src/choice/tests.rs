@@ -1313,9 +1313,11 @@ fn an_element_only_program_never_spans_a_cluster() {
 #[test]
 fn regression_norm_register_plans_of_three_chunks_within_the_l2_load_columns_early() {
     let h200 = Target::h200();
+    // (Rows of at most one wave of 256-thread groups take one chunk a
+    // worker instead: `regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker`.)
     for (op, dtype, shape) in [
-        (Operator::Rmsnorm, DType::Bf16, "512x1024"),
-        (Operator::Rmsnorm, DType::Bf16, "1024x1536"),
+        (Operator::Rmsnorm, DType::Bf16, "2048x2048"),
+        (Operator::Rmsnorm, DType::Bf16, "4096x1024"),
         (Operator::Layernorm, DType::Bf16, "2048x4096"),
     ] {
         let p = typed(op, dtype, shape);
@@ -1342,7 +1344,7 @@ fn regression_norm_register_plans_of_three_chunks_within_the_l2_load_columns_ear
             "{op:?} {dtype:?} {shape}"
         );
     }
-    let p = typed(Operator::Rmsnorm, DType::Bf16, "512x1024");
+    let p = typed(Operator::Rmsnorm, DType::Bf16, "2048x2048");
     let invariant = LayoutRequest {
         batch_invariant: true,
         ..automatic()
@@ -1350,4 +1352,50 @@ fn regression_norm_register_plans_of_three_chunks_within_the_l2_load_columns_ear
     assert_eq!(plan(&p, &h200, &invariant).unwrap().early_columns, 0);
     assert!(!automatic_note(&p, &Target::cpu(), &automatic())
         .is_some_and(|n| n.contains("before the reduction")));
+}
+
+/// The model picked W=32 with four to six chunks a worker on short norm
+/// rows of a wave or less; in the H200 searches of 2026-12-03 one chunk a
+/// worker ran 1.04-1.08x faster than those picks (rmsnorm bf16 512x1024
+/// and 1024x1536, layernorm bf16 512x1024).
+#[test]
+fn regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker() {
+    let h200 = Target::h200();
+    for (op, dtype, shape, workers) in [
+        (Operator::Rmsnorm, DType::Bf16, "512x1024", 128),
+        (Operator::Rmsnorm, DType::Bf16, "1024x1536", 256),
+        (Operator::Layernorm, DType::Bf16, "512x1024", 128),
+        (Operator::Rmsnorm, DType::F32, "512x896", 256),
+    ] {
+        let p = typed(op, dtype, shape);
+        let got = plan(&p, &h200, &automatic()).unwrap();
+        assert_eq!(got.layout.chunks(p.shape.n), 1, "{}", got.describe());
+        assert_eq!(got.layout.workers, workers, "{}", got.describe());
+        let note = automatic_note(&p, &h200, &automatic()).unwrap();
+        assert!(note.contains("one chunk a worker"), "{note}");
+    }
+    // Not: more rows than a wave of 256-thread groups, fewer rows than
+    // multiprocessors, rows of 4096 (one chunk would take W=512), an
+    // operator without the evidence, a batch-invariant request, the CPU.
+    for (op, dtype, shape) in [
+        (Operator::Rmsnorm, DType::Bf16, "2048x1024"),
+        (Operator::Rmsnorm, DType::Bf16, "64x1024"),
+        (Operator::Rmsnorm, DType::Bf16, "512x4096"),
+        (Operator::ResidualLayernorm, DType::Bf16, "512x1024"),
+    ] {
+        let p = typed(op, dtype, shape);
+        let note = automatic_note(&p, &h200, &automatic());
+        assert!(
+            !note.is_some_and(|n| n.contains("one chunk a worker")),
+            "{op:?} {dtype:?} {shape}"
+        );
+    }
+    let p = typed(Operator::Rmsnorm, DType::Bf16, "512x1024");
+    let invariant = LayoutRequest {
+        batch_invariant: true,
+        ..automatic()
+    };
+    assert!(plan(&p, &h200, &invariant).unwrap().layout.chunks(1024) > 1);
+    assert!(!automatic_note(&p, &Target::cpu(), &automatic())
+        .is_some_and(|n| n.contains("one chunk a worker")));
 }
