@@ -2025,19 +2025,7 @@ impl Ctx<'_> {
         }
         self.open(&format!("if (lf_whole{p}) {{"));
         self.line("const int i0 = (LF_FULL * LF_W + w) * LF_V;");
-        for (val, buffer) in &loads {
-            let base = self.row_base(buffer);
-            self.open("{");
-            self.line(&format!(
-                "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + {base}i0);",
-                ident(buffer)
-            ));
-            for k in 0..accesses {
-                let access = self.vector_access(p, *val, buffer, k);
-                self.line(&format!("lf_t{p}_{}[{k}] = {access};", val.0));
-            }
-            self.close();
-        }
+        self.emit_vector_loads(p, &loads, |val, k| format!("lf_t{p}_{}[{k}]", val.0));
         self.close();
         self.preloaded = loads.into_iter().map(|(val, _)| val).collect();
     }
@@ -2063,6 +2051,20 @@ impl Ctx<'_> {
         self.line("#pragma unroll");
         self.open(&format!("for (int c = 0; c < {chunks}; ++c) {{"));
         self.line("const int i0 = (c * LF_W + w) * LF_V;");
+        self.emit_vector_loads(p, loads, |val, k| format!("{array}{}[c][{k}]", val.0));
+        self.close();
+    }
+
+    /// Phase `p`'s vector `loads` of the pack at `i0`, each access into
+    /// `dst(value, access)`, with the cache policy phase `p` gives it.
+    fn emit_vector_loads(
+        &mut self,
+        p: usize,
+        loads: &[(Value, String)],
+        dst: impl Fn(Value, usize) -> String,
+    ) {
+        let vec = self.vector.expect("vector loads");
+        let ty = vec.access_type();
         for (val, buffer) in loads {
             let base = self.row_base(buffer);
             self.open("{");
@@ -2070,13 +2072,12 @@ impl Ctx<'_> {
                 "const {ty}* q = reinterpret_cast<const {ty}*>(p_{} + {base}i0);",
                 ident(buffer)
             ));
-            for k in 0..accesses {
+            for k in 0..vec.words / vec.per_access {
                 let access = self.vector_access(p, *val, buffer, k);
-                self.line(&format!("{array}{}[c][{k}] = {access};", val.0));
+                self.line(&format!("{} = {access};", dst(*val, k)));
             }
             self.close();
         }
-        self.close();
     }
 
     fn is_staged(&self, buffer: &str) -> bool {

@@ -518,12 +518,8 @@ pub(super) fn early_columns_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    let op = problem.operator_kind()?;
-    if target.name != "h200"
-        || !matches!(op, Operator::Rmsnorm | Operator::Layernorm)
-        || problem.shape.rows < target.multiprocessors as usize
+    if !norm_register_pick_on_many_rows(problem, target, picked)
         || row_tile_bytes(problem) > EARLY_COLUMNS_MAX_BYTES
-        || picked.residency != Residency::Registers
         || picked.early_columns > 0
         || (picked.layout.chunks(problem.shape.n) as u32) < EARLY_COLUMNS_MIN_CHUNKS
     {
@@ -535,6 +531,19 @@ pub(super) fn early_columns_instead(
     };
     let plan = plan_rows(problem, target, &early).ok()?;
     (plan.early_columns >= EARLY_COLUMNS_MIN_CHUNKS).then_some(early)
+}
+
+/// An H200 register pick for rmsnorm or layernorm on at least as many rows
+/// as multiprocessors: where the early-columns and one-chunk rules were
+/// measured (on fewer rows the variant ladder decides).
+fn norm_register_pick_on_many_rows(problem: &Problem, target: &Target, picked: &Plan) -> bool {
+    target.name == "h200"
+        && matches!(
+            problem.operator_kind(),
+            Some(Operator::Rmsnorm | Operator::Layernorm)
+        )
+        && problem.shape.rows >= target.multiprocessors as usize
+        && picked.residency == Residency::Registers
 }
 
 /// The widest worker count a one-chunk norm plan takes: a block of 256
@@ -563,19 +572,15 @@ pub(super) fn one_chunk_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    let op = problem.operator_kind()?;
     let (rows, n) = (problem.shape.rows, problem.shape.n);
     let packs = n.div_ceil(picked.layout.pack.max(1) as usize);
     let workers = (packs.next_power_of_two() as u32).max(32);
     // One wave of 256-thread groups, the searches' range (512-1024 rows).
     let one_wave = target.multiprocessors as usize
         * (target.max_threads_per_multiprocessor / ONE_CHUNK_MAX_WORKERS) as usize;
-    if target.name != "h200"
-        || !matches!(op, Operator::Rmsnorm | Operator::Layernorm)
-        || rows < target.multiprocessors as usize
+    if !norm_register_pick_on_many_rows(problem, target, picked)
         || rows > one_wave
         || workers > ONE_CHUNK_MAX_WORKERS
-        || picked.residency != Residency::Registers
         || picked.layout.chunks(n) < 2
     {
         return None;
