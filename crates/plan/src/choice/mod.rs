@@ -191,9 +191,9 @@ fn layout_rule_beside_model(
         return Ok(Some(RuleBesideModel {
             request: one,
             model_plan,
-            why: "short rows whose groups are all resident at once: one chunk a worker, \
-                  at most 256 workers (first or within 1% in the short-row searches of \
-                  2026-12-02 and 2026-12-03; the narrow picks 1.03-1.17x slower)"
+            why: "short rmsnorm rows of at most a wave of 256-thread groups: one chunk a \
+                  worker, at most 256 workers (the narrow picks 1.04-1.30x slower in the \
+                  H200 searches of 2026-12-03)"
                 .to_string(),
         }));
     }
