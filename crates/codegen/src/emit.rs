@@ -1297,8 +1297,10 @@ impl Ctx<'_> {
                     let ty = vec.access_type();
                     self.open("{");
                     self.line(&format!("unsigned wd[{}];", vec.words));
-                    // Staged columns are read from shared memory, not `q`.
+                    // Staged columns are read from shared memory, not `q`;
+                    // a preloaded pack from its registers.
                     let staged = self.is_staged(buffer);
+                    let preloaded = chunk == "LF_FULL" && self.preloaded.contains(val);
                     let prefetched = self.prefetched.as_deref() == Some(buffer.as_str());
                     if prefetched {
                         // A cluster group's buffer holds its share, chunk by chunk.
@@ -1310,7 +1312,7 @@ impl Ctx<'_> {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>(lf_rowbuf + {at}); // prefetched row"
                         ));
-                    } else if !(staged || chunk == "LF_FULL" && self.preloaded.contains(val)) {
+                    } else if !(staged || preloaded) {
                         self.line(&format!(
                             "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + {base}i0);"
                         ));
@@ -1325,7 +1327,7 @@ impl Ctx<'_> {
                             ));
                         } else if batched {
                             self.line(&format!("const {ty} a = lf_b{}[{chunk}][{k}];", val.0));
-                        } else if chunk == "LF_FULL" && self.preloaded.contains(val) {
+                        } else if preloaded {
                             self.line(&format!(
                                 "const {ty} a = lf_t{p}_{}[{k}]; // loaded before the complete chunks",
                                 val.0
@@ -1998,8 +2000,8 @@ impl Ctx<'_> {
 
     /// The partial chunk's whole-pack vector loads of phase `p` into
     /// `lf_t<phase>_<value>[access]`, where this worker's pack lies wholly
-    /// in the row (`lf_whole<phase>`); columns loaded early and staged ones are left to
-    /// their own paths.
+    /// in the row (`lf_whole<phase>`); columns loaded early and staged ones
+    /// are left to their own paths.
     fn emit_partial_preload(&mut self, p: usize) {
         let vec = self.vector.expect("whole packs are vector packs");
         let ty = vec.access_type();

@@ -1331,27 +1331,35 @@ fn regression_norm_register_plans_of_three_chunks_within_the_l2_load_columns_ear
     // Not: past the L2, a two-chunk pick, an operator without the
     // evidence, fewer rows than multiprocessors (the ladder decides
     // there), a batch-invariant request, the CPU.
-    for (op, dtype, shape) in [
-        (Operator::Rmsnorm, DType::Bf16, "16384x4096"),
-        (Operator::Layernorm, DType::Bf16, "512x2560"),
-        (Operator::ResidualLayernorm, DType::Bf16, "512x1024"),
-        (Operator::Rmsnorm, DType::Bf16, "64x1024"),
-    ] {
-        let p = typed(op, dtype, shape);
-        let note = automatic_note(&p, &h200, &automatic());
-        assert!(
-            !note.is_some_and(|n| n.contains("before the reduction")),
-            "{op:?} {dtype:?} {shape}"
-        );
-    }
     let p = typed(Operator::Rmsnorm, DType::Bf16, "2048x2048");
+    assert_rule_absent(
+        "before the reduction",
+        &[
+            (Operator::Rmsnorm, DType::Bf16, "16384x4096"),
+            (Operator::Layernorm, DType::Bf16, "512x2560"),
+            (Operator::ResidualLayernorm, DType::Bf16, "512x1024"),
+            (Operator::Rmsnorm, DType::Bf16, "64x1024"),
+        ],
+        &p,
+    );
     let invariant = LayoutRequest {
         batch_invariant: true,
         ..automatic()
     };
     assert_eq!(plan(&p, &h200, &invariant).unwrap().early_columns, 0);
-    assert!(!automatic_note(&p, &Target::cpu(), &automatic())
-        .is_some_and(|n| n.contains("before the reduction")));
+}
+
+/// A rule beside the model, named by `note`, leaves these automatic H200
+/// plans alone, and `on_cpu`'s plan on the CPU target.
+fn assert_rule_absent(note: &str, cases: &[(Operator, DType, &str)], on_cpu: &Problem) {
+    for &(op, dtype, shape) in cases {
+        let got = automatic_note(&typed(op, dtype, shape), &Target::h200(), &automatic());
+        assert!(
+            !got.is_some_and(|n| n.contains(note)),
+            "{op:?} {dtype:?} {shape}"
+        );
+    }
+    assert!(!automatic_note(on_cpu, &Target::cpu(), &automatic()).is_some_and(|n| n.contains(note)));
 }
 
 /// The model picked W=32 with four to six chunks a worker on short rmsnorm
@@ -1377,26 +1385,21 @@ fn regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker() {
     // Not: more rows than a wave of 256-thread groups, fewer rows than
     // multiprocessors, rows of 4096 (one chunk would take W=512), an
     // operator without the evidence, a batch-invariant request, the CPU.
-    for (op, dtype, shape) in [
-        (Operator::Rmsnorm, DType::Bf16, "2048x1024"),
-        (Operator::Rmsnorm, DType::Bf16, "64x1024"),
-        (Operator::Rmsnorm, DType::Bf16, "512x4096"),
-        (Operator::Layernorm, DType::Bf16, "512x768"),
-        (Operator::ResidualLayernorm, DType::Bf16, "512x1024"),
-    ] {
-        let p = typed(op, dtype, shape);
-        let note = automatic_note(&p, &h200, &automatic());
-        assert!(
-            !note.is_some_and(|n| n.contains("one chunk a worker")),
-            "{op:?} {dtype:?} {shape}"
-        );
-    }
     let p = typed(Operator::Rmsnorm, DType::Bf16, "512x1024");
+    assert_rule_absent(
+        "one chunk a worker",
+        &[
+            (Operator::Rmsnorm, DType::Bf16, "2048x1024"),
+            (Operator::Rmsnorm, DType::Bf16, "64x1024"),
+            (Operator::Rmsnorm, DType::Bf16, "512x4096"),
+            (Operator::Layernorm, DType::Bf16, "512x768"),
+            (Operator::ResidualLayernorm, DType::Bf16, "512x1024"),
+        ],
+        &p,
+    );
     let invariant = LayoutRequest {
         batch_invariant: true,
         ..automatic()
     };
     assert!(plan(&p, &h200, &invariant).unwrap().layout.chunks(1024) > 1);
-    assert!(!automatic_note(&p, &Target::cpu(), &automatic())
-        .is_some_and(|n| n.contains("one chunk a worker")));
 }
