@@ -17,7 +17,9 @@ mod target;
 mod testing;
 pub mod tuned;
 
-pub use choice::{automatic_note, model_candidates, model_pick, occupancy_step_to_try, ModelScore};
+pub use choice::{
+    automatic_note, model_candidates, model_pick, occupancy_step_to_try, past_l2, ModelScore,
+};
 pub use cost::{CostInputs, CostPolicy, Features, ModelParams, ParamBound, RooflinePolicy};
 pub use enumeration::{enumerate, Candidate};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};

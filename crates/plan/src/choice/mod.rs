@@ -20,7 +20,7 @@ pub(crate) mod model;
 pub(crate) mod rules;
 
 pub use model::{model_pick, ModelScore};
-pub use rules::occupancy_step_to_try;
+pub use rules::{occupancy_step_to_try, past_l2};
 
 use crate::legality::{plan_rows, with_cluster_group_threads};
 use crate::mapper::{plan, LayoutRequest, Plan, Problem, Refusal, ResidencyRequest};

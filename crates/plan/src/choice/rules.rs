@@ -285,7 +285,7 @@ impl Rung {
             Rows::Any => true,
             _ if batch_invariant => false,
             Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
-            Rows::PastL2 => row_tile_bytes(problem) >= PAST_L2_BYTES,
+            Rows::PastL2 => past_l2(problem),
         };
         problem
             .operator_kind()
@@ -444,7 +444,7 @@ pub(super) fn hinted_stream_instead(
         || picked.residency != Residency::Registers
         || picked.groups_per_row != 1
         || picked.resident_slots < WIDE_SLOT_PLAN
-        || row_tile_bytes(problem) < PAST_L2_BYTES
+        || !past_l2(problem)
     {
         return None;
     }
@@ -484,7 +484,7 @@ fn streams_whole_row(problem: &Problem) -> bool {
     };
     searched
         && WHOLE_ROW_STREAM_N.contains(problem.shape.n)
-        && row_tile_bytes(problem) >= PAST_L2_BYTES
+        && past_l2(problem)
 }
 
 /// Rows x N tiles at most this large keep a norm's input and output
@@ -598,6 +598,12 @@ pub(super) fn one_chunk_instead(
     };
     let plan = plan_rows(problem, target, &one).ok()?;
     (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
+}
+
+/// Is the problem's rows x N tile at least [`PAST_L2_BYTES`] (where the
+/// streamed rules and the cold path's fewer groups were measured)?
+pub fn past_l2(problem: &Problem) -> bool {
+    row_tile_bytes(problem) >= PAST_L2_BYTES
 }
 
 /// Bytes of one rows x N tile in the problem's storage dtype.
