@@ -233,6 +233,9 @@ pub fn audit_dir(dir: &Path) -> Vec<String> {
             .iter()
             .flat_map(|p| crate::counters::audit_counters_file(p))
             .collect()
+    } else if let Some(runs) = run_dirs(dir) {
+        // A campaign: one directory per run (A B B A orders, one schedule each).
+        runs.iter().flat_map(|run| audit_dir(run)).collect()
     } else {
         vec![format!(
             "{}: neither results.json(.gz) nor selftest.log",
@@ -348,6 +351,21 @@ fn audit_speed(v: &serde_json::Value) -> Vec<String> {
 
 /// The `lanefold-latency/1` files of a probe directory, plain or gzipped
 /// (`.json`, `.json.gz`; None: none there).
+/// The subdirectories of `dir` (sorted), where it holds only directories,
+/// at least one; None otherwise.
+fn run_dirs(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
+    let mut runs = vec![];
+    for entry in std::fs::read_dir(dir).ok()? {
+        let path = entry.ok()?.path();
+        if !path.is_dir() {
+            return None;
+        }
+        runs.push(path);
+    }
+    runs.sort();
+    (!runs.is_empty()).then_some(runs)
+}
+
 fn latency_files(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .ok()?
@@ -500,6 +518,27 @@ mod tests {
         );
         assert!(
             findings.iter().any(|f| f.contains("1999 samples")),
+            "{findings:?}"
+        );
+    }
+
+    /// A campaign directory (one subdirectory per run) is audited run by
+    /// run; a run with no results in it is reported.
+    #[test]
+    fn a_campaign_of_runs_is_audited_run_by_run() {
+        let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench/results/2026-12-03-cold-path-trade-h200");
+        assert_eq!(audit_dir(&committed), Vec::<String>::new());
+        let dir = std::env::temp_dir().join(format!("lanefold-campaign-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a1")).unwrap();
+        let run = committed.join("rmsnorm-f32-4096x2048-a1/results.json.gz");
+        std::fs::copy(run, dir.join("a1/results.json.gz")).unwrap();
+        assert_eq!(audit_dir(&dir), Vec::<String>::new());
+        std::fs::create_dir_all(dir.join("b1")).unwrap();
+        let findings = audit_dir(&dir);
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(
+            findings.len() == 1 && findings[0].contains("b1"),
             "{findings:?}"
         );
     }
