@@ -90,7 +90,8 @@ pub(crate) enum ModelChoice {
 
 /// The legal schedules of [`model_space`] the model ranks for `request`,
 /// leaving out packs the H200 measured too wide
-/// ([`super::rules::scalar_pack_too_wide`]); None where the seed mapping
+/// ([`super::rules::scalar_pack_too_wide`]) and cross-entropy widths it
+/// measured slow ([`super::rules::cross_entropy_width_left_out`]); None where the seed mapping
 /// answers (an exact-order reduction). A batch-invariant request is
 /// scored at [`CANONICAL_ROWS`] rows.
 pub(crate) fn ranked_space(
@@ -116,7 +117,10 @@ pub(crate) fn ranked_space(
     Ok(Some(
         model_space(&scored, target, request)?
             .into_iter()
-            .filter(|c| !super::rules::scalar_pack_too_wide(&scored, &c.target, c.request.pack))
+            .filter(|c| {
+                !super::rules::scalar_pack_too_wide(&scored, &c.target, c.request.pack)
+                    && !super::rules::cross_entropy_width_left_out(&scored, &c.target, &c.plan)
+            })
             .collect(),
     ))
 }

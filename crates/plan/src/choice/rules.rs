@@ -45,11 +45,14 @@ impl Dtypes {
     }
 }
 
-/// What a rung asks of the row count. Anything but `Any` depends on it,
-/// so a batch-invariant request skips the rung.
+/// What a rung asks of the rows. Anything but `Any` and `Misaligned`
+/// depends on the row count, so a batch-invariant request skips the rung.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Rows {
     Any,
+    /// Rows no pack reads as 16-byte vectors (N not a multiple of 16 bytes'
+    /// elements: every row after the first starts off a 16-byte boundary).
+    Misaligned,
     /// Fewer rows than multiprocessors: each row alone on its SM, its time
     /// its latency.
     FewerThanSms,
@@ -148,6 +151,21 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         dtypes: Dtypes::Any,
         n: from(32769),
         rows: Rows::Any,
+        adds: "online-normalizer",
+    },
+    // ... and on misaligned rows over 24576, where the register plans read
+    // scalars and their tiles leave one group per SM (NVRTC: the W=512
+    // tile takes 73-77 registers from 28002, the W=256 one 137 at 30522).
+    // Such one-group plans of 27001-28002 ran 136-142 µs (f32) and 115-120
+    // (bf16) against 105-109 and 65-67 online; the best register plans,
+    // two groups per SM, 101-105 and 60-71
+    // (2026-12-03-search-ce-misaligned-*-h200, rows of no list; at 24002
+    // the register plans still won: 2026-12-03-search-ce-unaligned-f32).
+    Rung {
+        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
+        dtypes: Dtypes::Any,
+        n: from(24577),
+        rows: Rows::Misaligned,
         adds: "online-normalizer",
     },
     // layernorm from 32768: one-pass moments (bf16 4096x131072 882 -> 703
@@ -283,6 +301,7 @@ impl Rung {
     fn covers(&self, problem: &Problem, target: &Target, batch_invariant: bool) -> bool {
         let rows = match self.rows {
             Rows::Any => true,
+            Rows::Misaligned => !sixteen_byte_rows(problem),
             _ if batch_invariant => false,
             Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
             Rows::PastL2 => past_l2(problem),
@@ -345,6 +364,45 @@ pub(crate) fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32
     };
     pack > widest
 }
+
+/// Cross-entropy widths left out of the model's choice on the H200 for
+/// rows from [`CE_LONG_N`] in their hundreds (at least one per SM), one
+/// group a row. In the searches of 12 such problems (12002-40002 wide,
+/// f32 and bf16, aligned or not; 2026-12-03-search-ce-*-h200):
+/// - a group of 1024 threads, one per SM, never won: 1.02-1.98x slower
+///   than the best (28002 f32 142.5 µs against 105.0);
+/// - with the online normalizer (32 registers, nothing resident), W=256
+///   won 10 of 11 by up to 12% over W=512 (bf16 32064 129.0 against
+///   144.8 µs; lost 1% at bf16 40002), so up to [`CE_ONLINE_W256_MAX_N`]
+///   it is the only width.
+pub(crate) fn cross_entropy_width_left_out(
+    problem: &Problem,
+    target: &Target,
+    plan: &Plan,
+) -> bool {
+    let ce = matches!(
+        problem.operator_kind(),
+        Some(Operator::CrossEntropy | Operator::CrossEntropyWithLse)
+    );
+    if target.name != "h200"
+        || !ce
+        || plan.groups_per_row != 1
+        || problem.shape.n < CE_LONG_N
+        || problem.shape.rows < target.multiprocessors as usize
+    {
+        return false;
+    }
+    if plan.online_normalizer() && problem.shape.n <= CE_ONLINE_W256_MAX_N {
+        return plan.layout.workers != 256;
+    }
+    plan.threads_per_group >= 1024
+}
+
+/// Cross-entropy rows at least this long for [`cross_entropy_width_left_out`].
+pub(crate) const CE_LONG_N: usize = 12000;
+
+/// The longest online-normalizer rows measured at W=256 against W=512.
+pub(crate) const CE_ONLINE_W256_MAX_N: usize = 40960;
 
 /// Rows shorter than this count as short for [`scalar_pack_too_wide`]
 /// (measured at 75 and 197).
@@ -482,9 +540,7 @@ fn streams_whole_row(problem: &Problem) -> bool {
         }
         _ => false,
     };
-    searched
-        && WHOLE_ROW_STREAM_N.contains(problem.shape.n)
-        && past_l2(problem)
+    searched && WHOLE_ROW_STREAM_N.contains(problem.shape.n) && past_l2(problem)
 }
 
 /// Rows x N tiles at most this large keep a norm's input and output
@@ -598,6 +654,13 @@ pub(super) fn one_chunk_instead(
     };
     let plan = plan_rows(problem, target, &one).ok()?;
     (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
+}
+
+/// Can a row be read in 16-byte vectors (N a multiple of 16 bytes'
+/// elements, so every row starts on a 16-byte boundary)?
+fn sixteen_byte_rows(problem: &Problem) -> bool {
+    let per_16 = 16 / problem.dtype.size_bytes();
+    vector_access(problem.dtype, per_16, problem.shape.n).is_some()
 }
 
 /// Is the problem's rows x N tile at least [`PAST_L2_BYTES`] (where the

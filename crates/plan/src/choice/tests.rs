@@ -779,6 +779,61 @@ fn regression_cross_entropy_long_rows_take_the_online_normalizer_and_layernorm_o
 }
 
 #[test]
+fn regression_misaligned_long_cross_entropy_rows_stream_online_at_w256() {
+    // H200 searches of rows in no list: the register plans of 27001-28002
+    // (scalar loads, one group per SM) ran 1.26-1.72x slower than the
+    // online normalizer at W=256; at 24002 the register plans won.
+    let t = Target::h200();
+    let auto = automatic();
+    let ce = Operator::CrossEntropy;
+    for (dtype, shape, online) in [
+        (DType::F32, "4096x28002", true),
+        (DType::F32, "4096x27001", true),
+        (DType::Bf16, "4096x28002", true),
+        (DType::Bf16, "4096x30522", true),
+        // Aligned rows read 16-byte vectors: 8192x32064 tied online.
+        (DType::F32, "4096x30524", false),
+        (DType::Bf16, "8192x32064", false),
+        (DType::F32, "4096x24002", false),
+    ] {
+        let p = plan(&typed(ce, dtype, shape), &t, &auto).unwrap();
+        assert_eq!(
+            p.online_normalizer(),
+            online,
+            "{dtype} {shape}: {}",
+            p.describe()
+        );
+        if online {
+            assert_eq!(p.layout.workers, 256, "{dtype} {shape}: {}", p.describe());
+        }
+    }
+}
+
+#[test]
+fn regression_long_cross_entropy_rows_take_no_group_of_1024() {
+    // One group of 1024 threads per SM never won a cross-entropy search
+    // on rows of 12002-40002 (1.02-1.98x slower); the model picked it at
+    // 28000. Fewer rows than SMs are a latency problem: left alone.
+    let t = Target::h200();
+    let auto = automatic();
+    for (dtype, shape) in [(DType::F32, "4096x28000"), (DType::Bf16, "4096x28000")] {
+        let p = plan(&typed(Operator::CrossEntropy, dtype, shape), &t, &auto).unwrap();
+        assert!(
+            p.threads_per_group < 1024,
+            "{dtype} {shape}: {}",
+            p.describe()
+        );
+    }
+    let short = plan(
+        &typed(Operator::CrossEntropy, DType::F32, "64x50432"),
+        &t,
+        &auto,
+    )
+    .unwrap();
+    assert_eq!(short.threads_per_group, 1024, "{}", short.describe());
+}
+
+#[test]
 fn regression_long_16_bit_rows_pack_their_resident_tiles() {
     // Paired H200 benches of one binary: softmax 1.07x and 1.12x, rmsnorm 1.01x and 1.11x,
     // layernorm 1.05x and 1.09x, residual_layernorm 1.04x and 1.25x.
