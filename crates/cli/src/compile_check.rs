@@ -154,7 +154,7 @@ pub fn cold_path_check(
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["op", "dtype", "shape", "resolved plan", "decision"]);
-    let (mut kept, mut plain, mut own, mut refused) = (0, 0, 0, 0);
+    let (mut kept, mut lower, mut plain, mut own, mut refused) = (0, 0, 0, 0, 0);
     for &shape in shapes {
         for &op in ops.iter().filter(|op| op.has_cold_path()) {
             for &dtype in dtypes {
@@ -181,6 +181,10 @@ pub fn cold_path_check(
                     &target,
                 )?;
                 match decision {
+                    ColdPathDecision::Kept {
+                        stepped_from: Some(_),
+                        ..
+                    } => lower += 1,
                     ColdPathDecision::Kept { .. } => kept += 1,
                     ColdPathDecision::Plain { .. } => plain += 1,
                     _ => own += 1,
@@ -202,8 +206,8 @@ pub fn cold_path_check(
     );
     println!("{table}");
     println!(
-        "cold path: {kept} kept at the plain kernel's groups/SM, {plain} plain, \
-         {own} under their own promise, {refused} refused"
+        "cold path: {kept} kept at the plain kernel's groups/SM, {lower} kept one register \
+         step lower, {plain} plain, {own} under their own promise, {refused} refused"
     );
     Ok(())
 }

@@ -6,11 +6,12 @@
 //! kernel (no cold path), read its registers, and compile the cold one
 //! promising the plain kernel's groups per multiprocessor
 //! (`__launch_bounds__`). The cold kernel is kept only if it reaches them
-//! with no local memory; otherwise the plain plan runs.
+//! with no local memory. Past the L2 it may instead promise one register
+//! step fewer groups ([`step_down`]); otherwise the plain plan runs.
 
 use crate::{compile_offline, CudaError, DiskCache, OfflineCompile};
 use lanefold_codegen::{generate, nvrtc_options, CodegenOptions};
-use lanefold_plan::{plan, Plan, Target};
+use lanefold_plan::{past_l2, plan, Plan, Target};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -21,11 +22,13 @@ pub enum ColdPathDecision {
     Absent,
     /// The plan makes its own occupancy promise: as it is.
     OwnPromise,
-    /// The cold path kept, promising the plain kernel's groups.
+    /// The cold path kept, promising `groups`: the plain kernel's, or
+    /// (`stepped_from: Some(plain groups)`) one register step fewer.
     Kept {
         groups: u32,
         plain_registers: u32,
         registers: u32,
+        stepped_from: Option<u32>,
     },
     /// The plain plan (`no-cold-path`) instead, and why.
     Plain {
@@ -51,9 +54,21 @@ impl std::fmt::Display for ColdPathDecision {
                 groups,
                 plain_registers,
                 registers,
+                stepped_from: None,
             } => write!(
                 f,
                 "cold path kept: {registers} registers promising {groups} groups/SM \
+                 (plain: {plain_registers})"
+            ),
+            ColdPathDecision::Kept {
+                groups,
+                plain_registers,
+                registers,
+                stepped_from: Some(from),
+            } => write!(
+                f,
+                "cold path kept at {groups} groups/SM, one register step below the plain \
+                 kernel's {from} (past the L2: measured 0.998-1.005x): {registers} registers \
                  (plain: {plain_registers})"
             ),
             ColdPathDecision::Plain { reason, .. } => write!(f, "plain kernel: {reason}"),
@@ -81,7 +96,8 @@ fn decisions() -> &'static Mutex<HashMap<String, ColdPathDecision>> {
 /// `plan` as the CUDA runtime runs it for `arch` on `target`: a norm's
 /// cold path promised the plain kernel's groups per multiprocessor
 /// (`occupancy=B` in its schedule) where that compiles with no local
-/// memory, else the plain plan (`no-cold-path`). Plans without a cold path
+/// memory, past the L2 one register step fewer groups where that
+/// does, else the plain plan (`no-cold-path`). Plans without a cold path
 /// or with a promise of their own come back as they are. Compiles with
 /// NVRTC alone (no device); remembered for the process.
 pub fn resolve_cold_path(
@@ -164,38 +180,72 @@ pub(crate) fn resolve(
         plain.groups_per_multiprocessor(target, plain_registers),
         target,
     );
-    let promised = replan(p, target, |r| r.occupancy = groups)?;
-    let cold = compile_offline(&promised, options, arch)?;
+    let promise = |g: u32| -> Result<(Plan, OfflineCompile), CudaError> {
+        let promised = replan(p, target, |r| r.occupancy = g)?;
+        let cold = compile_offline(&promised, options, arch)?;
+        Ok((promised, cold))
+    };
+    // Why the cold kernel does not keep `g` groups, or None where it does.
+    let short_of = |promised: &Plan, cold: &OfflineCompile, registers: u32, g: u32| {
+        let local = kernel_local_bytes(cold);
+        let reached = promised.groups_per_multiprocessor(target, registers);
+        if local > 0 {
+            Some(format!(
+                "spills {local} bytes in the kernel to keep {g} groups/SM"
+            ))
+        } else if reached < g {
+            Some(format!(
+                "takes {registers} registers, {reached} groups/SM against the {g} it must keep"
+            ))
+        } else {
+            None
+        }
+    };
+    let (promised, cold) = promise(groups)?;
     let Some(registers) = cold.ptxas.registers else {
         return plain_for(&cold, plain, plain_compile.cubin);
     };
-    let local = kernel_local_bytes(&cold);
-    let reached = promised.groups_per_multiprocessor(target, registers);
-    let (decision, plan, compiled) = if local == 0 && reached >= groups {
-        let decision = ColdPathDecision::Kept {
-            groups,
-            plain_registers,
-            registers,
-        };
-        (decision, promised, cold)
-    } else {
-        let reason = if local > 0 {
-            format!(
-                "the cold path spills {local} bytes in the kernel to keep {groups} \
-                 groups/SM (the plain kernel: {plain_registers} registers)"
-            )
-        } else {
-            format!(
-                "the cold path takes {registers} registers, {reached} groups/SM against \
-                 the {groups} it must keep (the plain kernel: {plain_registers} registers)"
-            )
-        };
-        let decision = ColdPathDecision::Plain {
-            plain_registers,
-            groups,
-            reason,
-        };
-        (decision, plain, plain_compile)
+    let (decision, plan, compiled) = match short_of(&promised, &cold, registers, groups) {
+        None => {
+            let decision = ColdPathDecision::Kept {
+                groups,
+                plain_registers,
+                registers,
+                stepped_from: None,
+            };
+            (decision, promised, cold)
+        }
+        Some(why) => {
+            let mut reason =
+                format!("the cold path {why} (the plain kernel: {plain_registers} registers)");
+            let mut lower_kept = None;
+            if let Some(lower) = step_down(&promised, target, groups) {
+                let (promised, cold) = promise(lower)?;
+                let Some(registers) = cold.ptxas.registers else {
+                    return plain_for(&cold, plain, plain_compile.cubin);
+                };
+                match short_of(&promised, &cold, registers, lower) {
+                    None => {
+                        let decision = ColdPathDecision::Kept {
+                            groups: lower,
+                            plain_registers,
+                            registers,
+                            stepped_from: Some(groups),
+                        };
+                        lower_kept = Some((decision, promised, cold));
+                    }
+                    Some(why) => reason += &format!("; one register step lower it {why}"),
+                }
+            }
+            lower_kept.unwrap_or_else(|| {
+                let decision = ColdPathDecision::Plain {
+                    plain_registers,
+                    groups,
+                    reason,
+                };
+                (decision, plain, plain_compile)
+            })
+        }
     };
     if let Some(disk) = disk {
         if let Err(e) = disk.store(&decision_key(&key), encode_decision(&decision).as_bytes()) {
@@ -230,6 +280,23 @@ fn resident_need(plain: &Plan, groups: u32, target: &Target) -> u32 {
     groups.min(all_at_once.max(1) as u32)
 }
 
+/// The smaller promise to try where the cold kernel cannot keep `groups`:
+/// the most groups whose register budget per thread is higher (one step;
+/// at 256 threads 7 groups get the 32 registers 8 do), at least 2. Only past
+/// the L2, off clusters and from 3 groups: there one step cost 0.998-1.005x
+/// the plain kernel, within the L2 1.16-1.22x
+/// (2026-12-03-cold-path-trade-h200).
+fn step_down(p: &Plan, target: &Target, groups: u32) -> Option<u32> {
+    if !past_l2(&p.problem) || p.groups_per_row > 1 || groups < 3 {
+        return None;
+    }
+    let budget = |g: u32| {
+        let per_thread = target.registers_per_group / (p.threads_per_group.max(1) * g);
+        (per_thread / 8 * 8).min(target.max_registers_per_thread)
+    };
+    (2..groups).rev().find(|&g| budget(g) > budget(groups))
+}
+
 /// The kernel cache's entry for the decision about the cold kernel whose
 /// compile key is `key`: later processes decide alike without compiling.
 /// NVRTC 13.0 on the H200 was seen to give an empty ptxas log for a kernel
@@ -238,7 +305,9 @@ fn decision_key(key: &str) -> String {
     format!("{key}-cold-path")
 }
 
-/// One line: `kept GROUPS PLAIN_REGISTERS REGISTERS` or
+/// One line: `kept GROUPS PLAIN_REGISTERS REGISTERS`,
+/// `kept-lower GROUPS PLAIN_REGISTERS REGISTERS PLAIN_GROUPS` (a tag older
+/// readers refuse, so they decide anew) or
 /// `plain PLAIN_REGISTERS GROUPS REASON`.
 fn encode_decision(d: &ColdPathDecision) -> String {
     match d {
@@ -246,7 +315,14 @@ fn encode_decision(d: &ColdPathDecision) -> String {
             groups,
             plain_registers,
             registers,
+            stepped_from: None,
         } => format!("kept {groups} {plain_registers} {registers}"),
+        ColdPathDecision::Kept {
+            groups,
+            plain_registers,
+            registers,
+            stepped_from: Some(from),
+        } => format!("kept-lower {groups} {plain_registers} {registers} {from}"),
         ColdPathDecision::Plain {
             plain_registers,
             groups,
@@ -270,7 +346,17 @@ fn decode_decision(bytes: &[u8]) -> Option<ColdPathDecision> {
             groups: a,
             plain_registers: b,
             registers: rest?.parse().ok()?,
+            stepped_from: None,
         }),
+        "kept-lower" => {
+            let (registers, from) = rest?.split_once(' ')?;
+            Some(ColdPathDecision::Kept {
+                groups: a,
+                plain_registers: b,
+                registers: registers.parse().ok()?,
+                stepped_from: Some(from.parse().ok()?),
+            })
+        }
         "plain" => Some(ColdPathDecision::Plain {
             plain_registers: a,
             groups: b,
@@ -360,6 +446,13 @@ mod tests {
                 groups: 4,
                 plain_registers: 32,
                 registers: 28,
+                stepped_from: None,
+            },
+            ColdPathDecision::Kept {
+                groups: 2,
+                plain_registers: 40,
+                registers: 64,
+                stepped_from: Some(3),
             },
             ColdPathDecision::Plain {
                 plain_registers: 35,
@@ -369,7 +462,16 @@ mod tests {
         ] {
             assert_eq!(decode_decision(encode_decision(&d).as_bytes()), Some(d));
         }
-        for bad in ["", "kept 4 32", "kept x 32 28", "absent", "plain 35"] {
+        for bad in [
+            "",
+            "kept 4 32",
+            "kept x 32 28",
+            "kept 2 40 64 3",
+            "kept-lower 2 40 64",
+            "kept-lower 2 40 64 x",
+            "absent",
+            "plain 35",
+        ] {
             assert_eq!(decode_decision(bad.as_bytes()), None, "{bad}");
         }
     }
@@ -447,6 +549,56 @@ mod tests {
         assert_eq!(resident_need(&cluster, 2, &target), 2);
     }
 
+    /// One register step down: the most groups below the plain kernel's
+    /// whose per-thread budget is higher, at least 2; none within the L2,
+    /// for clusters, from fewer than 3 groups, or where both budgets are
+    /// already past the 255 registers a thread may have.
+    #[test]
+    fn the_cold_path_steps_down_one_register_budget_only_past_the_l2() {
+        let target = Target::h200();
+        let norm = |shape: &str, workers: u32| {
+            let problem = Problem::operator(
+                Operator::Rmsnorm,
+                OperatorOptions::default(),
+                DType::Bf16,
+                shape.parse().unwrap(),
+            );
+            let request = LayoutRequest {
+                workers,
+                pack: 8,
+                rows_per_group: 1,
+                ..Default::default()
+            };
+            plan(&problem, &target, &request).unwrap()
+        };
+        let w256 = norm("65536x2048", 256);
+        assert!(past_l2(&w256.problem));
+        assert_eq!((w256.threads_per_group, w256.groups_per_row), (256, 1));
+        // 8 and 7 groups both get 32 registers, 6 get 40.
+        assert_eq!(step_down(&w256, &target, 8), Some(6));
+        assert_eq!(step_down(&w256, &target, 7), Some(6));
+        assert_eq!(step_down(&w256, &target, 6), Some(5));
+        assert_eq!(step_down(&w256, &target, 3), Some(2));
+        assert_eq!(step_down(&w256, &target, 2), None);
+        assert_eq!(step_down(&w256, &target, 1), None);
+        let w512 = norm("65536x4096", 512);
+        assert_eq!(w512.threads_per_group, 512);
+        assert_eq!(step_down(&w512, &target, 3), Some(2));
+        let w64 = norm("262144x512", 64);
+        assert!(past_l2(&w64.problem));
+        assert_eq!(w64.threads_per_group, 64);
+        // 341 and 512 registers a thread: both capped at 255.
+        assert_eq!(step_down(&w64, &target, 3), None);
+        assert_eq!(step_down(&w64, &target, 5), Some(4));
+        // 16 MB, in the L2: one group fewer cost 1.16-1.22x there.
+        let in_l2 = norm("4096x2048", 256);
+        assert!(!past_l2(&in_l2.problem));
+        assert_eq!(step_down(&in_l2, &target, 8), None);
+        let cluster = norm("1024x131072", 4096);
+        assert!(past_l2(&cluster.problem) && cluster.groups_per_row > 1);
+        assert_eq!(step_down(&cluster, &target, 3), None);
+    }
+
     /// Needs NVRTC: CI runs it after `scripts/fetch-nvrtc.sh` (`--ignored`).
     /// Over norm plans in f32 and bf16, in registers and streamed, short
     /// and long rows, a resolved cold kernel keeps the plain kernel's
@@ -504,8 +656,17 @@ mod tests {
                     let reached = r.groups_per_multiprocessor(&target, c.ptxas.registers.unwrap());
                     eprintln!("{what}: {decision}");
                     match decision {
-                        ColdPathDecision::Kept { groups: g, .. } => {
+                        ColdPathDecision::Kept {
+                            groups: g,
+                            stepped_from,
+                            ..
+                        } => {
                             kept += 1;
+                            assert_eq!(stepped_from.unwrap_or(g), groups, "{what}");
+                            let groups = match stepped_from {
+                                Some(_) => step_down(&plain, &target, groups).unwrap(),
+                                None => groups,
+                            };
                             assert_eq!(g, groups, "{what}");
                             assert!(r.cold_path(), "{what}");
                             assert_eq!(r.min_groups_per_multiprocessor, Some(groups), "{what}");
@@ -530,5 +691,77 @@ mod tests {
             }
         }
         assert!(kept >= 18, "only {kept} kept");
+    }
+
+    /// Needs NVRTC. Layernorm f32 8192x8192 (268 MB, past the L2): its
+    /// cold kernel spills at the plain kernel's 3 groups/SM, so it promises
+    /// 2 and is kept there with no local memory, the same when remembered
+    /// in the process or read from the kernel cache. Rmsnorm f32 4096x2048
+    /// (33 MB, in the L2) still runs the plain kernel: one group fewer cost
+    /// 1.16-1.22x within the L2.
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_past_the_l2_a_spilling_cold_path_is_kept_one_register_step_lower() {
+        let target = Target::h200();
+        let options = CodegenOptions::default();
+        let norm = |op, shape: &str| {
+            let problem = Problem::operator(
+                op,
+                OperatorOptions::default(),
+                DType::F32,
+                shape.parse().unwrap(),
+            );
+            let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+            assert!(p.cold_path() && p.min_groups_per_multiprocessor.is_none());
+            let key = compile_key_of(&p, &options, "sm_90").unwrap();
+            decisions().lock().unwrap().remove(&key);
+            (p, key)
+        };
+        let (p, key) = norm(Operator::Layernorm, "8192x8192");
+        assert!(past_l2(&p.problem));
+        let dir = std::env::temp_dir().join(format!("lanefold-cold-lower-{}", std::process::id()));
+        let disk = DiskCache::new(&dir);
+        let r = resolve(&p, &options, "sm_90", &target, Some(&disk)).unwrap();
+        let ColdPathDecision::Kept {
+            groups: 2,
+            stepped_from: Some(3),
+            ..
+        } = r.decision
+        else {
+            panic!("{}: {}", p.describe(), r.decision);
+        };
+        assert!(r.decision.to_string().contains("one register step below"));
+        assert!(r.binary.is_some());
+        assert!(r.plan.cold_path() && r.plan.min_groups_per_multiprocessor == Some(2));
+        assert!(
+            r.plan.describe().ends_with("occupancy=2"),
+            "{}",
+            r.plan.describe()
+        );
+        let c = compile_offline(&r.plan, &options, "sm_90").unwrap();
+        assert_eq!(kernel_local_bytes(&c), 0, "{}", c.log);
+        assert!(
+            r.plan
+                .groups_per_multiprocessor(&target, c.ptxas.registers.unwrap())
+                >= 2
+        );
+        let in_process = resolve(&p, &options, "sm_90", &target, None).unwrap();
+        decisions().lock().unwrap().remove(&key);
+        let from_disk = resolve(&p, &options, "sm_90", &target, Some(&disk)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        for again in [in_process, from_disk] {
+            assert!(again.binary.is_none(), "nothing compiled");
+            assert_eq!(again.decision, r.decision);
+            assert_eq!(again.plan.describe(), r.plan.describe());
+        }
+
+        let (p, _) = norm(Operator::Rmsnorm, "4096x2048");
+        assert!(!past_l2(&p.problem));
+        let (q, decision) = resolve_cold_path(&p, &options, "sm_90", &target).unwrap();
+        let ColdPathDecision::Plain { groups, .. } = decision else {
+            panic!("{}: {decision}", p.describe());
+        };
+        assert!(groups >= 3, "{decision}");
+        assert!(!q.cold_path() && q.describe().contains("no-cold-path"));
     }
 }
