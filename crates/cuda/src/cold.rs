@@ -301,9 +301,15 @@ fn step_down(p: &Plan, target: &Target, groups: u32) -> Option<u32> {
 /// compile key is `key`: later processes decide alike without compiling.
 /// NVRTC 13.0 on the H200 was seen to give an empty ptxas log for a kernel
 /// an earlier process had compiled, so a process cannot always decide anew.
+/// The rule's version is in the key: a decision cached by an older rule is
+/// not this one's (a plain fallback cached before the step down past the
+/// L2 existed kept a later binary on the plain kernel).
 fn decision_key(key: &str) -> String {
-    format!("{key}-cold-path")
+    format!("{key}-cold-path-v{DECISION_RULE}")
 }
+
+/// Raised whenever [`resolve`] would decide a kernel differently.
+const DECISION_RULE: u32 = 2;
 
 /// One line: `kept GROUPS PLAIN_REGISTERS REGISTERS`,
 /// `kept-lower GROUPS PLAIN_REGISTERS REGISTERS PLAIN_GROUPS` (a tag older
@@ -509,6 +515,44 @@ mod tests {
         assert_eq!(r.decision, stored);
         assert!(r.binary.is_none(), "nothing compiled");
         assert!(!r.plan.cold_path() && r.plan.describe().contains("no-cold-path"));
+    }
+
+    /// A plain fallback that an older rule cached (under its key) is not
+    /// taken: the kernel is decided anew (here it compiles, or without
+    /// NVRTC it fails), never run plain on the old word.
+    #[test]
+    fn regression_a_decision_cached_by_an_older_rule_is_decided_anew() {
+        let target = Target::h200();
+        let options = CodegenOptions::default();
+        let problem = Problem::operator(
+            Operator::Layernorm,
+            OperatorOptions::default(),
+            DType::F32,
+            "8192x8192".parse().unwrap(),
+        );
+        let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
+        assert!(p.cold_path() && p.min_groups_per_multiprocessor.is_none());
+        let dir = std::env::temp_dir().join(format!("lanefold-cold-old-{}", std::process::id()));
+        let disk = DiskCache::new(&dir);
+        let key = compile_key_of(&p, &options, "sm_90").unwrap();
+        let stored = ColdPathDecision::Plain {
+            plain_registers: 40,
+            groups: 3,
+            reason: "stored by the rule before the step down".into(),
+        };
+        disk.store(
+            &format!("{key}-cold-path"),
+            encode_decision(&stored).as_bytes(),
+        )
+        .unwrap();
+        decisions().lock().unwrap().remove(&key);
+        let r = resolve(&p, &options, "sm_90", &target, Some(&disk));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            !matches!(&r, Ok(r) if r.decision == stored),
+            "{:?}",
+            r.map(|r| r.decision)
+        );
     }
 
     /// The promise is the plain kernel's groups per SM, or fewer where
