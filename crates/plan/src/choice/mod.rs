@@ -29,7 +29,7 @@ use model::{model_choice, ModelChoice};
 
 use rules::{
     early_columns_instead, few_rows_narrower_instead, hinted_stream_instead, one_chunk_instead,
-    one_row_per_multiprocessor, whole_row_stream_instead,
+    one_row_per_multiprocessor, tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -165,6 +165,15 @@ fn layout_rule_beside_model(
                  1-64 x 4096 in the H200 grid searches of 2026-11-30)",
                 narrower.workers
             ),
+        }));
+    }
+    if let Some(one) = tiny_rows_one_thread_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: one,
+            model_plan,
+            why: "f32 sums and softmax over rows of at most 16 elements in their tens of \
+                  thousands: one thread a row (the W=8 picks 1.13-3.7x slower in the H200 searches of 2026-12-03)"
+                .to_string(),
         }));
     }
     if let Some(streamed) = whole_row_stream_instead(problem, target, &model_plan, pick) {

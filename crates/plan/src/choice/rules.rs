@@ -6,6 +6,7 @@
 //! - [`VARIANT_LADDERS`]: the variants an automatic request takes.
 //! - The layout rules, tried in this order where no tuning entry covers
 //!   the problem: [`few_rows_narrower_instead`],
+//!   [`tiny_rows_one_thread_instead`],
 //!   [`whole_row_stream_instead`], [`hinted_stream_instead`],
 //!   [`early_columns_instead`]; then
 //!   [`one_row_per_multiprocessor`] on whatever replaced the model's pick.
@@ -466,6 +467,47 @@ pub(super) fn few_rows_narrower_instead(
     };
     let plan = plan_rows(problem, target, &narrower).ok()?;
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
+}
+
+/// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).
+pub(crate) const TINY_ROW_N: usize = 16;
+
+/// f32 rows of at most [`TINY_ROW_N`] elements, enough of them for a
+/// 256-row group on every SM: one thread a row, the widest pack (up to 8:
+/// two 16-byte loads) that divides the row, no exchange. The model's space starts at W=8, which
+/// leaves 8 lanes a 4-byte load each and a three-level shuffle. Searches
+/// of rows in no list (2026-12-03-search-short-rows-f32-h200, L2 cold,
+/// sum and softmax at 262144x4, 131072x8, 65536x16): W=1 won or came
+/// within 9% in all six; the W=8 picks ran 1.13-3.7x slower (sum 131072x8
+/// 4.58 against 2.65 µs). Other operators and 16-bit rows are unmeasured.
+pub(super) fn tiny_rows_one_thread_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let Shape { rows, n } = problem.shape;
+    if target.name != "h200"
+        || !matches!(
+            problem.operator_kind(),
+            Some(Operator::Sum | Operator::Softmax)
+        )
+        || problem.dtype != DType::F32
+        || n > TINY_ROW_N
+        || rows < 256 * target.multiprocessors as usize
+        || picked.layout.workers == 1
+    {
+        return None;
+    }
+    let one = LayoutRequest {
+        workers: 1,
+        // The widest pack that keeps every row start aligned to it.
+        pack: [8, 4, 2, 1].into_iter().find(|&v| n % v == 0).unwrap_or(1) as u32,
+        unroll: 0,
+        rows_per_group: 0,
+        ..*pick
+    };
+    plan_rows(problem, target, &one).ok().map(|_| one)
 }
 
 /// The model's register pick replaced by a streamed plan with re-read hints
