@@ -482,24 +482,25 @@ mod tests {
         }
     }
 
-    /// On the H200 a second process got an empty ptxas log for the plain
-    /// kernel a first process had compiled, and every norm call failed
-    /// ("ptxas reported no register count"). A decision in the kernel
-    /// cache is now taken as it is, with nothing compiled: a stored plain
-    /// decision (which no compile here would make) comes back.
-    #[test]
-    fn regression_a_later_process_takes_the_cold_path_decision_from_the_kernel_cache() {
+    /// Resolves the automatic layernorm f32 plan of `shape` with a plain
+    /// decision stored in an empty kernel cache under `entry(compile key)`
+    /// and no decision in memory: the stored decision and the result.
+    fn resolve_over_a_stored_plain_decision(
+        shape: &str,
+        entry: fn(&str) -> String,
+    ) -> (ColdPathDecision, Result<Resolution, CudaError>) {
         let target = Target::h200();
         let options = CodegenOptions::default();
         let problem = Problem::operator(
             Operator::Layernorm,
             OperatorOptions::default(),
             DType::F32,
-            "24x4096".parse().unwrap(),
+            shape.parse().unwrap(),
         );
         let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
         assert!(p.cold_path() && p.min_groups_per_multiprocessor.is_none());
-        let dir = std::env::temp_dir().join(format!("lanefold-cold-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("lanefold-cold-{shape}-{}", std::process::id()));
         let disk = DiskCache::new(&dir);
         let key = compile_key_of(&p, &options, "sm_90").unwrap();
         let stored = ColdPathDecision::Plain {
@@ -507,11 +508,23 @@ mod tests {
             groups: 5,
             reason: "stored by an earlier process".into(),
         };
-        disk.store(&decision_key(&key), encode_decision(&stored).as_bytes())
+        disk.store(&entry(&key), encode_decision(&stored).as_bytes())
             .unwrap();
         decisions().lock().unwrap().remove(&key);
-        let r = resolve(&p, &options, "sm_90", &target, Some(&disk)).unwrap();
+        let r = resolve(&p, &options, "sm_90", &target, Some(&disk));
         std::fs::remove_dir_all(&dir).unwrap();
+        (stored, r)
+    }
+
+    /// On the H200 a second process got an empty ptxas log for the plain
+    /// kernel a first process had compiled, and every norm call failed
+    /// ("ptxas reported no register count"). A decision in the kernel
+    /// cache is now taken as it is, with nothing compiled: a stored plain
+    /// decision (which no compile here would make) comes back.
+    #[test]
+    fn regression_a_later_process_takes_the_cold_path_decision_from_the_kernel_cache() {
+        let (stored, r) = resolve_over_a_stored_plain_decision("24x4096", decision_key);
+        let r = r.unwrap();
         assert_eq!(r.decision, stored);
         assert!(r.binary.is_none(), "nothing compiled");
         assert!(!r.plan.cold_path() && r.plan.describe().contains("no-cold-path"));
@@ -522,32 +535,8 @@ mod tests {
     /// NVRTC it fails), never run plain on the old word.
     #[test]
     fn regression_a_decision_cached_by_an_older_rule_is_decided_anew() {
-        let target = Target::h200();
-        let options = CodegenOptions::default();
-        let problem = Problem::operator(
-            Operator::Layernorm,
-            OperatorOptions::default(),
-            DType::F32,
-            "8192x8192".parse().unwrap(),
-        );
-        let p = plan(&problem, &target, &LayoutRequest::default()).unwrap();
-        assert!(p.cold_path() && p.min_groups_per_multiprocessor.is_none());
-        let dir = std::env::temp_dir().join(format!("lanefold-cold-old-{}", std::process::id()));
-        let disk = DiskCache::new(&dir);
-        let key = compile_key_of(&p, &options, "sm_90").unwrap();
-        let stored = ColdPathDecision::Plain {
-            plain_registers: 40,
-            groups: 3,
-            reason: "stored by the rule before the step down".into(),
-        };
-        disk.store(
-            &format!("{key}-cold-path"),
-            encode_decision(&stored).as_bytes(),
-        )
-        .unwrap();
-        decisions().lock().unwrap().remove(&key);
-        let r = resolve(&p, &options, "sm_90", &target, Some(&disk));
-        std::fs::remove_dir_all(&dir).unwrap();
+        let (stored, r) =
+            resolve_over_a_stored_plain_decision("8192x8192", |key| format!("{key}-cold-path"));
         assert!(
             !matches!(&r, Ok(r) if r.decision == stored),
             "{:?}",
