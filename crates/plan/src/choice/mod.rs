@@ -171,8 +171,9 @@ fn layout_rule_beside_model(
         return Ok(Some(RuleBesideModel {
             request: one,
             model_plan,
-            why: "f32 sums and softmax over rows of at most 16 elements in their tens of \
-                  thousands: one thread a row (the W=8 picks 1.13-3.7x slower in the H200 searches of 2026-12-03)"
+            why: "f32 and bf16 sums and softmax over rows of at most 16 elements in their \
+                  tens of thousands: one thread a row (the W=8 picks 1.13-4.9x slower in the \
+                  H200 searches of 2026-12-03)"
                 .to_string(),
         }));
     }

@@ -472,14 +472,16 @@ pub(super) fn few_rows_narrower_instead(
 /// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).
 pub(crate) const TINY_ROW_N: usize = 16;
 
-/// f32 rows of at most [`TINY_ROW_N`] elements, enough of them for a
+/// f32 and bf16 rows of at most [`TINY_ROW_N`] elements, enough of them for a
 /// 256-row group on every SM: one thread a row, the widest pack (up to 8:
 /// two 16-byte loads) that divides the row, no exchange. The model's space starts at W=8, which
 /// leaves 8 lanes a 4-byte load each and a three-level shuffle. Searches
 /// of rows in no list (2026-12-03-search-short-rows-f32-h200, L2 cold,
 /// sum and softmax at 262144x4, 131072x8, 65536x16): W=1 won or came
 /// within 9% in all six; the W=8 picks ran 1.13-3.7x slower (sum 131072x8
-/// 4.58 against 2.65 µs). Other operators and 16-bit rows are unmeasured.
+/// 4.58 against 2.65 µs). bf16 (-bf16-h200, the same shapes): this pack
+/// within 1.5% of the best in all six, the W=8 picks 1.13-4.9x slower.
+/// Other operators and f16 are unmeasured.
 pub(super) fn tiny_rows_one_thread_instead(
     problem: &Problem,
     target: &Target,
@@ -492,7 +494,7 @@ pub(super) fn tiny_rows_one_thread_instead(
             problem.operator_kind(),
             Some(Operator::Sum | Operator::Softmax)
         )
-        || problem.dtype != DType::F32
+        || !matches!(problem.dtype, DType::F32 | DType::Bf16)
         || n > TINY_ROW_N
         || rows < 256 * target.multiprocessors as usize
         || picked.layout.workers == 1
