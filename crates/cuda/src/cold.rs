@@ -11,7 +11,7 @@
 
 use crate::{compile_offline, CudaError, DiskCache, OfflineCompile};
 use lanefold_codegen::{generate, nvrtc_options, CodegenOptions};
-use lanefold_plan::{past_l2, plan, Plan, Target};
+use lanefold_plan::{past_l2, plan, register_budget, Plan, Target};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -291,8 +291,7 @@ fn step_down(p: &Plan, target: &Target, groups: u32) -> Option<u32> {
         return None;
     }
     let budget = |g: u32| {
-        let per_thread = target.registers_per_group / (p.threads_per_group.max(1) * g);
-        (per_thread / 8 * 8).min(target.max_registers_per_thread)
+        register_budget(target, p.threads_per_group, g).min(target.max_registers_per_thread)
     };
     (2..groups).rev().find(|&g| budget(g) > budget(groups))
 }

@@ -632,7 +632,7 @@ pub(crate) fn groups_by_shared_memory(target: &Target, shared_bytes: u32) -> u32
 
 /// Registers per thread a group may use for `groups` of `threads` threads
 /// to share one multiprocessor (whole multiples of 8, as sm_90 allocates).
-pub(crate) fn register_budget(target: &Target, threads: u32, groups: u32) -> u32 {
+pub fn register_budget(target: &Target, threads: u32, groups: u32) -> u32 {
     (target.registers_per_group / (threads.max(1) * groups.max(1))) / 8 * 8
 }
 

@@ -24,9 +24,9 @@ pub use cost::{CostInputs, CostPolicy, Features, ModelParams, ParamBound, Roofli
 pub use enumeration::{enumerate, Candidate};
 pub use layout::{vector_access, Layout, TreeLevels, VALID_PACKS};
 pub use mapper::{
-    groups_per_multiprocessor, plan, ArithmeticKey, ColumnStage, LayoutRequest, MapperPolicy,
-    OccupancyCap, Plan, Problem, ReductionOrder, Refusal, Residency, ResidencyRequest, RowPrefetch,
-    SharedChunks,
+    groups_per_multiprocessor, plan, register_budget, ArithmeticKey, ColumnStage, LayoutRequest,
+    MapperPolicy, OccupancyCap, Plan, Problem, ReductionOrder, Refusal, Residency,
+    ResidencyRequest, RowPrefetch, SharedChunks,
 };
 pub use schedule::ScheduleError;
 pub use shape::{Shape, ShapeError};

@@ -12,7 +12,7 @@ use lanefold_ir::{Analysis, DType, NormForm, Operator, OperatorOptions, Program}
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
-pub use crate::legality::groups_per_multiprocessor;
+pub use crate::legality::{groups_per_multiprocessor, register_budget};
 
 /// A program applied to a shape in a storage dtype.
 #[derive(Clone, Debug, PartialEq)]

@@ -472,10 +472,10 @@ pub(super) fn few_rows_narrower_instead(
 /// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).
 pub(crate) const TINY_ROW_N: usize = 16;
 
-/// f32 and bf16 rows of at most [`TINY_ROW_N`] elements, enough of them for a
-/// 256-row group on every SM: one thread a row, the widest pack (up to 8:
-/// two 16-byte loads) that divides the row, no exchange. The model's space starts at W=8, which
-/// leaves 8 lanes a 4-byte load each and a three-level shuffle. Searches
+/// f32 and bf16 rows of at most [`TINY_ROW_N`] elements, enough of them
+/// for a 256-row group on every SM: one thread a row, the widest pack (up
+/// to 8) that divides the row, no exchange. The model's space starts at
+/// W=8, which leaves 8 lanes a 4-byte load each and a three-level shuffle. Searches
 /// of rows in no list (2026-12-03-search-short-rows-f32-h200, L2 cold,
 /// sum and softmax at 262144x4, 131072x8, 65536x16): W=1 won or came
 /// within 9% in all six; the W=8 picks ran 1.13-3.7x slower (sum 131072x8
@@ -656,8 +656,9 @@ const ONE_CHUNK_MAX_WORKERS: u32 = 256;
 /// packs, at most [`ONE_CHUNK_MAX_WORKERS`], the pick's V), on at least
 /// as many rows as multiprocessors and at most one wave of 256-thread
 /// groups. Each worker then issues one load per phase, and a problem of
-/// a wave or two has little to overlap the narrow pick's chunks with. The searches of 2026-12-03
-/// (L2 cold, the model's picks with early columns), against the best:
+/// a wave or two has little to overlap the narrow pick's chunks with. The
+/// searches of 2026-12-03 (L2 cold, the model's picks with early
+/// columns), against the best:
 /// - rmsnorm bf16 512x1024: one chunk (W=128 V=8) 1.04x, the pick (W=32,
 ///   four chunks) 1.13x;
 /// - rmsnorm bf16 1024x1536: one chunk (W=256 V=8) first, the pick (W=32,
