@@ -28,7 +28,7 @@ use crate::target::Target;
 use model::{model_choice, ModelChoice};
 
 use rules::{
-    early_columns_instead, few_rows_narrower_instead, hinted_stream_instead, one_chunk_instead,
+    early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead, one_chunk_instead,
     one_row_per_multiprocessor, tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
@@ -165,6 +165,16 @@ fn layout_rule_beside_model(
                  1-64 x 4096 in the H200 grid searches of 2026-11-30)",
                 narrower.workers
             ),
+        }));
+    }
+    if let Some(one) = few_rows_one_chunk_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: one,
+            model_plan,
+            why: "short rmsnorm and bf16 layernorm rows, fewer than multiprocessors: one \
+                  chunk a worker (one warp a row 1.06-1.86x slower in H200 searches of rows \
+                  of no list, 2026-12-03)"
+                .to_string(),
         }));
     }
     if let Some(one) = tiny_rows_one_thread_instead(problem, target, &model_plan, pick) {

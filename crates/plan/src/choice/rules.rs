@@ -469,6 +469,59 @@ pub(super) fn few_rows_narrower_instead(
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
 }
 
+/// A norm's register pick on fewer rows than multiprocessors that leaves
+/// a worker more than one chunk, where one chunk a worker fits within
+/// [`few_rows_max_workers`]: W the next power of two over the row's packs,
+/// the pick's V, one chunk. A row alone on its SM is latency: the narrow
+/// pick walks its chunks in turn. The model picks one warp a row on
+/// bf16 rows up to 1792 and f32 up to 896. In H200 searches of rows of no
+/// list, against the best:
+/// - rmsnorm bf16 32x896: one chunk (W=128) first, W=32 1.31x;
+/// - rmsnorm bf16 32x1792: one chunk (W=256) first, the pick (W=32) 1.12x;
+/// - rmsnorm bf16 16x2048: one chunk 1.02x, W=32 1.20x;
+/// - rmsnorm f32 17x257: one chunk (W=128) first, W=32 1.06x.
+///
+/// Checked afterwards on nine rows of no list
+/// (`2026-12-03-search-decode-one-chunk-*`): the rule's picks ran first
+/// in all nine; among plans without the ladder's variants one chunk beat
+/// W=32 by 1.19-1.86x on rmsnorm and 1.26-1.38x on bf16 layernorm. Not
+/// f32 layernorm: there W=32 beat one chunk on two of three rows. Rows
+/// of more packs than that cap are left to the model: f32 rows of
+/// 2304-2560 ran best at W=128 with four or five chunks.
+pub(super) fn few_rows_one_chunk_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let op = problem.operator_kind()?;
+    if target.name != "h200"
+        || problem.shape.rows >= target.multiprocessors as usize
+        || !(op == Operator::Rmsnorm || op == Operator::Layernorm && problem.dtype == DType::Bf16)
+        || picked.residency != Residency::Registers
+        || picked.groups_per_row != 1
+    {
+        return None;
+    }
+    let packs = problem.shape.n.div_ceil(picked.layout.pack.max(1) as usize);
+    let workers = packs.next_power_of_two() as u32;
+    if workers > few_rows_max_workers(op) || picked.layout.workers >= workers {
+        return None;
+    }
+    let one = LayoutRequest {
+        workers,
+        pack: picked.layout.pack,
+        unroll: 1,
+        rows_per_group: 0,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &one).ok()?;
+    (plan.layout.chunks(problem.shape.n) == 1
+        && plan.groups_per_row == 1
+        && plan.residency == Residency::Registers)
+        .then_some(one)
+}
+
 /// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).
 pub(crate) const TINY_ROW_N: usize = 16;
 
