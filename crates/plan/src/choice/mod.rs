@@ -29,7 +29,8 @@ use model::{model_choice, ModelChoice};
 
 use rules::{
     early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead, one_chunk_instead,
-    one_row_per_multiprocessor, tiny_rows_one_thread_instead, whole_row_stream_instead,
+    one_row_per_multiprocessor, saved_lse_backward_wide_instead, tiny_rows_one_thread_instead,
+    whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -165,6 +166,16 @@ fn layout_rule_beside_model(
                  1-64 x 4096 in the H200 grid searches of 2026-11-30)",
                 narrower.workers
             ),
+        }));
+    }
+    if let Some(wide) = saved_lse_backward_wide_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: wide,
+            model_plan,
+            why: "bf16 cross-entropy backward from a saved lse on rows of 16384-100000: \
+                  one group of 1024 workers a row (the W=512 picks 1.008-1.26x slower in \
+                  H200 searches of rows of no list, 2026-12-03)"
+                .to_string(),
         }));
     }
     if let Some(one) = few_rows_one_chunk_instead(problem, target, &model_plan, pick) {

@@ -522,6 +522,52 @@ pub(super) fn few_rows_one_chunk_instead(
         .then_some(one)
 }
 
+/// The rows [`saved_lse_backward_wide_instead`] widens: from the shortest
+/// measured to the longest where W=1024 won (at 128256 it ran 1.7%
+/// slower than W=512 on 4096 rows and tied on 1024).
+const SAVED_LSE_BACKWARD_N: Span = span(16384, 100000);
+
+/// Workers per row of the bf16 saved-lse cross-entropy backward.
+const SAVED_LSE_BACKWARD_WORKERS: u32 = 1024;
+
+/// The model's pick for bf16 cross-entropy backward from a saved lse (an
+/// element-only program: each logit read once, its gradient written
+/// once), on at least as many rows as multiprocessors and rows within
+/// [`SAVED_LSE_BACKWARD_N`], replaced by one group of 1024 workers at the
+/// pick's V. In seven H200 searches of rows of no list (16384-100000
+/// wide, 1024-8192 rows; L2 cold), W=1024 V=8 ran first in all seven and
+/// the model's W=512 pick 1.008-1.26x slower (4096x32000: 161 against
+/// 127.5 µs, 3.25 against 4.11 TB/s). Checked afterwards (A B B A):
+/// 16384x32000 616 -> 503 µs, misaligned 8192x50257 1037 -> 999. f32 is
+/// left to the model: there W=1024 at its V won two of three by 0.9-2.5%
+/// and lost the third by 0.9%.
+pub(super) fn saved_lse_backward_wide_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    if target.name != "h200"
+        || problem.operator_kind() != Some(Operator::CrossEntropyBackward)
+        || problem.dtype != DType::Bf16
+        || problem.shape.rows < target.multiprocessors as usize
+        || !SAVED_LSE_BACKWARD_N.contains(problem.shape.n)
+        || picked.layout.workers >= SAVED_LSE_BACKWARD_WORKERS
+        || picked.groups_per_row != 1
+    {
+        return None;
+    }
+    let wide = LayoutRequest {
+        workers: SAVED_LSE_BACKWARD_WORKERS,
+        pack: picked.layout.pack,
+        unroll: 0,
+        rows_per_group: 0,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &wide).ok()?;
+    (plan.groups_per_row == 1).then_some(wide)
+}
+
 /// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).
 pub(crate) const TINY_ROW_N: usize = 16;
 

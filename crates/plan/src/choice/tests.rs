@@ -896,6 +896,45 @@ fn regression_short_decode_norm_rows_take_one_chunk_a_worker() {
 }
 
 #[test]
+fn regression_bf16_saved_lse_backward_rows_take_a_group_of_1024() {
+    // The model's W=512 picks ran 1.008-1.26x slower than one group of
+    // 1024 workers on bf16 saved-lse backward rows of 16384-100000
+    // (4096x32000: 161 against 127.5 µs).
+    let t = Target::h200();
+    let auto = automatic();
+    for shape in ["4096x32000", "16384x32000", "8192x50257", "1024x100000"] {
+        let p = plan(
+            &typed(Operator::CrossEntropyBackward, DType::Bf16, shape),
+            &t,
+            &auto,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.layout.workers, p.groups_per_row),
+            (1024, 1),
+            "{shape}: {}",
+            p.describe()
+        );
+    }
+    // Past the measured range (at 128256 W=1024 ran 1.7% slower), rows
+    // shorter than it, fewer rows than SMs, f32 (mixed), the forward:
+    // the model's pick stays.
+    for (op, dtype, shape) in [
+        (Operator::CrossEntropyBackward, DType::Bf16, "4096x128256"),
+        (Operator::CrossEntropyBackward, DType::Bf16, "4096x8192"),
+        (Operator::CrossEntropyBackward, DType::Bf16, "64x32000"),
+        (Operator::CrossEntropyBackward, DType::F32, "4096x32000"),
+        (Operator::CrossEntropy, DType::Bf16, "4096x32000"),
+    ] {
+        let note = automatic_note(&typed(op, dtype, shape), &t, &auto).unwrap_or_default();
+        assert!(
+            !note.contains("saved lse"),
+            "{op} {dtype} {shape}: {note}"
+        );
+    }
+}
+
+#[test]
 fn regression_long_cross_entropy_rows_take_no_group_of_1024() {
     // One group of 1024 threads per SM never won a cross-entropy search
     // on rows of 12002-40002 (1.02-1.98x slower); the model picked it at
