@@ -28,9 +28,9 @@ use crate::target::Target;
 use model::{model_choice, ModelChoice};
 
 use rules::{
-    early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead, one_chunk_instead,
-    one_row_per_multiprocessor, saved_lse_backward_wide_instead, tiny_rows_one_thread_instead,
-    whole_row_stream_instead,
+    early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead,
+    hinted_stream_instead, one_chunk_instead, one_row_per_multiprocessor,
+    saved_lse_backward_wide_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost

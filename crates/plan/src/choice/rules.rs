@@ -469,6 +469,11 @@ pub(super) fn few_rows_narrower_instead(
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
 }
 
+/// The shortest bf16 layernorm rows [`few_rows_one_chunk_instead`] takes:
+/// the shortest measured (640-1664). On 17x257 W=32 ran 1.13x faster
+/// than one chunk (`2026-12-01-t4-grid-1x127-17x257-s20-h200`).
+const FEW_ROWS_ONE_CHUNK_LAYERNORM_MIN_N: usize = 640;
+
 /// A norm's register pick on fewer rows than multiprocessors that leaves
 /// a worker more than one chunk, where one chunk a worker fits within
 /// [`few_rows_max_workers`]: W the next power of two over the row's packs,
@@ -485,7 +490,8 @@ pub(super) fn few_rows_narrower_instead(
 /// (`2026-12-03-search-decode-one-chunk-*`): the rule's picks ran first
 /// in all nine; among plans without the ladder's variants one chunk beat
 /// W=32 by 1.19-1.86x on rmsnorm and 1.26-1.38x on bf16 layernorm. Not
-/// f32 layernorm: there W=32 beat one chunk on two of three rows. Rows
+/// f32 layernorm: there W=32 beat one chunk on two of three rows; nor
+/// bf16 layernorm rows shorter than the searched ones. Rows
 /// of more packs than that cap are left to the model: f32 rows of
 /// 2304-2560 ran best at W=128 with four or five chunks.
 pub(super) fn few_rows_one_chunk_instead(
@@ -497,7 +503,10 @@ pub(super) fn few_rows_one_chunk_instead(
     let op = problem.operator_kind()?;
     if target.name != "h200"
         || problem.shape.rows >= target.multiprocessors as usize
-        || !(op == Operator::Rmsnorm || op == Operator::Layernorm && problem.dtype == DType::Bf16)
+        || !(op == Operator::Rmsnorm
+            || op == Operator::Layernorm
+                && problem.dtype == DType::Bf16
+                && problem.shape.n >= FEW_ROWS_ONE_CHUNK_LAYERNORM_MIN_N)
         || picked.residency != Residency::Registers
         || picked.groups_per_row != 1
     {

@@ -879,6 +879,7 @@ fn regression_short_decode_norm_rows_take_one_chunk_a_worker() {
         (Operator::Rmsnorm, DType::Bf16, "132x1792", 32, 8),
         (Operator::Softmax, DType::Bf16, "32x1792", 32, 8),
         (Operator::Layernorm, DType::F32, "32x640", 32, 4),
+        (Operator::Layernorm, DType::Bf16, "17x257", 32, 4),
     ] {
         let problem = typed(op, dtype, shape);
         let pick = LayoutRequest {
@@ -927,10 +928,7 @@ fn regression_bf16_saved_lse_backward_rows_take_a_group_of_1024() {
         (Operator::CrossEntropy, DType::Bf16, "4096x32000"),
     ] {
         let note = automatic_note(&typed(op, dtype, shape), &t, &auto).unwrap_or_default();
-        assert!(
-            !note.contains("saved lse"),
-            "{op} {dtype} {shape}: {note}"
-        );
+        assert!(!note.contains("saved lse"), "{op} {dtype} {shape}: {note}");
     }
 }
 
@@ -1560,7 +1558,10 @@ fn regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker() {
         assert_eq!(got.layout.chunks(p.shape.n), 1, "{}", got.describe());
         assert_eq!(got.layout.workers, workers, "{}", got.describe());
         let note = automatic_note(&p, &h200, &automatic()).unwrap();
-        assert!(note.contains("at most a wave of 256-thread groups"), "{note}");
+        assert!(
+            note.contains("at most a wave of 256-thread groups"),
+            "{note}"
+        );
     }
     // Not: more rows than a wave of 256-thread groups, fewer rows than
     // multiprocessors, rows of 4096 (one chunk would take W=512), an
