@@ -512,18 +512,11 @@ pub(super) fn few_rows_one_chunk_instead(
     {
         return None;
     }
-    let packs = problem.shape.n.div_ceil(picked.layout.pack.max(1) as usize);
-    let workers = packs.next_power_of_two() as u32;
+    let workers = one_chunk_workers(problem, picked);
     if workers > few_rows_max_workers(op) || picked.layout.workers >= workers {
         return None;
     }
-    let one = LayoutRequest {
-        workers,
-        pack: picked.layout.pack,
-        unroll: 1,
-        rows_per_group: 0,
-        ..*pick
-    };
+    let one = one_chunk_request(pick, picked, workers, 0);
     let plan = plan_rows(problem, target, &one).ok()?;
     (plan.layout.chunks(problem.shape.n) == 1
         && plan.groups_per_row == 1
@@ -785,8 +778,7 @@ pub(super) fn one_chunk_instead(
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
     let (rows, n) = (problem.shape.rows, problem.shape.n);
-    let packs = n.div_ceil(picked.layout.pack.max(1) as usize);
-    let workers = (packs.next_power_of_two() as u32).max(32);
+    let workers = one_chunk_workers(problem, picked).max(32);
     // One wave of 256-thread groups, the searches' range (512-1024 rows).
     let one_wave = target.multiprocessors as usize
         * (target.max_threads_per_multiprocessor / ONE_CHUNK_MAX_WORKERS) as usize;
@@ -798,15 +790,32 @@ pub(super) fn one_chunk_instead(
     {
         return None;
     }
-    let one = LayoutRequest {
+    let one = one_chunk_request(pick, picked, workers, 1);
+    let plan = plan_rows(problem, target, &one).ok()?;
+    (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
+}
+
+/// The workers that hold a row in one chunk of `picked`'s packs: the next
+/// power of two over the row's packs.
+fn one_chunk_workers(problem: &Problem, picked: &Plan) -> u32 {
+    let packs = problem.shape.n.div_ceil(picked.layout.pack.max(1) as usize);
+    packs.next_power_of_two() as u32
+}
+
+/// `pick` at `workers` with `picked`'s V, one chunk a worker.
+fn one_chunk_request(
+    pick: &LayoutRequest,
+    picked: &Plan,
+    workers: u32,
+    rows_per_group: u32,
+) -> LayoutRequest {
+    LayoutRequest {
         workers,
         pack: picked.layout.pack,
         unroll: 1,
-        rows_per_group: 1,
+        rows_per_group,
         ..*pick
-    };
-    let plan = plan_rows(problem, target, &one).ok()?;
-    (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
+    }
 }
 
 /// Can a row be read in 16-byte vectors (N a multiple of 16 bytes'
