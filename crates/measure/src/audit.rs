@@ -349,23 +349,25 @@ fn audit_speed(v: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// The `lanefold-latency/1` files of a probe directory, plain or gzipped
-/// (`.json`, `.json.gz`; None: none there).
 /// The subdirectories of `dir` (sorted), where it holds only directories,
-/// at least one; None otherwise.
+/// at least one, and perhaps a `README.md` saying what the campaign
+/// measured; None otherwise.
 fn run_dirs(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
     let mut runs = vec![];
     for entry in std::fs::read_dir(dir).ok()? {
         let path = entry.ok()?.path();
-        if !path.is_dir() {
+        if path.is_dir() {
+            runs.push(path);
+        } else if path.file_name().is_none_or(|n| n != "README.md") {
             return None;
         }
-        runs.push(path);
     }
     runs.sort();
     (!runs.is_empty()).then_some(runs)
 }
 
+/// The `lanefold-latency/1` files of a probe directory, plain or gzipped
+/// (`.json`, `.json.gz`; None: none there).
 fn latency_files(dir: &Path) -> Option<Vec<std::path::PathBuf>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .ok()?
@@ -533,6 +535,9 @@ mod tests {
         std::fs::create_dir_all(dir.join("a1")).unwrap();
         let run = committed.join("rmsnorm-f32-4096x2048-a1/results.json.gz");
         std::fs::copy(run, dir.join("a1/results.json.gz")).unwrap();
+        assert_eq!(audit_dir(&dir), Vec::<String>::new());
+        // A README beside the runs says what they measured.
+        std::fs::write(dir.join("README.md"), "A B B A").unwrap();
         assert_eq!(audit_dir(&dir), Vec::<String>::new());
         std::fs::create_dir_all(dir.join("b1")).unwrap();
         let findings = audit_dir(&dir);
