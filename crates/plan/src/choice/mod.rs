@@ -182,9 +182,9 @@ fn layout_rule_beside_model(
         return Ok(Some(RuleBesideModel {
             request: one,
             model_plan,
-            why: "short rmsnorm and bf16 layernorm rows, fewer than multiprocessors: one \
-                  chunk a worker (one warp a row 1.06-1.86x slower in H200 searches of rows \
-                  of no list, 2026-12-03)"
+            why: "short rmsnorm rows and bf16 layernorm rows of 640 or more, fewer than \
+                  multiprocessors: one chunk a worker (one warp a row 1.06-1.86x slower in \
+                  H200 searches of rows of no list, 2026-12-03)"
                 .to_string(),
         }));
     }

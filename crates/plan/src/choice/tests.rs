@@ -850,8 +850,8 @@ fn regression_tiny_rows_take_one_thread_a_row() {
 #[test]
 fn regression_short_decode_norm_rows_take_one_chunk_a_worker() {
     // On fewer rows than SMs the model picked one warp a row (three to
-    // seven chunks) for bf16 rows up to 1792; one chunk a worker ran
-    // 1.06-1.31x faster in searches of rows of no list.
+    // seven chunks) on bf16 rows up to 1792 and f32 up to 896; one chunk
+    // a worker ran 1.06-1.86x faster in searches of rows of no list.
     let t = Target::h200();
     let auto = automatic();
     for (op, dtype, shape, workers) in [
