@@ -101,6 +101,16 @@ fn operators() -> Vec<Operator> {
     narrowing().operators()
 }
 
+/// An f32 sum of rows x n: the exact-order checks' problem.
+fn sum_f32(rows: usize, n: usize) -> Problem {
+    Problem::operator(
+        Operator::Sum,
+        OperatorOptions::default(),
+        DType::F32,
+        shape(rows, n),
+    )
+}
+
 fn shape(rows: usize, n: usize) -> Shape {
     Shape::new(narrowing().rows(rows), n).expect("selftest shapes are valid")
 }
@@ -532,12 +542,7 @@ pub fn exact_sum_checks(backend: &Backend, report: &mut Report) {
             if workers == 1 && n > 65536 {
                 continue;
             }
-            let problem = Problem::operator(
-                Operator::Sum,
-                OperatorOptions::default(),
-                DType::F32,
-                shape(rows, n),
-            );
+            let problem = sum_f32(rows, n);
             let request = LayoutRequest {
                 workers,
                 pack,
@@ -888,6 +893,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
     ("cold-path", cold_path_checks),
+    ("aligned-packs", aligned_pack_checks),
     ("batch-invariance", batch_invariance_default_checks),
 ];
 
@@ -955,6 +961,108 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
         |plan| plan.ordered_hinted_loads,
         |_| true,
     );
+}
+
+/// Aligned packs (`aligned_packs`) on rows whose length is no multiple
+/// of V, so that each row starts at a different shift: exact sums (FMA
+/// off) equal the CPU executor bit for bit, so the executor mirrors the
+/// shifted ownership; and every operator without columns, f32 and bf16,
+/// in register and streamed plans, valid against float64 and marked
+/// exactly where a row is misaligned and the pack a vector.
+pub fn aligned_pack_checks(backend: &Backend, report: &mut Report) {
+    use lanefold_plan::ResidencyRequest;
+    let exact = CodegenOptions { fma: false };
+    for (rows, n) in [(9, 3), (37, 127), (13, 4103), (5, 9001)] {
+        for (workers, pack) in [(1, 8), (32, 8), (256, 4), (1024, 2)] {
+            let problem = sum_f32(rows, n);
+            let request = LayoutRequest {
+                workers,
+                pack,
+                aligned_packs: true,
+                ..Default::default()
+            };
+            let label = format!("aligned packs, exact sum {rows}x{n} W={workers} V={pack}");
+            let p = match plan(&problem, &backend.target(), &request) {
+                Ok(p) if p.aligned_packs => p,
+                Ok(p) => {
+                    report.record(false, &label, &format!("{}: not marked", p.describe()));
+                    continue;
+                }
+                Err(e) => {
+                    report.record(false, &label, &e.to_string());
+                    continue;
+                }
+            };
+            let inputs = random_inputs(&problem, 41 + n as u64);
+            let mut cpu = poisoned_outputs(&problem);
+            lanefold_cpu::execute(&p, &inputs, &mut cpu).expect("cpu executor");
+            let mut out = poisoned_outputs(&problem);
+            match backend.execute(&p, &exact, &inputs, &mut out) {
+                Ok(_) => report.record(same_bits(&cpu, &out), &label, &p.describe()),
+                Err(e) => report.record(false, &label, &format!("{e:#}")),
+            }
+        }
+    }
+    let ops = [
+        Operator::Sum,
+        Operator::Softmax,
+        Operator::CrossEntropy,
+        Operator::CrossEntropyWithLse,
+        Operator::CrossEntropyWithGrad,
+        Operator::CrossEntropyBackward,
+        Operator::SoftmaxBackward,
+    ];
+    let mut cases = vec![];
+    for op in ops {
+        for dtype in [DType::F32, DType::Bf16] {
+            for n in [3, 127, 1001, 4103] {
+                for (workers, pack) in [(32, 8), (128, 2), (256, 4), (1024, 8)] {
+                    for residency in [ResidencyRequest::Auto, ResidencyRequest::Stream] {
+                        cases.push(Case {
+                            op,
+                            dtype,
+                            shape: shape(37, n),
+                            request: LayoutRequest {
+                                workers,
+                                pack,
+                                residency,
+                                aligned_packs: true,
+                                ..Default::default()
+                            },
+                            seed: 43 + n as u64,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    precompile(backend, &cases, &CodegenOptions::default());
+    for case in &cases {
+        let label = format!(
+            "aligned packs {} {} {} W={} V={} {:?}",
+            case.op,
+            case.dtype,
+            case.shape,
+            case.request.workers,
+            case.request.pack,
+            case.request.residency
+        );
+        let pack = case.request.pack as usize;
+        let applies = !case.shape.n.is_multiple_of(pack)
+            && (pack * case.dtype.size_bytes()).is_multiple_of(4);
+        match run_case(backend, case, &CodegenOptions::default()) {
+            Ok(out) => report.record(
+                out.validation.pass && out.plan.aligned_packs == applies,
+                &label,
+                &format!(
+                    "{} rel err {:.3e}",
+                    out.plan.describe(),
+                    out.validation.worst_rel_err()
+                ),
+            ),
+            Err(e) => report.record(false, &label, &format!("{e:#}")),
+        }
+    }
 }
 
 /// Batched loads (`batch_loads`): every operator, f32 and bf16, streamed

@@ -755,6 +755,9 @@ struct Ctx<'a> {
     cluster: usize,
     full: usize,
     partial: usize,
+    /// Chunks of an aligned-packs plan ([`Plan::aligned_packs`]): chunk 0
+    /// and those from `full` on are guarded; 0 for other plans.
+    aligned_chunks: usize,
     vector: Option<Vector>,
     registers: bool,
     /// Where a pushed cluster reduction keeps its slots and barriers.
@@ -1257,7 +1260,13 @@ impl Ctx<'_> {
         let body = &self.program.body;
         let v = self.v;
         let count = guarded.unwrap_or(v);
-        self.line(&format!("const int i0 = ({chunk} * LF_W + w) * LF_V;"));
+        if self.aligned_chunks > 0 {
+            self.line(&format!(
+                "const int i0 = ({chunk} * LF_W + w) * LF_V - lf_s; // the row's element"
+            ));
+        } else {
+            self.line(&format!("const int i0 = ({chunk} * LF_W + w) * LF_V;"));
+        }
         let vector = if guarded.is_none() { self.vector } else { None };
         let shared = self.shared_tile().filter(|_| guarded.is_none());
         if let Some((val, _)) = &shared {
@@ -1379,8 +1388,9 @@ impl Ctx<'_> {
                     self.line("#pragma unroll");
                     self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
                     if guarded.is_some() {
+                        let valid = self.in_row("i0 + e");
                         self.line(&format!(
-                            "{arr}[e] = (i0 + e < LF_N) ? lf_widen({ptr}[{base}i0 + e]) : 0.0f;"
+                            "{arr}[e] = ({valid}) ? lf_widen({ptr}[{base}i0 + e]) : 0.0f;"
                         ));
                     } else {
                         self.line(&format!("{arr}[e] = lf_widen({ptr}[{base}i0 + e]);"));
@@ -1438,7 +1448,8 @@ impl Ctx<'_> {
         self.line("#pragma unroll");
         self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
         if guarded.is_some() {
-            self.open("if (i0 + e < LF_N) {");
+            let valid = self.in_row("i0 + e");
+            self.open(&format!("if ({valid}) {{"));
         }
         for (at, instr) in body.iter().enumerate() {
             if !self.needed(at, p) {
@@ -1535,8 +1546,9 @@ impl Ctx<'_> {
             self.line("#pragma unroll");
             self.open(&format!("for (int e = 0; e < {count}; ++e) {{"));
             if guarded.is_some() {
+                let valid = self.in_row("i0 + e");
                 self.line(&format!(
-                    "if (i0 + e < LF_N) a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"
+                    "if ({valid}) a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"
                 ));
             } else {
                 self.line(&format!("a{ks} += lf_exp(lf_px{ks}[e] - lf_bm{ks});"));
@@ -1872,6 +1884,58 @@ impl Ctx<'_> {
             .filter(|(_, i)| matches!(i, Instr::Load { buffer } if self.is_staged(buffer)))
             .filter_map(|(at, _)| self.demanded[at].first().copied())
             .min()
+    }
+
+    /// Is the row element `i` (an int expression) in the row? Aligned
+    /// packs start before it (`i` < 0 in the head pack).
+    fn in_row(&self, i: &str) -> String {
+        if self.aligned_chunks > 0 {
+            format!("(unsigned)({i}) < (unsigned)LF_N")
+        } else {
+            format!("{i} < LF_N")
+        }
+    }
+
+    /// The complete chunks' loop unrolled fully (`whole`: slots indexed by
+    /// chunk, or batched loads) or U times.
+    fn emit_chunk_unroll(&mut self, whole: bool) {
+        if whole {
+            self.line("#pragma unroll");
+        } else {
+            let u = self.plan.layout.unroll;
+            self.line(&format!("#pragma unroll {u}"));
+        }
+    }
+
+    /// An aligned-packs phase's chunks ([`Plan::aligned_packs`]): chunk 0
+    /// and the chunks from `LF_FULL` on may hold the row's ends, so each
+    /// worker takes its pack there as a vector where the pack lies wholly
+    /// in the row and element by element, guarded, where it does not; the
+    /// chunks between are whole for every row.
+    fn emit_aligned_chunks(&mut self, p: usize, needs_slots: bool) {
+        let guarded = |cx: &mut Self, c: usize| {
+            cx.open(&format!(
+                "{{ // chunk {c}: whole packs as vectors, the row's ends guarded"
+            ));
+            let i = format!("(({c} * LF_W + w) * LF_V - lf_s)");
+            cx.open(&format!("if ({i} >= 0 && {i} <= LF_N - LF_V) {{"));
+            cx.emit_pack(p, &c.to_string(), None, false);
+            cx.close();
+            cx.open("else {");
+            cx.emit_pack(p, &c.to_string(), Some(cx.v), false);
+            cx.close();
+            cx.close();
+        };
+        guarded(self, 0);
+        if self.full > 1 {
+            self.emit_chunk_unroll(needs_slots);
+            self.open("for (int c = 1; c < LF_FULL; ++c) {");
+            self.emit_pack(p, "c", None, false);
+            self.close();
+        }
+        for c in self.full.max(1)..self.aligned_chunks {
+            guarded(self, c);
+        }
     }
 
     /// Is `buffer` one of the column inputs staged in shared memory?
@@ -2219,13 +2283,10 @@ impl Ctx<'_> {
             self.open("{ // this phase's loads, all issued before the chunk loop");
             self.emit_batched_loads(p);
         }
-        if self.full > 0 {
-            if needs_slots || batched {
-                self.line("#pragma unroll");
-            } else {
-                let u = self.plan.layout.unroll;
-                self.line(&format!("#pragma unroll {u}"));
-            }
+        if self.aligned_chunks > 0 {
+            self.emit_aligned_chunks(p, needs_slots);
+        } else if self.full > 0 {
+            self.emit_chunk_unroll(needs_slots || batched);
             self.open("for (int c = 0; c < LF_FULL; ++c) {");
             self.emit_pack(p, "c", None, batched);
             self.close();
@@ -2601,13 +2662,20 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     let registers = plan.residency == Residency::Registers;
     let full = layout.complete_packs(n);
-    let partial = if layout.has_partial_pack(n) {
+    // Aligned packs guard their own chunks (`emit_aligned_chunks`).
+    let partial = if layout.has_partial_pack(n) && !plan.aligned_packs {
         (n % layout.chunk_span()).min(v)
     } else {
         0
     };
-    let vector =
-        vector_access(plan.dtype(), v, n).map(|(words, per_access)| Vector { words, per_access });
+    let aligned_chunks = if plan.aligned_packs {
+        layout.chunks(n + v - 1)
+    } else {
+        0
+    };
+    // Aligned packs start on pack boundaries whatever N.
+    let vector = vector_access(plan.dtype(), v, if plan.aligned_packs { v } else { n })
+        .map(|(words, per_access)| Vector { words, per_access });
     if stage.is_some() && (cluster < 2 || g > 1 || !registers || partial > 0 || vector.is_none()) {
         return inconsistent(format!("staged columns in {}", plan.describe()));
     }
@@ -2680,6 +2748,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cluster,
         full,
         partial,
+        aligned_chunks,
         vector,
         registers,
         push,
@@ -2929,6 +2998,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
+    if plan.aligned_packs {
+        cx.line("const int lf_s = (int)(row_off & (LF_V - 1)); // masked elements before the row's first aligned pack");
+    }
     if keeps_columns(plan) {
         cx.line("const unsigned long long lf_keep = lf_policy_keep();");
         cx.line("const unsigned long long lf_drop = lf_policy_drop();");

@@ -2538,3 +2538,63 @@ fn regression_the_cold_path_wrote_the_default_eps() {
         );
     }
 }
+
+/// Aligned packs on a misaligned row (1001 elements, V=8): each row reads
+/// from `row_off - lf_s`, its first and last chunks guarded pack by pack
+/// (a vector where the pack lies in the row), the chunks between one
+/// vector access a pack, loads and stores alike.
+#[test]
+fn golden_softmax_bf16_w32_v8_aligned_packs() {
+    let p = make_with(
+        Operator::Softmax,
+        DType::Bf16,
+        "37x1001",
+        LayoutRequest {
+            workers: 32,
+            pack: 8,
+            unroll: 1,
+            aligned_packs: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.aligned_packs, "{}", p.describe());
+    // 1001 + 7 elements at most: four chunks of 256, each with slots.
+    assert_eq!(p.slot_bound, 32);
+    let k = kernel(&p);
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    assert!(body.contains("const int lf_s = (int)(row_off & (LF_V - 1));"));
+    assert!(body.contains("const int i0 = (c * LF_W + w) * LF_V - lf_s;"));
+    // Chunks 0 and 3 guarded in each of the three phases, 1 and 2 looped.
+    assert_eq!(
+        body.matches("whole packs as vectors, the row's ends guarded")
+            .count(),
+        6
+    );
+    assert_eq!(body.matches("for (int c = 1; c < LF_FULL; ++c)").count(), 3);
+    assert!(body.contains("if ((unsigned)(i0 + e) < (unsigned)LF_N) {"));
+    assert!(
+        !body.contains("lf_widen(p_x[row_off + i0 + e]);"),
+        "every unguarded read is a vector"
+    );
+    insta::assert_snapshot!(golden(&p));
+}
+
+/// Aligned packs and plans that leave them out: rows already aligned and
+/// scalar packs are unmarked; the same request without the token gives
+/// scalar accesses for every pack of a misaligned row.
+#[test]
+fn aligned_packs_apply_only_to_misaligned_rows_of_vector_packs() {
+    let request = |pack| LayoutRequest {
+        workers: 32,
+        pack,
+        aligned_packs: true,
+        ..Default::default()
+    };
+    let aligned = make_with(Operator::Softmax, DType::Bf16, "4x1024", request(8));
+    assert!(!aligned.aligned_packs);
+    let scalar = make_with(Operator::Softmax, DType::Bf16, "4x1001", request(1));
+    assert!(!scalar.aligned_packs);
+    let plain = make(Operator::Softmax, DType::Bf16, "4x1001", 32, 8, 1);
+    assert!(!kernel(&plain).source.contains("lf_s ="));
+    assert_eq!(plain.slot_bound, 3 * 8 + 8);
+}

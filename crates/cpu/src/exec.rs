@@ -129,10 +129,12 @@ pub fn reduce_tree(workers: &[f32], op: ReduceOp, tree: TreeLevels) -> f32 {
 
 /// Each worker's accumulator over the row: starting from `init`, `push`
 /// takes its packs in chunk order, each pack's in-row elements in order
-/// (a guarded tail pack is shorter, or empty).
+/// (a guarded head or tail pack is shorter, or empty). Element `i` is the
+/// layout's logical element `i + shift` ([`Plan::row_shift`]).
 fn worker_accumulators<T: Copy>(
     tile: &[f32],
     layout: &Layout,
+    shift: usize,
     init: T,
     push: impl Fn(T, &[f32]) -> T,
 ) -> Vec<T> {
@@ -142,13 +144,13 @@ fn worker_accumulators<T: Copy>(
     // V is at most 8 (the layout's legality), so a pack fits on the stack.
     assert!(v <= 8, "V={v}: a legal layout has V of 1, 2, 4 or 8");
     let mut pack = [0.0f32; 8];
-    for chunk in 0..layout.chunks(n) {
+    for chunk in 0..layout.chunks(n + shift) {
         for (worker, a) in acc.iter_mut().enumerate() {
             let mut len = 0;
             for element in 0..v {
-                let i = layout.logical(chunk, worker, element);
-                if i < n {
-                    pack[len] = tile[i];
+                let j = layout.logical(chunk, worker, element);
+                if (shift..n + shift).contains(&j) {
+                    pack[len] = tile[j - shift];
                     len += 1;
                 }
             }
@@ -158,8 +160,8 @@ fn worker_accumulators<T: Copy>(
     acc
 }
 
-fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, tree: TreeLevels) -> f32 {
-    let acc = worker_accumulators(tile, layout, op.identity(), |a, pack| {
+fn reduce_row(tile: &[f32], op: ReduceOp, layout: &Layout, shift: usize, tree: TreeLevels) -> f32 {
+    let acc = worker_accumulators(tile, layout, shift, op.identity(), |a, pack| {
         pack.iter().fold(a, |a, &x| op.combine(a, x))
     });
     reduce_tree(&acc, op, tree)
@@ -198,8 +200,14 @@ pub fn online_combine((m1, s1): (f32, f32), (m2, s2): (f32, f32)) -> (f32, f32) 
 /// `sum(exp(x - max(x)))` by the plan's online normalizer: each worker's
 /// running pair in chunk/element order, then the same butterflies as
 /// [`reduce_tree`] over (max, sum) pairs.
-fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, tree: TreeLevels) -> f32 {
-    let acc = worker_accumulators(tile, layout, (f32::NEG_INFINITY, 0.0f32), online_push_pack);
+fn reduce_sum_exp_row(tile: &[f32], layout: &Layout, shift: usize, tree: TreeLevels) -> f32 {
+    let acc = worker_accumulators(
+        tile,
+        layout,
+        shift,
+        (f32::NEG_INFINITY, 0.0f32),
+        online_push_pack,
+    );
     tree_combine(acc, tree, online_combine).1
 }
 
@@ -375,11 +383,13 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
                     vals[arg.index()].tile(),
                     *op,
                     &plan.layout,
+                    plan.row_shift(row),
                     plan.tree,
                 )),
                 Instr::ReduceSumExp { arg, .. } => Val::Scalar(reduce_sum_exp_row(
                     vals[arg.index()].tile(),
                     &plan.layout,
+                    plan.row_shift(row),
                     plan.tree,
                 )),
                 Instr::RoundToStorage(v) => match &vals[v.index()] {
@@ -514,6 +524,47 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
 }
 
 #[cfg(test)]
+mod shifted_layout_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::cell::RefCell;
+
+    proptest! {
+        /// A row shifted by s < V: every element is pushed exactly once,
+        /// in order within each worker, and every whole pack starts on a
+        /// V-element boundary of the shifted row (a vector access).
+        #[test]
+        fn a_shifted_row_is_covered_once_in_aligned_packs(
+            n in 1usize..3000, w_log in 0u32..8, v_log in 0u32..4, shift_seed in 0usize..8,
+        ) {
+            let v = 1usize << v_log;
+            let shift = shift_seed % v;
+            let layout = Layout { workers: 1 << w_log, pack: v as u32, unroll: 1, rows_per_group: 1 };
+            let tile: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let packs = RefCell::new(vec![]);
+            worker_accumulators(&tile, &layout, shift, (), |(), pack| {
+                packs.borrow_mut().push(pack.to_vec());
+            });
+            let mut seen = vec![false; n];
+            for pack in packs.into_inner() {
+                for (k, &x) in pack.iter().enumerate() {
+                    let i = x as usize;
+                    prop_assert!(!seen[i], "element {} pushed twice", i);
+                    seen[i] = true;
+                    if k > 0 {
+                        prop_assert_eq!(i, pack[k - 1] as usize + 1);
+                    }
+                }
+                if pack.len() == v {
+                    prop_assert_eq!((pack[0] as usize + shift) % v, 0);
+                }
+            }
+            prop_assert!(seen.iter().all(|&s| s));
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::Tensor;
@@ -610,7 +661,7 @@ mod tests {
                 groups,
             };
             // Most of the 1024 and 2048 workers hold nothing: (-inf, 0) pairs.
-            let got = reduce_sum_exp_row(&tile, &layout, tree) as f64;
+            let got = reduce_sum_exp_row(&tile, &layout, 0, tree) as f64;
             assert!(
                 (got - want).abs() <= 1e-5 * want,
                 "W={w} V={v}: {got} vs {want}"

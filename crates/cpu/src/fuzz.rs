@@ -360,6 +360,11 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
     let shape = Shape::new(rows, n).expect("a drawn shape is valid");
     let problem = Problem::operator(op, options, dtype, shape);
     let mut request = draw_request(&mut rng);
+    // Aligned packs on a stream of their own, so the other draws stay as
+    // they were.
+    request.aligned_packs =
+        ChaCha8Rng::seed_from_u64(seed ^ index.wrapping_mul(0x94D0_49BB_1331_11EB))
+            .random_bool(0.5);
     if matches!(op, Operator::Layernorm | Operator::ResidualLayernorm)
         && request.no_cold_path
         && excluded(NormLimit::FusedOutput)

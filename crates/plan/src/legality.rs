@@ -164,7 +164,25 @@ pub(crate) fn plan_rows(
         )));
     }
 
-    let slot_bound = layout.slot_bound(n);
+    // Misaligned rows read in aligned packs: a row of N sits in a shifted
+    // layout of at most N + V - 1 elements, whose every chunk has slots.
+    // Not where a cluster's groups would shift apart, nor with columns
+    // (their packs cannot follow each row's shift) or the norms' cold path.
+    let aligned_packs = request.aligned_packs
+        && !n.is_multiple_of(pack as usize)
+        && vector_access(problem.dtype, pack as usize, pack as usize).is_some()
+        && groups_per_row == 1
+        && problem.program.column_inputs().next().is_none()
+        && !problem
+            .program
+            .body
+            .iter()
+            .any(|i| matches!(i, Instr::Rescaled { .. }));
+    let slot_bound = if aligned_packs {
+        layout.chunks(n + pack as usize - 1) * pack as usize
+    } else {
+        layout.slot_bound(n)
+    };
     // Packed tiles and staged columns move whole vector packs only.
     let whole_vector_packs =
         !layout.has_partial_pack(n) && vector_access(problem.dtype, pack as usize, n).is_some();
@@ -403,6 +421,7 @@ pub(crate) fn plan_rows(
     let groups = rows.div_ceil(rows_per_group as usize) as u64 * groups_per_row as u64;
     Ok(Plan {
         in_place: request.in_place,
+        aligned_packs,
         packed_register_estimate: packs_explicitly && packed_resident,
         problem: problem.clone(),
         analysis,

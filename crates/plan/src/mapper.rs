@@ -337,6 +337,18 @@ pub struct LayoutRequest {
     /// `__restrict__` and `.nc` on the pair. Same bits.
     #[serde(default)]
     pub in_place: bool,
+    /// Rows whose length is not a multiple of V: shift each row's packs
+    /// so that they start on V-element boundaries of memory, as vector
+    /// accesses need. Row `r` is read as if `s = (r * N) mod V` masked
+    /// elements preceded it ([`Plan::row_shift`]), so its first and last
+    /// packs are guarded and every other pack is one vector access; scalar
+    /// accesses otherwise. Moves elements between workers: changes
+    /// rounding, not the value, and the bits of a row with its position,
+    /// so refused with batch invariance. No effect on rows that are
+    /// already aligned, packs of under 4 bytes, rows spanning a cluster,
+    /// programs with columns or the norms' cold path.
+    #[serde(default)]
+    pub aligned_packs: bool,
 }
 
 impl LayoutRequest {
@@ -376,6 +388,7 @@ impl LayoutRequest {
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks,
             in_place: self.in_place,
+            aligned_packs: self.aligned_packs,
             ..Default::default()
         }
     }
@@ -437,6 +450,7 @@ pub struct ArithmeticKey {
     pub online_normalizer: bool,
     pub fused_output: bool,
     pub cold_path: bool,
+    pub aligned_packs: bool,
 }
 
 /// Groups per multiprocessor held to `groups` through shared memory
@@ -544,6 +558,9 @@ pub struct Plan {
     /// The row output is written over the first row input (see
     /// [`LayoutRequest::in_place`]).
     pub in_place: bool,
+    /// Each row's packs start on V-element boundaries of memory (see
+    /// [`LayoutRequest::aligned_packs`]); false where that does not apply.
+    pub aligned_packs: bool,
 }
 
 /// A persistent grid whose groups each copy their next row into shared
@@ -576,6 +593,17 @@ impl RowPrefetch {
 }
 
 impl Plan {
+    /// Masked elements before row `row` in its layout: `(row * N) mod V`
+    /// where packs are aligned ([`LayoutRequest::aligned_packs`]), else 0.
+    /// Element `i` of the row is the layout's logical element `i + shift`.
+    pub fn row_shift(&self, row: usize) -> usize {
+        if self.aligned_packs {
+            row * self.problem.shape.n % self.layout.pack as usize
+        } else {
+            0
+        }
+    }
+
     /// Does this plan leave its pack addresses to the compiler where the
     /// default would fold them ([`LayoutRequest::unfold_pack_addresses`])?
     pub fn unfolded_pack_addresses(&self) -> bool {
@@ -679,6 +707,7 @@ impl Plan {
             online_normalizer: self.online_normalizer(),
             fused_output: self.fused_output(),
             cold_path: self.cold_path(),
+            aligned_packs: self.aligned_packs,
         }
     }
 
@@ -804,6 +833,7 @@ impl Plan {
             no_cold_path: self.declines_cold_path(),
             prefetch_rows: self.row_prefetch.is_some(),
             in_place: self.in_place,
+            aligned_packs: self.aligned_packs,
             occupancy: groups,
             ..*base
         }
@@ -829,6 +859,12 @@ pub fn plan(problem: &Problem, target: &Target, request: &LayoutRequest) -> Resu
     let request = &request;
     let target = &with_cluster_group_threads(target, request.cluster_group_threads)?;
     let mut p = plan_rows(problem, target, request)?;
+    if request.batch_invariant && p.aligned_packs {
+        return Err(Refusal::BatchVariant(format!(
+            "{}: aligned packs shift each row's layout by its position, so a row's bits depend on where it sits in the batch",
+            p.describe()
+        )));
+    }
     if request.batch_invariant {
         // The same request for one row must give the same arithmetic.
         let alone = Problem {

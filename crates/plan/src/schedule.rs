@@ -13,8 +13,8 @@
 //!   l1-columns unfolded-addresses ordered-columns staged-columns
 //!   packed-resident rounded-resident relaxed-exit push-reduce
 //!   persistent-clusters prefetch-rows online-normalizer one-pass-moments
-//!   fused-output no-cold-path batched-loads in-place ordered-hinted-loads
-//!   batch-invariant`;
+//!   fused-output no-cold-path batched-loads aligned-packs in-place
+//!   ordered-hinted-loads batch-invariant`;
 //! - counts (n > 0): `early-columns=n shared-chunks=n l2-prefetch=n
 //!   occupancy=n occupancy-cap=n group-threads=n`;
 //! - `order=tree` or `order=sequential`; `mapper=seed`.
@@ -136,6 +136,7 @@ const TOKENS: &[Field] = &[
     count!("occupancy", occupancy),
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
+    flag!("aligned-packs", aligned_packs),
     count!("group-threads", cluster_group_threads),
     flag!("in-place", in_place),
     // Not shown by a plan's description (see `Plan::describe`).
@@ -341,7 +342,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 22);
+        let flags = proptest::collection::vec(any::<bool>(), 23);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -399,6 +400,7 @@ mod tests {
                 l2_prefetch_rows: if b[19] { c[5] } else { 0 },
                 no_cold_path: b[20],
                 in_place: b[21],
+                aligned_packs: b[22],
             }
         })
     }
@@ -436,7 +438,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads group-threads=256 in-place \
+                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads aligned-packs group-threads=256 in-place \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(

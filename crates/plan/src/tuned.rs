@@ -149,6 +149,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         shared_chunks,
         l2_prefetch_rows,
         no_cold_path,
+        aligned_packs,
     } = *variants;
     let r = request;
     r.streaming_hints |= streaming_hints;
@@ -170,6 +171,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
     r.ordered_columns |= ordered_columns;
     r.ordered_hinted_loads |= ordered_hinted_loads;
     r.batch_loads |= batch_loads;
+    r.aligned_packs |= aligned_packs;
     for (field, value) in [
         (&mut r.occupancy_cap, occupancy_cap),
         (&mut r.early_columns, early_columns),

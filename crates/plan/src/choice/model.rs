@@ -118,8 +118,12 @@ pub(crate) fn ranked_space(
         model_space(&scored, target, request)?
             .into_iter()
             .filter(|c| {
-                !super::rules::scalar_pack_too_wide(&scored, &c.target, c.request.pack)
-                    && !super::rules::cross_entropy_width_left_out(&scored, &c.target, &c.plan)
+                !super::rules::scalar_pack_too_wide(
+                    &scored,
+                    &c.target,
+                    c.request.pack,
+                    c.plan.aligned_packs,
+                ) && !super::rules::cross_entropy_width_left_out(&scored, &c.target, &c.plan)
             })
             .collect(),
     ))

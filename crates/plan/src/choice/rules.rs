@@ -54,6 +54,11 @@ enum Rows {
     /// Rows no pack reads as 16-byte vectors (N not a multiple of 16 bytes'
     /// elements: every row after the first starts off a 16-byte boundary).
     Misaligned,
+    /// [`Rows::Misaligned`] rows read in aligned packs, each row's layout
+    /// shifted by its position: a batch-invariant request skips the rung.
+    Shifted,
+    /// [`Rows::Shifted`], at least as many as multiprocessors.
+    ShiftedAtLeastSms,
     /// Fewer rows than multiprocessors: each row alone on its SM, its time
     /// its latency.
     FewerThanSms,
@@ -90,6 +95,17 @@ const NORMS: &[Operator] = &[
     Operator::ResidualLayernorm,
 ];
 
+/// The operators taking aligned packs on misaligned rows by default, but
+/// for cross_entropy's forward (its own rungs).
+const ALIGNED_PACK_OPS: &[Operator] = &[
+    Operator::Sum,
+    Operator::Softmax,
+    Operator::SoftmaxBackward,
+    Operator::CrossEntropyWithGrad,
+    Operator::CrossEntropyBackward,
+    Operator::CrossEntropyBackwardRecompute,
+];
+
 /// Problems at least this large (the H200's L2 is 50 MB) are where the
 /// streamed plans of [`whole_row_stream_instead`] and
 /// [`hinted_stream_instead`] were measured.
@@ -104,6 +120,53 @@ const WHOLE_ROW_STREAM_N: Span = span(4096, 8192);
 /// paired benches whose directories are in git history at 2d680226
 /// unless named.
 pub(super) const VARIANT_LADDERS: &[Rung] = &[
+    // Misaligned rows read in aligned packs: every pack but each row's
+    // first and last one vector access, where scalar accesses read them
+    // before. Old default against new, A B B A, L2 cold
+    // (2026-12-03-aligned-packs-h200): cross_entropy_backward bf16
+    // 8192x50257 1005 -> 569 µs, f32 4096x50257 873 -> 456; with_grad bf16
+    // 4096x50257 579 -> 362; softmax bf16 24576x577 32.5 -> 18.8, 2048x50257
+    // 307 -> 177, f32 4096x10001 200 -> 166; softmax_backward bf16
+    // 24576x577 24.8 -> 24.4; decode softmax bf16 32x50257 (L2 warm) 8.9
+    // -> 7.9. Frozen replay, 4 rounds: cross_entropy bf16 7168x51866 210.6
+    // -> 188.5 µs, 4096x50257 117.8 -> 108.7
+    // (2026-12-03-ce-bf16-aligned-packs-replay-h200). Rows under 1024 only
+    // in their hundreds (at least one per SM, as measured): a few short
+    // rows were not measured, and there the guarded packs are most of a
+    // row.
+    Rung {
+        ops: ALIGNED_PACK_OPS,
+        dtypes: Dtypes::Any,
+        n: from(SCALAR_SHORT_N),
+        rows: Rows::Shifted,
+        adds: "aligned-packs",
+    },
+    Rung {
+        ops: ALIGNED_PACK_OPS,
+        dtypes: Dtypes::Any,
+        n: span(1, SCALAR_SHORT_N - 1),
+        rows: Rows::ShiftedAtLeastSms,
+        adds: "aligned-packs",
+    },
+    // ... cross_entropy's forward in 16-bit rows only (f32 4096x50257 ran
+    // at par, 192.9 against 193.2 µs), on at least as many rows as SMs or
+    // rows over 65536: its decode rows of 8-128 x 32001-51866 ran 3.5-6%
+    // slower in aligned packs (bf16 64x50257 5.27 -> 5.57 µs, L2 warm),
+    // 16x128257 6% faster (8.93 -> 8.46).
+    Rung {
+        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
+        dtypes: Dtypes::Bits16,
+        n: from(1),
+        rows: Rows::ShiftedAtLeastSms,
+        adds: "aligned-packs",
+    },
+    Rung {
+        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
+        dtypes: Dtypes::Bits16,
+        n: from(65537),
+        rows: Rows::Shifted,
+        adds: "aligned-packs",
+    },
     // Resident 16-bit tiles packed two values per register. Rows of 131072
     // and more, every operator holding a tile, both long shapes:
     // 1.01-1.25x (softmax 4096x131072 691 -> 645 µs). Softmax from 32768:
@@ -304,6 +367,10 @@ impl Rung {
             Rows::Any => true,
             Rows::Misaligned => !sixteen_byte_rows(problem),
             _ if batch_invariant => false,
+            Rows::Shifted => !sixteen_byte_rows(problem),
+            Rows::ShiftedAtLeastSms => {
+                !sixteen_byte_rows(problem) && problem.shape.rows >= target.multiprocessors as usize
+            }
             Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
             Rows::PastL2 => past_l2(problem),
         };
@@ -347,8 +414,23 @@ const WIDE_SLOT_PLAN: usize = 64;
 ///   that a warp's scalar loads are consecutive words. Wider packs stride
 ///   them: softmax f32 16384x75 ran 8.5 µs at V=4 against 2.9 at V=1, bf16
 ///   75648x197 66.0 at V=4 against 28.7 at V=2 with the model's W
-///   (2026-12-02-search-short-unaligned-*-h200, L2 warm).
-pub(crate) fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32) -> bool {
+///   (2026-12-02-search-short-unaligned-*-h200, L2 warm). In aligned
+///   packs too: bf16 24576x577 ran 18.8 µs at V=2 against 27.7-35.9 at
+///   V=8, f32 16384x577 20.8 at V=1 against 22.4-33.9 at V=2 and V=4
+///   (2026-12-03-search-aligned-packs-h200).
+///
+/// Aligned packs ([`LayoutRequest::aligned_packs`]) read vectors, so the
+/// first cap leaves them on rows of [`SCALAR_SHORT_N`] and more:
+/// cross_entropy bf16 4096x50257 ran 108.7 µs at W=512 V=8 against 113.3
+/// at V=4, 7168x51866 186.7 against 189.2. Shorter rows, where the
+/// guarded first and last packs are most of a row, were not measured
+/// wider and keep it.
+pub(crate) fn scalar_pack_too_wide(
+    problem: &Problem,
+    target: &Target,
+    pack: u32,
+    aligned_packs: bool,
+) -> bool {
     if target.name != "h200"
         || problem.operator_kind() == Some(Operator::Sum)
         || vector_access(problem.dtype, pack as usize, problem.shape.n).is_some()
@@ -358,12 +440,11 @@ pub(crate) fn scalar_pack_too_wide(problem: &Problem, target: &Target, pack: u32
     let Shape { rows, n } = problem.shape;
     let many_short =
         n < SCALAR_SHORT_N && rows >= SCALAR_MANY_ROWS_PER_SM * target.multiprocessors as usize;
-    let widest = if many_short {
-        4 / problem.dtype.size_bytes() as u32
+    if many_short {
+        pack > 4 / problem.dtype.size_bytes() as u32
     } else {
-        4
-    };
-    pack > widest
+        pack > 4 && !(aligned_packs && n >= SCALAR_SHORT_N)
+    }
 }
 
 /// Cross-entropy widths left out of the model's choice on the H200 for

@@ -547,17 +547,39 @@ fn regression_unaligned_16_bit_rows_take_packs_of_at_most_four_except_sum() {
     assert!(!scalar_pack_too_wide(
         &typed(Operator::Sum, DType::Bf16, "17x257"),
         &h200,
-        8
+        8,
+        false
     ));
     assert!(scalar_pack_too_wide(
         &typed(Operator::Rmsnorm, DType::Bf16, "17x257"),
         &h200,
-        8
+        8,
+        false
     ));
     assert!(!scalar_pack_too_wide(
         &typed(Operator::Rmsnorm, DType::Bf16, "17x257"),
         &Target::cpu(),
-        8
+        8,
+        false
+    ));
+    // Aligned packs are vectors: only short rows keep the cap.
+    assert!(scalar_pack_too_wide(
+        &typed(Operator::Softmax, DType::Bf16, "1x127"),
+        &h200,
+        8,
+        true
+    ));
+    assert!(!scalar_pack_too_wide(
+        &typed(Operator::CrossEntropy, DType::Bf16, "4096x50257"),
+        &h200,
+        8,
+        true
+    ));
+    assert!(scalar_pack_too_wide(
+        &typed(Operator::Softmax, DType::Bf16, "24576x577"),
+        &h200,
+        8,
+        true
     ));
 }
 
@@ -1583,4 +1605,41 @@ fn regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker() {
         ..automatic()
     };
     assert!(plan(&p, &h200, &invariant).unwrap().layout.chunks(1024) > 1);
+}
+
+/// Misaligned rows read scalars until aligned packs: the automatic plan
+/// takes them where they measured faster, with 16-byte packs on long
+/// rows and narrow ones on many short rows, and leaves them out on
+/// decode cross_entropy rows and in f32 cross_entropy.
+#[test]
+fn regression_misaligned_rows_read_every_pack_as_scalars() {
+    let h200 = Target::h200();
+    let auto = |op, dtype, shape| plan(&typed(op, dtype, shape), &h200, &automatic()).unwrap();
+    for (op, dtype, shape, pack) in [
+        (Operator::CrossEntropy, DType::Bf16, "7168x51866", 8),
+        (Operator::CrossEntropyBackward, DType::Bf16, "8192x50257", 8),
+        (Operator::Softmax, DType::Bf16, "24576x577", 2),
+        (Operator::Softmax, DType::F32, "4096x10001", 4),
+        (Operator::CrossEntropy, DType::Bf16, "16x128257", 8),
+    ] {
+        let p = auto(op, dtype, shape);
+        assert!(p.aligned_packs, "{op} {shape}: {}", p.describe());
+        assert_eq!(p.layout.pack, pack, "{op} {shape}: {}", p.describe());
+    }
+    for (op, dtype, shape) in [
+        (Operator::CrossEntropy, DType::Bf16, "64x50257"),
+        (Operator::CrossEntropy, DType::F32, "4096x50257"),
+        (Operator::Rmsnorm, DType::Bf16, "4096x4097"),
+    ] {
+        let p = auto(op, dtype, shape);
+        assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
+    }
+    // The CPU target's plans never shift.
+    let cpu = plan(
+        &typed(Operator::Softmax, DType::Bf16, "24576x577"),
+        &Target::cpu(),
+        &automatic(),
+    )
+    .unwrap();
+    assert!(!cpu.aligned_packs);
 }

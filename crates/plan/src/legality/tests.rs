@@ -556,3 +556,60 @@ fn an_automatic_in_place_request_avoids_pushed_cluster_reductions() {
         }
     }
 }
+
+/// Aligned packs apply to misaligned rows of vector packs, one group per
+/// row, without columns or the cold path; elsewhere the token is dropped.
+/// Their slots cover a row shifted by up to V - 1 elements.
+#[test]
+fn aligned_packs_apply_where_each_row_can_shift_alone() {
+    let t = Target::h200();
+    let aligned = |op, dtype, shape: &str, r: LayoutRequest| {
+        plan(
+            &typed(op, dtype, shape),
+            &t,
+            &LayoutRequest {
+                aligned_packs: true,
+                ..r
+            },
+        )
+        .unwrap()
+    };
+    let p = aligned(Operator::Softmax, DType::Bf16, "8x1001", req(128, 8));
+    assert!(p.aligned_packs);
+    assert!(p.describe().contains(" aligned-packs"), "{}", p.describe());
+    // 1001 + 7 elements over chunks of 1024: one chunk of 8 slots.
+    assert_eq!(p.slot_bound, 8);
+    assert_eq!(p.row_shift(3), 3 * 1001 % 8);
+    for (op, dtype, shape, r) in [
+        (Operator::Softmax, DType::Bf16, "8x1024", req(128, 8)),
+        (Operator::Softmax, DType::Bf16, "8x1001", req(128, 1)),
+        (Operator::Rmsnorm, DType::Bf16, "8x1001", req(128, 8)),
+        (Operator::Softmax, DType::Bf16, "8x100001", req(4096, 8)),
+    ] {
+        let p = aligned(op, dtype, shape, r);
+        assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
+        assert_eq!(p.row_shift(3), 0);
+    }
+}
+
+/// A batch-invariant request cannot have aligned packs: they shift each
+/// row's layout by its position in the batch.
+#[test]
+fn aligned_packs_are_refused_with_batch_invariance() {
+    let t = Target::h200();
+    let p = typed(Operator::Softmax, DType::Bf16, "8x4097");
+    let both = LayoutRequest {
+        aligned_packs: true,
+        batch_invariant: true,
+        ..req(128, 8)
+    };
+    let err = plan(&p, &t, &both).unwrap_err();
+    assert!(matches!(err, Refusal::BatchVariant(_)), "{err}");
+    // The automatic request leaves them out then, and takes them otherwise.
+    let invariant = LayoutRequest {
+        batch_invariant: true,
+        ..automatic()
+    };
+    assert!(!plan(&p, &t, &invariant).unwrap().aligned_packs);
+    assert!(plan(&p, &t, &automatic()).unwrap().aligned_packs);
+}
