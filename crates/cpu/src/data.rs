@@ -78,6 +78,21 @@ impl Tensor {
         self.len() == 0
     }
 
+    /// The rows `keep` (in that order) of a tensor of rows `width` long.
+    pub fn select_rows(&self, width: usize, keep: &[usize]) -> Tensor {
+        fn pick<T: Copy>(v: &[T], width: usize, keep: &[usize]) -> Vec<T> {
+            keep.iter()
+                .flat_map(|&r| v[r * width..(r + 1) * width].iter().copied())
+                .collect()
+        }
+        match self {
+            Tensor::F32(v) => Tensor::F32(pick(v, width, keep)),
+            Tensor::Bf16(v) => Tensor::Bf16(pick(v, width, keep)),
+            Tensor::F16(v) => Tensor::F16(pick(v, width, keep)),
+            Tensor::I64(v) => Tensor::I64(pick(v, width, keep)),
+        }
+    }
+
     pub fn dtype_name(&self) -> &'static str {
         match self {
             Tensor::F32(_) => "f32",

@@ -454,6 +454,72 @@ pub fn check(case: &FuzzCase, outputs: &Buffers) -> Validation {
     v
 }
 
+/// Judge `outputs` that a backend gave for `case` by running `resolved`,
+/// the plan it ran: the CUDA runtime runs a norm's plain kernel (no cold
+/// path) where the cold one would not keep its occupancy. Rows of a kind
+/// that `resolved` leaves to the fast path's known limits
+/// ([`FAST_PATH_EXCLUSIONS`]) are not held to float64 (the plain kernel's
+/// answer there is torch's: 0 or the bias on overflow); every other row
+/// is, as in [`check`]. Returns the judgement and the rows left out; a case
+/// whose rows are all left out holds nothing and passes.
+pub fn check_resolved(case: &FuzzCase, resolved: &Plan, outputs: &Buffers) -> (Validation, usize) {
+    let problem = &case.plan.problem;
+    let Some(op) = problem.operator_kind() else {
+        return (check(case, outputs), 0);
+    };
+    let allowed = row_kinds(op, resolved);
+    let keep: Vec<usize> = (0..case.rows.len())
+        .filter(|&r| allowed.contains(&case.rows[r]))
+        .collect();
+    let left_out = case.rows.len() - keep.len();
+    let columns_out = problem
+        .program
+        .outputs
+        .iter()
+        .any(|d| d.kind == BufferKind::Column);
+    if left_out == 0 || columns_out {
+        return (check(case, outputs), 0);
+    }
+    if keep.is_empty() {
+        let v = Validation {
+            outputs: vec![],
+            pass: true,
+        };
+        return (v, left_out);
+    }
+    let n = problem.shape.n;
+    let kinds = |decls: &[lanefold_ir::BufferDecl]| -> Vec<(String, BufferKind)> {
+        decls.iter().map(|d| (d.name.clone(), d.kind)).collect()
+    };
+    let sub = |buffers: &Buffers, decls: Vec<(String, BufferKind)>| -> Buffers {
+        let mut out = Buffers::new();
+        for (name, kind) in decls {
+            let Some(t) = buffers.get(&name) else {
+                continue;
+            };
+            let width = match kind {
+                BufferKind::Row => n,
+                BufferKind::Column => {
+                    out.insert(name, t.clone());
+                    continue;
+                }
+                BufferKind::RowIndex | BufferKind::RowScalar | BufferKind::RowScalarF32 => 1,
+            };
+            out.insert(name, t.select_rows(width, &keep));
+        }
+        out
+    };
+    let mut plan = case.plan.clone();
+    plan.problem.shape = Shape::new(keep.len(), n).expect("fewer rows of a valid shape");
+    let kept = FuzzCase {
+        inputs: sub(&case.inputs, kinds(&problem.program.inputs)),
+        rows: keep.iter().map(|&r| case.rows[r]).collect(),
+        plan,
+    };
+    let outputs = sub(outputs, kinds(&problem.program.outputs));
+    (check(&kept, &outputs), left_out)
+}
+
 /// Run `case` on the CPU executor and judge it.
 pub fn run_cpu(case: &FuzzCase) -> Result<Validation, crate::ExecError> {
     let mut outputs = crate::data::poisoned_outputs(&case.plan.problem);
@@ -511,6 +577,71 @@ mod tests {
         ] {
             assert!(seen.contains(op), "{op} never drawn: {seen:?}");
         }
+    }
+
+    /// A norm case run on its plain plan (the CUDA runtime's fallback):
+    /// rows of the plain kernel's known limits fail float64 and are left
+    /// out, the other rows are still held to it, and a corrupted one fails.
+    #[test]
+    fn a_case_run_on_its_plain_plan_holds_only_the_rows_that_plan_promises() {
+        let limits = FuzzLimits {
+            max_elements: 1 << 12,
+        };
+        let mut judged = 0;
+        for i in 0..3000 {
+            let case = draw(11, i, &Target::cpu(), limits);
+            let norm = case
+                .plan
+                .problem
+                .operator_kind()
+                .is_some_and(|op| op.has_cold_path());
+            if !norm || !case.plan.cold_path() || case.plan.problem.shape.rows < 2 {
+                continue;
+            }
+            let mut request = case.plan.schedule();
+            request.no_cold_path = true;
+            let plain = plan(&case.plan.problem, &Target::cpu(), &request).unwrap();
+            let op = case.plan.problem.operator_kind().unwrap();
+            let promised = row_kinds(op, &plain);
+            let left_out = case.rows.iter().filter(|k| !promised.contains(k)).count();
+            if left_out == 0 || left_out == case.rows.len() {
+                continue;
+            }
+            let mut out = crate::data::poisoned_outputs(&plain.problem);
+            crate::execute(&plain, &case.inputs, &mut out).unwrap();
+            let (v, n) = check_resolved(&case, &plain, &out);
+            assert_eq!(n, left_out, "{}", case.label());
+            assert!(v.pass, "{}: {:?}", case.label(), v.outputs);
+            // The default plan's own judgement leaves nothing out.
+            let (_, none) = check_resolved(&case, &case.plan, &out);
+            assert_eq!(none, 0);
+            let r = (0..case.rows.len())
+                .find(|&r| promised.contains(&case.rows[r]))
+                .unwrap();
+            let n = case.plan.problem.shape.n;
+            let y = out.get_mut("y").unwrap();
+            let bad = |v: f32| if v.is_finite() { f32::NAN } else { 0.5 };
+            let corrupt = bad(y.get(r * n));
+            *y = match &*y {
+                Tensor::F32(v) => {
+                    let mut v = v.clone();
+                    v[r * n] = corrupt;
+                    Tensor::F32(v)
+                }
+                other => {
+                    let mut v: Vec<f32> = (0..other.len()).map(|i| other.get(i)).collect();
+                    v[r * n] = corrupt;
+                    Tensor::from_f32(case.plan.problem.dtype, &v)
+                }
+            };
+            let (v, _) = check_resolved(&case, &plain, &out);
+            assert!(!v.pass, "{}: a corrupted row {r} passed", case.label());
+            judged += 1;
+            if judged == 8 {
+                break;
+            }
+        }
+        assert!(judged >= 5, "only {judged} cases had rows of both sorts");
     }
 
     /// Norm cases without the cold path draw none of
