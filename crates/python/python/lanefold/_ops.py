@@ -738,8 +738,12 @@ def _check_input(x, what: str = "x") -> None:
         raise ValueError(f"lanefold: {what} must have at least one dimension, got a scalar")
     if x.device.type not in ("cpu", "cuda"):
         raise RuntimeError(f"lanefold: {what} is on {x.device}; supported: CPU and CUDA")
-    if x.shape[-1] == 0:
-        raise ValueError(f"lanefold: {what} has rows of length 0 (shape {tuple(x.shape)})")
+
+
+def _no_columns(x: torch.Tensor) -> bool:
+    """Rows of length 0 have no kernel: the public functions return what
+    torch returns for them (empty rows, zero sums, ignored losses)."""
+    return x.shape[-1] == 0
 
 
 def _check_like(t, x: torch.Tensor, what: str, shape: Sequence[int]) -> None:
@@ -822,6 +826,8 @@ def rms_norm(
     if weight is not None:
         _check_like(weight, x, "weight", x.shape[-1:])
     eps = _check_eps(eps)
+    if _no_columns(x):
+        return torch.nn.functional.rms_norm(x, (0,), weight, eps)
     op = _rms_norm_impl if _direct(x, weight) else _rms_norm_op
     return _shaped(op(_rows(x), weight, eps), x)
 
@@ -839,6 +845,8 @@ def layer_norm(
     if bias is not None:
         _check_like(bias, x, "bias", x.shape[-1:])
     eps = _check_eps(eps)
+    if _no_columns(x):
+        return torch.nn.functional.layer_norm(x, (0,), weight, bias, eps)
     op = _layer_norm_impl if _direct(x, weight, bias) else _layer_norm_op
     return _shaped(op(_rows(x), weight, bias, eps), x)
 
@@ -859,6 +867,9 @@ def add_layer_norm(
     if bias is not None:
         _check_like(bias, x, "bias", x.shape[-1:])
     eps = _check_eps(eps)
+    if _no_columns(x):
+        h = x + residual
+        return torch.nn.functional.layer_norm(h, (0,), weight, bias, eps), h
     op = _add_layer_norm_impl if _direct(x, residual, weight, bias) else _add_layer_norm_op
     y, h = op(_rows(x), _rows(residual), weight, bias, eps)
     return y.view(x.shape), h.view(x.shape)
@@ -868,6 +879,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax over the last dim."""
     _check_input(x)
     _check_last_dim(x, dim)
+    if _no_columns(x):
+        return torch.softmax(x, -1)
     op = _softmax_impl if _direct(x) else _softmax_op
     return _shaped(op(_rows(x)), x)
 
@@ -876,6 +889,8 @@ def sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:  # noqa: A001 (torch's 
     """Sum over the last dim, in x's dtype (FP32 accumulation)."""
     _check_input(x)
     _check_last_dim(x, dim)
+    if _no_columns(x):
+        return x.sum(-1)
     op = _sum_impl if _direct(x) else _sum_op
     return op(_rows(x)).view(x.shape[:-1])
 
@@ -921,12 +936,32 @@ def cross_entropy(
             f"lanefold: target must hold class indices (an integer dtype), got {target.dtype}"
         )
     if tuple(target.shape) != tuple(logits.shape[:-1]):
+        hint = ""
+        if logits.dim() > 2 and tuple(target.shape) == (logits.shape[0], *logits.shape[2:]):
+            hint = (
+                "; the classes are logits' last dim, not torch's dim 1: for torch's "
+                "(N, C, d1, ...) layout pass logits.movedim(1, -1)"
+            )
         raise ValueError(
             f"lanefold: target has shape {tuple(target.shape)}, expected {tuple(logits.shape[:-1])} "
-            f"for logits of shape {tuple(logits.shape)}"
+            f"for logits of shape {tuple(logits.shape)}{hint}"
         )
     if not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
         raise TypeError(f"lanefold: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if _no_columns(logits):
+        # No class to index: every target must be ignored, as in torch.
+        if bool((target != ignore_index).any()):
+            raise ValueError(
+                "lanefold: target out of range: logits have 0 classes, so every target "
+                f"must be ignore_index ({ignore_index})"
+            )
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(target.numel(), 0),
+            target.reshape(-1).long(),
+            ignore_index=ignore_index,
+            reduction=reduction,
+        )
+        return loss.view(logits.shape[:-1]) if reduction == "none" else loss
     t = target.reshape(-1).to(torch.int64)
     if ignore_index != _IGNORE_INDEX:
         t = torch.where(t == ignore_index, torch.full_like(t, _IGNORE_INDEX), t)
@@ -983,6 +1018,8 @@ def describe_plan(op: str, x: torch.Tensor, weight: bool = True, bias: bool = Tr
     residual_layernorm, softmax, cross_entropy, sum, or the first five's
     ``*_backward``) on x's rows."""
     _check_input(x)
+    if _no_columns(x):
+        raise ValueError(f"lanefold: x has rows of length 0 (shape {tuple(x.shape)}): no plan")
     rows = x.numel() // x.shape[-1]
     return _C.describe_plan(op, _DTYPES[x.dtype], rows, x.shape[-1], weight, bias, x.is_cuda)
 
