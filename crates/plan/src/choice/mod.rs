@@ -270,70 +270,55 @@ pub fn automatic_note(
     }
     let measured = request.with_measured_variants(problem, target);
     let mut notes = vec![];
-    // The cluster variants change nothing on a row that one group holds.
+    // The tokens the ladders and the tuning database added. The cluster
+    // variants change nothing on a row that one group holds: no note.
+    let asked = request.to_string();
+    let asked: Vec<&str> = asked.split_whitespace().collect();
     let spans_cluster = || plan(problem, target, request).is_ok_and(|p| p.groups_per_row > 1);
-    if measured != *request {
-        let variants = [
-            (
-                measured.online_normalizer && !request.online_normalizer,
-                "the online normalizer (one read of each row, nothing resident)",
-            ),
-            (
-                measured.one_pass_moments && !request.one_pass_moments,
-                "one-pass moments (two phases instead of three)",
-            ),
-            (
-                measured.stage_columns && !request.stage_columns,
-                "the weight staged in shared memory while the row is reduced",
-            ),
-            (
-                measured.pack_resident && !request.pack_resident,
-                "resident 16-bit tiles packed two values per register",
-            ),
-            (
-                measured.ordered_columns && !request.ordered_columns,
-                "weight and bias loaded a chunk at a time below the stores before them",
-            ),
-            (
-                measured.early_columns > request.early_columns,
-                "the first chunk's weight and bias loaded before the cluster's exchange",
-            ),
-            (
-                measured.rounded_resident && !request.rounded_resident,
-                "h kept resident instead of x and the residual",
-            ),
-            (
-                measured.keep_columns && !request.keep_columns,
-                "weight and bias loaded evict-last, so the rows' stream leaves them in L2",
-            ),
-            (
-                measured.l2_prefetch_rows > request.l2_prefetch_rows,
-                "each group's share of a row ahead prefetched into L2 as it starts",
-            ),
-            (
-                measured.push_cluster_reduce && !request.push_cluster_reduce && spans_cluster(),
-                "the cluster's partials pushed by st.async (no release barrier)",
-            ),
-        ];
-        let chosen: Vec<&str> = variants
-            .iter()
-            .filter(|(taken, _)| *taken)
-            .map(|(_, what)| *what)
-            .collect();
-        // A variant that changes nothing here (pushing on a row one group
-        // holds) is not worth a note.
-        if !chosen.is_empty() {
-            notes.push(format!(
-                "automatic on the H200 for this operator and row length: {}; \
-                 each measured faster in paired benches",
-                chosen.join("; ")
-            ));
-        }
+    let chosen: Vec<String> = measured
+        .to_string()
+        .split_whitespace()
+        .filter(|t| !asked.contains(t))
+        .filter(|t| *t != "push-reduce" || spans_cluster())
+        .map(|t| variant_note(t).map_or_else(|| t.to_string(), String::from))
+        .collect();
+    if !chosen.is_empty() {
+        notes.push(format!(
+            "automatic on the H200 for this operator and row length: {}; \
+             each measured faster in paired benches",
+            chosen.join("; ")
+        ));
     }
     if let Some(rule) = model_rule_note(problem, target, &measured) {
         notes.push(rule);
     }
     (!notes.is_empty()).then(|| notes.join("\n"))
+}
+
+/// What a variant token the automatic request takes does, for its note
+/// in `lanefold plan`.
+fn variant_note(token: &str) -> Option<&'static str> {
+    let name = token.split_once('=').map_or(token, |(name, _)| name);
+    Some(match name {
+        "online-normalizer" => "the online normalizer (one read of each row, nothing resident)",
+        "one-pass-moments" => "one-pass moments (two phases instead of three)",
+        "staged-columns" => "the weight staged in shared memory while the row is reduced",
+        "packed-resident" => "resident 16-bit tiles packed two values per register",
+        "ordered-columns" => {
+            "weight and bias loaded a chunk at a time below the stores before them"
+        }
+        "early-columns" => "the first chunk's weight and bias loaded before the cluster's exchange",
+        "rounded-resident" => "h kept resident instead of x and the residual",
+        "keep-columns" => {
+            "weight and bias loaded evict-last, so the rows' stream leaves them in L2"
+        }
+        "l2-prefetch" => "each group's share of a row ahead prefetched into L2 as it starts",
+        "push-reduce" => "the cluster's partials pushed by st.async (no release barrier)",
+        "aligned-packs" => {
+            "misaligned rows read in aligned packs (all but a row's first and last pack vectors)"
+        }
+        _ => return None,
+    })
 }
 
 /// The rule beside the cost model that replaced its pick, if one did.

@@ -46,6 +46,14 @@ impl Dtypes {
     }
 }
 
+/// Every schedule token the ladders add.
+#[cfg(test)]
+pub(super) fn ladder_tokens() -> impl Iterator<Item = &'static str> {
+    VARIANT_LADDERS
+        .iter()
+        .flat_map(|rung| rung.adds.split_whitespace())
+}
+
 /// What a rung asks of the rows. Anything but `Any` and `Misaligned`
 /// depends on the row count, so a batch-invariant request skips the rung.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,5 +1,5 @@
 use super::model::{model_choice, ModelChoice};
-use super::rules::{few_rows_max_workers, scalar_pack_too_wide};
+use super::rules::{few_rows_max_workers, ladder_tokens, scalar_pack_too_wide};
 use super::*;
 use crate::layout::VALID_PACKS;
 use crate::mapper::{MapperPolicy, Residency};
@@ -1642,4 +1642,22 @@ fn regression_misaligned_rows_read_every_pack_as_scalars() {
     )
     .unwrap();
     assert!(!cpu.aligned_packs);
+}
+
+/// Every variant a ladder adds says what it does in `lanefold plan`'s note.
+#[test]
+fn every_variant_a_ladder_adds_has_a_note() {
+    for token in ladder_tokens() {
+        assert!(variant_note(token).is_some(), "{token}");
+    }
+}
+
+/// `lanefold plan` said nothing of the aligned packs the automatic request
+/// took on misaligned rows (its note listed the variants by hand).
+#[test]
+fn regression_the_plan_note_left_out_aligned_packs() {
+    let p = typed(Operator::CrossEntropy, DType::Bf16, "4096x50257");
+    let note = automatic_note(&p, &Target::h200(), &automatic()).unwrap();
+    assert!(note.contains("aligned packs"), "{note}");
+    assert!(note.contains("online normalizer"), "{note}");
 }
