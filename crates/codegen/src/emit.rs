@@ -105,6 +105,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.batched_loads {
         name += "_bl";
     }
+    if plan.aligned_packs {
+        name += "_ap";
+    }
     name
 }
 
