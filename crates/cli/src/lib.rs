@@ -68,7 +68,8 @@ impl Backend {
     }
 
     /// The request to use: the tuning cache's winner when `request` leaves
-    /// the whole layout automatic and the cache has one, else `request`.
+    /// the whole layout automatic ([`tunable`]) and the cache has one,
+    /// else `request`.
     pub fn tuned(
         &self,
         problem_op: Operator,
@@ -76,11 +77,7 @@ impl Backend {
         shape: Shape,
         request: LayoutRequest,
     ) -> (LayoutRequest, bool) {
-        let automatic = request.workers == 0
-            && request.pack == 0
-            && request.unroll == 0
-            && request.rows_per_group == 0;
-        if automatic && request.order.is_none() {
+        if tunable(&request) {
             let cached = lanefold_measure::tuning::cached_request(
                 &self.device_key(),
                 problem_op,
@@ -123,6 +120,16 @@ impl Backend {
             }
         })
     }
+}
+
+/// Does `request` leave the whole layout (W, V, U, G and the order) to
+/// lanefold, so that a tuning cache's winner may stand in for it?
+pub fn tunable(request: &LayoutRequest) -> bool {
+    request.workers == 0
+        && request.pack == 0
+        && request.unroll == 0
+        && request.rows_per_group == 0
+        && request.order.is_none()
 }
 
 /// One case: a problem and a layout request.

@@ -440,6 +440,20 @@ struct RunArgs {
     /// Ignore winners recorded by `lanefold tune`.
     #[arg(long)]
     no_tuning_cache: bool,
+    /// Where the layout is automatic and the tuning cache has no winner
+    /// for this problem: first search its layouts for at most SECONDS of
+    /// compiling and measuring (the automatic mapping always, then the
+    /// cost model's best-ranked), record the winner in the tuning cache and
+    /// run with it; later calls find it there.
+    #[arg(long, value_name = "SECONDS", conflicts_with = "no_tuning_cache", value_parser = parse_seconds)]
+    autotune: Option<f64>,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+        _ => Err(format!("'{s}': expected a positive number of seconds")),
+    }
 }
 
 fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
@@ -950,16 +964,39 @@ fn plan_cmd(args: PlanArgs) -> Result<()> {
 fn run_cmd(args: RunArgs) -> Result<()> {
     let backend = open_backend(args.backend)?;
     let problem = args.problem.problem();
-    let (request, from_cache) = if args.no_tuning_cache || args.problem.no_reassociate {
-        (args.layout.request()?, false)
-    } else {
-        backend.tuned(
-            args.problem.op,
-            problem.dtype,
-            problem.shape,
-            args.layout.request()?,
-        )
+    let tuned = || -> Result<(LayoutRequest, bool)> {
+        Ok(if args.no_tuning_cache || args.problem.no_reassociate {
+            (args.layout.request()?, false)
+        } else {
+            backend.tuned(
+                args.problem.op,
+                problem.dtype,
+                problem.shape,
+                args.layout.request()?,
+            )
+        })
     };
+    let (mut request, mut from_cache) = tuned()?;
+    if let Some(seconds) = args.autotune {
+        if from_cache {
+            println!("autotune: the tuning cache covers this problem; no search");
+        } else if !lanefold::tunable(&request) || args.problem.no_reassociate {
+            println!("autotune: the layout is given, nothing to search");
+        } else {
+            let device = match backend {
+                Backend::Cpu => lanefold_measure::bench::Device::Cpu,
+                Backend::Cuda(_) => lanefold_measure::bench::Device::Cuda,
+            };
+            lanefold::search_cmd::autotune(
+                device,
+                args.problem.op,
+                problem.dtype,
+                problem.shape,
+                seconds,
+            )?;
+            (request, from_cache) = tuned()?;
+        }
+    }
     if from_cache {
         println!("layout from the tuning cache");
     }

@@ -5,12 +5,14 @@ use crate::args::{parse_dtype, parse_ops, parse_residency, parse_shape, BackendA
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use lanefold_ir::{DType, Operator};
+use lanefold_measure::bench::Device;
 use lanefold_measure::env::utc_now;
+use lanefold_measure::phases::L2Mode;
 use lanefold_measure::phases::PhaseConfig;
 use lanefold_measure::search::{device_of, search, Objective, SearchFile, SearchSpec};
 use lanefold_measure::tuning::{TuningCache, TuningEntry, TuningKey};
 use lanefold_plan::{LayoutRequest, ResidencyRequest, Shape};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TuningMetric {
@@ -128,6 +130,7 @@ impl SearchOptions {
                 TuningMetric::Single => Objective::Single,
             },
             max_candidates: self.max_candidates,
+            time_budget_s: None,
             device: self.backend.into(),
             config: PhaseConfig {
                 samples: self.samples,
@@ -164,30 +167,26 @@ pub fn search_cmd(args: SearchArgs) -> Result<()> {
     Ok(())
 }
 
-/// `lanefold tune`: search each shape and record every winner whose fresh
-/// measurement is valid and has its objective in the tuning cache.
-pub fn tune_cmd(args: TuneArgs) -> Result<()> {
-    let cache_path = match &args.cache {
-        Some(p) => p.clone(),
-        None => TuningCache::default_path()
-            .context("no cache directory: set XDG_CACHE_HOME or HOME, or pass --cache")?,
-    };
-    let output = args.output.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!(
-            "lanefold-tune-{}-{}",
-            utc_now().replace(':', ""),
-            std::process::id()
-        ))
-    });
-    let base = LayoutRequest {
-        batch_invariant: args.batch_invariant,
-        ..Default::default()
-    };
-    let spec = args.search.spec(base, output.clone())?;
-    let file = search(&spec)?;
-    summarize(&file, &output);
+/// A new directory under the system's temporary directory for a search
+/// nobody asked to keep.
+fn scratch_dir(what: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "lanefold-{what}-{}-{}",
+        utc_now().replace(':', ""),
+        std::process::id()
+    ))
+}
+
+/// Record in `cache` each problem's winner of `file` (a search written to
+/// `output`) whose fresh measurement is valid and has its objective;
+/// returns how many were recorded.
+fn record_winners(
+    file: &SearchFile,
+    output: &Path,
+    cache: &mut TuningCache,
+    batch_invariant: bool,
+) -> Result<usize> {
     let device = device_of(&file.environment);
-    let mut cache = TuningCache::open(&cache_path);
     let mut recorded = 0;
     for p in &file.problems {
         let Some(w) = &p.winner else {
@@ -213,7 +212,7 @@ pub fn tune_cmd(args: TuneArgs) -> Result<()> {
             .parse()
             .map_err(|e: lanefold_ir::DTypeError| anyhow::anyhow!("{e}"))?;
         let shape: Shape = p.shape.parse()?;
-        let key = TuningKey::new(&device, op, dtype, shape, args.batch_invariant);
+        let key = TuningKey::new(&device, op, dtype, shape, batch_invariant);
         cache.record(
             &key,
             TuningEntry {
@@ -224,7 +223,7 @@ pub fn tune_cmd(args: TuneArgs) -> Result<()> {
                 p50_us: fresh,
                 source_sha256: w.source_sha256.clone(),
                 shape: p.shape.clone(),
-                batch_invariant: args.batch_invariant,
+                batch_invariant,
                 recorded_utc: utc_now(),
                 results: Some(output.display().to_string()),
             },
@@ -232,6 +231,95 @@ pub fn tune_cmd(args: TuneArgs) -> Result<()> {
         println!("{}: recorded {} as {}", p.id, w.describe, key.text());
         recorded += 1;
     }
+    Ok(recorded)
+}
+
+/// `run --autotune SECONDS`: search the layouts of a problem the tuning
+/// cache does not cover, within `seconds` of compiling and measuring (the
+/// automatic mapping always, then the cost model's best-ranked first), and
+/// record the winner in the tuning cache, where the call then finds it.
+pub fn autotune(
+    device: Device,
+    op: Operator,
+    dtype: DType,
+    shape: Shape,
+    seconds: f64,
+) -> Result<()> {
+    let mut cache = TuningCache::open(
+        &TuningCache::default_path()
+            .context("no cache directory for --autotune: set XDG_CACHE_HOME or HOME")?,
+    );
+    let output = scratch_dir("autotune");
+    let problem = lanefold_plan::Problem::operator(op, Default::default(), dtype, shape);
+    let spec = SearchSpec {
+        ops: vec![op],
+        shapes: vec![shape],
+        dtypes: vec![dtype],
+        base: LayoutRequest::default(),
+        workers: vec![0, 32, 64, 128, 256, 512, 1024],
+        packs: vec![0, 2, 4, 8],
+        unrolls: vec![0, 1, 2, 4],
+        residencies: vec![],
+        objective: match device {
+            Device::Cpu => Objective::HostWall,
+            _ => Objective::Gpu,
+        },
+        max_candidates: 16,
+        time_budget_s: Some(seconds),
+        device,
+        config: PhaseConfig {
+            samples: 3,
+            sample_ms: 5.0,
+            warmup_ms: 20.0,
+            l2: if lanefold_plan::past_l2(&problem) {
+                L2Mode::Cold
+            } else {
+                L2Mode::Warm
+            },
+        },
+        capture_sources: false,
+        output: output.clone(),
+        seed: 1,
+        command_line: std::env::args().collect(),
+    };
+    let started = std::time::Instant::now();
+    let file = search(&spec)?;
+    if let Some(p) = file.problems.first() {
+        let automatic = p
+            .automatic
+            .and_then(|a| p.candidates[a].objective_p50)
+            .map_or("—".to_string(), |us| format!("{us:.3}"));
+        println!(
+            "autotune: {} of {} layouts measured in {:.1} s (budget {seconds} s; the \
+             automatic mapping {automatic} µs, {})",
+            p.measured,
+            p.distinct_legal,
+            started.elapsed().as_secs_f64(),
+            file.objective,
+        );
+    }
+    record_winners(&file, &output, &mut cache, false)?;
+    Ok(())
+}
+
+/// `lanefold tune`: search each shape and record every winner whose fresh
+/// measurement is valid and has its objective in the tuning cache.
+pub fn tune_cmd(args: TuneArgs) -> Result<()> {
+    let cache_path = match &args.cache {
+        Some(p) => p.clone(),
+        None => TuningCache::default_path()
+            .context("no cache directory: set XDG_CACHE_HOME or HOME, or pass --cache")?,
+    };
+    let output = args.output.clone().unwrap_or_else(|| scratch_dir("tune"));
+    let base = LayoutRequest {
+        batch_invariant: args.batch_invariant,
+        ..Default::default()
+    };
+    let spec = args.search.spec(base, output.clone())?;
+    let file = search(&spec)?;
+    summarize(&file, &output);
+    let mut cache = TuningCache::open(&cache_path);
+    let recorded = record_winners(&file, &output, &mut cache, args.batch_invariant)?;
     println!(
         "tuning cache {}: {recorded} entries recorded, {} in all",
         cache.path().display(),

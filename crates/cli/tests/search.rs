@@ -186,3 +186,58 @@ fn two_tune_processes_at_once_both_land_in_the_cache() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
     assert_eq!(v["entries"].as_object().unwrap().len(), 1);
 }
+
+/// `run --autotune`: the first call of a problem the cache does not cover
+/// searches within its budget, records the winner and runs with it; the
+/// next call finds it and searches nothing; the search it wrote audits.
+#[test]
+fn run_autotune_searches_an_uncovered_problem_once() {
+    let root = tmp("autotune");
+    std::fs::create_dir_all(&root).unwrap();
+    let cache = root.join("tuning.json");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_lanefold"))
+            .args([
+                "run",
+                "--op",
+                "softmax",
+                "--shape",
+                "8x300",
+                "--backend",
+                "cpu",
+            ])
+            .args(extra)
+            .env("LANEFOLD_TUNING_CACHE", &cache)
+            .env("TMPDIR", &root)
+            .output()
+            .unwrap()
+    };
+    let first = run(&["--autotune", "30"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let out = text(&first);
+    assert!(out.contains("autotune: "), "{out}");
+    assert!(out.contains("recorded"), "{out}");
+    assert!(out.contains("layout from the tuning cache"), "{out}");
+    assert!(out.contains("validated against float64"), "{out}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    let entry = &v["entries"]["cpu|softmax|f32|8|300"];
+    assert!(entry.is_object(), "{v}");
+    let searched = PathBuf::from(entry["results"].as_str().unwrap());
+    let o = lanefold(&["audit", searched.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let second = run(&["--autotune", "30"]);
+    assert!(second.status.success(), "{}", text(&second));
+    let out = text(&second);
+    assert!(out.contains("covers this problem; no search"), "{out}");
+    assert!(!out.contains("recorded"), "{out}");
+
+    let given = run(&["--autotune", "30", "--workers", "32"]);
+    assert!(
+        text(&given).contains("the layout is given"),
+        "{}",
+        text(&given)
+    );
+    let bad = run(&["--autotune", "-1"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}

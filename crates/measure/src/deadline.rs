@@ -29,10 +29,16 @@ impl Deadline {
     /// May another unit start? Predicted by the longest unit so far; the
     /// first always starts, so every run records at least one unit.
     pub fn allows_another(&self) -> bool {
+        self.allows_with_reserve(0)
+    }
+
+    /// May another unit start and `reserve` more still finish after it
+    /// (e.g. a search's fresh measurement of its winner)?
+    pub fn allows_with_reserve(&self, reserve: u32) -> bool {
         match self.limit {
             None => true,
             Some(_) if self.units == 0 => true,
-            Some(limit) => self.started.elapsed() + self.longest <= limit,
+            Some(limit) => self.started.elapsed() + self.longest * (1 + reserve) <= limit,
         }
     }
 

@@ -117,6 +117,10 @@ pub struct SearchSpec {
     pub objective: Objective,
     /// Distinct legal realizations measured at most (plus the automatic).
     pub max_candidates: usize,
+    /// Seconds of compiling and measuring for the whole search: past them
+    /// no further candidate is measured (the automatic mapping always is,
+    /// and each winner afresh). None: no time budget.
+    pub time_budget_s: Option<f64>,
     pub device: Device,
     pub config: PhaseConfig,
     pub capture_sources: bool,
@@ -243,6 +247,9 @@ pub struct SearchFile {
     #[serde(default)]
     pub residencies: Vec<ResidencyRequest>,
     pub max_candidates: usize,
+    /// The search's time budget in seconds, where it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_budget_s: Option<f64>,
     pub target: String,
     pub problems: Vec<SearchProblem>,
 }
@@ -442,9 +449,11 @@ pub fn search(spec: &SearchSpec) -> Result<SearchFile> {
         unrolls: spec.unrolls.clone(),
         residencies: spec.residencies.clone(),
         max_candidates: spec.max_candidates,
+        time_budget_s: spec.time_budget_s,
         target: target.name.clone(),
         problems: vec![],
     };
+    let mut deadline = crate::deadline::Deadline::new(spec.time_budget_s);
     let mut k = 0u64;
     let pb = crate::progress::bar(
         (spec.shapes.len() * spec.ops.len() * spec.dtypes.len()) as u64,
@@ -455,7 +464,14 @@ pub fn search(spec: &SearchSpec) -> Result<SearchFile> {
             for &dtype in &spec.dtypes {
                 pb.set_message(format!("{op} {dtype} {shape}"));
                 let problem = Problem::operator(op, OperatorOptions::default(), dtype, shape);
-                let result = search_problem(spec, cuda.as_ref(), &target, &problem, spec.seed + k)?;
+                let result = search_problem(
+                    spec,
+                    cuda.as_ref(),
+                    &target,
+                    &problem,
+                    spec.seed + k,
+                    &mut deadline,
+                )?;
                 pb.suspend(|| print_problem(&result, spec.objective));
                 file.problems.push(result);
                 // An interrupted search keeps every problem already done.
@@ -504,6 +520,7 @@ fn search_problem(
     target: &Target,
     problem: &Problem,
     seed: u64,
+    deadline: &mut crate::deadline::Deadline,
 ) -> Result<SearchProblem> {
     let id = format!(
         "{}/{}/{}",
@@ -684,7 +701,22 @@ fn search_problem(
     }
     let sets = input_sets(problem, spec.config.l2, cuda.map(|c| c.l2_bytes()), seed);
     let want = reference(problem, &sets[0]).context("no float64 reference")?;
-    for &i in &selected {
+    // The automatic mapping first, then by predicted rank: a time budget
+    // cuts the ones the model ranks last, and leaves room for the
+    // winner's fresh measurement.
+    let mut order = selected.clone();
+    order.sort_by_key(|&i| (Some(i) != automatic, candidates[i].predicted_rank));
+    let mut measured = 0;
+    for i in order {
+        if Some(i) != automatic && !deadline.allows_with_reserve(1) {
+            candidates[i].reason = Some(format!(
+                "{REASON_OVER_BUDGET}: the time budget of {} s ran out",
+                spec.time_budget_s.unwrap_or_default()
+            ));
+            continue;
+        }
+        deadline.start_unit();
+        measured += 1;
         let p = plans[i].as_ref().expect("a selected candidate is legal");
         let sha = candidates[i].source_sha256.clone().unwrap_or_default();
         if let (Some(dir), None) = (capture, cuda) {
@@ -720,6 +752,7 @@ fn search_problem(
                 candidates[i].kernel = kernel;
             }
         }
+        deadline.end_unit();
     }
 
     let best = candidates
@@ -793,7 +826,7 @@ fn search_problem(
         bytes_moved,
         automatic,
         distinct_legal: distinct.len(),
-        measured: selected.len(),
+        measured,
         candidates,
         winner,
         no_winner,
@@ -1224,6 +1257,7 @@ mod tests {
             residencies: vec![],
             objective: Objective::HostWall,
             max_candidates: k,
+            time_budget_s: None,
             device: Device::Cpu,
             config: PhaseConfig {
                 samples: 3,
@@ -1289,6 +1323,24 @@ mod tests {
                 assert_eq!(c.status, Status::Accepted, "{:?}", c.reason);
             }
         }
+        // A spent time budget measures the automatic mapping alone (and the
+        // winner afresh); the rest are over budget, and the file audits.
+        let timed = SearchSpec {
+            time_budget_s: Some(1e-9),
+            ..spec("time-budget", "4x64", &[0, 32, 128, 256], &[1, 2, 4], 4)
+        };
+        let file = search(&timed).unwrap();
+        let t = &file.problems[0];
+        assert_eq!(measured(t), vec![auto]);
+        assert_eq!(t.measured, 1);
+        assert_eq!(t.winner.as_ref().map(|w| w.candidate), Some(auto));
+        assert!(t.candidates.iter().any(|c| c
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("time budget"))));
+        assert_eq!(file.time_budget_s, Some(1e-9));
+        let problems = audit_search(&timed.output, &load(&timed.output));
+        assert!(problems.is_empty(), "{problems:?}");
         // The same selection, from constructed data.
         let d = [(0, 9.0), (1, 1.0), (2, 3.0), (3, 2.0), (4, 3.0)];
         assert_eq!(select_for_measurement(&d, Some(0), 2), vec![0, 1, 3]);
