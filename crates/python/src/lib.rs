@@ -104,10 +104,21 @@ impl Key {
         )
     }
 
-    /// The automatic plan on `target`, with this key's eps.
-    fn plan(&self, target: &Target) -> PyResult<Plan> {
+    /// The plan on `target`, with this key's eps: the layout of `tuned` (a
+    /// tuning cache's winner) where it plans, else the automatic one.
+    fn plan(&self, target: &Target, tuned: Option<LayoutRequest>) -> PyResult<Plan> {
         let mut problem = self.problem();
         set_eps(&mut problem.program, self.op, f32::from_bits(self.eps_bits))?;
+        // A winner searched with other columns (or none) may not plan here.
+        if let Some(Ok(p)) = tuned.map(|t| {
+            let request = LayoutRequest {
+                in_place: self.in_place,
+                ..t
+            };
+            plan(&problem, target, &request)
+        }) {
+            return Ok(p);
+        }
         let request = LayoutRequest {
             in_place: self.in_place,
             ..LayoutRequest::default()
@@ -119,6 +130,13 @@ impl Key {
             ))
         })
     }
+}
+
+/// The winner `lanefold tune` or `run --autotune` recorded for `key` on
+/// the device `device_key` names, from the user's tuning cache.
+fn tuned(device_key: &str, key: &Key) -> Option<LayoutRequest> {
+    let shape = Shape::new(key.rows, key.n).ok()?;
+    lanefold_measure::tuning::cached_request(device_key, key.op, key.dtype, shape, false)
 }
 
 /// The operator programs carry the PyTorch default eps; the caller's
@@ -237,7 +255,7 @@ fn cpu_run(
     let plan = match cached {
         Some(p) => p,
         None => {
-            let p = Arc::new(key.plan(&Target::cpu())?);
+            let p = Arc::new(key.plan(&Target::cpu(), None)?);
             lock(cpu_plans()).insert(key, p.clone());
             p
         }
@@ -389,7 +407,8 @@ fn kernel(device: usize, key: Key) -> PyResult<RawKernel> {
         return Ok(k.clone());
     }
     let backend = backend(device)?;
-    let plan = key.plan(&Target::h200())?;
+    let device_key = lanefold_measure::tuning::device_key(Some(&backend));
+    let plan = key.plan(&Target::h200(), tuned(&device_key, &key))?;
     let k = backend
         .load_raw(&plan, &CodegenOptions::default())
         .map_err(|e| runtime_error(format!("lanefold: {e}")))?;
@@ -672,10 +691,13 @@ fn clear_caches() {
     lock(scale_kernels()).clear();
 }
 
-/// A description of the plan the automatic mapper picks (for the CPU
-/// executor's target, or the H200's with `cuda=True`).
+/// A description of the plan a call runs: the automatic mapper's for the
+/// CPU executor's target, or with `cuda=True` the H200's, or the tuning
+/// cache's winner for the device `device_key` names (as `lanefold tune`
+/// records it, e.g. `NVIDIA H200 cc9.0`) or CUDA device `device` is.
 #[pyfunction]
-#[pyo3(signature = (op, dtype, rows, n, weight=true, bias=true, cuda=false))]
+#[pyo3(signature = (op, dtype, rows, n, weight=true, bias=true, cuda=false, device=None, device_key=None))]
+#[allow(clippy::too_many_arguments)]
 fn describe_plan(
     op: &str,
     dtype: &str,
@@ -684,6 +706,8 @@ fn describe_plan(
     weight: bool,
     bias: bool,
     cuda: bool,
+    device: Option<usize>,
+    device_key: Option<String>,
 ) -> PyResult<String> {
     let mut names = vec![];
     if weight {
@@ -699,8 +723,16 @@ fn describe_plan(
         .and_then(Operator::default_eps)
         .unwrap_or(LAYERNORM_EPS);
     let key = Key::new(op, dtype, rows, n, default_eps as f64, &names)?;
-    let target = if cuda { Target::h200() } else { Target::cpu() };
-    Ok(key.plan(&target)?.describe())
+    if !cuda {
+        return Ok(key.plan(&Target::cpu(), None)?.describe());
+    }
+    let device_key = match (device_key, device) {
+        (Some(k), _) => Some(k),
+        (None, Some(d)) => Some(lanefold_measure::tuning::device_key(Some(&*backend(d)?))),
+        (None, None) => None,
+    };
+    let tuned = device_key.and_then(|k| tuned(&k, &key));
+    Ok(key.plan(&Target::h200(), tuned)?.describe())
 }
 
 #[pymodule]

@@ -1,6 +1,7 @@
 """lanefold on CPU tensors: numerics against torch in float64, shapes,
 dtypes, errors, the custom ops, the modules and swap_norms."""
 
+import json
 import os
 import subprocess
 import sys
@@ -1063,3 +1064,34 @@ def test_inplace_cross_entropy_op_passes_opcheck_and_compiles():
         return lanefold.cross_entropy(h @ w, t, inplace_backward=True)
 
     assert_compiled_grads_match(step, x, w)
+
+
+def test_the_plan_for_a_device_is_its_tuning_cache_winner(tmp_path, monkeypatch):
+    # What `lanefold tune` or `run --autotune` recorded for this device and
+    # problem is the plan a CUDA call runs (the package used to plan
+    # automatically whatever the user had tuned).
+    from lanefold import _lanefold as C
+
+    device = "NVIDIA H200 cc9.0"
+    args = ("rmsnorm", "bf16", 4096, 4096, True, False, True)
+    auto = C.describe_plan(*args)
+    workers = 256 if auto.startswith("W=128 ") else 128
+    path = tmp_path / "tuning.json"
+
+    def record(w):
+        request = {"workers": w, "pack": 8, "unroll": 1, "rows_per_group": 0, "order": None,
+                   "residency": "auto", "mapper": "model"}
+        key = {"device": device, "op": "rmsnorm", "dtype": "bf16", "rows": "4096", "n": 4096}
+        entry = {"key": key, "request": request, "describe": "", "objective": "gpu", "p50_us": 1.0,
+                 "source_sha256": "", "shape": "4096x4096", "batch_invariant": False,
+                 "recorded_utc": ""}
+        path.write_text(json.dumps({"schema": "lanefold-tuning/1",
+                                    "entries": {f"{device}|rmsnorm|bf16|4096|4096": entry}}))
+
+    record(workers)
+    monkeypatch.setenv("LANEFOLD_TUNING_CACHE", str(path))
+    assert C.describe_plan(*args, device_key=device).startswith(f"W={workers} V=8 U=1 ")
+    assert C.describe_plan(*args, device_key="NVIDIA H100 cc9.0") == auto
+    assert C.describe_plan(*args) == auto  # no device named: automatic
+    record(3)  # a winner that does not plan here: the automatic plan
+    assert C.describe_plan(*args, device_key=device) == auto

@@ -1021,7 +1021,10 @@ def describe_plan(op: str, x: torch.Tensor, weight: bool = True, bias: bool = Tr
     if _no_columns(x):
         raise ValueError(f"lanefold: x has rows of length 0 (shape {tuple(x.shape)}): no plan")
     rows = x.numel() // x.shape[-1]
-    return _C.describe_plan(op, _DTYPES[x.dtype], rows, x.shape[-1], weight, bias, x.is_cuda)
+    device = x.device.index if x.is_cuda else None
+    if x.is_cuda and device is None:
+        device = torch.cuda.current_device()
+    return _C.describe_plan(op, _DTYPES[x.dtype], rows, x.shape[-1], weight, bias, x.is_cuda, device)
 
 
 def clear_caches() -> None:
