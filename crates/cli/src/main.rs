@@ -445,15 +445,8 @@ struct RunArgs {
     /// compiling and measuring (the automatic mapping always, then the
     /// cost model's best-ranked), record the winner in the tuning cache and
     /// run with it; later calls find it there.
-    #[arg(long, value_name = "SECONDS", conflicts_with = "no_tuning_cache", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", conflicts_with = "no_tuning_cache", value_parser = lanefold::args::parse_seconds)]
     autotune: Option<f64>,
-}
-
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
-        _ => Err(format!("'{s}': expected a positive number of seconds")),
-    }
 }
 
 fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
@@ -982,6 +975,10 @@ fn run_cmd(args: RunArgs) -> Result<()> {
             println!("autotune: the tuning cache covers this problem; no search");
         } else if !lanefold::tunable(&request) || args.problem.no_reassociate {
             println!("autotune: the layout is given, nothing to search");
+        } else if request.batch_invariant {
+            println!(
+                "autotune: batch-invariant winners come from `lanefold tune --batch-invariant`"
+            );
         } else {
             let device = match backend {
                 Backend::Cpu => lanefold_measure::bench::Device::Cpu,

@@ -62,6 +62,12 @@ pub struct SearchOptions {
     /// model; the automatic mapping is measured in addition.
     #[arg(long, default_value_t = 12)]
     pub max_candidates: usize,
+    /// Seconds of compiling and measuring for the whole search: past them
+    /// no further candidate is measured, the cost model's lowest-ranked
+    /// going first (each problem's automatic mapping always is, and its
+    /// winner afresh).
+    #[arg(long, value_name = "SECONDS", value_parser = crate::args::parse_seconds)]
+    pub time_budget: Option<f64>,
     #[arg(long, default_value_t = 7)]
     pub samples: usize,
     #[arg(long, default_value_t = 20.0)]
@@ -130,7 +136,7 @@ impl SearchOptions {
                 TuningMetric::Single => Objective::Single,
             },
             max_candidates: self.max_candidates,
-            time_budget_s: None,
+            time_budget_s: self.time_budget,
             device: self.backend.into(),
             config: PhaseConfig {
                 samples: self.samples,
