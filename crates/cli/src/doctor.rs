@@ -195,7 +195,10 @@ pub fn cache_checks() -> Vec<Check> {
                 Status::Ok,
                 match size {
                     Some(b) => format!("{} ({b} bytes)", path.display()),
-                    None => format!("{} (none yet; `lanefold tune` and `run --autotune` write it)", path.display()),
+                    None => format!(
+                        "{} (none yet; `lanefold tune` and `run --autotune` write it)",
+                        path.display()
+                    ),
                 },
                 "",
             ))
