@@ -2604,18 +2604,11 @@ fn aligned_packs_apply_only_to_misaligned_rows_of_vector_packs() {
 #[test]
 fn regression_aligned_packs_kernels_shared_the_plain_kernels_name() {
     let plain = make(Operator::Softmax, DType::Bf16, "4x1001", 32, 8, 1);
-    let shifted = make_with(
-        Operator::Softmax,
-        DType::Bf16,
-        "4x1001",
-        LayoutRequest {
-            workers: 32,
-            pack: 8,
-            unroll: 1,
-            aligned_packs: true,
-            ..Default::default()
-        },
-    );
+    let request = LayoutRequest {
+        aligned_packs: true,
+        ..plain.schedule()
+    };
+    let shifted = make_with(Operator::Softmax, DType::Bf16, "4x1001", request);
     assert!(shifted.aligned_packs);
     assert_eq!(kernel_name(&shifted), format!("{}_ap", kernel_name(&plain)));
 }
