@@ -492,6 +492,21 @@ __device__ __forceinline__ void lf_st_cs(unsigned* p, unsigned v) {
 }
 ";
 
+/// Vector stores that stay vector stores. In an aligned-packs plan NVVM
+/// split `q[k] = a` into scalar stores (a row's first pack stores the
+/// same addresses element by element), 64 `STG.E` against 14 `STG.E.128`
+/// in softmax f32 W=512: 1.6 TB/s where aligned rows ran 4.0.
+const VECTOR_STORES: &str = "__device__ __forceinline__ void lf_st(uint4* p, uint4 v) {
+    asm volatile(\"st.global.v4.u32 [%0], {%1, %2, %3, %4};\" :: \"l\"(p), \"r\"(v.x), \"r\"(v.y), \"r\"(v.z), \"r\"(v.w) : \"memory\");
+}
+__device__ __forceinline__ void lf_st(uint2* p, uint2 v) {
+    asm volatile(\"st.global.v2.u32 [%0], {%1, %2};\" :: \"l\"(p), \"r\"(v.x), \"r\"(v.y) : \"memory\");
+}
+__device__ __forceinline__ void lf_st(unsigned* p, unsigned v) {
+    asm volatile(\"st.global.u32 [%0], %1;\" :: \"l\"(p), \"r\"(v) : \"memory\");
+}
+";
+
 /// Column loads carry the evict-last policy: asked for directly
 /// (`keep_columns`) or as part of re-read hints. Every cache policy the
 /// kernel uses is created where this holds.
@@ -1591,6 +1606,8 @@ impl Ctx<'_> {
                     }
                     if self.plan.streaming_hints {
                         self.line(&format!("lf_st_cs(q + {k}, a);"));
+                    } else if self.plan.aligned_packs {
+                        self.line(&format!("lf_st(q + {k}, a);"));
                     } else {
                         self.line(&format!("q[{k}] = a;"));
                     }
@@ -2796,6 +2813,8 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
 
     if plan.streaming_hints {
         head.push_str(&streaming_helpers(plan));
+    } else if plan.aligned_packs {
+        head.push_str(VECTOR_STORES);
     }
     if keeps_columns(plan) {
         head.push_str(&reread_helpers(plan));

@@ -2612,3 +2612,45 @@ fn regression_aligned_packs_kernels_shared_the_plain_kernels_name() {
     assert!(shifted.aligned_packs);
     assert_eq!(kernel_name(&shifted), format!("{}_ap", kernel_name(&plain)));
 }
+
+/// NVVM split an aligned-pack kernel's `q[k] = a` vector stores into
+/// scalar ones (the row's first pack stores the same addresses element by
+/// element), so softmax f32 4096x30522 wrote its rows at 1.6 TB/s. Its
+/// whole packs now store through `st.global.v4`, hinted or not, in every
+/// storage type; plain kernels keep the C store the compiler vectorizes.
+#[test]
+fn regression_aligned_pack_stores_were_split_into_scalar_stores() {
+    let cases = [
+        (DType::F32, "4x30522", "4x30524", 4),
+        (DType::Bf16, "4x1001", "4x1008", 8),
+    ];
+    for (dtype, shape, aligned_rows, pack) in cases {
+        let plain = make(Operator::Softmax, dtype, shape, 512, pack, 1);
+        let request = LayoutRequest {
+            aligned_packs: true,
+            ..plain.schedule()
+        };
+        let shifted = make_with(Operator::Softmax, dtype, shape, request);
+        assert!(shifted.aligned_packs);
+        let src = kernel(&shifted).source;
+        assert!(src.contains("st.global.v4.u32"), "{src}");
+        assert!(src.contains("lf_st(q + 0, a);"), "{src}");
+        assert!(!src.contains("q[0] = a;"), "{src}");
+        let hinted = make_with(
+            Operator::Softmax,
+            dtype,
+            shape,
+            LayoutRequest {
+                streaming_hints: true,
+                ..request
+            },
+        );
+        assert!(kernel(&hinted).source.contains("lf_st_cs(q + 0, a);"));
+        let plain = make(Operator::Softmax, dtype, aligned_rows, 512, pack, 1);
+        let src = kernel(&plain).source;
+        assert!(
+            src.contains("q[0] = a;") && !src.contains("lf_st("),
+            "{src}"
+        );
+    }
+}
