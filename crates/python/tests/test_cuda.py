@@ -596,3 +596,45 @@ def test_saved_lse_backward_against_float64(dtype, shape):
     assert rel_err(h.grad[1:-1], e.grad[1:-1]) < TOL[dtype]
     b = torch.ops.lanefold.cross_entropy_backward_recompute(g, x, t)
     assert rel_err(h.grad[1:-1], b[1:-1].double()) < TOL[dtype]
+
+
+def test_a_tuned_winner_is_the_plan_that_runs(tmp_path, monkeypatch):
+    # The tuning cache's winner for this GPU (as `lanefold tune` or
+    # `run --autotune` records it) is planned and runs correctly; another
+    # GPU's winner is not taken.
+    import json
+
+    from lanefold import _lanefold as C
+
+    major, minor = torch.cuda.get_device_capability(0)
+    device = f"{torch.cuda.get_device_name(0)} cc{major}.{minor}"
+    rows, n = 1000, 2500  # an odd row length, so no other test planned it
+    args = ("rmsnorm", "bf16", rows, n, True, False, True)
+    C.clear_caches()
+    auto = C.describe_plan(*args, device=0)
+    workers = 64 if not auto.startswith("W=64 ") else 128
+    path = tmp_path / "tuning.json"
+
+    def record(gpu):
+        request = {"workers": workers, "pack": 4, "unroll": 1, "rows_per_group": 0, "order": None,
+                   "residency": "auto", "mapper": "model"}
+        key = {"device": gpu, "op": "rmsnorm", "dtype": "bf16", "rows": "1024", "n": n}
+        entry = {"key": key, "request": request, "describe": "", "objective": "gpu", "p50_us": 1.0,
+                 "source_sha256": "", "shape": f"{rows}x{n}", "batch_invariant": False,
+                 "recorded_utc": ""}
+        path.write_text(json.dumps({"schema": "lanefold-tuning/1",
+                                    "entries": {f"{gpu}|rmsnorm|bf16|1024|{n}": entry}}))
+
+    monkeypatch.setenv("LANEFOLD_TUNING_CACHE", str(path))
+    record("Some Other GPU cc1.0")
+    assert C.describe_plan(*args, device=0) == auto
+    record(device)
+    try:
+        C.clear_caches()
+        assert C.describe_plan(*args, device=0).startswith(f"W={workers} V=4 U=1 ")
+        x = data((rows, n), torch.bfloat16, 11)
+        w = data((n,), torch.bfloat16, 12, 0.5, 1.5)
+        y = lanefold.rms_norm(x, w, eps=1e-6)
+        assert rel_err(y, F.rms_norm(x.double(), (n,), w.double(), 1e-6)) < TOL[torch.bfloat16]
+    finally:
+        C.clear_caches()

@@ -29,7 +29,7 @@ use model::{model_choice, ModelChoice};
 
 use rules::{
     early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead,
-    hinted_stream_instead, one_chunk_instead, one_row_per_multiprocessor,
+    hinted_stream_instead, one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
     saved_lse_backward_wide_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
@@ -198,6 +198,16 @@ fn layout_rule_beside_model(
                 .to_string(),
         }));
     }
+    if let Some(online) = online_register_instead(problem, target, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: online,
+            model_plan,
+            why: "16-bit softmax on rows of 18432-32767 larger than the L2: a register plan \
+                  with the online normalizer, two groups per SM (the streamed plan \
+                  1.11-1.42x slower in H200 A B B A on rows of no list, 2026-12-04)"
+                .to_string(),
+        }));
+    }
     if let Some(streamed) = whole_row_stream_instead(problem, target, &model_plan, pick) {
         return Ok(Some(RuleBesideModel {
             request: streamed,
@@ -300,7 +310,7 @@ pub fn automatic_note(
 fn variant_note(token: &str) -> Option<&'static str> {
     let name = token.split_once('=').map_or(token, |(name, _)| name);
     Some(match name {
-        "online-normalizer" => "the online normalizer (one read of each row, nothing resident)",
+        "online-normalizer" => "the online normalizer (the maximum and the sum in one pass)",
         "one-pass-moments" => "one-pass moments (two phases instead of three)",
         "staged-columns" => "the weight staged in shared memory while the row is reduced",
         "packed-resident" => "resident 16-bit tiles packed two values per register",

@@ -72,6 +72,8 @@ enum Rows {
     FewerThanSms,
     /// A rows x N tile of at least [`PAST_L2_BYTES`].
     PastL2,
+    /// [`Rows::PastL2`] rows that all start on 16-byte boundaries.
+    AlignedPastL2,
 }
 
 /// One rung of a ladder: the operators, dtypes, row lengths (inclusive)
@@ -240,6 +242,25 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         rows: Rows::Misaligned,
         adds: "online-normalizer",
     },
+    // 16-bit softmax on rows of 18432-32767 larger than the L2: the online
+    // normalizer, in the register layout of [`online_register_instead`].
+    // Rows shifted into aligned packs over 26000 keep the streamed plan:
+    // their tile takes 76 registers, one group per SM (8192x30522 315.8 ->
+    // 408.4 µs).
+    Rung {
+        ops: &[Operator::Softmax],
+        dtypes: Dtypes::Bits16,
+        n: span(18432, 26000),
+        rows: Rows::PastL2,
+        adds: "online-normalizer",
+    },
+    Rung {
+        ops: &[Operator::Softmax],
+        dtypes: Dtypes::Bits16,
+        n: span(26001, 32767),
+        rows: Rows::AlignedPastL2,
+        adds: "online-normalizer",
+    },
     // layernorm from 32768: one-pass moments (bf16 4096x131072 882 -> 703
     // µs; f32 and the shorter rows within 4% either way then,
     // residual_layernorm included). f32 on the pushed cluster: 4096x131072
@@ -381,6 +402,7 @@ impl Rung {
             }
             Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
             Rows::PastL2 => past_l2(problem),
+            Rows::AlignedPastL2 => sixteen_byte_rows(problem) && past_l2(problem),
         };
         problem
             .operator_kind()
@@ -700,6 +722,47 @@ pub(super) fn tiny_rows_one_thread_instead(
         ..*pick
     };
     plan_rows(problem, target, &one).ok().map(|_| one)
+}
+
+/// 16-bit softmax rows where the online normalizer runs in registers
+/// ([`online_register_instead`]).
+const ONLINE_SOFTMAX_N: Span = span(18432, 32767);
+
+/// 16-bit softmax with the online normalizer (the variant ladder's, on
+/// rows of 18432-32767 larger than the L2): a register plan of at most 8
+/// packs a worker (W=512 there), where the model, which prices the online
+/// normalizer as holding nothing, picked 208-slot tiles (163 registers)
+/// and the rule of [`hinted_stream_instead`] a streamed plan that ran at
+/// 2.5-3.1 TB/s. The one reduction phase keeps the tile at 61-64
+/// registers, two groups per SM. A B B A on rows of no list
+/// (`2026-12-04-softmax-bf16-online-h200`), streamed -> online: 12288x18432
+/// 334.1 -> 262.8 µs, 4096x20001 120.6 -> 107.0, 6144x26000 204.3 ->
+/// 182.3, 8192x30720 404.6 -> 284.3.
+pub(super) fn online_register_instead(
+    problem: &Problem,
+    target: &Target,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let n = problem.shape.n;
+    if target.name != "h200"
+        || problem.operator_kind()? != Operator::Softmax
+        || problem.dtype.size_bytes() != 2
+        || !pick.online_normalizer
+        || !ONLINE_SOFTMAX_N.contains(n)
+        || !past_l2(problem)
+    {
+        return None;
+    }
+    let pack = 8; // 16-byte packs of 16-bit values
+    let online = LayoutRequest {
+        workers: n.div_ceil(8 * pack).next_power_of_two().min(1024) as u32,
+        pack: pack as u32,
+        unroll: 4,
+        rows_per_group: 1,
+        residency: ResidencyRequest::Registers,
+        ..*pick
+    };
+    plan_rows(problem, target, &online).ok().map(|_| online)
 }
 
 /// The model's register pick replaced by a streamed plan with re-read hints
