@@ -204,7 +204,7 @@ fn layout_rule_beside_model(
             model_plan,
             why: "16-bit softmax on rows of 18432-32767 larger than the L2: a register plan \
                   with the online normalizer, two groups per SM (the streamed plan \
-                  1.11-1.42x slower in H200 A B B A on rows of no list, 2026-12-04)"
+                  1.12-1.42x slower in H200 A B B A on rows of no list, 2026-12-04)"
                 .to_string(),
         }));
     }
