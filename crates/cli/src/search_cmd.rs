@@ -9,7 +9,10 @@ use lanefold_measure::bench::Device;
 use lanefold_measure::env::utc_now;
 use lanefold_measure::phases::L2Mode;
 use lanefold_measure::phases::PhaseConfig;
-use lanefold_measure::search::{device_of, search, Objective, SearchFile, SearchSpec};
+use lanefold_measure::search::{
+    device_of, search, Objective, SearchCandidate, SearchFile, SearchProblem, SearchSpec, Status,
+    Winner,
+};
 use lanefold_measure::tuning::{TuningCache, TuningEntry, TuningKey};
 use lanefold_plan::{LayoutRequest, ResidencyRequest, Shape};
 use std::path::{Path, PathBuf};
@@ -183,9 +186,27 @@ fn scratch_dir(what: &str) -> PathBuf {
     ))
 }
 
+/// A searched winner less than this much faster than the automatic
+/// mapping (search p50s) is within a bench's noise.
+const WINNER_MARGIN: f64 = 0.02;
+
+/// The automatic mapping of `p` where its winner is not [`WINNER_MARGIN`]
+/// faster: then the cache records the automatic request, so that later
+/// choices of the mapper reach the problem instead of a layout pinned by
+/// noise. Its candidate and search p50.
+fn tie_with_automatic<'a>(p: &'a SearchProblem, w: &Winner) -> Option<(&'a SearchCandidate, f64)> {
+    let auto = p.candidates.get(p.automatic?)?;
+    let auto_p50 = auto
+        .objective_p50
+        .filter(|_| auto.status == Status::Accepted)?;
+    (w.candidate != auto.index && w.search_p50 > auto_p50 * (1.0 - WINNER_MARGIN))
+        .then_some((auto, auto_p50))
+}
+
 /// Record in `cache` each problem's winner of `file` (a search written to
-/// `output`) whose fresh measurement is valid and has its objective;
-/// returns how many were recorded.
+/// `output`) whose fresh measurement is valid and has its objective, or
+/// its automatic mapping where the winner ties with it; returns how many
+/// were recorded.
 fn record_winners(
     file: &SearchFile,
     output: &Path,
@@ -219,22 +240,43 @@ fn record_winners(
             .map_err(|e: lanefold_ir::DTypeError| anyhow::anyhow!("{e}"))?;
         let shape: Shape = p.shape.parse()?;
         let key = TuningKey::new(&device, op, dtype, shape, batch_invariant);
+        let (request, describe, p50_us, source_sha256) = match tie_with_automatic(p, w) {
+            Some((auto, auto_p50)) => {
+                println!(
+                    "{}: the winner {} ({:.3} µs in the search) is within {:.0}% of the \
+                     automatic mapping ({auto_p50:.3} µs): the automatic mapping is recorded",
+                    p.id,
+                    w.describe,
+                    w.search_p50,
+                    WINNER_MARGIN * 100.0
+                );
+                let describe = auto.plan.as_ref().map_or("automatic", |r| &r.describe);
+                let sha = auto.source_sha256.clone().unwrap_or_default();
+                (p.base, format!("automatic: {describe}"), auto_p50, sha)
+            }
+            None => (
+                w.request,
+                w.describe.clone(),
+                fresh,
+                w.source_sha256.clone(),
+            ),
+        };
         cache.record(
             &key,
             TuningEntry {
                 key: key.clone(),
-                request: w.request,
-                describe: w.describe.clone(),
+                request,
+                describe: describe.clone(),
                 objective: file.objective,
-                p50_us: fresh,
-                source_sha256: w.source_sha256.clone(),
+                p50_us,
+                source_sha256,
                 shape: p.shape.clone(),
                 batch_invariant,
                 recorded_utc: utc_now(),
                 results: Some(output.display().to_string()),
             },
         )?;
-        println!("{}: recorded {} as {}", p.id, w.describe, key.text());
+        println!("{}: recorded {describe} as {}", p.id, key.text());
         recorded += 1;
     }
     Ok(recorded)
@@ -332,4 +374,51 @@ pub fn tune_cmd(args: TuneArgs) -> Result<()> {
         cache.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(dir: &str) -> SearchFile {
+        let path = format!(
+            "{}/../../bench/results/{dir}/results.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        SearchFile::read(Path::new(&path)).unwrap()
+    }
+
+    fn problem<'a>(file: &'a SearchFile, id: &str) -> &'a SearchProblem {
+        file.problems.iter().find(|p| p.id == id).unwrap()
+    }
+
+    /// Committed H200 searches: a winner 0.05% ahead of the automatic
+    /// mapping is noise and records the automatic mapping; one 4.8x ahead
+    /// is recorded itself.
+    #[test]
+    fn a_winner_within_the_margin_of_the_automatic_mapping_records_the_automatic_one() {
+        let grid = committed("2026-11-30-grid-1024x4096-search-h200");
+        let p = problem(&grid, "sum/bf16/1024x4096");
+        let w = p.winner.as_ref().unwrap();
+        assert_ne!(Some(w.candidate), p.automatic);
+        let (auto, auto_p50) = tie_with_automatic(p, w).expect("a tie");
+        assert_eq!(Some(auto.index), p.automatic);
+        assert!(w.search_p50 < auto_p50 && w.search_p50 > auto_p50 * (1.0 - WINNER_MARGIN));
+
+        let short = committed("2026-12-03-search-short-rows-bf16-h200");
+        let p = problem(&short, "sum/bf16/262144x4");
+        assert!(tie_with_automatic(p, p.winner.as_ref().unwrap()).is_none());
+        // The automatic mapping as the winner is recorded as such.
+        let won = p
+            .candidates
+            .iter()
+            .find(|c| c.automatic && c.status == Status::Accepted);
+        if let Some(c) = won {
+            let w = Winner {
+                candidate: c.index,
+                ..p.winner.clone().unwrap()
+            };
+            assert!(tie_with_automatic(p, &w).is_none());
+        }
+    }
 }
