@@ -2814,7 +2814,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
 
     if plan.streaming_hints {
         head.push_str(&streaming_helpers(plan));
-    } else if plan.aligned_packs {
+    } else if plan.aligned_packs && program.outputs.iter().any(|b| b.kind == BufferKind::Row) {
         head.push_str(VECTOR_STORES);
     }
     if keeps_columns(plan) {

@@ -2653,4 +2653,13 @@ fn regression_aligned_pack_stores_were_split_into_scalar_stores() {
             "{src}"
         );
     }
+    // A kernel without row outputs carries no store helper.
+    let loss = make(Operator::CrossEntropy, DType::Bf16, "4x1001", 32, 8, 1);
+    let request = LayoutRequest {
+        aligned_packs: true,
+        ..loss.schedule()
+    };
+    let shifted = make_with(Operator::CrossEntropy, DType::Bf16, "4x1001", request);
+    assert!(shifted.aligned_packs);
+    assert!(!kernel(&shifted).source.contains("lf_st("));
 }
