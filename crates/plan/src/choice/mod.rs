@@ -341,10 +341,13 @@ fn model_rule_note(problem: &Problem, target: &Target, request: &LayoutRequest) 
     };
     let pick = choose_by_model(problem, &target, &model).ok()?;
     let rule = rule_beside_model(problem, &target, request, &pick).ok()??;
+    let picked = rule.model_plan.describe();
+    if plan_rows(problem, &target, &rule.request).is_ok_and(|p| p.describe() == picked) {
+        return Some(format!("{}, the cost model's pick as well", rule.why));
+    }
     Some(format!(
-        "{} replaces the cost model's pick {}",
-        rule.why,
-        rule.model_plan.describe()
+        "{} replaces the cost model's pick {picked}",
+        rule.why
     ))
 }
 

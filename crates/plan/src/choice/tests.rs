@@ -1714,6 +1714,19 @@ fn sixteen_bit_softmax_of_18432_to_32767_past_the_l2_runs_online_in_registers() 
             p.describe()
         );
     }
+    // The note names the model's pick only where the rule moved it.
+    let note =
+        |shape| automatic_note(&typed(Operator::Softmax, DType::Bf16, shape), &t, &auto).unwrap();
+    assert!(
+        note("8192x30720").ends_with("the cost model's pick as well"),
+        "{}",
+        note("8192x30720")
+    );
+    assert!(
+        note("6144x26000").contains("replaces the cost model's pick W=128"),
+        "{}",
+        note("6144x26000")
+    );
     let invariant = LayoutRequest {
         batch_invariant: true,
         ..auto
