@@ -2599,17 +2599,24 @@ fn aligned_packs_apply_only_to_misaligned_rows_of_vector_packs() {
     assert_eq!(plain.slot_bound, 3 * 8 + 8);
 }
 
+/// `plain`'s schedule with aligned packs on `shape` (rows off 16 bytes),
+/// and its request.
+fn shifted(op: Operator, dtype: DType, shape: &str, plain: &Plan) -> (Plan, LayoutRequest) {
+    let request = LayoutRequest {
+        aligned_packs: true,
+        ..plain.schedule()
+    };
+    let p = make_with(op, dtype, shape, request);
+    assert!(p.aligned_packs, "{}", p.describe());
+    (p, request)
+}
+
 /// An aligned-pack kernel had the name of the same layout's plain one,
 /// so `compile-check --cubin-dir` wrote both to one file.
 #[test]
 fn regression_aligned_packs_kernels_shared_the_plain_kernels_name() {
     let plain = make(Operator::Softmax, DType::Bf16, "4x1001", 32, 8, 1);
-    let request = LayoutRequest {
-        aligned_packs: true,
-        ..plain.schedule()
-    };
-    let shifted = make_with(Operator::Softmax, DType::Bf16, "4x1001", request);
-    assert!(shifted.aligned_packs);
+    let (shifted, _) = shifted(Operator::Softmax, DType::Bf16, "4x1001", &plain);
     assert_eq!(kernel_name(&shifted), format!("{}_ap", kernel_name(&plain)));
 }
 
@@ -2626,13 +2633,8 @@ fn regression_aligned_pack_stores_were_split_into_scalar_stores() {
     ];
     for (dtype, shape, aligned_rows, pack) in cases {
         let plain = make(Operator::Softmax, dtype, shape, 512, pack, 1);
-        let request = LayoutRequest {
-            aligned_packs: true,
-            ..plain.schedule()
-        };
-        let shifted = make_with(Operator::Softmax, dtype, shape, request);
-        assert!(shifted.aligned_packs);
-        let src = kernel(&shifted).source;
+        let (aligned, request) = shifted(Operator::Softmax, dtype, shape, &plain);
+        let src = kernel(&aligned).source;
         assert!(src.contains("st.global.v4.u32"), "{src}");
         assert!(src.contains("lf_st(q + 0, a);"), "{src}");
         assert!(!src.contains("q[0] = a;"), "{src}");
@@ -2655,11 +2657,6 @@ fn regression_aligned_pack_stores_were_split_into_scalar_stores() {
     }
     // A kernel without row outputs carries no store helper.
     let loss = make(Operator::CrossEntropy, DType::Bf16, "4x1001", 32, 8, 1);
-    let request = LayoutRequest {
-        aligned_packs: true,
-        ..loss.schedule()
-    };
-    let shifted = make_with(Operator::CrossEntropy, DType::Bf16, "4x1001", request);
-    assert!(shifted.aligned_packs);
-    assert!(!kernel(&shifted).source.contains("lf_st("));
+    let (aligned, _) = shifted(Operator::CrossEntropy, DType::Bf16, "4x1001", &loss);
+    assert!(!kernel(&aligned).source.contains("lf_st("));
 }
