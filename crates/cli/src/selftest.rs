@@ -966,9 +966,9 @@ pub fn ordered_hinted_load_checks(backend: &Backend, report: &mut Report) {
 /// Aligned packs (`aligned_packs`) on rows whose length is no multiple
 /// of V, so that each row starts at a different shift: exact sums (FMA
 /// off) equal the CPU executor bit for bit, so the executor mirrors the
-/// shifted ownership; and every operator without columns, f32 and bf16,
-/// in register and streamed plans, valid against float64 and marked
-/// exactly where a row is misaligned and the pack a vector.
+/// shifted ownership; and every operator, f32 and bf16, in register and
+/// streamed plans, valid against float64 and marked exactly where a row
+/// is misaligned and the pack a vector.
 pub fn aligned_pack_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::ResidencyRequest;
     let exact = CodegenOptions { fma: false };
@@ -1011,6 +1011,9 @@ pub fn aligned_pack_checks(backend: &Backend, report: &mut Report) {
         Operator::CrossEntropyWithGrad,
         Operator::CrossEntropyBackward,
         Operator::SoftmaxBackward,
+        Operator::Rmsnorm,
+        Operator::Layernorm,
+        Operator::ResidualLayernorm,
     ];
     let mut cases = vec![];
     for op in ops {

@@ -263,7 +263,7 @@ const MATH_HELPERS: &str = "__device__ __forceinline__ float lf_exp(float x) {
 /// row's last phase with nothing of the kernel live across either call
 /// (the call site derives the row and worker again), so they fit under the
 /// hot kernel's registers and its count does not move.
-fn cold_helpers(program: &Program, stat: RowStat, residual: bool) -> String {
+fn cold_helpers(program: &Program, stat: RowStat, residual: bool, aligned_packs: bool) -> String {
     let max = lit(f32::MAX);
     let has_in = |b: &str| program.input(b).is_some();
     let has_out = |b: &str| program.output(b).is_some_and(|d| d.kind == BufferKind::Row);
@@ -281,7 +281,15 @@ fn cold_helpers(program: &Program, stat: RowStat, residual: bool) -> String {
     if has_out("h") {
         params.push("lf_store_t* h");
     }
-    params.extend(["lf_store_t* y", "int w", "float4 st"]);
+    params.extend(["lf_store_t* y", "int w"]);
+    // Aligned packs: worker w's elements start `s` (the row's shift) earlier.
+    let (shift, skip) = if aligned_packs {
+        params.push("int s");
+        (" - s", "            if (i < 0) continue;\n")
+    } else {
+        ("", "")
+    };
+    params.push("float4 st");
     let h = |i: &str| {
         if residual {
             format!("lf_round(__fadd_rn(lf_widen(x[{i}]), lf_widen(r[{i}])))")
@@ -375,10 +383,10 @@ __device__ __noinline__ float4 lf_cold_stats({row_params}) {{
 {stats}}}
 __device__ __noinline__ void lf_cold_out({params}) {{
     #pragma unroll 1
-    for (int i = w * LF_V; i < LF_N; i += (LF_W - 1) * LF_V) {{
+    for (int i = w * LF_V{shift}; i < LF_N; i += (LF_W - 1) * LF_V) {{
         #pragma unroll 1
         for (int e = 0; e < LF_V && i < LF_N; ++e, ++i) {{
-            const float hv = {hi};
+{skip}            const float hv = {hi};
 {store}        }}
     }}
 }}
@@ -1222,7 +1230,11 @@ impl Ctx<'_> {
                 args.push(format!("p_{out} + lf_off"));
             }
         }
-        args.extend(["lf_w".to_string(), "lf_st".to_string()]);
+        args.push("lf_w".to_string());
+        if self.aligned_chunks > 0 {
+            args.push("(int)(lf_off & (LF_V - 1))".to_string());
+        }
+        args.push("lf_st".to_string());
         self.line(&format!("const bool lf_cold = !({sound});"));
         self.cold_call = Some(vec![
             "if (lf_cold && row_ok) { // the row again, in scaled form".to_string(),
@@ -1317,6 +1329,17 @@ impl Ctx<'_> {
                 self.line(&format!(
                     "for (int e = 0; e < LF_V; ++e) {arr}[e] = lf_ep{}[e]; // loaded early",
                     val.0
+                ));
+                continue;
+            }
+            if vector.is_some()
+                && self.aligned_chunks > 0
+                && self.buffer_kind(buffer) == BufferKind::Column
+            {
+                // A column's packs do not follow the row's shift.
+                self.line("#pragma unroll");
+                self.line(&format!(
+                    "for (int e = 0; e < LF_V; ++e) {arr}[e] = lf_widen({ptr}[i0 + e]); // column, element by element"
                 ));
                 continue;
             }
@@ -2881,7 +2904,12 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         .iter()
         .find(|i| matches!(i, Instr::Rescaled { .. }))
     {
-        head.push_str(&cold_helpers(program, *stat, residual.is_some()));
+        head.push_str(&cold_helpers(
+            program,
+            *stat,
+            residual.is_some(),
+            plan.aligned_packs,
+        ));
     }
     if let Some(shared) = shared_chunks {
         let _ = writeln!(

@@ -2660,3 +2660,40 @@ fn regression_aligned_pack_stores_were_split_into_scalar_stores() {
     let (aligned, _) = shifted(Operator::CrossEntropy, DType::Bf16, "4x1001", &loss);
     assert!(!kernel(&aligned).source.contains("lf_st("));
 }
+
+/// The norms in aligned packs: x and the outputs move in whole packs,
+/// but weight and bias (one row of columns every row reads at its own
+/// shift) are read element by element; the cold path writes each
+/// worker's elements of the shifted layout, the row's shift passed in.
+#[test]
+fn golden_layernorm_bf16_w32_v8_aligned_packs() {
+    let plain = make(Operator::Layernorm, DType::Bf16, "37x1001", 32, 8, 1);
+    assert!(plain.cold_path());
+    let (p, _) = shifted(Operator::Layernorm, DType::Bf16, "37x1001", &plain);
+    let src = kernel(&p).source;
+    for column in ["weight", "bias"] {
+        assert!(
+            src.contains(&format!("[e] = lf_widen(p_{column}[i0 + e]); // column")),
+            "{column}: {src}"
+        );
+    }
+    assert!(
+        src.contains("reinterpret_cast<const uint4*>(p_x + row_off + i0)"),
+        "{src}"
+    );
+    assert!(src.contains("int w, int s, float4 st)"), "{src}");
+    assert!(
+        src.contains("for (int i = w * LF_V - s; i < LF_N;"),
+        "{src}"
+    );
+    assert!(src.contains("if (i < 0) continue;"), "{src}");
+    assert!(
+        src.contains("lf_w, (int)(lf_off & (LF_V - 1)), lf_st);"),
+        "{src}"
+    );
+    // The plain kernel's cold path is as before.
+    let plain_src = kernel(&plain).source;
+    assert!(plain_src.contains("for (int i = w * LF_V; i < LF_N;"));
+    assert!(!plain_src.contains("int s,"));
+    insta::assert_snapshot!(golden(&p));
+}

@@ -166,18 +166,13 @@ pub(crate) fn plan_rows(
 
     // Misaligned rows read in aligned packs: a row of N sits in a shifted
     // layout of at most N + V - 1 elements, whose every chunk has slots.
-    // Not where a cluster's groups would shift apart, nor with columns
-    // (their packs cannot follow each row's shift) or the norms' cold path.
+    // Not where a cluster's groups would shift apart. Columns (weight,
+    // bias) cannot follow a row's shift: they are read element by element
+    // and never held across rows (no hoisting).
     let aligned_packs = request.aligned_packs
         && !n.is_multiple_of(pack as usize)
         && vector_access(problem.dtype, pack as usize, pack as usize).is_some()
-        && groups_per_row == 1
-        && problem.program.column_inputs().next().is_none()
-        && !problem
-            .program
-            .body
-            .iter()
-            .any(|i| matches!(i, Instr::Rescaled { .. }));
+        && groups_per_row == 1;
     let slot_bound = if aligned_packs {
         layout.chunks(n + pack as usize - 1) * pack as usize
     } else {
@@ -218,7 +213,7 @@ pub(crate) fn plan_rows(
         }
     }
     let mut hoisted_columns = false;
-    if request.hoist_columns && request.residency != ResidencyRequest::Stream {
+    if request.hoist_columns && request.residency != ResidencyRequest::Stream && !aligned_packs {
         let hoisted = hoist_column_loads(&problem.program, &analysis);
         let extra = hoisted.resident.len() - analysis.resident.len();
         // Only when the hoisted columns fit beside the row tiles: hoisting
@@ -442,8 +437,9 @@ pub(crate) fn plan_rows(
         hoisted_columns,
         min_groups_per_multiprocessor: (request.occupancy > 0).then_some(request.occupancy),
         reread_hints: request.reread_hints && residency == Residency::Stream && resident_tiles > 0,
-        keep_columns: request.keep_columns && columns > 0,
-        l1_columns: request.l1_columns && columns > 0,
+        // Aligned packs read columns element by element, with no policy.
+        keep_columns: request.keep_columns && columns > 0 && !aligned_packs,
+        l1_columns: request.l1_columns && columns > 0 && !aligned_packs,
         folded_pack_addresses: folds_by_default(residency, occupancy_cap)
             && !request.unfold_pack_addresses
             && (n > layout.chunk_span() || whole_vector_packs),

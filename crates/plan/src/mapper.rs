@@ -345,8 +345,8 @@ pub struct LayoutRequest {
     /// accesses otherwise. Moves elements between workers: changes
     /// rounding, not the value, and the bits of a row with its position,
     /// so refused with batch invariance. No effect on rows that are
-    /// already aligned, packs of under 4 bytes, rows spanning a cluster,
-    /// programs with columns or the norms' cold path.
+    /// already aligned, packs of under 4 bytes or rows spanning a cluster.
+    /// Columns (weight, bias) are read element by element, never hoisted.
     #[serde(default)]
     pub aligned_packs: bool,
 }

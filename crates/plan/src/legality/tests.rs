@@ -558,8 +558,10 @@ fn an_automatic_in_place_request_avoids_pushed_cluster_reductions() {
 }
 
 /// Aligned packs apply to misaligned rows of vector packs, one group per
-/// row, without columns or the cold path; elsewhere the token is dropped.
-/// Their slots cover a row shifted by up to V - 1 elements.
+/// row, norms (columns, cold path) too; elsewhere the token is dropped.
+/// Their slots cover a row shifted by up to V - 1 elements. Columns are
+/// then never hoisted: a hoisted weight tile would keep the first row's
+/// shift for the next.
 #[test]
 fn aligned_packs_apply_where_each_row_can_shift_alone() {
     let t = Target::h200();
@@ -580,10 +582,28 @@ fn aligned_packs_apply_where_each_row_can_shift_alone() {
     // 1001 + 7 elements over chunks of 1024: one chunk of 8 slots.
     assert_eq!(p.slot_bound, 8);
     assert_eq!(p.row_shift(3), 3 * 1001 % 8);
+    let norm = aligned(Operator::Layernorm, DType::Bf16, "8x1001", req(128, 8));
+    assert!(
+        norm.aligned_packs && norm.cold_path(),
+        "{}",
+        norm.describe()
+    );
+    let hoisting = LayoutRequest {
+        hoist_columns: true,
+        ..req(128, 8)
+    };
+    let rms = typed(Operator::Rmsnorm, DType::F32, "64x1001");
+    assert!(plan(&rms, &t, &hoisting).unwrap().hoisted_columns);
+    let norm = aligned(Operator::Rmsnorm, DType::F32, "64x1001", hoisting);
+    assert!(
+        norm.aligned_packs && !norm.hoisted_columns,
+        "{}",
+        norm.describe()
+    );
     for (op, dtype, shape, r) in [
         (Operator::Softmax, DType::Bf16, "8x1024", req(128, 8)),
         (Operator::Softmax, DType::Bf16, "8x1001", req(128, 1)),
-        (Operator::Rmsnorm, DType::Bf16, "8x1001", req(128, 8)),
+        (Operator::Rmsnorm, DType::Bf16, "8x1024", req(128, 8)),
         (Operator::Softmax, DType::Bf16, "8x100001", req(4096, 8)),
     ] {
         let p = aligned(op, dtype, shape, r);
