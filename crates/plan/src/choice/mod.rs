@@ -29,8 +29,9 @@ use model::{model_choice, ModelChoice};
 
 use rules::{
     early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead,
-    hinted_stream_instead, one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
-    saved_lse_backward_wide_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
+    hinted_stream_instead, long_softmax_stream, one_chunk_instead, one_row_per_multiprocessor,
+    online_register_instead, saved_lse_backward_wide_instead, tiny_rows_one_thread_instead,
+    whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -222,10 +223,16 @@ fn layout_rule_beside_model(
         return Ok(Some(RuleBesideModel {
             request: streamed,
             model_plan,
-            why: "a streamed plan with re-read hints (64 private slots per thread compile \
-                  to 108-128 registers on sm_90; the streamed plans measured 1.02-1.11x \
-                  faster)"
-                .to_string(),
+            why: if long_softmax_stream(problem) {
+                "16-bit softmax rows of 32769-65535 larger than the L2: streamed with re-read \
+                 hints in 512-worker groups (the model's unpacked tiles and clusters ran \
+                 1.02-1.89x slower)"
+            } else {
+                "a streamed plan with re-read hints (64 private slots per thread compile \
+                 to 108-128 registers on sm_90; the streamed plans measured 1.02-1.11x \
+                 faster)"
+            }
+            .to_string(),
         }));
     }
     if let Some(one) = one_chunk_instead(problem, target, &model_plan, pick) {

@@ -67,6 +67,10 @@ enum Rows {
     Shifted,
     /// [`Rows::Shifted`], at least as many as multiprocessors.
     ShiftedAtLeastSms,
+    /// [`Rows::ShiftedAtLeastSms`] rows of a length no multiple of 4
+    /// elements, so that no 4-element pack is a vector (16 bytes in f32,
+    /// 8 in 16-bit).
+    ShiftedOffFourAtLeastSms,
     /// Fewer rows than multiprocessors: each row alone on its SM, its time
     /// its latency.
     FewerThanSms,
@@ -156,6 +160,30 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         dtypes: Dtypes::Any,
         n: span(1, SCALAR_SHORT_N - 1),
         rows: Rows::ShiftedAtLeastSms,
+        adds: "aligned-packs",
+    },
+    // The norms, whose columns cannot follow a row's shift and are read
+    // element by element, where N is no multiple of 4: their plain plans
+    // read scalars there. Default against aligned packs, A B B A, L2 cold
+    // (2026-12-04-norms-aligned-packs-h200): rmsnorm f32 4096x30522 576
+    // -> 304 µs, bf16 2048x5001 28.2 -> 19.5; layernorm bf16 4096x1602
+    // 20.0 -> 16.0, f32 16384x2050 110 -> 87; residual_layernorm bf16
+    // 8192x3003 122 -> 78, f32 4096x4097 125 -> 74. Where N is a multiple
+    // of 4 the plain 16-bit plans read 8-byte vectors and won (rmsnorm
+    // bf16 4096x4100 21.2 against 26.3 µs, 3000x2500 11.8 against 15.0,
+    // layernorm bf16 64x4100 2.9 against 4.2): the weight's eight scalar
+    // loads a pack cost more than the wider pack saves. Old choice against
+    // new on rows not used to set this (2026-12-04-norms-aligned-packs-
+    // rule-h200): 1.07-1.75x on 1024-24576 rows (rmsnorm bf16 1024x12289
+    // 34.6 -> 19.8 µs, 4096x4097 39.4 -> 26.6; layernorm bf16 24576x803
+    // 32.7 -> 30.6), while decode rows (1-64, L2 warm) lost 0.74-0.90x
+    // (residual_layernorm bf16 64x2050 2.26 -> 3.05): fewer rows than SMs
+    // keep their plain plans.
+    Rung {
+        ops: NORMS,
+        dtypes: Dtypes::Any,
+        n: from(1),
+        rows: Rows::ShiftedOffFourAtLeastSms,
         adds: "aligned-packs",
     },
     // ... cross_entropy's forward in 16-bit rows only (f32 4096x50257 ran
@@ -399,6 +427,10 @@ impl Rung {
             Rows::Shifted => !sixteen_byte_rows(problem),
             Rows::ShiftedAtLeastSms => {
                 !sixteen_byte_rows(problem) && problem.shape.rows >= target.multiprocessors as usize
+            }
+            Rows::ShiftedOffFourAtLeastSms => {
+                !problem.shape.n.is_multiple_of(4)
+                    && problem.shape.rows >= target.multiprocessors as usize
             }
             Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
             Rows::PastL2 => past_l2(problem),
@@ -790,26 +822,44 @@ pub(super) fn hinted_stream_instead(
     let op = problem.operator_kind()?;
     let measured_faster = match op {
         Operator::Rmsnorm => true,
-        // A packed softmax tile needs 64 registers, not 124: it stays.
-        Operator::Softmax => problem.dtype == DType::Bf16 && !pick.pack_resident,
+        // A packed softmax tile needs 64 registers, not 124: it stays. The
+        // plan's packing, not the request's: a row of partial chunks is
+        // not packed.
+        Operator::Softmax => problem.dtype == DType::Bf16 && !picked.packed_resident,
         _ => false,
     };
     let shape = problem.shape;
+    let wide_tile = picked.groups_per_row == 1 && picked.resident_slots >= WIDE_SLOT_PLAN;
+    // 16-bit softmax rows whose register tiles pack only in whole chunks:
+    // any register pick, one group or a cluster.
+    let long_softmax = long_softmax_stream(problem);
     if !measured_faster
         || picked.residency != Residency::Registers
-        || picked.groups_per_row != 1
-        || picked.resident_slots < WIDE_SLOT_PLAN
+        || !(wide_tile || long_softmax)
         || !past_l2(problem)
     {
         return None;
     }
     // Two 16-byte packs per worker and stripe, as measured: W=256 on rows of
     // 4096 bf16, 512 on 8192, at most one full group on longer rows.
-    let pack = picked.layout.pack;
-    let workers = two_packs_per_worker(shape.n, pack, target);
+    let (workers, pack, unroll) = if long_softmax {
+        (
+            LONG_SOFTMAX_STREAM_W,
+            16 / problem.dtype.size_bytes() as u32,
+            4,
+        )
+    } else {
+        let pack = picked.layout.pack;
+        (
+            two_packs_per_worker(shape.n, pack, target),
+            pack,
+            pick.unroll,
+        )
+    };
     let streamed = LayoutRequest {
         workers,
         pack,
+        unroll,
         rows_per_group: 0,
         residency: ResidencyRequest::Stream,
         reread_hints: true,
@@ -817,6 +867,30 @@ pub(super) fn hinted_stream_instead(
     };
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
 }
+
+/// 16-bit softmax rows streamed by [`hinted_stream_instead`] whatever the
+/// model's register pick, but a packed tile: from 32769 a register tile
+/// is packed only where the row splits into whole chunks, and unpacked
+/// it holds one group per SM (4096x36000 109 registers); the model's
+/// cluster picks from 58000 ran slower still. In
+/// [`LONG_SOFTMAX_STREAM_W`]-worker groups of 16-byte packs at U=4:
+/// against the old picks, A B B A, L2 cold (2026-12-04-softmax-bf16-
+/// long-stream-h200): 2048x50257 169.8 -> 140.9 µs, 2048x60001 (a
+/// cluster of 4) 310.5 -> 164.1, 4096x36000 212.3 -> 210.9, 4096x40000
+/// 240.5 -> 234.8.
+const LONG_SOFTMAX_STREAM_N: Span = span(32769, 65535);
+
+/// Is this a softmax of [`LONG_SOFTMAX_STREAM_N`] (streamed by
+/// [`hinted_stream_instead`] where its dtype was measured)?
+pub(super) fn long_softmax_stream(problem: &Problem) -> bool {
+    problem.operator_kind() == Some(Operator::Softmax)
+        && LONG_SOFTMAX_STREAM_N.contains(problem.shape.n)
+}
+
+/// Workers of [`LONG_SOFTMAX_STREAM_N`]'s streamed plan: W=1024 (one
+/// group per SM) ran 1.20-1.45x slower than W=512 on all five rows tried
+/// (8192x33000 483.8 against 334.4 µs, 2048x62000 218.1 against 172.1).
+const LONG_SOFTMAX_STREAM_W: u32 = 512;
 
 /// The power-of-two W giving each worker two packs of `pack` per stripe of
 /// a row of `n`, within one warp and one full group.

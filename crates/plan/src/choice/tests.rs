@@ -1610,7 +1610,8 @@ fn regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker() {
 /// Misaligned rows read scalars until aligned packs: the automatic plan
 /// takes them where they measured faster, with 16-byte packs on long
 /// rows and narrow ones on many short rows, and leaves them out on
-/// decode cross_entropy rows and in f32 cross_entropy.
+/// decode cross_entropy rows and in f32 cross_entropy. The norms take
+/// them where N is no multiple of 4, on at least as many rows as SMs.
 #[test]
 fn regression_misaligned_rows_read_every_pack_as_scalars() {
     let h200 = Target::h200();
@@ -1621,6 +1622,9 @@ fn regression_misaligned_rows_read_every_pack_as_scalars() {
         (Operator::Softmax, DType::Bf16, "24576x577", 2),
         (Operator::Softmax, DType::F32, "4096x10001", 4),
         (Operator::CrossEntropy, DType::Bf16, "16x128257", 8),
+        (Operator::Rmsnorm, DType::Bf16, "4096x4097", 8),
+        (Operator::Layernorm, DType::F32, "16384x2050", 4),
+        (Operator::ResidualLayernorm, DType::Bf16, "8192x3003", 8),
     ] {
         let p = auto(op, dtype, shape);
         assert!(p.aligned_packs, "{op} {shape}: {}", p.describe());
@@ -1629,7 +1633,8 @@ fn regression_misaligned_rows_read_every_pack_as_scalars() {
     for (op, dtype, shape) in [
         (Operator::CrossEntropy, DType::Bf16, "64x50257"),
         (Operator::CrossEntropy, DType::F32, "4096x50257"),
-        (Operator::Rmsnorm, DType::Bf16, "4096x4097"),
+        (Operator::Rmsnorm, DType::Bf16, "4096x4100"),
+        (Operator::Layernorm, DType::Bf16, "64x4098"),
     ] {
         let p = auto(op, dtype, shape);
         assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
@@ -1737,4 +1742,39 @@ fn sixteen_bit_softmax_of_18432_to_32767_past_the_l2_runs_online_in_registers() 
         "{}",
         p.describe()
     );
+}
+
+/// 16-bit softmax rows of 32769-65535 past the L2 kept the model's
+/// register pick where the row does not split into whole chunks: the
+/// ladder asks for a packed tile, legality leaves it unpacked (109-243
+/// registers, one group per SM) and the streamed rule read the request's
+/// packing, not the plan's; from 58000 the model picked clusters, which
+/// no rule replaced. They stream now in 512-worker groups.
+#[test]
+fn regression_long_sixteen_bit_softmax_kept_an_unpacked_register_tile() {
+    let h200 = Target::h200();
+    let auto =
+        |dtype, shape| plan(&typed(Operator::Softmax, dtype, shape), &h200, &automatic()).unwrap();
+    for shape in ["4096x36000", "2048x50257", "2048x60001", "8192x33000"] {
+        let p = auto(DType::Bf16, shape);
+        assert_eq!(p.residency, Residency::Stream, "{shape}: {}", p.describe());
+        assert!(p.reread_hints, "{shape}: {}", p.describe());
+        assert_eq!(
+            (p.layout.workers, p.layout.pack, p.groups_per_row),
+            (512, 8, 1),
+            "{shape}: {}",
+            p.describe()
+        );
+    }
+    // Whole chunks keep their packed tiles; rows within the L2 and from
+    // 65536 keep theirs.
+    for shape in ["4096x32768", "4096x45056", "64x40000", "4096x65536"] {
+        let p = auto(DType::Bf16, shape);
+        assert_eq!(
+            p.residency,
+            Residency::Registers,
+            "{shape}: {}",
+            p.describe()
+        );
+    }
 }
