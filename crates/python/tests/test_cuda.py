@@ -93,6 +93,31 @@ def test_a_callers_eps_reaches_the_cold_path(dtype):
         assert rel_err(y, F.rms_norm(x.double(), (n,), None, eps)) < TOL[dtype], eps
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norms_on_rows_off_four_elements(dtype):
+    """Rows of no multiple of 4 elements, as many as SMs and more: the
+    norms read them in aligned packs (each row's packs shifted, weight and
+    bias element by element), and rows that overflow or sit far from zero
+    take the cold path in that shifted layout."""
+    rows, n = 300, 1001
+    x = data((rows, n), dtype, 1)
+    x[7] = (x[7].float() * 1e30).to(dtype)  # its sum of squares overflows f32
+    x[11:14] = (4096.0 + x[11:14].float() * 1e-2).to(dtype)
+    r = data((rows, n), dtype, 2)
+    w = data((n,), dtype, 3, 0.5, 1.5)
+    b = data((n,), dtype, 4)
+    tol = TOL[dtype]
+    plan = lanefold.describe_plan("rmsnorm", x)
+    assert "aligned-packs" in plan, plan
+    y = lanefold.rms_norm(x, w, eps=1e-6)
+    assert rel_err(y, F.rms_norm(x.double(), (n,), d(w), 1e-6)) < tol
+    y = lanefold.layer_norm(x, w, b, eps=1e-5)
+    assert rel_err(y, F.layer_norm(x.double(), (n,), d(w), d(b), 1e-5)) < tol
+    y, h = lanefold.add_layer_norm(x, r, w, b)
+    assert torch.equal(h, x + r)
+    assert rel_err(y, F.layer_norm(h.double(), (n,), d(w), d(b), 1e-5)) < tol
+
+
 def test_unaligned_and_strided_inputs():
     flat = data((1 + 8 * 300,), torch.float16, 8)
     x = flat[1:].view(8, 300)  # contiguous, 2 bytes past an aligned start
