@@ -224,7 +224,7 @@ fn layout_rule_beside_model(
             request: streamed,
             model_plan,
             why: if long_softmax_stream(problem) {
-                "16-bit softmax rows of 32769-65535 larger than the L2: streamed with re-read \
+                "bf16 softmax rows of 32769-65535 larger than the L2: streamed with re-read \
                  hints in 512-worker groups (the model's unpacked tiles and clusters ran \
                  1.02-1.89x slower)"
             } else {

@@ -830,7 +830,7 @@ pub(super) fn hinted_stream_instead(
     };
     let shape = problem.shape;
     let wide_tile = picked.groups_per_row == 1 && picked.resident_slots >= WIDE_SLOT_PLAN;
-    // 16-bit softmax rows whose register tiles pack only in whole chunks:
+    // bf16 softmax rows whose register tiles pack only in whole chunks:
     // any register pick, one group or a cluster.
     let long_softmax = long_softmax_stream(problem);
     if !measured_faster
@@ -868,7 +868,7 @@ pub(super) fn hinted_stream_instead(
     plan_rows(problem, target, &streamed).ok().map(|_| streamed)
 }
 
-/// 16-bit softmax rows streamed by [`hinted_stream_instead`] whatever the
+/// bf16 softmax rows streamed by [`hinted_stream_instead`] whatever the
 /// model's register pick, but a packed tile: from 32769 a register tile
 /// is packed only where the row splits into whole chunks, and unpacked
 /// it holds one group per SM (4096x36000 109 registers); the model's
@@ -880,10 +880,11 @@ pub(super) fn hinted_stream_instead(
 /// 240.5 -> 234.8.
 const LONG_SOFTMAX_STREAM_N: Span = span(32769, 65535);
 
-/// Is this a softmax of [`LONG_SOFTMAX_STREAM_N`] (streamed by
-/// [`hinted_stream_instead`] where its dtype was measured)?
+/// Is this a bf16 softmax of [`LONG_SOFTMAX_STREAM_N`] (streamed by
+/// [`hinted_stream_instead`] past the L2)?
 pub(super) fn long_softmax_stream(problem: &Problem) -> bool {
     problem.operator_kind() == Some(Operator::Softmax)
+        && problem.dtype == DType::Bf16
         && LONG_SOFTMAX_STREAM_N.contains(problem.shape.n)
 }
 

@@ -1744,14 +1744,14 @@ fn sixteen_bit_softmax_of_18432_to_32767_past_the_l2_runs_online_in_registers() 
     );
 }
 
-/// 16-bit softmax rows of 32769-65535 past the L2 kept the model's
+/// bf16 softmax rows of 32769-65535 past the L2 kept the model's
 /// register pick where the row does not split into whole chunks: the
 /// ladder asks for a packed tile, legality leaves it unpacked (109-243
 /// registers, one group per SM) and the streamed rule read the request's
 /// packing, not the plan's; from 58000 the model picked clusters, which
 /// no rule replaced. They stream now in 512-worker groups.
 #[test]
-fn regression_long_sixteen_bit_softmax_kept_an_unpacked_register_tile() {
+fn regression_long_bf16_softmax_kept_an_unpacked_register_tile() {
     let h200 = Target::h200();
     let auto =
         |dtype, shape| plan(&typed(Operator::Softmax, dtype, shape), &h200, &automatic()).unwrap();
@@ -1767,9 +1767,15 @@ fn regression_long_sixteen_bit_softmax_kept_an_unpacked_register_tile() {
         );
     }
     // Whole chunks keep their packed tiles; rows within the L2 and from
-    // 65536 keep theirs.
-    for shape in ["4096x32768", "4096x45056", "64x40000", "4096x65536"] {
-        let p = auto(DType::Bf16, shape);
+    // 65536 keep theirs, and so does f16 (not measured).
+    for (dtype, shape) in [
+        (DType::Bf16, "4096x32768"),
+        (DType::Bf16, "4096x45056"),
+        (DType::Bf16, "64x40000"),
+        (DType::Bf16, "4096x65536"),
+        (DType::F16, "4096x36000"),
+    ] {
+        let p = auto(dtype, shape);
         assert_eq!(
             p.residency,
             Residency::Registers,
