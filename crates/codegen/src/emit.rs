@@ -500,6 +500,12 @@ __device__ __forceinline__ void lf_st_cs(unsigned* p, unsigned v) {
 }
 ";
 
+/// An aligned-packs row's shift ([`Plan::row_shift`]) from its element
+/// offset `off`: the masked elements before its first aligned pack.
+fn row_shift(off: &str) -> String {
+    format!("(int)({off} & (LF_V - 1))")
+}
+
 /// Vector stores that stay vector stores. In an aligned-packs plan NVVM
 /// split `q[k] = a` into scalar stores (a row's first pack stores the
 /// same addresses element by element): softmax f32 W=512 on rows of 30522
@@ -1232,7 +1238,7 @@ impl Ctx<'_> {
         }
         args.push("lf_w".to_string());
         if self.aligned_chunks > 0 {
-            args.push("(int)(lf_off & (LF_V - 1))".to_string());
+            args.push(row_shift("lf_off"));
         }
         args.push("lf_st".to_string());
         self.line(&format!("const bool lf_cold = !({sound});"));
@@ -3050,7 +3056,10 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     cx.line("const size_t row_off = (size_t)row_c * LF_N;");
     cx.line("(void)row_off;");
     if plan.aligned_packs {
-        cx.line("const int lf_s = (int)(row_off & (LF_V - 1)); // masked elements before the row's first aligned pack");
+        cx.line(&format!(
+            "const int lf_s = {}; // masked elements before the row's first aligned pack",
+            row_shift("row_off")
+        ));
     }
     if keeps_columns(plan) {
         cx.line("const unsigned long long lf_keep = lf_policy_keep();");

@@ -785,10 +785,10 @@ pub(super) fn online_register_instead(
     {
         return None;
     }
-    let pack = 8; // 16-byte packs of 16-bit values
+    let pack = sixteen_byte_pack(problem.dtype);
     let online = LayoutRequest {
-        workers: n.div_ceil(8 * pack).next_power_of_two().min(1024) as u32,
-        pack: pack as u32,
+        workers: n.div_ceil(8 * pack as usize).next_power_of_two().min(1024) as u32,
+        pack,
         unroll: 4,
         rows_per_group: 1,
         residency: ResidencyRequest::Registers,
@@ -843,11 +843,7 @@ pub(super) fn hinted_stream_instead(
     // Two 16-byte packs per worker and stripe, as measured: W=256 on rows of
     // 4096 bf16, 512 on 8192, at most one full group on longer rows.
     let (workers, pack, unroll) = if long_softmax {
-        (
-            LONG_SOFTMAX_STREAM_W,
-            16 / problem.dtype.size_bytes() as u32,
-            4,
-        )
+        (LONG_SOFTMAX_STREAM_W, sixteen_byte_pack(problem.dtype), 4)
     } else {
         let pack = picked.layout.pack;
         (
@@ -1048,8 +1044,13 @@ fn one_chunk_request(
 /// Can a row be read in 16-byte vectors (N a multiple of 16 bytes'
 /// elements, so every row starts on a 16-byte boundary)?
 fn sixteen_byte_rows(problem: &Problem) -> bool {
-    let per_16 = 16 / problem.dtype.size_bytes();
+    let per_16 = sixteen_byte_pack(problem.dtype) as usize;
     vector_access(problem.dtype, per_16, problem.shape.n).is_some()
+}
+
+/// The elements of one 16-byte pack of `dtype` (V of a 16-byte access).
+fn sixteen_byte_pack(dtype: DType) -> u32 {
+    16 / dtype.size_bytes() as u32
 }
 
 /// Is the problem's rows x N tile at least [`PAST_L2_BYTES`] (where the
@@ -1095,7 +1096,7 @@ pub(super) fn whole_row_stream_instead(
         return None;
     }
     const STRIPE_ELEMENTS: u32 = 2048;
-    let pack = 16 / problem.dtype.size_bytes() as u32;
+    let pack = sixteen_byte_pack(problem.dtype);
     let two_packs = two_packs_per_worker(problem.shape.n, pack, target);
     let workers = match problem.operator_kind()? {
         Operator::Rmsnorm => two_packs,
