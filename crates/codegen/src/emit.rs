@@ -899,6 +899,45 @@ impl Ctx<'_> {
         }
     }
 
+    /// A column's pack `arr` at the row's element `i0` in an aligned-packs
+    /// plan. A column does not follow the row's shift, but the shift
+    /// (`r * N mod V`) is a multiple of `gcd(N, V)`, and so is every pack's
+    /// start: the pack is read in accesses of that many elements where
+    /// they make a word or more, element by element otherwise.
+    fn emit_shifted_column(&mut self, arr: &str, ptr: &str) {
+        let n = self.plan.shape().n;
+        let elems = (1..=self.v)
+            .rev()
+            .find(|&g| n.is_multiple_of(g) && self.v.is_multiple_of(g))
+            .unwrap_or(1);
+        let bytes = elems * self.dtype.size_bytes();
+        if elems < 2 || bytes < 4 {
+            self.line("#pragma unroll");
+            self.line(&format!(
+                "for (int e = 0; e < LF_V; ++e) {arr}[e] = lf_widen({ptr}[i0 + e]); // column, element by element"
+            ));
+            return;
+        }
+        let vec = Vector {
+            words: self.v * self.dtype.size_bytes() / 4,
+            per_access: bytes / 4,
+        };
+        let ty = vec.access_type();
+        self.open("{");
+        self.line(&format!("unsigned wd[{}];", vec.words));
+        self.line(&format!(
+            "const {ty}* q = reinterpret_cast<const {ty}*>({ptr} + i0); // column, {elems} elements an access"
+        ));
+        for k in 0..vec.words / vec.per_access {
+            self.open("{");
+            self.line(&format!("const {ty} a = q[{k}];"));
+            self.emit_access_words(vec, k);
+            self.close();
+        }
+        self.emit_widened_words(arr);
+        self.close();
+    }
+
     /// `arr[e]`, the pack's elements widened from its storage words `wd[]`.
     fn emit_widened_words(&mut self, arr: &str) {
         for e in 0..self.v {
@@ -1342,11 +1381,7 @@ impl Ctx<'_> {
                 && self.aligned_chunks > 0
                 && self.buffer_kind(buffer) == BufferKind::Column
             {
-                // A column's packs do not follow the row's shift.
-                self.line("#pragma unroll");
-                self.line(&format!(
-                    "for (int e = 0; e < LF_V; ++e) {arr}[e] = lf_widen({ptr}[i0 + e]); // column, element by element"
-                ));
+                self.emit_shifted_column(&arr, &ptr);
                 continue;
             }
             match vector {

@@ -2611,6 +2611,47 @@ fn shifted(op: Operator, dtype: DType, shape: &str, plain: &Plan) -> (Plan, Layo
     (p, request)
 }
 
+/// A column cannot follow a row's shift, but the shift (`r * N mod V`) is
+/// a multiple of `gcd(N, V)`: an aligned-packs norm reads its weight and
+/// bias that many elements an access where they make a word (two bf16 of
+/// rows of 4k+2, four of 8k+4, two f32 of 4k+2), element by element where
+/// they do not (odd rows, and bf16 pairs of no word: never).
+#[test]
+fn shifted_columns_are_read_gcd_of_n_and_v_elements_an_access() {
+    for (dtype, n, v, access) in [
+        (DType::Bf16, 1002u32, 8u32, Some("unsigned")),
+        (DType::Bf16, 1004, 8, Some("uint2")),
+        (DType::F32, 1002, 4, Some("uint2")),
+        (DType::Bf16, 1001, 8, None),
+        (DType::F32, 1001, 4, None),
+    ] {
+        let shape = format!("37x{n}");
+        let plain = make(Operator::Rmsnorm, dtype, &shape, 32, v, 1);
+        let (p, _) = shifted(Operator::Rmsnorm, dtype, &shape, &plain);
+        let src = kernel(&p).source;
+        let per_element = src.contains("[e] = lf_widen(p_weight[i0 + e]); // column");
+        match access {
+            Some(ty) => {
+                assert!(!per_element, "{dtype:?} {n}: {src}");
+                let elems = (1..=v)
+                    .rev()
+                    .find(|&g| n.is_multiple_of(g) && v.is_multiple_of(g))
+                    .unwrap();
+                assert!(
+                    src.contains(&format!(
+                        "const {ty}* q = reinterpret_cast<const {ty}*>(p_weight + i0); // column, {elems} elements an access"
+                    )),
+                    "{dtype:?} {n}: {src}"
+                );
+            }
+            None => assert!(per_element, "{dtype:?} {n}: {src}"),
+        }
+    }
+    let plain = make(Operator::Layernorm, DType::Bf16, "37x1002", 32, 8, 1);
+    let (p, _) = shifted(Operator::Layernorm, DType::Bf16, "37x1002", &plain);
+    insta::assert_snapshot!(golden(&p));
+}
+
 /// An aligned-pack kernel had the name of the same layout's plain one,
 /// so `compile-check --cubin-dir` wrote both to one file.
 #[test]
@@ -2663,7 +2704,8 @@ fn regression_aligned_pack_stores_were_split_into_scalar_stores() {
 
 /// The norms in aligned packs: x and the outputs move in whole packs,
 /// but weight and bias (one row of columns every row reads at its own
-/// shift) are read element by element; the cold path writes each
+/// shift) are read element by element on these odd rows (in
+/// `gcd(N, V)`-element accesses on even ones); the cold path writes each
 /// worker's elements of the shifted layout, the row's shift passed in.
 #[test]
 fn golden_layernorm_bf16_w32_v8_aligned_packs() {

@@ -94,12 +94,14 @@ def test_a_callers_eps_reaches_the_cold_path(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_norms_on_rows_off_four_elements(dtype):
+@pytest.mark.parametrize("n", [1001, 1002])
+def test_norms_on_rows_off_four_elements(dtype, n):
     """Rows of no multiple of 4 elements, as many as SMs and more: the
     norms read them in aligned packs (each row's packs shifted, weight and
-    bias element by element), and rows that overflow or sit far from zero
-    take the cold path in that shifted layout."""
-    rows, n = 300, 1001
+    bias gcd(n, V) elements an access: one on odd rows, two on 1002), and
+    rows that overflow or sit far from zero take the cold path in that
+    shifted layout."""
+    rows = 300
     x = data((rows, n), dtype, 1)
     x[7] = (x[7].float() * 1e30).to(dtype)  # its sum of squares overflows f32
     x[11:14] = (4096.0 + x[11:14].float() * 1e-2).to(dtype)
