@@ -319,72 +319,63 @@ fn runs_on_the_host(k: &Kernel) -> bool {
             .any(|s| k.source.contains(s))
 }
 
+/// The layouts every operator runs in (schedule text; `auto` is the
+/// default plan), and the variants that apply to some operators only.
+const LAYOUTS: [&str; 6] = [
+    "auto",
+    "W=32 V=8 G=2",
+    "W=128 V=4 U=2",
+    "W=256 V=4 stream reread-hints",
+    "W=32 V=8 aligned-packs",
+    "W=64 V=4 stream aligned-packs",
+];
+const VARIANTS: [&str; 12] = [
+    "W=64 V=4 online-normalizer",
+    "W=128 V=4 stream online-normalizer aligned-packs",
+    "W=64 V=4 one-pass-moments",
+    "W=64 V=8 fused-output",
+    "W=64 V=8 packed-resident",
+    "W=64 V=4 hoisted-columns streaming-hints",
+    "W=128 V=4 early-columns=2 batched-loads",
+    "W=32 V=4 U=4 unfolded-addresses",
+    "W=64 V=4 batch-invariant",
+    "W=64 V=4 no-cold-path",
+    "W=32 V=2 G=4 ordered-columns",
+    "W=1 V=1",
+];
+
 fn cases() -> Vec<Case> {
     let target = Target::h200();
     let mut out = vec![];
-    let requests: Vec<(&str, LayoutRequest)> = vec![
-        ("auto", LayoutRequest::default()),
-        (
-            "W=32 V=8 G=2",
-            LayoutRequest {
-                workers: 32,
-                pack: 8,
-                rows_per_group: 2,
-                ..Default::default()
-            },
-        ),
-        (
-            "W=128 V=4 U=2",
-            LayoutRequest {
-                workers: 128,
-                pack: 4,
-                unroll: 2,
-                ..Default::default()
-            },
-        ),
-        (
-            "stream reread-hints",
-            LayoutRequest {
-                workers: 256,
-                pack: 4,
-                residency: ResidencyRequest::Stream,
-                reread_hints: true,
-                ..Default::default()
-            },
-        ),
-        (
-            "W=32 V=8 aligned-packs",
-            LayoutRequest {
-                workers: 32,
-                pack: 8,
-                aligned_packs: true,
-                ..Default::default()
-            },
-        ),
-        (
-            "W=64 V=4 stream aligned-packs",
-            LayoutRequest {
-                workers: 64,
-                pack: 4,
-                residency: ResidencyRequest::Stream,
-                aligned_packs: true,
-                ..Default::default()
-            },
-        ),
-    ];
     let mut ops = Operator::SIX.to_vec();
-    ops.extend([Operator::CrossEntropyBackward, Operator::RmsnormBackward]);
+    ops.extend(Operator::training());
     for op in ops {
         for dtype in [DType::F32, DType::Bf16] {
-            for shape in ["3x1001", "2x1002", "5x130", "2x4103"] {
+            // The gradients' shapes: one odd, one of partial chunks.
+            let shapes: &[&str] = if op.forward().is_some() {
+                &["3x1001", "2x4103"]
+            } else {
+                &["3x1001", "2x1002", "5x130", "2x4103"]
+            };
+            for &shape in shapes {
                 let problem = Problem::operator(
                     op,
                     OperatorOptions::default(),
                     dtype,
                     shape.parse().unwrap(),
                 );
-                for (label, request) in &requests {
-                    let Ok(p) = plan(&problem, &target, request) else {
+                // The variants on one shape each: their paths, not sizes.
+                let variants = if shape == "3x1001" {
+                    &VARIANTS[..]
+                } else {
+                    &[]
+                };
+                for text in LAYOUTS.iter().chain(variants) {
+                    let request: LayoutRequest = match *text {
+                        "auto" => LayoutRequest::default(),
+                        t => t.parse().unwrap_or_else(|e| panic!("{t}: {e}")),
+                    };
+                    let Ok(p) = plan(&problem, &target, &request) else {
                         continue;
                     };
                     let options = CodegenOptions { fma: false };
@@ -393,7 +384,7 @@ fn cases() -> Vec<Case> {
                         continue;
                     }
                     let Some(source) = host_source(&kernel, dtype) else {
-                        panic!("{op} {dtype:?} {shape} {label}: a helper without a host body");
+                        panic!("{op} {dtype:?} {shape} {text}: a helper without a host body");
                     };
                     let inputs = random_inputs(&problem, 7 + shape.len() as u64);
                     out.push(Case {
@@ -406,6 +397,8 @@ fn cases() -> Vec<Case> {
             }
         }
     }
+    out.sort_by(|a, b| a.source.cmp(&b.source));
+    out.dedup_by(|a, b| a.source == b.source && a.plan.shape() == b.plan.shape());
     out
 }
 
@@ -527,6 +520,7 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
         return;
     };
     let cases = cases();
+    eprintln!("{} kernels on the host", cases.len());
     let count = |s: &str| cases.iter().filter(|c| c.kernel.name.contains(s)).count();
     assert!(cases.len() >= 150, "{} cases", cases.len());
     assert!(count("_ap") >= 40, "aligned-pack kernels: {}", count("_ap"));
