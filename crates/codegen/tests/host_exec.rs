@@ -16,7 +16,7 @@ use lanefold_codegen::{generate, CodegenOptions, Kernel, ParamKind};
 use lanefold_cpu::data::{poisoned_outputs, random_inputs};
 use lanefold_cpu::{execute, Buffers, Tensor};
 use lanefold_ir::{DType, Operator, OperatorOptions};
-use lanefold_plan::{plan, LayoutRequest, Plan, Problem, ResidencyRequest, Target};
+use lanefold_plan::{plan, LayoutRequest, Plan, Problem, Target};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
