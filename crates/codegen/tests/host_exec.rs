@@ -386,7 +386,10 @@ fn cases() -> Vec<Case> {
                     let Some(source) = host_source(&kernel, dtype) else {
                         panic!("{op} {dtype:?} {shape} {text}: a helper without a host body");
                     };
-                    let inputs = random_inputs(&problem, 7 + shape.len() as u64);
+                    let mut inputs = random_inputs(&problem, 7 + shape.len() as u64);
+                    if p.cold_path() {
+                        rows_for_the_cold_path(&mut inputs, p.shape().n);
+                    }
                     out.push(Case {
                         plan: p,
                         kernel,
@@ -400,6 +403,32 @@ fn cases() -> Vec<Case> {
     out.sort_by(|a, b| a.source.cmp(&b.source));
     out.dedup_by(|a, b| a.source == b.source && a.plan.shape() == b.plan.shape());
     out
+}
+
+/// A norm's rows its fast statistics get wrong, so the cold path runs:
+/// row 0 far from zero (4096 + 1e-2 x), row 1 at 1e30 (its sum of
+/// squares overflows f32).
+fn rows_for_the_cold_path(inputs: &mut Buffers, n: usize) {
+    let edit = |v: f32, row: usize| {
+        if row == 0 {
+            4096.0 + 1e-2 * v
+        } else {
+            v * 1e30
+        }
+    };
+    match inputs.get_mut("x") {
+        Some(Tensor::F32(x)) => {
+            for (i, v) in x.iter_mut().take(2 * n).enumerate() {
+                *v = edit(*v, i / n);
+            }
+        }
+        Some(Tensor::Bf16(x)) => {
+            for (i, v) in x.iter_mut().take(2 * n).enumerate() {
+                *v = half::bf16::from_f32(edit(v.to_f32(), i / n));
+            }
+        }
+        _ => panic!("a norm's x"),
+    }
 }
 
 fn cxx() -> Option<String> {
