@@ -172,6 +172,10 @@ fn host_helper(name: &str, dtype: DType) -> Option<String> {
             DType::F32 => return None,
         }
         .to_string(),
+        "lf_widen" if dtype == DType::F16 => {
+            "inline float lf_widen(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }\n"
+                .to_string()
+        }
         "lf_exp" => "inline float lf_exp(float x) { return expf(x); }\n".to_string(),
         "lf_tid_again" => "inline int lf_tid_again() { return (int)threadIdx.x; }\n".to_string(),
         "lf_ctaid_again" => "inline int lf_ctaid_again() { return (int)blockIdx.x; }\n".to_string(),
@@ -350,14 +354,19 @@ fn cases() -> Vec<Case> {
     let mut ops = Operator::SIX.to_vec();
     ops.extend(Operator::training());
     for op in ops {
-        for dtype in [DType::F32, DType::Bf16] {
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            // f16 on the forward operators' default and layouts of one shape.
+            let f16 = dtype == DType::F16;
+            if f16 && !Operator::SIX.contains(&op) {
+                continue;
+            }
             // The gradients' shapes: one odd, one of partial chunks.
             let shapes: &[&str] = if op.forward().is_some() {
                 &["3x1001", "2x4103"]
             } else {
                 &["3x1001", "2x1002", "5x130", "2x4103"]
             };
-            for &shape in shapes {
+            for &shape in shapes.iter().filter(|&&s| !f16 || s == "2x1002") {
                 let problem = Problem::operator(
                     op,
                     OperatorOptions::default(),
@@ -425,6 +434,12 @@ fn rows_for_the_cold_path(inputs: &mut Buffers, n: usize) {
         Some(Tensor::Bf16(x)) => {
             for (i, v) in x.iter_mut().take(2 * n).enumerate() {
                 *v = half::bf16::from_f32(edit(v.to_f32(), i / n));
+            }
+        }
+        // 1e30 is infinite in f16: the cold path's non-finite rows.
+        Some(Tensor::F16(x)) => {
+            for (i, v) in x.iter_mut().take(2 * n).enumerate() {
+                *v = half::f16::from_f32(edit(v.to_f32(), i / n));
             }
         }
         _ => panic!("a norm's x"),
