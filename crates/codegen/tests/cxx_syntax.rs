@@ -4,50 +4,17 @@
 //! only fail to compile on the device. Inline PTX is replaced by a no-op
 //! (its text is checked by NVRTC on the GPU, not here).
 
+#[allow(dead_code)] // only the CUDA shim is used here
+mod host;
+
 use lanefold_codegen::{generate, scale_unless_one_kernel, CodegenOptions};
 use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{enumerate, LayoutRequest, MapperPolicy, Problem, ResidencyRequest, Target};
 use std::path::PathBuf;
 use std::process::Command;
 
-const SHIM: &str = r#"
-#include <cstddef>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __noinline__
-#define __launch_bounds__(...)
-#define __restrict__ __restrict
-#define __shared__
-struct lf_dim3 { unsigned x, y, z; };
-extern lf_dim3 threadIdx, blockIdx, blockDim, gridDim;
-struct uint2 { unsigned x, y; };
-struct uint4 { unsigned x, y, z, w; };
-struct float4 { float x, y, z, w; };
-float4 make_float4(float, float, float, float);
-int min(int, int);
-int max(int, int);
-float __uint_as_float(unsigned);
-unsigned __float_as_uint(float);
-float __int_as_float(int);
-float __shfl_xor_sync(unsigned, float, int);
-void __syncwarp(unsigned);
-float __shfl_sync(unsigned, float, int);
-void __syncthreads();
-void __trap();
-float fmaxf(float, float);
-float expf(float);
-float logf(float);
-float sqrtf(float);
-float rsqrtf(float);
-float fabsf(float);
-float __fadd_rn(float, float);
-float __fsub_rn(float, float);
-float __fmul_rn(float, float);
-float __fdiv_rn(float, float);
-float __fsqrt_rn(float);
-#define LF_ASM(...) ((void)0)
-"#;
+/// The host runtime's CUDA shim, inline PTX made a no-op.
+const SHIM: &str = "#define LF_ASM(...) ((void)0)\n";
 
 fn cxx() -> Option<String> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -72,8 +39,9 @@ fn syntax_check(cxx: &str, files: &[PathBuf]) -> std::process::Output {
 fn shimmed(source: &str) -> String {
     let body = source
         .replace("asm volatile(", "LF_ASM(")
-        .replace("asm(", "LF_ASM(");
-    format!("{SHIM}\n{body}")
+        .replace("asm(", "LF_ASM(")
+        .replace("extern __shared__", "extern");
+    format!("{}{SHIM}\n{body}", host::HEADER)
 }
 
 /// Sources covering every emitter path: the six operators in three storage

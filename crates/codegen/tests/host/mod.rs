@@ -18,9 +18,17 @@ use std::time::{Duration, Instant};
 /// The CUDA names the kernels use, for the host (light: a kernel's file
 /// compiles in a fraction of a second). Block-shared state lives in the
 /// runtime; `threadIdx` and `blockIdx` are per host thread.
-const HEADER: &str = r#"
-#include <cstring>
-#include <math.h>
+pub const HEADER: &str = r#"
+// One light header: thousands of files include this one.
+#include <cstddef>
+extern "C" {
+float sqrtf(float);
+float expf(float);
+float logf(float);
+float fabsf(float);
+float fmaxf(float, float);
+}
+#define memcpy __builtin_memcpy
 #define __global__
 #define __device__
 #define __forceinline__ inline
