@@ -51,7 +51,7 @@ const LAYOUTS: [&str; 6] = [
     "W=32 V=8 aligned-packs",
     "W=64 V=4 stream aligned-packs",
 ];
-const VARIANTS: [&str; 12] = [
+const VARIANTS: [&str; 14] = [
     "W=64 V=4 online-normalizer",
     "W=128 V=4 stream online-normalizer aligned-packs",
     "W=64 V=4 one-pass-moments",
@@ -64,6 +64,8 @@ const VARIANTS: [&str; 12] = [
     "W=64 V=4 no-cold-path",
     "W=32 V=2 G=4 ordered-columns",
     "W=1 V=1",
+    "W=128 V=8 early-columns=2 aligned-packs",
+    "W=64 V=8 packed-resident aligned-packs",
 ];
 
 fn cases() -> Vec<Case> {
