@@ -1017,13 +1017,9 @@ pub fn aligned_pack_checks(backend: &Backend, report: &mut Report) {
     ];
     let mut cases = vec![];
     for op in ops {
-        // Even rows too for the norms: their columns are then read
-        // gcd(N, V) elements an access.
-        let norm = matches!(
-            op,
-            Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm
-        );
-        let lengths: &[usize] = if norm {
+        // Even rows too for the norms (the operators with a cold path):
+        // their columns are then read gcd(N, V) elements an access.
+        let lengths: &[usize] = if op.has_cold_path() {
             &[3, 127, 1001, 1002, 4103]
         } else {
             &[3, 127, 1001, 4103]
