@@ -68,8 +68,6 @@ template <class T> T lf_shuffle(T v, int src) {
 }
 template <class T> T __shfl_xor_sync(unsigned, T v, int mask) { return lf_shuffle(v, (int)(threadIdx.x % 32) ^ mask); }
 template <class T> T __shfl_sync(unsigned, T v, int src) { return lf_shuffle(v, src & 31); }
-template <class T, class... P> T lf_host_load(const T* p, P...) { return *p; }
-template <class T> void lf_host_store(T* p, T v) { *p = v; }
 inline unsigned short lf_host_bf16(float x) {
     unsigned u = __float_as_uint(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
@@ -181,15 +179,15 @@ fn host_helper(name: &str, dtype: DType) -> Option<String> {
         "lf_exp" => "inline float lf_exp(float x) { return expf(x); }\n".to_string(),
         "lf_tid_again" => "inline int lf_tid_again() { return (int)threadIdx.x; }\n".to_string(),
         "lf_ctaid_again" => "inline int lf_ctaid_again() { return (int)blockIdx.x; }\n".to_string(),
-        "lf_st" => "template <class T> void lf_st(T* p, T v) { *p = v; }\n".to_string(),
         n if n.starts_with("lf_policy_") => {
             format!("inline unsigned long long {n}() {{ return 0; }}\n")
         }
         n if n.starts_with("lf_ld_") => format!(
-            "template <class T, class... P> T {n}(const T* p, P... pol) {{ return lf_host_load(p, pol...); }}\n"
+            "template <class T, class... P> T {n}(const T* p, P...) {{ return *p; }}\n"
         ),
-        n if n.starts_with("lf_st_") => {
-            format!("template <class T> void {n}(T* p, T v) {{ lf_host_store(p, v); }}\n")
+        // `lf_st` and the hinted `lf_st_*`: a plain store.
+        n if n == "lf_st" || n.starts_with("lf_st_") => {
+            format!("template <class T> void {n}(T* p, T v) {{ *p = v; }}\n")
         }
         _ => return None,
     })
@@ -265,7 +263,7 @@ pub fn runs_on_the_host(k: &Kernel) -> bool {
         && k.grid.1 == 1
         && k.grid.2 == 1
         && k.block.1 == 1
-        && !["cp.async", "mbarrier", "griddepcontrol", "lf_smem_addr"]
+        && !["cp.async", "mbarrier", "griddepcontrol", "lf_shared_addr"]
             .iter()
             .any(|s| k.source.contains(s))
 }
