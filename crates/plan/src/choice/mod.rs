@@ -28,10 +28,10 @@ use crate::target::Target;
 use model::{model_choice, ModelChoice};
 
 use rules::{
-    early_columns_instead, few_rows_narrower_instead, few_rows_one_chunk_instead,
-    hinted_stream_instead, long_softmax_stream, one_chunk_instead, one_row_per_multiprocessor,
-    online_register_instead, saved_lse_backward_wide_instead, tiny_rows_one_thread_instead,
-    whole_row_stream_instead,
+    early_columns_instead, few_rows_cross_entropy_cluster_instead, few_rows_narrower_instead,
+    few_rows_one_chunk_instead, hinted_stream_instead, long_softmax_stream, one_chunk_instead,
+    one_row_per_multiprocessor, online_register_instead, saved_lse_backward_wide_instead,
+    tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -155,6 +155,18 @@ fn layout_rule_beside_model(
             request: tuned,
             model_plan,
             why: format!("the tuning database's schedule for this problem ({evidence})"),
+        }));
+    }
+    if let Some(cluster) =
+        few_rows_cross_entropy_cluster_instead(problem, target, &model_plan, pick)
+    {
+        return Ok(Some(RuleBesideModel {
+            request: cluster,
+            model_plan,
+            why: "cross-entropy on fewer rows than half the multiprocessors, rows of \
+                  40000-131072: a cluster of 2048 workers a row, pushed (one group a row \
+                  1.05-1.82x slower in H200 A B B A on rows of no list, 2026-12-05)"
+                .to_string(),
         }));
     }
     if let Some(narrower) = few_rows_narrower_instead(problem, target, &model_plan, pick) {

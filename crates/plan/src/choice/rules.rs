@@ -16,7 +16,8 @@
 
 use crate::layout::vector_access;
 use crate::legality::{
-    groups_by_shared_memory, groups_per_multiprocessor, plan_rows, register_budget, BASE_REGISTERS,
+    groups_by_shared_memory, groups_per_multiprocessor, plan_rows, register_budget,
+    with_cluster_group_threads, BASE_REGISTERS,
 };
 use crate::mapper::{LayoutRequest, Plan, Problem, Residency, ResidencyRequest};
 use crate::shape::Shape;
@@ -711,6 +712,61 @@ pub(super) fn saved_lse_backward_wide_instead(
     };
     let plan = plan_rows(problem, target, &wide).ok()?;
     (plan.groups_per_row == 1).then_some(wide)
+}
+
+/// Cross-entropy row lengths [`few_rows_cross_entropy_cluster_instead`]
+/// takes: the measured ones (40000-128000 wide).
+const FEW_ROWS_CE_CLUSTER_N: Span = span(40000, 131072);
+
+/// Workers a row in [`few_rows_cross_entropy_cluster_instead`]'s clusters.
+const FEW_ROWS_CE_CLUSTER_WORKERS: u32 = 2048;
+
+/// The forward cross-entropy on 16-byte rows of [`FEW_ROWS_CE_CLUSTER_N`],
+/// fewer rows than half the multiprocessors: a cluster of 2048 workers a
+/// row, four groups of 512 while the groups fit in one and a half waves,
+/// else two of 1024, partials pushed. The model gives each row one group
+/// of 1024, one SM reading the whole row while most SMs idle. A B B A on
+/// rows of no list (L2 warm, `2026-12-05-ce-decode-clusters-h200`), the
+/// model's pick against four groups: 8x128000 1.78-1.82x, 24x100000 bf16
+/// 1.61x, 32x128000 1.31-1.32x, 40x60000 f32 1.09x, 48x65536 bf16 1.21x;
+/// at 64 rows four groups lost (64x64000 f32 0.90x), two won (1.05x f32,
+/// 1.18x bf16). Left to the model: 96 and 128 rows (0.63-0.78x in either
+/// cluster), rows of 32000 (0.81-1.02x at 32 and 64 rows), misaligned
+/// rows and f16 (not measured).
+pub(super) fn few_rows_cross_entropy_cluster_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let Shape { rows, n } = problem.shape;
+    let sms = target.multiprocessors as usize;
+    if target.name != "h200"
+        || !matches!(
+            problem.operator_kind(),
+            Some(Operator::CrossEntropy | Operator::CrossEntropyWithLse)
+        )
+        || !matches!(problem.dtype, DType::F32 | DType::Bf16)
+        || !sixteen_byte_rows(problem)
+        || !FEW_ROWS_CE_CLUSTER_N.contains(n)
+        || 2 * rows > sms
+        || picked.groups_per_row != 1
+    {
+        return None;
+    }
+    let groups = if 2 * 4 * rows <= 3 * sms { 4 } else { 2 };
+    let cluster = LayoutRequest {
+        workers: FEW_ROWS_CE_CLUSTER_WORKERS,
+        pack: sixteen_byte_pack(problem.dtype),
+        unroll: 4,
+        rows_per_group: 0,
+        cluster_group_threads: FEW_ROWS_CE_CLUSTER_WORKERS / groups,
+        push_cluster_reduce: true,
+        ..*pick
+    };
+    let target = with_cluster_group_threads(target, cluster.cluster_group_threads).ok()?;
+    let plan = plan_rows(problem, &target, &cluster).ok()?;
+    (plan.groups_per_row == groups).then_some(cluster)
 }
 
 /// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).

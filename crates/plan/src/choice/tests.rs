@@ -1784,3 +1784,59 @@ fn regression_long_bf16_softmax_kept_an_unpacked_register_tile() {
         );
     }
 }
+
+#[test]
+fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
+    // One group a row left most SMs idle: four groups of 512 ran 1.09-1.82x
+    // faster up to 48 rows, two of 1024 1.05-1.18x at 64 (A B B A, rows of
+    // no list, L2 warm).
+    let t = Target::h200();
+    let auto = automatic();
+    for (op, dtype, shape, groups, threads) in [
+        (Operator::CrossEntropy, DType::F32, "8x128000", 4, 512),
+        (Operator::CrossEntropy, DType::Bf16, "24x100000", 4, 512),
+        (
+            Operator::CrossEntropyWithLse,
+            DType::Bf16,
+            "48x65536",
+            4,
+            512,
+        ),
+        (Operator::CrossEntropy, DType::F32, "64x64000", 2, 1024),
+        (Operator::CrossEntropy, DType::Bf16, "66x40000", 2, 1024),
+    ] {
+        let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
+        assert_eq!(
+            (p.layout.workers, p.groups_per_row, p.threads_per_group),
+            (2048, groups, threads),
+            "{op} {dtype} {shape}: {}",
+            p.describe()
+        );
+        assert!(
+            p.pushed_cluster_reduce && p.online_normalizer(),
+            "{}",
+            p.describe()
+        );
+        let note = automatic_note(&typed(op, dtype, shape), &t, &auto).unwrap_or_default();
+        assert!(note.contains("cluster of 2048 workers"), "{note}");
+    }
+    // Rows enough for one group on most SMs (96, 128: 0.63-0.78x in a
+    // cluster), rows of 32000 (at par or slower), misaligned rows, f16 and
+    // the backward keep the model's pick: one group a row.
+    for (op, dtype, shape) in [
+        (Operator::CrossEntropy, DType::F32, "67x60000"),
+        (Operator::CrossEntropy, DType::Bf16, "128x50000"),
+        (Operator::CrossEntropy, DType::F32, "32x32000"),
+        (Operator::CrossEntropy, DType::Bf16, "24x100001"),
+        (Operator::CrossEntropy, DType::F16, "24x100000"),
+        (Operator::CrossEntropyBackward, DType::Bf16, "24x100000"),
+    ] {
+        let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
+        assert_eq!(
+            p.groups_per_row,
+            1,
+            "{op} {dtype} {shape}: {}",
+            p.describe()
+        );
+    }
+}
