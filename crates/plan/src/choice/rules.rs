@@ -718,21 +718,26 @@ pub(super) fn saved_lse_backward_wide_instead(
 /// takes: the measured ones (40000-128000 wide).
 const FEW_ROWS_CE_CLUSTER_N: Span = span(40000, 131072);
 
-/// Workers a row in [`few_rows_cross_entropy_cluster_instead`]'s clusters.
-const FEW_ROWS_CE_CLUSTER_WORKERS: u32 = 2048;
+/// Row bytes from which [`few_rows_cross_entropy_cluster_instead`] takes
+/// eight groups a row on at most a quarter-wave's worth of rows (the
+/// shortest measured faster so: bf16 12x80000).
+const FEW_ROWS_CE_EIGHT_GROUPS_BYTES: usize = 160_000;
 
 /// The forward cross-entropy on 16-byte rows of [`FEW_ROWS_CE_CLUSTER_N`],
-/// fewer rows than half the multiprocessors: a cluster of 2048 workers a
-/// row, four groups of 512 while the groups fit in one and a half waves,
-/// else two of 1024, partials pushed. The model gives each row one group
-/// of 1024, one SM reading the whole row while most SMs idle. A B B A on
-/// rows of no list (L2 warm, `2026-12-05-ce-decode-clusters-h200`), the
-/// model's pick against four groups: 8x128000 1.78-1.82x, 24x100000 bf16
-/// 1.61x, 32x128000 1.31-1.32x, 40x60000 f32 1.09x, 48x65536 bf16 1.21x;
-/// at 64 rows four groups lost (64x64000 f32 0.90x), two won (1.05x f32,
-/// 1.18x bf16). Left to the model: 96 and 128 rows (0.63-0.78x in either
-/// cluster), rows of 32000 (0.81-1.02x at 32 and 64 rows), misaligned
-/// rows and f16 (not measured).
+/// fewer rows than half the multiprocessors: a cluster a row, partials
+/// pushed, its groups as many as fit in one and a half waves: eight of
+/// 512 on rows of at least [`FEW_ROWS_CE_EIGHT_GROUPS_BYTES`] (within
+/// three quarters of a wave), else four of 512, else two of 1024. The
+/// model gives each row one group of 1024, one SM reading the whole row
+/// while most SMs idle. A B B A on rows of no list (L2 warm,
+/// `2026-12-05-ce-decode-clusters-h200`), the model's pick against four
+/// groups: 8x128000 1.78-1.82x, 24x100000 bf16 1.61x, 32x128000
+/// 1.31-1.32x, 40x60000 f32 1.09x, 48x65536 bf16 1.21x; at 64 rows four
+/// groups lost (64x64000 f32 0.90x), two won (1.05x f32, 1.18x bf16).
+/// Eight against four: 1.05-1.42x at 4-12 rows of 160-512 KB, 0.82-0.94x
+/// on 16-32 rows. Left to the model: 96 and 128 rows (0.63-0.78x in
+/// either cluster), rows of 32000 (0.81-1.02x at 32 and 64 rows),
+/// misaligned rows and f16 (not measured).
 pub(super) fn few_rows_cross_entropy_cluster_instead(
     problem: &Problem,
     target: &Target,
@@ -754,13 +759,21 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
     {
         return None;
     }
-    let groups = if 2 * 4 * rows <= 3 * sms { 4 } else { 2 };
+    let row_bytes = n * problem.dtype.size_bytes();
+    let (groups, threads) =
+        if 4 * 8 * rows <= 3 * sms && row_bytes >= FEW_ROWS_CE_EIGHT_GROUPS_BYTES {
+            (8, 512)
+        } else if 2 * 4 * rows <= 3 * sms {
+            (4, 512)
+        } else {
+            (2, 1024)
+        };
     let cluster = LayoutRequest {
-        workers: FEW_ROWS_CE_CLUSTER_WORKERS,
+        workers: groups * threads,
         pack: sixteen_byte_pack(problem.dtype),
         unroll: 4,
         rows_per_group: 0,
-        cluster_group_threads: FEW_ROWS_CE_CLUSTER_WORKERS / groups,
+        cluster_group_threads: threads,
         push_cluster_reduce: true,
         ..*pick
     };
