@@ -831,36 +831,62 @@ pub fn load_policy_checks(backend: &Backend, report: &mut Report) {
 }
 
 /// Rows spanning clusters of smaller groups (`cluster_group_threads`):
-/// 8 and 16 groups of 256 threads, every operator valid. The tree differs
-/// from the 512-thread plan's, so results are judged against float64,
-/// not compared bit for bit.
+/// 8 and 16 groups of 256 threads, and rows within the group limit split
+/// (`split_groups`: W=512 as two groups of 256, W=1024 as four, plain and
+/// pushed), every operator valid. The tree differs from the one-group
+/// plan's, so results are judged against float64, not compared bit for
+/// bit.
 pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
+    let forms = [
+        (2048, 256, 65536, false),
+        (4096, 256, 65536, false),
+        (512, 256, 9001, false),
+        (1024, 256, 30000, true),
+    ];
+    let mut cases = vec![];
     for op in operators() {
         for dtype in [DType::F32, DType::Bf16] {
-            for workers in [2048, 4096] {
-                let case = Case {
+            for (workers, threads, n, pushed) in forms {
+                cases.push(Case {
                     op,
                     dtype,
-                    shape: shape(3, 65536),
+                    shape: shape(3, n),
                     request: LayoutRequest {
                         workers,
                         pack: 4,
-                        cluster_group_threads: 256,
+                        cluster_group_threads: threads,
+                        split_groups: workers <= 1024,
+                        push_cluster_reduce: pushed,
                         ..Default::default()
                     },
                     seed: 5 + workers as u64,
-                };
-                let label = format!("cluster groups of 256 {op} {dtype} 3x65536 W={workers}");
-                match run_case(backend, &case, &CodegenOptions::default()) {
-                    Ok(out) => {
-                        let ok = out.validation.pass
-                            && out.plan.threads_per_group == 256
-                            && out.plan.groups_per_row == workers / 256;
-                        report.record(ok, &label, &out.plan.describe());
-                    }
-                    Err(e) => report.record(false, &label, &format!("{e:#}")),
-                }
+                });
             }
+        }
+    }
+    precompile(backend, &cases, &CodegenOptions::default());
+    for case in &cases {
+        let (workers, threads) = (case.request.workers, case.request.cluster_group_threads);
+        let label = format!(
+            "cluster groups of {threads} {} {} {} W={workers}{}",
+            case.op,
+            case.dtype,
+            case.shape,
+            if case.request.push_cluster_reduce {
+                " pushed"
+            } else {
+                ""
+            }
+        );
+        match run_case(backend, case, &CodegenOptions::default()) {
+            Ok(out) => {
+                let ok = out.validation.pass
+                    && out.plan.threads_per_group == threads
+                    && out.plan.groups_per_row == workers / threads
+                    && out.plan.pushed_cluster_reduce == case.request.push_cluster_reduce;
+                report.record(ok, &label, &out.plan.describe());
+            }
+            Err(e) => report.record(false, &label, &format!("{e:#}")),
         }
     }
 }

@@ -442,9 +442,9 @@ fn selftest_runs_named_matrix_groups_narrowed_to_some_operators() {
         out.contains("variant layout-matrix: 192 passed, 0 failed"),
         "{out}"
     );
-    // 2 dtypes x 2 widths.
+    // 2 dtypes x 4 forms (two past the group limit, two within it).
     assert!(
-        out.contains("variant cluster-groups: 4 passed, 0 failed"),
+        out.contains("variant cluster-groups: 8 passed, 0 failed"),
         "{out}"
     );
     let o = lanefold(&["selftest", "--variant", "layout-matrix", "--ops", "add"]);

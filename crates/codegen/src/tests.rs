@@ -2739,3 +2739,30 @@ fn golden_layernorm_bf16_w32_v8_aligned_packs() {
     assert!(!plain_src.contains("int s,"));
     insta::assert_snapshot!(golden(&p));
 }
+
+/// A row within the group limit split into groups (`split-groups`,
+/// Quack's decode cross-entropy shape): 512 workers as a pushed cluster of
+/// two groups of 256, each launched with 256 threads.
+#[test]
+fn golden_cross_entropy_f32_w512_in_two_groups_of_256() {
+    let p = make_with(
+        Operator::CrossEntropy,
+        DType::F32,
+        "56x45000",
+        LayoutRequest {
+            workers: 512,
+            pack: 4,
+            unroll: 4,
+            cluster_group_threads: 256,
+            split_groups: true,
+            push_cluster_reduce: true,
+            online_normalizer: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!((p.groups_per_row, p.threads_per_group), (2, 256));
+    let k = kernel(&p);
+    assert_eq!(k.name, "lf_cross_entropy_f32_w512_v4_u4_g1_c2_pr_on");
+    assert!(k.source.contains("__launch_bounds__(256) "));
+    insta::assert_snapshot!(golden(&p));
+}

@@ -101,6 +101,9 @@ impl Layout {
     /// Does a row span a cluster of groups?
     pub fn spans_cluster(&self, target: &Target) -> bool {
         self.workers > target.max_threads_per_group
+            || (target.clusters_within_group_limit
+                && target.max_cluster_groups > 1
+                && self.workers > target.cluster_group_threads)
     }
 
     /// Workers of one row inside one group.

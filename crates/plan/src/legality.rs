@@ -48,6 +48,16 @@ pub(crate) fn plan_rows(
     target: &Target,
     request: &LayoutRequest,
 ) -> Result<Plan, Refusal> {
+    let split;
+    let target = if request.split_groups && !target.clusters_within_group_limit {
+        split = Target {
+            clusters_within_group_limit: true,
+            ..target.clone()
+        };
+        &split
+    } else {
+        target
+    };
     let mut analysis = problem
         .program
         .verify()

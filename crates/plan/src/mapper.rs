@@ -150,6 +150,11 @@ pub struct LayoutRequest {
     /// and overlap one's loads with the other's reduction and stores.
     #[serde(default)]
     pub cluster_group_threads: u32,
+    /// A row of more workers than its cluster group size spans a cluster
+    /// even within the group limit (`W=512 split-groups group-threads=256`: two groups
+    /// of 256), so a few rows' work spreads over more multiprocessors.
+    #[serde(default)]
+    pub split_groups: bool,
     /// Groups per multiprocessor the kernel promises to allow, declared as
     /// `__launch_bounds__(threads, groups)` so the compiler must fit that
     /// many (capping registers, spilling if it cannot) instead of taking
@@ -808,6 +813,9 @@ impl Plan {
             } else {
                 0
             },
+            split_groups: self.groups_per_row > 1
+                && Target::by_name(&self.target)
+                    .is_some_and(|t| self.layout.workers <= t.max_threads_per_group),
             streaming_hints: self.streaming_hints,
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,

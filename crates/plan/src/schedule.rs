@@ -137,6 +137,7 @@ const TOKENS: &[Field] = &[
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
     flag!("aligned-packs", aligned_packs),
+    flag!("split-groups", split_groups),
     count!("group-threads", cluster_group_threads),
     flag!("in-place", in_place),
     // Not shown by a plan's description (see `Plan::describe`).
@@ -342,7 +343,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 23);
+        let flags = proptest::collection::vec(any::<bool>(), 24);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -401,6 +402,7 @@ mod tests {
                 no_cold_path: b[20],
                 in_place: b[21],
                 aligned_packs: b[22],
+                split_groups: b[23],
             }
         })
     }
@@ -438,7 +440,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads aligned-packs group-threads=256 in-place \
+                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads aligned-packs split-groups group-threads=256 in-place \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(

@@ -12,6 +12,12 @@ pub struct Target {
     /// Threads of each group when a row spans a cluster: smaller than the
     /// group limit so each worker keeps enough registers for its slots.
     pub cluster_group_threads: u32,
+    /// A row of more workers than [`Target::cluster_group_threads`] spans
+    /// a cluster even within the group limit (e.g. W=512 as two groups of
+    /// 256): set for a request that splits its groups
+    /// ([`crate::LayoutRequest::split_groups`]).
+    #[serde(default)]
+    pub clusters_within_group_limit: bool,
     pub max_registers_per_thread: u32,
     pub registers_per_group: u32,
     pub shared_bytes_per_group: u32,
@@ -76,6 +82,7 @@ impl Target {
             max_threads_per_group: 1024,
             max_cluster_groups: 16,
             cluster_group_threads: 512,
+            clusters_within_group_limit: false,
             max_registers_per_thread: 255,
             registers_per_group: 65536,
             shared_bytes_per_group: 227 * 1024,
@@ -100,6 +107,7 @@ impl Target {
             max_threads_per_group: 1024,
             max_cluster_groups: 16,
             cluster_group_threads: 512,
+            clusters_within_group_limit: false,
             max_registers_per_thread: 255,
             registers_per_group: 65536,
             shared_bytes_per_group: 227 * 1024,

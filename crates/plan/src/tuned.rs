@@ -80,7 +80,7 @@ impl TunedEntry {
     }
 
     /// `request` with the entry's layout (W, V, U, G, residency, cluster
-    /// group size) in place of its own, its re-read hints added, and its
+    /// group size and split) in place of its own, its re-read hints added, and its
     /// occupancy promise where it makes one (else the request's).
     pub fn with_layout(&self, request: &LayoutRequest) -> LayoutRequest {
         let s = &self.schedule;
@@ -91,6 +91,7 @@ impl TunedEntry {
             rows_per_group: s.rows_per_group,
             residency: s.residency,
             cluster_group_threads: s.cluster_group_threads,
+            split_groups: s.split_groups,
             reread_hints: s.reread_hints || request.reread_hints,
             occupancy: match s.occupancy {
                 0 => request.occupancy,
@@ -108,7 +109,7 @@ impl TunedEntry {
 }
 
 /// Add the variant tokens of `variants` (all but its layout, residency,
-/// cluster group size, re-read hints and promise) to `request`: flags set,
+/// cluster group size and split, re-read hints and promise) to `request`: flags set,
 /// nonzero counts taken.
 pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
     // Every field named, so that a new one is classified here.
@@ -122,6 +123,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         batch_invariant: _,
         mapper: _,
         cluster_group_threads: _,
+        split_groups: _,
         reread_hints: _,
         occupancy: _,
         // The caller's buffers, never a tuned variant.

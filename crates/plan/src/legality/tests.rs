@@ -170,6 +170,63 @@ fn cluster_group_threads_resize_a_rows_groups() {
 }
 
 #[test]
+fn split_groups_spread_a_row_within_the_group_limit_over_a_cluster() {
+    // Quack's decode cross-entropy shape: a few hundred workers a row over
+    // two or four multiprocessors.
+    let p = typed(Operator::CrossEntropy, DType::F32, "56x45000");
+    let t = Target::h200();
+    for (text, groups, threads) in [
+        (
+            "W=512 V=4 U=4 G=1 registers push-reduce split-groups group-threads=256",
+            2,
+            256,
+        ),
+        (
+            "W=1024 V=4 U=4 G=1 registers split-groups group-threads=256",
+            4,
+            256,
+        ),
+        // The target's own group size.
+        ("W=1024 V=4 U=4 G=1 registers split-groups", 2, 512),
+    ] {
+        let request: LayoutRequest = text.parse().unwrap();
+        let split = plan(&p, &t, &request).unwrap();
+        assert_eq!(
+            (split.groups_per_row, split.threads_per_group),
+            (groups, threads),
+            "{text}: {}",
+            split.describe()
+        );
+        // The schedule says so, and plans to the same layout.
+        assert!(split.schedule().split_groups, "{text}");
+        let again = plan(&p, &t, &split.schedule()).unwrap();
+        assert_eq!(again.describe(), split.describe(), "{text}");
+    }
+    // Without it a named size leaves a row within the limit in one group
+    // (as results recorded before the token meant), rows past the limit
+    // need no token, and the automatic choice never splits one.
+    let one: LayoutRequest = "W=1024 V=4 U=4 G=1 stream group-threads=256"
+        .parse()
+        .unwrap();
+    assert_eq!(plan(&p, &t, &one).unwrap().groups_per_row, 1);
+    let wide = plan(&p, &t, &"W=2048 V=4 U=4 G=1 registers".parse().unwrap()).unwrap();
+    assert!(wide.groups_per_row == 4 && !wide.schedule().split_groups);
+    for shape in ["56x45000", "512x4096", "8x768", "4096x32000"] {
+        let auto = plan(
+            &typed(Operator::CrossEntropy, DType::F32, shape),
+            &t,
+            &automatic(),
+        )
+        .unwrap();
+        assert!(
+            !auto.schedule().split_groups,
+            "{shape}: {}",
+            auto.describe()
+        );
+    }
+}
+
+#[test]
 fn a_cluster_of_two_rows_holds_the_same_slice_of_each() {
     // G=2 on a row spanning a cluster: every group takes the same
     // slice of two rows (so it reads each column slice once for both),
