@@ -719,8 +719,8 @@ pub(super) fn saved_lse_backward_wide_instead(
 const FEW_ROWS_CE_CLUSTER_N: Span = span(40000, 131072);
 
 /// Row bytes from which [`few_rows_cross_entropy_cluster_instead`] takes
-/// eight groups a row on at most a quarter-wave's worth of rows (the
-/// shortest measured faster so: bf16 12x80000).
+/// eight groups a row where they fit in three quarters of a wave (the
+/// shortest row measured faster so: bf16 12x80000).
 const FEW_ROWS_CE_EIGHT_GROUPS_BYTES: usize = 160_000;
 
 /// The forward cross-entropy on 16-byte rows of [`FEW_ROWS_CE_CLUSTER_N`],
