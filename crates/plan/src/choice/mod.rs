@@ -165,8 +165,8 @@ fn layout_rule_beside_model(
             model_plan,
             why: "cross-entropy on fewer rows than half the multiprocessors, rows of \
                   40000-131072: a cluster a row, pushed, its groups as many as fit in 1.5 \
-                  waves (one group a row 1.05-1.87x slower in H200 A B B A on rows of no \
-                  list, 2026-12-05)"
+                  waves, of 256 threads past one wave of four (one group a row 1.05-1.87x \
+                  slower in H200 A B B A on rows of no list, 2026-12-05)"
                 .to_string(),
         }));
     }

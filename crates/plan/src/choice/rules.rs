@@ -723,13 +723,22 @@ const FEW_ROWS_CE_CLUSTER_N: Span = span(40000, 131072);
 /// shortest row measured faster so: bf16 12x80000).
 const FEW_ROWS_CE_EIGHT_GROUPS_BYTES: usize = 160_000;
 
+/// Row bytes up to which [`few_rows_cross_entropy_cluster_instead`]'s
+/// four groups are of 256 threads past one wave (the longest row
+/// measured faster so: bf16 42x128000; f32 48x88000 ran 0.94x).
+const FEW_ROWS_CE_SMALL_GROUPS_BYTES: usize = 256 * 1024;
+
 /// The forward cross-entropy on 16-byte rows of [`FEW_ROWS_CE_CLUSTER_N`],
 /// fewer rows than half the multiprocessors: a cluster a row, partials
 /// pushed, its groups as many as fit in one and a half waves: eight of
 /// 512 on rows of at least [`FEW_ROWS_CE_EIGHT_GROUPS_BYTES`] (within
-/// three quarters of a wave), else four of 512, else two of 1024. The
-/// model gives each row one group of 1024, one SM reading the whole row
-/// while most SMs idle. A B B A on rows of no list (L2 warm,
+/// three quarters of a wave), else four (of 256 threads past one wave on
+/// rows of at most [`FEW_ROWS_CE_SMALL_GROUPS_BYTES`], else of 512), else
+/// two of 1024. The model gives each row one group of 1024, one SM
+/// reading the whole row while most SMs idle. Groups of 256 against 512
+/// past one wave (`2026-12-05-ce-decode-256-groups-h200`): 1.02-1.14x on
+/// seven rows of 104-256 KB at 35-46 rows, 1.03x and 0.94x on rows of
+/// 350-400 KB; within one wave, and at eight groups, 256 lost (0.79-0.92x). A B B A on rows of no list (L2 warm,
 /// `2026-12-05-ce-decode-clusters-h200`), the model's pick against four
 /// groups: 8x128000 1.78-1.82x, 24x100000 bf16 1.61x, 32x128000
 /// 1.31-1.32x, 40x60000 f32 1.09x, 48x65536 bf16 1.21x; at 64 rows four
@@ -764,7 +773,10 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         if 4 * 8 * rows <= 3 * sms && row_bytes >= FEW_ROWS_CE_EIGHT_GROUPS_BYTES {
             (8, 512)
         } else if 2 * 4 * rows <= 3 * sms {
-            (4, 512)
+            // Past one wave of four groups, groups of 256 (Quack's size)
+            // where each thread's share of the row stays small.
+            let small = 4 * rows > sms && row_bytes <= FEW_ROWS_CE_SMALL_GROUPS_BYTES;
+            (4, if small { 256 } else { 512 })
         } else {
             (2, 1024)
         };
@@ -775,6 +787,7 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         rows_per_group: 0,
         cluster_group_threads: threads,
         push_cluster_reduce: true,
+        split_groups: groups * threads <= target.max_threads_per_group,
         ..*pick
     };
     let target = with_cluster_group_threads(target, cluster.cluster_group_threads).ok()?;
