@@ -150,8 +150,45 @@ pub(crate) fn model_choice(
         .iter()
         .map(|c| ModelScore::of(&c.plan, &c.target))
         .collect();
+    let forward = problem
+        .operator_kind()
+        .is_none_or(|op| op.forward().is_none());
     Ok(match model_pick(&scores) {
+        Some(i) if forward => ModelChoice::Pick(space[lighter_exact_tie(&scores, i)].request),
         Some(i) => ModelChoice::Pick(space[i].request),
         None => ModelChoice::Seed(seed),
     })
+}
+
+/// The plan of fewest registers among those the model priced the very
+/// same as the fastest of the `pick`'s kind (within 0.1%; as many groups a
+/// row, streamed or not alike), in any group size ([`model_pick`]'s register tie-break stays within one): where
+/// the model sees no difference at all, the lighter plan keeps more
+/// groups per SM. f32 rows of 11000-14000 held in 512 threads rather than
+/// 256, and 500-2000 rows of 1000-11000 in one group of 256 rather than two
+/// rows of 64 workers, ran 1.02-1.47x faster in 9 of 11 rows of no list,
+/// 0.97x in two (`2026-12-05-model-ties-fewer-registers-h200`). A step
+/// after the model, not part of its fit, and for forwards only: the
+/// backwards it would move (rmsnorm and residual_layernorm f32 on rows
+/// of 4096) are unmeasured.
+fn lighter_exact_tie(scored: &[ModelScore], pick: usize) -> usize {
+    let p = &scored[pick];
+    let alike = || {
+        scored.iter().enumerate().filter(move |(_, c)| {
+            c.rereads_tiles == p.rereads_tiles && c.groups_per_row == p.groups_per_row
+        })
+    };
+    // The fastest prediction of the pick's kind, which the pick's own
+    // register tie-break may have left by up to 2%.
+    let fastest = alike()
+        .map(|(_, c)| c.predicted_us)
+        .fold(f64::INFINITY, f64::min);
+    alike()
+        .filter(|(_, c)| c.predicted_us <= fastest * 1.001 && c.registers < p.registers)
+        .min_by(|(_, a), (_, b)| {
+            a.registers
+                .cmp(&b.registers)
+                .then(a.predicted_us.total_cmp(&b.predicted_us))
+        })
+        .map_or(pick, |(i, _)| i)
 }

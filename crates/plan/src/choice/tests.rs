@@ -1851,3 +1851,33 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
         );
     }
 }
+
+#[test]
+fn equal_predictions_across_group_sizes_go_to_fewer_registers() {
+    // The model priced W=256 and W=512 on f32 rows of 11008 the very same;
+    // ties went by registers only within one group size, so the first of
+    // them stayed (W=256, 43 values a thread), 0.93x of torch.compile on
+    // rmsnorm f32 2048x11008. W=512 ran 1.02-1.05x faster on such rows,
+    // one group of 256 on ~500 rows 1.15-1.47x faster than two rows of 64.
+    let t = Target::h200();
+    let auto = automatic();
+    for (op, dtype, shape, workers, rows_per_group) in [
+        (Operator::Rmsnorm, DType::F32, "2048x11008", 512, 1),
+        (Operator::Rmsnorm, DType::F32, "3072x12800", 512, 1),
+        (Operator::Softmax, DType::F32, "6000x13000", 512, 1),
+        (Operator::Rmsnorm, DType::F32, "480x4096", 256, 1),
+        (Operator::Softmax, DType::F32, "520x5120", 256, 1),
+        // Within one group size the registers decide as before.
+        (Operator::Rmsnorm, DType::Bf16, "1024x4096", 128, 2),
+        // Backwards keep the first of the tied group sizes (unmeasured).
+        (Operator::RmsnormBackward, DType::F32, "16384x4096", 256, 1),
+    ] {
+        let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
+        assert_eq!(
+            (p.layout.workers, p.layout.rows_per_group),
+            (workers, rows_per_group),
+            "{op} {dtype} {shape}: {}",
+            p.describe()
+        );
+    }
+}
