@@ -162,15 +162,16 @@ pub(crate) fn model_choice(
 
 /// The plan of fewest registers among those the model priced the very
 /// same as the fastest of the `pick`'s kind (within 0.1%; as many groups a
-/// row, streamed or not alike), in any group size ([`model_pick`]'s register tie-break stays within one): where
-/// the model sees no difference at all, the lighter plan keeps more
-/// groups per SM. f32 rows of 11000-14000 held in 512 threads rather than
-/// 256, and 500-2000 rows of 1000-11000 in one group of 256 rather than two
-/// rows of 64 workers, ran 1.02-1.47x faster in 9 of 11 rows of no list,
-/// 0.97x in two (`2026-12-05-model-ties-fewer-registers-h200`). A step
-/// after the model, not part of its fit, and for forwards only: the
-/// backwards it would move (rmsnorm and residual_layernorm f32 on rows
-/// of 4096) are unmeasured.
+/// row, streamed or not alike), in any group size ([`model_pick`]'s
+/// register tie-break stays within one): where the model sees no
+/// difference at all, the lighter plan keeps more groups per SM. f32 rows
+/// of 11000-14000 held in 512 threads rather than 256, and 500-2000 rows
+/// of 1000-11000 in one group of 256 rather than two rows of 64 workers,
+/// ran 1.02-1.47x faster on 8 of 11 rows of no list, 0.97-1.0x on 3
+/// (`2026-12-05-model-ties-fewer-registers-h200`). A step after the
+/// model, not part of its fit, and for forwards only: the backwards it
+/// would move (rmsnorm and residual_layernorm f32 on rows of 4096) are
+/// unmeasured.
 fn lighter_exact_tie(scored: &[ModelScore], pick: usize) -> usize {
     let p = &scored[pick];
     let alike = || {
