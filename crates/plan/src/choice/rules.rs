@@ -736,9 +736,10 @@ const FEW_ROWS_CE_SMALL_GROUPS_BYTES: usize = 256 * 1024;
 /// rows of at most [`FEW_ROWS_CE_SMALL_GROUPS_BYTES`], else of 512), else
 /// two of 1024. The model gives each row one group of 1024, one SM
 /// reading the whole row while most SMs idle. Groups of 256 against 512
-/// past one wave (`2026-12-05-ce-decode-256-groups-h200`): 1.02-1.14x on
-/// seven rows of 104-256 KB at 35-46 rows, 1.03x and 0.94x on rows of
-/// 350-400 KB; within one wave, and at eight groups, 256 lost (0.79-0.92x). A B B A on rows of no list (L2 warm,
+/// past one wave (`2026-12-05-ce-decode-256-groups-h200`): 1.01-1.14x on
+/// six rows of 104-256 KB at 35-46 rows, 1.03x and 0.94x on rows of
+/// 350-400 KB; within one wave, and at eight groups, 256 lost
+/// (0.79-0.92x). A B B A on rows of no list (L2 warm,
 /// `2026-12-05-ce-decode-clusters-h200`), the model's pick against four
 /// groups: 8x128000 1.78-1.82x, 24x100000 bf16 1.61x, 32x128000
 /// 1.31-1.32x, 40x60000 f32 1.09x, 48x65536 bf16 1.21x; at 64 rows four

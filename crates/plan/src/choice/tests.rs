@@ -1790,7 +1790,7 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
     // One group a row left most SMs idle: four groups of 512 ran 1.09-1.82x
     // faster up to 48 rows, two of 1024 1.05-1.18x at 64, eight 1.05-1.42x
     // over four on up to 12 rows of 160 KB or more; past one wave of four,
-    // groups of 256 1.02-1.14x over 512 on rows of up to 256 KB (A B B A,
+    // groups of 256 1.01-1.14x over 512 on rows of up to 256 KB (A B B A,
     // rows of no list, L2 warm).
     let t = Target::h200();
     let auto = automatic();
