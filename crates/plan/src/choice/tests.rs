@@ -1857,8 +1857,9 @@ fn equal_predictions_across_group_sizes_go_to_fewer_registers() {
     // The model priced W=256 and W=512 on f32 rows of 11008 the very same;
     // ties went by registers only within one group size, so the first of
     // them stayed (W=256, 43 values a thread), 0.93x of torch.compile on
-    // rmsnorm f32 2048x11008. W=512 ran 1.02-1.05x faster on such rows,
-    // one group of 256 on ~500 rows 1.15-1.47x faster than two rows of 64.
+    // rmsnorm f32 2048x11008. W=512 ran 1.02-1.05x faster on four such
+    // rows, 0.97-1.0x on two; one group of 256 on ~500 rows 1.12-1.47x
+    // faster than two rows of 32-64 workers.
     let t = Target::h200();
     let auto = automatic();
     for (op, dtype, shape, workers, rows_per_group) in [
