@@ -25,7 +25,7 @@ pub use rules::{occupancy_step_to_try, past_l2};
 use crate::legality::{plan_rows, with_cluster_group_threads};
 use crate::mapper::{plan, LayoutRequest, Plan, Problem, Refusal, ResidencyRequest};
 use crate::target::Target;
-use model::{model_choice, ModelChoice};
+use model::{exact_tie_note, model_choice, ModelChoice};
 
 use rules::{
     early_columns_instead, few_rows_cross_entropy_cluster_instead, few_rows_narrower_instead,
@@ -319,7 +319,9 @@ pub fn automatic_note(
             chosen.join("; ")
         ));
     }
-    if let Some(rule) = model_rule_note(problem, target, &measured) {
+    if let Some(rule) = model_rule_note(problem, target, &measured)
+        .or_else(|| exact_tie_note(&problem.as_requested(&measured), target, &measured))
+    {
         notes.push(rule);
     }
     (!notes.is_empty()).then(|| notes.join("\n"))

@@ -1881,4 +1881,21 @@ fn equal_predictions_across_group_sizes_go_to_fewer_registers() {
             p.describe()
         );
     }
+    // `lanefold plan` says so where the step moved the model's pick.
+    let note = automatic_note(
+        &typed(Operator::Rmsnorm, DType::F32, "2048x11008"),
+        &t,
+        &auto,
+    )
+    .unwrap_or_default();
+    assert!(
+        note.contains("in place of its pick W=256 V=4 U=4 G=1 registers"),
+        "{note}"
+    );
+    let note = automatic_note(
+        &typed(Operator::RmsnormBackward, DType::F32, "16384x4096"),
+        &t,
+        &auto,
+    );
+    assert!(note.is_none(), "{note:?}");
 }
