@@ -150,13 +150,14 @@ pub(crate) fn model_choice(
 
 /// The model's ranked space, its pick ([`model_pick`]) and the plan chosen
 /// in its place: for a forward, the lighter plan of an exact tie
-/// ([`lighter_exact_tie`]). None where the model has nothing to choose.
+/// ([`lighter_exact_tie`]).
 struct RankedPick {
     space: Vec<Legal>,
     pick: usize,
     chosen: usize,
 }
 
+/// [`RankedPick`] of `request`; None where the model has nothing to choose.
 fn ranked_pick(
     problem: &Problem,
     target: &Target,
