@@ -843,7 +843,7 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
         (512, 256, 9001, false),
         (1024, 256, 30000, true),
     ];
-    let group_limit = backend.target().max_threads_per_group;
+    let target = backend.target();
     let mut cases = vec![];
     for op in operators() {
         for dtype in [DType::F32, DType::Bf16] {
@@ -856,7 +856,7 @@ pub fn cluster_group_checks(backend: &Backend, report: &mut Report) {
                         workers,
                         pack: 4,
                         cluster_group_threads: threads,
-                        split_groups: workers <= group_limit,
+                        split_groups: target.needs_split_groups(workers),
                         push_cluster_reduce: pushed,
                         ..Default::default()
                     },

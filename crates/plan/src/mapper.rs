@@ -815,7 +815,7 @@ impl Plan {
             },
             split_groups: self.groups_per_row > 1
                 && Target::by_name(&self.target)
-                    .is_some_and(|t| self.layout.workers <= t.max_threads_per_group),
+                    .is_some_and(|t| t.needs_split_groups(self.layout.workers)),
             streaming_hints: self.streaming_hints,
             hoist_columns: self.hoisted_columns,
             reread_hints: self.reread_hints,

@@ -120,6 +120,12 @@ impl Target {
         }
     }
 
+    /// Does a row of `workers` span a cluster only with
+    /// [`crate::LayoutRequest::split_groups`]? It does when one group holds it.
+    pub fn needs_split_groups(&self, workers: u32) -> bool {
+        workers <= self.max_threads_per_group
+    }
+
     pub fn by_name(name: &str) -> Option<Target> {
         match name {
             "h200" | "cuda" => Some(Target::h200()),

@@ -788,7 +788,7 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         rows_per_group: 0,
         cluster_group_threads: threads,
         push_cluster_reduce: true,
-        split_groups: groups * threads <= target.max_threads_per_group,
+        split_groups: target.needs_split_groups(groups * threads),
         ..*pick
     };
     let target = with_cluster_group_threads(target, cluster.cluster_group_threads).ok()?;
