@@ -192,3 +192,32 @@ fn corpus_scorecard_judges_the_committed_report_run() {
     assert!(text(&o).contains("no [corpus] section"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The README and PERFORMANCE.md quote the held-out standing that
+/// bench/CORPUS.md (regenerated from the committed runs in CI) computes;
+/// a new corpus run that moves it must move them too.
+#[test]
+fn readme_and_performance_quote_the_corpus_standing() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let read = |name: &str| std::fs::read_to_string(root.join(name)).unwrap();
+    let corpus = read("bench/CORPUS.md");
+    let wins = corpus
+        .lines()
+        .find(|l| l.starts_with("| wins |"))
+        .expect("CORPUS.md has the wins target");
+    // "| wins | ... | 34 of 51 (67%) | missed |": the measured cell.
+    let measured = wins.split('|').nth(3).unwrap().trim();
+    let count = &measured[..measured.find(" (").unwrap()];
+    let readme = read("README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        readme.contains(&format!("on {count} problems")),
+        "README.md should say `on {count} problems` (bench/CORPUS.md: {measured})"
+    );
+    assert!(
+        read("PERFORMANCE.md").contains(&format!(": {count} (")),
+        "PERFORMANCE.md should quote {measured}"
+    );
+}
