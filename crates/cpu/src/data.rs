@@ -103,6 +103,7 @@ impl Tensor {
     }
 
     /// Element i widened to f32 (indices converted; exact below 2^24).
+    #[inline]
     pub fn get(&self, i: usize) -> f32 {
         match self {
             Tensor::F32(v) => v[i],
@@ -112,6 +113,7 @@ impl Tensor {
         }
     }
 
+    #[inline]
     pub fn index(&self, i: usize) -> i64 {
         match self {
             Tensor::I64(v) => v[i],
@@ -150,7 +152,40 @@ impl Tensor {
         }
     }
 
+    /// Elements `start..start + len` widened to f32, as [`Self::get`] widens
+    /// each (one dtype dispatch for the slice).
+    pub fn get_range(&self, start: usize, len: usize) -> Vec<f32> {
+        let range = start..start + len;
+        match self {
+            Tensor::F32(v) => v[range].to_vec(),
+            Tensor::Bf16(v) => v[range].iter().map(|x| x.to_f32()).collect(),
+            Tensor::F16(v) => v[range].iter().map(|x| x.to_f32()).collect(),
+            Tensor::I64(v) => v[range].iter().map(|&x| x as f32).collect(),
+        }
+    }
+
+    /// Store f32 results at `start..`, each rounded as [`Self::set`] rounds.
+    pub fn set_range(&mut self, start: usize, values: &[f32]) {
+        let range = start..start + values.len();
+        match self {
+            Tensor::F32(v) => v[range].copy_from_slice(values),
+            Tensor::Bf16(v) => v[range]
+                .iter_mut()
+                .zip(values)
+                .for_each(|(o, &x)| *o = bf16::from_f32(x)),
+            Tensor::F16(v) => v[range]
+                .iter_mut()
+                .zip(values)
+                .for_each(|(o, &x)| *o = f16::from_f32(x)),
+            Tensor::I64(v) => v[range]
+                .iter_mut()
+                .zip(values)
+                .for_each(|(o, &x)| *o = x as i64),
+        }
+    }
+
     /// Store an f32 result with the storage dtype's rounding.
+    #[inline]
     pub fn set(&mut self, i: usize, x: f32) {
         match self {
             Tensor::F32(v) => v[i] = x,

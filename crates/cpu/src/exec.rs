@@ -146,6 +146,12 @@ fn worker_accumulators<T: Copy>(
     let mut pack = [0.0f32; 8];
     for chunk in 0..layout.chunks(n + shift) {
         for (worker, a) in acc.iter_mut().enumerate() {
+            // A whole pack inside the row is a slice of it.
+            let first = layout.logical(chunk, worker, 0);
+            if first >= shift && first + v <= n + shift {
+                *a = push(*a, &tile[first - shift..first - shift + v]);
+                continue;
+            }
             let mut len = 0;
             for element in 0..v {
                 let j = layout.logical(chunk, worker, element);
@@ -350,17 +356,35 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
         }
     }
     let dtype = problem.dtype;
+    // Column inputs widened once, not once a row.
+    let columns: Vec<Option<Vec<f32>>> = {
+        let inputs = source.buffers();
+        program
+            .body
+            .iter()
+            .map(|instr| match instr {
+                Instr::Load { buffer }
+                    if program.input(buffer).expect("verified").kind == BufferKind::Column =>
+                {
+                    Some(inputs[buffer].get_range(0, n))
+                }
+                _ => None,
+            })
+            .collect()
+    };
     let eval_row = |inputs: &Buffers, row: usize| -> Vec<(usize, Val)> {
         let mut vals: Vec<Val> = Vec::with_capacity(program.body.len());
         let mut stored = vec![];
-        for instr in &program.body {
+        for (at, instr) in program.body.iter().enumerate() {
             let v = match instr {
                 Instr::Load { buffer } => {
                     let decl = program.input(buffer).expect("verified");
                     let t = &inputs[buffer];
                     match decl.kind {
-                        BufferKind::Row => Val::Tile((0..n).map(|i| t.get(row * n + i)).collect()),
-                        BufferKind::Column => Val::Tile((0..n).map(|i| t.get(i)).collect()),
+                        BufferKind::Row => Val::Tile(t.get_range(row * n, n)),
+                        BufferKind::Column => {
+                            Val::Tile(columns[at].clone().expect("widened above"))
+                        }
                         BufferKind::RowIndex => Val::Index(t.index(row)),
                         BufferKind::RowScalar | BufferKind::RowScalarF32 => Val::Scalar(t.get(row)),
                     }
@@ -432,15 +456,13 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
                     } else {
                         // The row's outputs again, and nothing after.
                         let x = &inputs[x];
-                        let h: Vec<f32> = match residual {
-                            None => (0..n).map(|i| x.get(row * n + i)).collect(),
-                            Some(r) => {
-                                let r = &inputs[r];
-                                (0..n)
-                                    .map(|i| dtype.round(x.get(row * n + i) + r.get(row * n + i)))
-                                    .collect()
-                            }
-                        };
+                        let mut h = x.get_range(row * n, n);
+                        if let Some(r) = residual {
+                            let r = inputs[r].get_range(row * n, n);
+                            h.iter_mut()
+                                .zip(r)
+                                .for_each(|(h, r)| *h = dtype.round(*h + r));
+                        }
                         let eps = program.norm_eps().unwrap_or(LAYERNORM_EPS);
                         let mut y = cold_row(*stat, eps, &h);
                         // Each rounded on its own, as the kernel's are.
@@ -509,11 +531,7 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
                     _ => outputs.get_mut(name).unwrap(),
                 };
                 match val {
-                    Val::Tile(t) => {
-                        for (i, x) in t.into_iter().enumerate() {
-                            out.set(row * n + i, x);
-                        }
-                    }
+                    Val::Tile(t) => out.set_range(row * n, &t),
                     Val::Scalar(s) => out.set(row, s),
                     Val::Index(_) | Val::Effect => unreachable!("verified store"),
                 }

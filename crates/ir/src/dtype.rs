@@ -36,6 +36,7 @@ impl DType {
     /// Round an f32 to this storage type and back (round to nearest even),
     /// the same conversion the CUDA intrinsics `__float2bfloat16_rn` and
     /// `__float2half_rn` perform.
+    #[inline]
     pub fn round(self, x: f32) -> f32 {
         match self {
             DType::F32 => x,

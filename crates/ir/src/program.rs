@@ -86,6 +86,7 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    #[inline]
     pub fn identity(self) -> f32 {
         match self {
             ReduceOp::Sum => 0.0,
@@ -93,6 +94,7 @@ impl ReduceOp {
         }
     }
 
+    #[inline]
     pub fn combine(self, a: f32, b: f32) -> f32 {
         match self {
             ReduceOp::Sum => a + b,

@@ -44,6 +44,7 @@ impl Layout {
         self.chunk_span() / groups as usize
     }
 
+    #[inline]
     pub fn logical(&self, chunk: usize, worker: usize, element: usize) -> usize {
         (chunk * self.workers as usize + worker) * self.pack as usize + element
     }
