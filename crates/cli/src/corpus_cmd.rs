@@ -63,22 +63,29 @@ impl PartArg {
     }
 }
 
-/// The corpus problems of `part` (committed split) as bench cases, kept to
-/// `ops` and, when any are given, to `dtypes`.
+/// The corpus problems of `part` (committed split) of at least `min_rows`
+/// rows as bench cases, kept to `ops` and, when any are given, to
+/// `dtypes`. A backward operator in `ops` takes its forward's problems:
+/// `rmsnorm_backward` benches the input gradient of every rmsnorm problem.
 pub fn corpus_problems(
     file: &Path,
     part: PartArg,
+    min_rows: usize,
     ops: &[Operator],
     dtypes: &[DType],
 ) -> Result<Vec<BenchProblem>> {
     let out: Vec<BenchProblem> = corpus::load(file)?
         .iter()
-        .filter(|p| part.admits(p, SPLIT_SEED))
-        .filter(|p| ops.contains(&p.op) && (dtypes.is_empty() || dtypes.contains(&p.dtype)))
-        .map(|p| BenchProblem {
-            op: p.op,
-            dtype: p.dtype,
-            shape: p.shape,
+        .filter(|p| part.admits(p, SPLIT_SEED) && p.shape.rows >= min_rows)
+        .filter(|p| dtypes.is_empty() || dtypes.contains(&p.dtype))
+        .flat_map(|p| {
+            ops.iter()
+                .filter(|&&op| op == p.op || op.forward() == Some(p.op))
+                .map(|&op| BenchProblem {
+                    op,
+                    dtype: p.dtype,
+                    shape: p.shape,
+                })
         })
         .collect();
     if out.is_empty() {

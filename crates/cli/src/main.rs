@@ -237,12 +237,18 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_dtype)]
     dtypes: Vec<DType>,
     /// Bench the problems of a shape corpus (e.g. bench/corpus.csv) instead
-    /// of --shapes; --ops and --dtypes, when given, filter them.
+    /// of --shapes; --ops and --dtypes, when given, filter them, and a
+    /// backward operator in --ops takes its forward's problems
+    /// (`rmsnorm_backward`: the input gradient of each rmsnorm problem).
     #[arg(long, conflicts_with = "shapes")]
     corpus: Option<PathBuf>,
     /// With --corpus: only this part of its split.
     #[arg(long, value_enum, default_value_t = lanefold::corpus_cmd::PartArg::All, requires = "corpus")]
     part: lanefold::corpus_cmd::PartArg,
+    /// With --corpus: only problems of at least this many rows (512: its
+    /// prefill and training shapes, for the backward operators).
+    #[arg(long, default_value_t = 0, requires = "corpus")]
+    min_rows: usize,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     #[command(flatten)]
@@ -1257,7 +1263,13 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     use lanefold_measure::phases::PhaseConfig;
     let ops = parse_ops(&args.ops)?;
     let problems = match &args.corpus {
-        Some(file) => lanefold::corpus_cmd::corpus_problems(file, args.part, &ops, &args.dtypes)?,
+        Some(file) => lanefold::corpus_cmd::corpus_problems(
+            file,
+            args.part,
+            args.min_rows,
+            &ops,
+            &args.dtypes,
+        )?,
         None if args.dtypes.is_empty() => grid(&ops, &args.shapes, &[DType::F32]),
         None => grid(&ops, &args.shapes, &args.dtypes),
     };

@@ -52,7 +52,8 @@ mod common;
 use common::{lanefold, load as load_results, text, tmp};
 
 /// `bench --corpus` runs exactly the corpus's problems of the asked part,
-/// in file order, filtered by --ops and --dtypes; a filter that leaves
+/// in file order, filtered by --ops (a backward operator taking its
+/// forward's problems), --dtypes and --min-rows; a filter that leaves
 /// nothing, or a malformed corpus, is an error naming the file.
 #[test]
 fn bench_runs_the_problems_of_a_corpus_part() {
@@ -113,6 +114,41 @@ fn bench_runs_the_problems_of_a_corpus_part() {
         assert_eq!(text.parse::<lanefold_plan::LayoutRequest>(), Ok(request));
     }
     assert!(ids[1].starts_with("softmax/f32/2x64/"), "{ids:?}");
+
+    // A backward operator takes its forward's problems; --min-rows keeps
+    // those of as many rows or more.
+    let backward = dir.join("backward");
+    let quick = ["--samples", "1", "--sample-ms", "1", "--warmup-ms", "0"];
+    let o = bench(
+        &backward,
+        &[
+            &["--ops", "rmsnorm_backward,softmax,softmax_backward"][..],
+            &["--min-rows", "2"],
+            &quick,
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v = load_results(&backward);
+    let ids: Vec<&str> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(
+        ids[0].starts_with("rmsnorm_backward/bf16/3x257/"),
+        "{ids:?}"
+    );
+    assert!(ids[1].starts_with("softmax/f32/2x64/"), "{ids:?}");
+    assert!(ids[2].starts_with("softmax_backward/f32/2x64/"), "{ids:?}");
+    let o = bench(
+        &dir.join("few"),
+        &[&["--min-rows", "4"][..], &quick].concat(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("no problem of"), "{}", text(&o));
 
     let o = bench(&dir.join("none"), &["--dtypes", "f16"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
