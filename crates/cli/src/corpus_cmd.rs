@@ -177,23 +177,33 @@ pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
 }
 
 /// `lanefold scorecard --corpus`: the bench results in `dirs` judged as a
-/// corpus scorecard (markdown on stdout).
+/// corpus scorecard (markdown on stdout); with `backward`, the input
+/// gradients of its training shapes against `[corpus_backward]`.
 pub fn corpus_scorecard(
     dirs: &[PathBuf],
     targets: &Path,
     corpus_file: Option<&Path>,
     part: PartArg,
+    backward: bool,
 ) -> Result<()> {
     use lanefold_measure::corpus_score::{self, Source};
     use lanefold_measure::results::{read_text, ResultsFile};
-    let corpus_targets = lanefold_measure::scorecard::Targets::read(targets)?
-        .corpus
-        .with_context(|| format!("targets file {}: no [corpus] section", targets.display()))?;
+    let all = lanefold_measure::scorecard::Targets::read(targets)?;
+    let (section, corpus_targets) = if backward {
+        ("corpus_backward", all.corpus_backward)
+    } else {
+        ("corpus", all.corpus)
+    };
+    let corpus_targets = corpus_targets
+        .with_context(|| format!("targets file {}: no [{section}] section", targets.display()))?;
     let corpus_file = match corpus_file {
         Some(f) => f.to_path_buf(),
         None => nearest("bench/corpus.csv", "--corpus-file")?,
     };
-    let problems = corpus::load(&corpus_file)?;
+    let mut problems = corpus::load(&corpus_file)?;
+    if backward {
+        problems = corpus_score::input_gradient_problems(&problems, corpus_targets.min_rows);
+    }
     let mut sources = vec![];
     for dir in dirs {
         let path = dir.join("results.json");

@@ -223,6 +223,11 @@ enum Command {
         /// With --corpus: the part of the split to judge.
         #[arg(long, value_enum, default_value_t = lanefold::corpus_cmd::PartArg::Report, requires = "corpus")]
         part: lanefold::corpus_cmd::PartArg,
+        /// With --corpus: judge the input gradients of the corpus's
+        /// training shapes (`rmsnorm_backward` on each rmsnorm problem, ...)
+        /// against the [corpus_backward] targets.
+        #[arg(long, requires = "corpus")]
+        backward: bool,
     },
 }
 
@@ -563,6 +568,7 @@ fn main() {
             corpus: true,
             corpus_file,
             part,
+            backward,
             ..
         } => targets
             .map_or_else(default_targets_file, Ok)
@@ -572,6 +578,7 @@ fn main() {
                     &targets,
                     corpus_file.as_deref(),
                     part,
+                    backward,
                 )
             }),
         Command::Scorecard {

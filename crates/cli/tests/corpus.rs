@@ -49,7 +49,7 @@ fn the_default_plans_schedule_text_plans_back_to_the_same_kernel() {
 }
 
 mod common;
-use common::{lanefold, load as load_results, text, tmp};
+use common::{fake_peer, lanefold, load as load_results, text, tmp};
 
 /// `bench --corpus` runs exactly the corpus's problems of the asked part,
 /// in file order, filtered by --ops (a backward operator taking its
@@ -256,4 +256,81 @@ fn readme_and_performance_quote_the_corpus_standing() {
         read("PERFORMANCE.md").contains(&format!(": {count} (")),
         "PERFORMANCE.md should quote {measured}"
     );
+}
+
+/// `scorecard --corpus --backward` judges the input gradients of the
+/// corpus's training shapes: a softmax problem of enough rows is judged as
+/// softmax_backward (its forward's part of the split), one of too few rows
+/// and a sum (no gradient) are left out.
+#[test]
+fn corpus_scorecard_judges_input_gradients_of_training_shapes() {
+    let Some(fake) = fake_peer() else {
+        return;
+    };
+    let dir = tmp("corpus", "backward-card");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("corpus.csv");
+    std::fs::write(
+        &file,
+        "model,tensor,op,dtype,rows,n,config\n\
+         a,probs,softmax,f32,512,64,c\n\
+         b,probs,softmax,f32,8,64,c\n\
+         c,x,sum,f32,1024,33,c\n",
+    )
+    .unwrap();
+    let out = dir.join("bench");
+    let o = lanefold(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--corpus",
+        file.to_str().unwrap(),
+        "--ops",
+        "softmax_backward",
+        "--min-rows",
+        "512",
+        "--torch",
+        "--peer-script",
+        fake.to_str().unwrap(),
+        "--samples",
+        "3",
+        "--sample-ms",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let card = |backward: bool| {
+        let mut args = vec!["scorecard", "--corpus", "--part", "all"];
+        if backward {
+            args.push("--backward");
+        }
+        args.extend([
+            "--corpus-file",
+            file.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ]);
+        lanefold(&args)
+    };
+    let o = card(true);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = text(&o);
+    assert!(
+        md.starts_with("# Shape corpus: both parts, input gradients of its problems of 512 rows or more\n\n1 of 1 problems measured."),
+        "{md}"
+    );
+    assert!(md.contains("## softmax_backward: 1 of 1 measured"), "{md}");
+    assert!(md.contains("| a | probs | f32 | 512x64 |"), "{md}");
+    assert!(!md.contains("| b | probs |"), "{md}");
+    assert!(!md.contains("decode"), "{md}");
+    // The forward card holds none of it: the cases are gradients.
+    let o = card(false);
+    assert!(
+        text(&o).contains("0 of 3 problems measured"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{lanefold, load, save, text};
+use common::{fake_peer, lanefold, load, save, text};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -59,19 +59,6 @@ fn replay_with(reference: &Path, candidate: Option<&Path>, out: &Path, extra: &[
     }
     args.extend_from_slice(extra);
     lanefold(&args)
-}
-
-/// The stand-in PyTorch peer, where python3 can run it.
-fn fake_peer() -> Option<PathBuf> {
-    let python_ok = std::process::Command::new("python3")
-        .args(["-c", "import json, struct"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !python_ok {
-        eprintln!("no python3 here; skipping");
-        return None;
-    }
-    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py"))
 }
 
 fn audit(dir: &Path) -> Output {

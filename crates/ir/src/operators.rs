@@ -172,6 +172,20 @@ impl Operator {
         })
     }
 
+    /// The input gradient a training step runs after this forward (cross
+    /// entropy's reads the saved log-sum-exp, as PyTorch's does); None
+    /// for a backward operator and for `sum` and `add`.
+    pub fn input_gradient(self) -> Option<Operator> {
+        Some(match self {
+            Operator::Rmsnorm => Operator::RmsnormBackward,
+            Operator::Layernorm => Operator::LayernormBackward,
+            Operator::ResidualLayernorm => Operator::ResidualLayernormBackward,
+            Operator::Softmax => Operator::SoftmaxBackward,
+            Operator::CrossEntropy => Operator::CrossEntropyBackward,
+            _ => return None,
+        })
+    }
+
     /// Does this operator's forward program carry the norms' cold path
     /// ([`NormForm::cold_path`]) unless a schedule opts out?
     pub fn has_cold_path(self) -> bool {
@@ -1129,6 +1143,26 @@ mod tests {
         // Its softmax normalizer has the online form, as the forward's.
         assert!(ce.with_online_normalizer().is_some());
         assert!(Operator::Softmax.forward().is_none());
+    }
+
+    /// Each forward's training gradient is a backward operator whose
+    /// forward it is; sum has none.
+    #[test]
+    fn input_gradients_lead_back_to_their_forwards() {
+        for op in Operator::SIX {
+            match op.input_gradient() {
+                Some(grad) => {
+                    assert!(Operator::BACKWARD.contains(&grad), "{op}");
+                    assert_eq!(grad.forward(), Some(op));
+                }
+                None => assert_eq!(op, Operator::Sum),
+            }
+        }
+        assert_eq!(
+            Operator::CrossEntropy.input_gradient(),
+            Some(Operator::CrossEntropyBackward)
+        );
+        assert!(Operator::RmsnormBackward.input_gradient().is_none());
     }
 
     /// cross_entropy_with_grad is the forward, instruction for instruction,

@@ -69,8 +69,12 @@ impl CorpusProblem {
         format!("{}/{}/{}", self.op, self.dtype, self.shape)
     }
 
+    /// The problem's part of the split drawn with `seed`; an input
+    /// gradient's is its forward's, so held-out shapes stay held out.
     pub fn part(&self, seed: u64) -> Part {
-        let digest = Sha256::digest(format!("lanefold-corpus/{seed}/{}", self.key()));
+        let op = self.op.forward().unwrap_or(self.op);
+        let key = format!("{op}/{}/{}", self.dtype, self.shape);
+        let digest = Sha256::digest(format!("lanefold-corpus/{seed}/{key}"));
         let draw = u16::from_be_bytes([digest[0], digest[1]]) as u32;
         if draw * 100 < REPORT_PERCENT as u32 * 65536 {
             Part::Report

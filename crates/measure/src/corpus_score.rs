@@ -13,9 +13,15 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// The `[corpus]` targets: thresholds the part-level verdicts judge.
+/// The `[corpus]` targets (the forwards), or the `[corpus_backward]` ones
+/// (the input gradients of the training shapes): thresholds the
+/// part-level verdicts judge.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CorpusTargets {
+    /// The section's name, for messages and headings.
+    pub section: &'static str,
+    /// Only problems of at least this many rows are judged.
+    pub min_rows: usize,
     /// Share of cases where lanefold is at least as fast as the best peer.
     pub min_win_share: f64,
     /// Every case: best peer's gpu p50 over lanefold's at least this.
@@ -24,62 +30,110 @@ pub struct CorpusTargets {
     pub large_l2_multiple: f64,
     /// Effective bandwidth every large problem reaches, TB/s.
     pub min_large_tbps: f64,
-    /// Decode: problems of at most this many rows.
-    pub decode_max_rows: usize,
-    /// Decode: best peer's gpu p50 over lanefold's at least this.
-    pub decode_min_ratio: f64,
-    /// Decode: lanefold's synchronized single call (host p50) at most this, µs.
-    pub max_decode_single_us: f64,
+    /// The decode rows' own targets, where the section has them.
+    pub decode: Option<DecodeTargets>,
 }
 
-/// The `[corpus]` section as written.
+/// Targets of the problems of few rows (decode).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeTargets {
+    /// Decode: problems of at most this many rows.
+    pub max_rows: usize,
+    /// Decode: best peer's gpu p50 over lanefold's at least this.
+    pub min_ratio: f64,
+    /// Decode: lanefold's synchronized single call (host p50) at most this, µs.
+    pub max_single_us: f64,
+}
+
+/// A `[corpus]` or `[corpus_backward]` section as written; the decode
+/// keys come all three or none.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CorpusToml {
+    min_rows: Option<u64>,
     min_win_share: f64,
     min_ratio: f64,
     large_l2_multiple: f64,
     min_large_tbps: f64,
-    decode_max_rows: u64,
-    decode_min_ratio: f64,
-    max_decode_single_us: f64,
+    decode_max_rows: Option<u64>,
+    decode_min_ratio: Option<f64>,
+    max_decode_single_us: Option<f64>,
 }
 
 impl CorpusTargets {
-    pub(crate) fn from_toml(raw: CorpusToml) -> Result<CorpusTargets, String> {
+    pub(crate) fn from_toml(
+        raw: CorpusToml,
+        section: &'static str,
+    ) -> Result<CorpusTargets, String> {
         let positive = |what: &str, x: f64| {
             if x.is_finite() && x > 0.0 {
                 Ok(x)
             } else {
                 Err(format!(
-                    "[corpus]: {what} must be a positive number, not {x}"
+                    "[{section}]: {what} must be a positive number, not {x}"
                 ))
             }
         };
         if !(raw.min_win_share > 0.0 && raw.min_win_share <= 1.0) {
             return Err(format!(
-                "[corpus]: min_win_share must be a share in (0, 1], not {}",
+                "[{section}]: min_win_share must be a share in (0, 1], not {}",
                 raw.min_win_share
             ));
         }
-        if raw.decode_max_rows == 0 {
-            return Err("[corpus]: decode_max_rows must be at least 1".into());
-        }
+        let rows = |what: &str, x: u64| {
+            usize::try_from(x).map_err(|_| format!("[{section}]: {what} is too large"))
+        };
+        let decode = match (
+            raw.decode_max_rows,
+            raw.decode_min_ratio,
+            raw.max_decode_single_us,
+        ) {
+            (None, None, None) => None,
+            (Some(0), ..) => {
+                return Err(format!("[{section}]: decode_max_rows must be at least 1"))
+            }
+            (Some(max_rows), Some(min_ratio), Some(max_single_us)) => Some(DecodeTargets {
+                max_rows: rows("decode_max_rows", max_rows)?,
+                min_ratio: positive("decode_min_ratio", min_ratio)?,
+                max_single_us: positive("max_decode_single_us", max_single_us)?,
+            }),
+            _ => {
+                return Err(format!(
+                    "[{section}]: give decode_max_rows, decode_min_ratio and max_decode_single_us together, or none"
+                ))
+            }
+        };
         Ok(CorpusTargets {
+            section,
+            min_rows: rows("min_rows", raw.min_rows.unwrap_or(0))?,
             min_win_share: raw.min_win_share,
             min_ratio: positive("min_ratio", raw.min_ratio)?,
             large_l2_multiple: positive("large_l2_multiple", raw.large_l2_multiple)?,
             min_large_tbps: positive("min_large_tbps", raw.min_large_tbps)?,
-            decode_max_rows: usize::try_from(raw.decode_max_rows)
-                .map_err(|_| "[corpus]: decode_max_rows is too large".to_string())?,
-            decode_min_ratio: positive("decode_min_ratio", raw.decode_min_ratio)?,
-            max_decode_single_us: positive("max_decode_single_us", raw.max_decode_single_us)?,
+            decode,
         })
     }
 
-    fn decode(&self, p: &CorpusProblem) -> bool {
-        p.shape.rows <= self.decode_max_rows
+    /// The decode targets where `p` is a decode problem.
+    fn decode_of(&self, p: &CorpusProblem) -> Option<DecodeTargets> {
+        self.decode.filter(|d| p.shape.rows <= d.max_rows)
     }
+}
+
+/// The problems a training step's input gradients run on: each problem of
+/// at least `min_rows` rows whose operator has one, as that gradient
+/// (`rmsnorm` 4096x4096 becomes `rmsnorm_backward` 4096x4096).
+pub fn input_gradient_problems(corpus: &[CorpusProblem], min_rows: usize) -> Vec<CorpusProblem> {
+    corpus
+        .iter()
+        .filter(|p| p.shape.rows >= min_rows)
+        .filter_map(|p| {
+            Some(CorpusProblem {
+                op: p.op.input_gradient()?,
+                ..p.clone()
+            })
+        })
+        .collect()
 }
 
 /// One bench results file and the directory it was read from.
@@ -148,6 +202,9 @@ impl Goal {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Card {
     pub part: Option<Part>,
+    /// The targets' section (`corpus`, `corpus_backward`) and its row floor.
+    pub section: &'static str,
+    pub min_rows: usize,
     pub rows: Vec<Row>,
     pub goals: Vec<Goal>,
     /// Each directory a case was taken from: its time, conditions and count.
@@ -184,7 +241,7 @@ pub fn score(
     let mut used: BTreeMap<&str, (&Source, usize)> = BTreeMap::new();
     for p in corpus {
         let part_of = p.part(SPLIT_SEED);
-        if part.is_some_and(|want| want != part_of) {
+        if part.is_some_and(|want| want != part_of) || p.shape.rows < targets.min_rows {
             continue;
         }
         let case = latest.get(&p.key()).map(|(source, case)| {
@@ -228,6 +285,8 @@ pub fn score(
         .collect();
     Card {
         part,
+        section: targets.section,
+        min_rows: targets.min_rows,
         rows,
         goals,
         sources,
@@ -317,15 +376,15 @@ fn judge(p: &CorpusProblem, case: &CaseResult, source: &Source, t: &CorpusTarget
     let single_host_us = mine
         .filter(|s| !s.voided)
         .and_then(|s| s.summary.single_host.map(|h| h.p50));
-    if t.decode(p) {
-        if let Some(r) = ratio.filter(|r| *r < t.decode_min_ratio) {
+    if let Some(d) = t.decode_of(p) {
+        if let Some(r) = ratio.filter(|r| *r < d.min_ratio) {
             misses.push(format!("decode: {peer_name} faster ({r:.3}x)"));
         }
         match single_host_us {
             None => misses.push("decode: single call not measured".into()),
-            Some(us) if us > t.max_decode_single_us => misses.push(format!(
+            Some(us) if us > d.max_single_us => misses.push(format!(
                 "decode: single call {us:.2} µs > {}",
-                t.max_decode_single_us
+                d.max_single_us
             )),
             Some(_) => {}
         }
@@ -441,13 +500,21 @@ fn goals(rows: &[Row], t: &CorpusTargets, l2: Option<u64>) -> Vec<Goal> {
         not_measured: maybe_large,
     });
 
-    let decode: Vec<&(&CorpusProblem, &CaseScore)> =
-        measured.iter().filter(|(p, _)| t.decode(p)).collect();
-    let decode_unmeasured = unmeasured.iter().filter(|p| t.decode(p)).count();
-    let rows = format!("decode rows (1-{})", t.decode_max_rows);
+    let Some(d) = t.decode else {
+        return goals;
+    };
+    let decode: Vec<&(&CorpusProblem, &CaseScore)> = measured
+        .iter()
+        .filter(|(p, _)| t.decode_of(p).is_some())
+        .collect();
+    let decode_unmeasured = unmeasured
+        .iter()
+        .filter(|p| t.decode_of(p).is_some())
+        .count();
+    let rows = format!("decode rows (1-{})", d.max_rows);
     let slower = decode
         .iter()
-        .filter(|(_, c)| c.ratio.is_none_or(|r| r < t.decode_min_ratio))
+        .filter(|(_, c)| c.ratio.is_none_or(|r| r < d.min_ratio))
         .count();
     let worst = decode
         .iter()
@@ -459,13 +526,10 @@ fn goals(rows: &[Row], t: &CorpusTargets, l2: Option<u64>) -> Vec<Goal> {
     }
     goals.push(Goal {
         name: format!("{rows}: gpu"),
-        threshold: if t.decode_min_ratio == 1.0 {
+        threshold: if d.min_ratio == 1.0 {
             "gpu time at most the best peer's on every case".into()
         } else {
-            format!(
-                "at least {}x of the best peer on every case",
-                t.decode_min_ratio
-            )
+            format!("at least {}x of the best peer on every case", d.min_ratio)
         },
         measured: said,
         met: slower == 0,
@@ -478,10 +542,7 @@ fn goals(rows: &[Row], t: &CorpusTargets, l2: Option<u64>) -> Vec<Goal> {
         .count();
     let above = decode
         .iter()
-        .filter(|(_, c)| {
-            c.single_host_us
-                .is_some_and(|us| us > t.max_decode_single_us)
-        })
+        .filter(|(_, c)| c.single_host_us.is_some_and(|us| us > d.max_single_us))
         .count();
     let slowest = decode
         .iter()
@@ -498,7 +559,7 @@ fn goals(rows: &[Row], t: &CorpusTargets, l2: Option<u64>) -> Vec<Goal> {
         name: format!("{rows}: single call"),
         threshold: format!(
             "synchronized single call at most {} µs on the host (p50)",
-            t.max_decode_single_us
+            d.max_single_us
         ),
         measured: said,
         met: above == 0 && absent == 0,
@@ -511,9 +572,16 @@ fn goals(rows: &[Row], t: &CorpusTargets, l2: Option<u64>) -> Vec<Goal> {
 /// operator sorted by ratio (worst first; problems not measured last).
 pub fn markdown(card: &Card) -> String {
     let mut md = String::new();
-    let part = card
+    let mut part = card
         .part
         .map_or("both parts".to_string(), |p| format!("the {p} part"));
+    if card.section != "corpus" {
+        let _ = write!(
+            part,
+            ", input gradients of its problems of {} rows or more",
+            card.min_rows
+        );
+    }
     let measured = card.rows.iter().filter(|r| r.case.is_some()).count();
     let _ = writeln!(
         md,
@@ -540,6 +608,7 @@ pub fn markdown(card: &Card) -> String {
     let many_sources = card.sources.len() > 1;
     let ops: Vec<Operator> = Operator::SIX
         .into_iter()
+        .chain(Operator::BACKWARD)
         .filter(|op| card.rows.iter().any(|r| r.problem.op == *op))
         .collect();
     for op in ops {
@@ -862,6 +931,43 @@ mod tests {
             .collect();
         let e = Targets::parse(&missing).unwrap_err();
         assert!(e.contains("min_large_tbps"), "{e}");
+    }
+
+    /// [corpus_backward] has no decode keys; decode keys come all three or
+    /// none; its problems are the held-out forwards' gradients of 512 rows
+    /// or more, in their forwards' part.
+    #[test]
+    fn the_backward_section_judges_gradients_of_the_training_shapes() {
+        let text = committed_targets_text();
+        let all = Targets::parse(&text).unwrap();
+        let t = all.corpus_backward.unwrap();
+        assert_eq!(
+            (t.section, t.min_rows, t.decode),
+            ("corpus_backward", 512, None)
+        );
+        assert!(all.corpus.unwrap().decode.is_some());
+        let partial = text.replacen("min_rows = 512", "min_rows = 512\ndecode_max_rows = 64", 1);
+        let e = Targets::parse(&partial).unwrap_err();
+        assert!(e.contains("[corpus_backward]: give decode_max_rows"), "{e}");
+
+        let forwards = corpus();
+        let grads = input_gradient_problems(&forwards, t.min_rows);
+        let held_out = |ps: &[CorpusProblem]| -> Vec<String> {
+            ps.iter()
+                .filter(|p| p.part(SPLIT_SEED) == Part::Report)
+                .map(|p| format!("{} {}", p.dtype, p.shape))
+                .collect()
+        };
+        let trained: Vec<CorpusProblem> = forwards
+            .iter()
+            .filter(|p| p.shape.rows >= 512 && p.op.input_gradient().is_some())
+            .cloned()
+            .collect();
+        assert_eq!(held_out(&grads), held_out(&trained));
+        assert!(grads.iter().all(|p| p.op.forward().is_some()));
+        let card = score(&forwards, Some(Part::Report), &[], &t);
+        assert!(card.rows.iter().all(|r| r.problem.shape.rows >= 512));
+        assert_eq!(card.goals.len(), 3, "no decode goals");
     }
 
     /// Where two files hold a problem, the later measurement counts and its

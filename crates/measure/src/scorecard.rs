@@ -47,6 +47,8 @@ pub struct Targets {
     pub automatic_today: Family,
     /// The shape corpus targets (`[corpus]`), where the file has them.
     pub corpus: Option<crate::corpus_score::CorpusTargets>,
+    /// The targets of the corpus's input gradients (`[corpus_backward]`).
+    pub corpus_backward: Option<crate::corpus_score::CorpusTargets>,
 }
 
 /// bench/targets.toml as written.
@@ -56,6 +58,7 @@ struct TargetsToml {
     family: Vec<FamilyToml>,
     automatic: AutomaticToml,
     corpus: Option<crate::corpus_score::CorpusToml>,
+    corpus_backward: Option<crate::corpus_score::CorpusToml>,
 }
 
 #[derive(Deserialize)]
@@ -130,12 +133,13 @@ impl Targets {
                 raw.automatic.min_fraction,
             )?,
         };
-        let corpus = raw
-            .corpus
-            .map(crate::corpus_score::CorpusTargets::from_toml)
-            .transpose()?;
+        let section = |raw: Option<crate::corpus_score::CorpusToml>, name| {
+            raw.map(|r| crate::corpus_score::CorpusTargets::from_toml(r, name))
+                .transpose()
+        };
         Ok(Targets {
-            corpus,
+            corpus: section(raw.corpus, "corpus")?,
+            corpus_backward: section(raw.corpus_backward, "corpus_backward")?,
             families,
             automatic_today: Family {
                 name: format!("{}, this binary's mapper", raw.automatic.name),

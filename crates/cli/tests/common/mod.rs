@@ -60,3 +60,17 @@ pub fn save(dir: &Path, v: &Value) {
     .unwrap();
     let _ = std::fs::remove_file(dir.join("results.json.gz"));
 }
+
+/// The stand-in PyTorch peer (python/fake_peer.py), where python3 can run
+/// it; None (and a note) where it cannot.
+pub fn fake_peer() -> Option<PathBuf> {
+    let python_ok = Command::new("python3")
+        .args(["-c", "import json, struct"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !python_ok {
+        eprintln!("no python3 here; skipping");
+        return None;
+    }
+    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/fake_peer.py"))
+}
