@@ -176,13 +176,7 @@ joined=$(printf '%s; ' "${summary[@]}")
 result="sanitize: ${joined%; } (ops $ops, at most $max_rows rows)"
 echo "$result" > "$log_dir/summary.txt"
 echo "logs: $log_dir"
-if [ -n "${TAR_TO:-}" ]; then
-  dest=$(lf_path "$TAR_TO")
-  mkdir -p "$dest"
-  tar czf "$dest/$(basename "$log_dir")-$lf_tag.tar.gz" -C "$(dirname "$log_dir")" "$(basename "$log_dir")"
-  cp "$log_dir/summary.txt" "$dest/sanitize-summary.txt"
-  echo "tarred into $dest/$(basename "$log_dir")-$lf_tag.tar.gz"
-fi
+lf_tar_logs "$log_dir" sanitize-summary.txt
 echo "done in $((SECONDS - lf_start)) s"
 echo "$result"
 exit "$status"

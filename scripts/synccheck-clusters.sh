@@ -86,11 +86,6 @@ run_case c16-g128 16 "W=2048 V=4 push-reduce group-threads=128"
 
 printf '%s\n' "${lines[@]}" > "$log_dir/summary.txt"
 echo "logs: $log_dir"
-if [ -n "${TAR_TO:-}" ]; then
-  dest=$(lf_path "$TAR_TO")
-  mkdir -p "$dest"
-  tar czf "$dest/$(basename "$log_dir")-$lf_tag.tar.gz" -C "$(dirname "$log_dir")" "$(basename "$log_dir")"
-  cp "$log_dir/summary.txt" "$dest/synccheck-clusters-summary.txt"
-fi
+lf_tar_logs "$log_dir" synccheck-clusters-summary.txt
 echo "done in $((SECONDS - lf_start)) s"
 cat "$log_dir/summary.txt"

@@ -155,6 +155,19 @@ lf_defaults_aa() {
   fi
 }
 
+# lf_tar_logs LOG_DIR SUMMARY_NAME: where TAR_TO says, one gzipped tar of
+# a log folder and a copy of its summary.txt as SUMMARY_NAME.
+lf_tar_logs() {
+  [ -n "${TAR_TO:-}" ] || return 0
+  local dest tar
+  dest=$(lf_path "$TAR_TO")
+  mkdir -p "$dest"
+  tar=$dest/$(basename "$1")-$lf_tag.tar.gz
+  tar czf "$tar" -C "$(dirname "$1")" "$(basename "$1")"
+  cp "$1/summary.txt" "$dest/$2"
+  echo "tarred into $tar"
+}
+
 # lf_finish DIR...: audit what was written (the directories that exist),
 # tar it where TAR_TO says, say where it went. Exit status: 1 if a step
 # failed (lf_failed) or the audit did, 3 if the budget cut a run short

@@ -2,7 +2,7 @@
 //! line each, as a committed snapshot: a change of choice is a reviewable
 //! diff (`cargo insta review`), never a silent move.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use lanefold::corpus_cmd::corpus_lines;
 use lanefold_measure::corpus::{load, SPLIT_SEED};
@@ -51,23 +51,30 @@ fn the_default_plans_schedule_text_plans_back_to_the_same_kernel() {
 mod common;
 use common::{fake_peer, lanefold, load as load_results, text, tmp};
 
+/// A fresh temporary folder and, in it, a corpus.csv of these rows.
+fn corpus_in_tmp(name: &str, rows: &[&str]) -> (PathBuf, PathBuf) {
+    let dir = tmp("corpus", name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("corpus.csv");
+    let text = format!("model,tensor,op,dtype,rows,n,config\n{}\n", rows.join("\n"));
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
+}
+
 /// `bench --corpus` runs exactly the corpus's problems of the asked part,
 /// in file order, filtered by --ops (a backward operator taking its
 /// forward's problems), --dtypes and --min-rows; a filter that leaves
 /// nothing, or a malformed corpus, is an error naming the file.
 #[test]
 fn bench_runs_the_problems_of_a_corpus_part() {
-    let dir = tmp("corpus", "bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("corpus.csv");
-    std::fs::write(
-        &file,
-        "model,tensor,op,dtype,rows,n,config\n\
-         a,x,rmsnorm,bf16,3,257,c\n\
-         b,x,softmax,f32,2,64,c\n\
-         c,x,sum,f32,1,33,c\n",
-    )
-    .unwrap();
+    let (dir, file) = corpus_in_tmp(
+        "bench",
+        &[
+            "a,x,rmsnorm,bf16,3,257,c",
+            "b,x,softmax,f32,2,64,c",
+            "c,x,sum,f32,1,33,c",
+        ],
+    );
     let out = dir.join("out");
     let bench = |output: &std::path::Path, extra: &[&str]| {
         let mut args = vec![
@@ -188,14 +195,7 @@ fn corpus_scorecard_judges_the_committed_report_run() {
         text(&o)
     );
 
-    let dir = tmp("corpus", "scorecard");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("corpus.csv");
-    std::fs::write(
-        &file,
-        "model,tensor,op,dtype,rows,n,config\nm,t,rmsnorm,f32,1,4096,c\n",
-    )
-    .unwrap();
+    let (dir, file) = corpus_in_tmp("scorecard", &["m,t,rmsnorm,f32,1,4096,c"]);
     let args = ["scorecard", "--corpus", "--part", "all", "--corpus-file"];
     let o = lanefold(&[&args[..], &[file.to_str().unwrap(), run]].concat());
     assert!(o.status.success(), "{}", text(&o));
@@ -267,17 +267,14 @@ fn corpus_scorecard_judges_input_gradients_of_training_shapes() {
     let Some(fake) = fake_peer() else {
         return;
     };
-    let dir = tmp("corpus", "backward-card");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("corpus.csv");
-    std::fs::write(
-        &file,
-        "model,tensor,op,dtype,rows,n,config\n\
-         a,probs,softmax,f32,512,64,c\n\
-         b,probs,softmax,f32,8,64,c\n\
-         c,x,sum,f32,1024,33,c\n",
-    )
-    .unwrap();
+    let (dir, file) = corpus_in_tmp(
+        "backward-card",
+        &[
+            "a,probs,softmax,f32,512,64,c",
+            "b,probs,softmax,f32,8,64,c",
+            "c,x,sum,f32,1024,33,c",
+        ],
+    );
     let out = dir.join("bench");
     let o = lanefold(&[
         "bench",
