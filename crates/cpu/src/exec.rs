@@ -96,6 +96,39 @@ fn binary(op: BinaryOp, a: f32, b: f32) -> f32 {
     }
 }
 
+/// [`unary`] over a tile, one loop per operation: with the operation a
+/// constant in each loop, no element pays the dispatch.
+fn unary_tile(op: UnaryOp, t: &[f32]) -> Vec<f32> {
+    #[inline(always)]
+    fn each(op: UnaryOp, t: &[f32]) -> Vec<f32> {
+        t.iter().map(|&x| unary(op, x)).collect()
+    }
+    match op {
+        UnaryOp::Neg => each(UnaryOp::Neg, t),
+        UnaryOp::Exp => each(UnaryOp::Exp, t),
+        UnaryOp::Log => each(UnaryOp::Log, t),
+        UnaryOp::Sqrt => each(UnaryOp::Sqrt, t),
+        UnaryOp::Rsqrt => each(UnaryOp::Rsqrt, t),
+        UnaryOp::Recip => each(UnaryOp::Recip, t),
+        UnaryOp::Square => each(UnaryOp::Square, t),
+    }
+}
+
+/// [`binary`] over two tiles, one loop per operation (see [`unary_tile`]).
+fn binary_tile(op: BinaryOp, a: &[f32], b: &[f32]) -> Vec<f32> {
+    #[inline(always)]
+    fn each(op: BinaryOp, a: &[f32], b: &[f32]) -> Vec<f32> {
+        a.iter().zip(b).map(|(&x, &y)| binary(op, x, y)).collect()
+    }
+    match op {
+        BinaryOp::Add => each(BinaryOp::Add, a, b),
+        BinaryOp::Sub => each(BinaryOp::Sub, a, b),
+        BinaryOp::Mul => each(BinaryOp::Mul, a, b),
+        BinaryOp::Div => each(BinaryOp::Div, a, b),
+        BinaryOp::Max => each(BinaryOp::Max, a, b),
+    }
+}
+
 fn butterfly<T: Copy>(vals: &mut [T], combine: &impl Fn(T, T) -> T) -> T {
     let mut off = vals.len() / 2;
     while off >= 1 {
@@ -393,13 +426,11 @@ fn run(plan: &Plan, mut source: Source<'_>, outputs: &mut Buffers) -> Result<(),
                 Instr::RowFirst { buffer } => Val::Scalar(inputs[buffer].get(row * n)),
                 Instr::RowLen => Val::Scalar(n as f32),
                 Instr::Unary { op, arg } => match &vals[arg.index()] {
-                    Val::Tile(t) => Val::Tile(t.iter().map(|&x| unary(*op, x)).collect()),
+                    Val::Tile(t) => Val::Tile(unary_tile(*op, t)),
                     s => Val::Scalar(unary(*op, s.scalar())),
                 },
                 Instr::Binary { op, lhs, rhs } => match (&vals[lhs.index()], &vals[rhs.index()]) {
-                    (Val::Tile(a), Val::Tile(b)) => {
-                        Val::Tile(a.iter().zip(b).map(|(&x, &y)| binary(*op, x, y)).collect())
-                    }
+                    (Val::Tile(a), Val::Tile(b)) => Val::Tile(binary_tile(*op, a, b)),
                     (a, b) => Val::Scalar(binary(*op, a.scalar(), b.scalar())),
                 },
                 Instr::Broadcast(s) => Val::Tile(vec![vals[s.index()].scalar(); n]),
