@@ -6,22 +6,24 @@
 //   mode 0 (as lanefold): thread t pushes this CTA's value to CTA t
 //   mode 1 (no remote push): thread t pushes into this CTA's own slot t
 // Usage: synccheck-clusters C MODE   (C = 2, 4, 8 or 16; exit 1 on a wrong sum)
-#include <cooperative_groups.h>
+#ifndef __CUDACC_RTC__
 #include <cstdio>
 #include <cstdlib>
+#endif
 
-namespace cg = cooperative_groups;
-
+// The kernel needs no header (NVRTC compiles it alone in CI's check).
 __device__ __forceinline__ unsigned shared_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return static_cast<unsigned>(a);
 }
 
-__global__ void push_kernel(float* out, int mode) {
+extern "C" __global__ void push_kernel(float* out, int mode) {
     __shared__ alignas(8) unsigned long long bar;
     __shared__ float slots[16];
-    cg::cluster_group cluster = cg::this_cluster();
-    const unsigned rank = cluster.block_rank();
-    const unsigned c = cluster.num_blocks();
+    unsigned rank, c;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(c));
     if (threadIdx.x == 0) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(shared_addr(&bar)) : "memory");
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -50,6 +52,7 @@ __global__ void push_kernel(float* out, int mode) {
     if (threadIdx.x == 0) out[blockIdx.x] = sum;
 }
 
+#ifndef __CUDACC_RTC__
 int main(int argc, char** argv) {
     if (argc != 3) {
         std::fprintf(stderr, "usage: %s C MODE\n", argv[0]);
@@ -96,3 +99,4 @@ int main(int argc, char** argv) {
     std::printf("C=%d mode=%d: %d of %d CTAs summed wrong\n", c, mode, wrong, blocks);
     return wrong == 0 ? 0 : 1;
 }
+#endif

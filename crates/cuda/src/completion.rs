@@ -179,4 +179,24 @@ mod tests {
         // The symbol the probe looks up is in the binary.
         assert!(cubin.windows(9).any(|w| w == b"lf_signal"));
     }
+
+    /// scripts/synccheck-clusters.cu, the pushed reduction's mbarrier
+    /// protocol alone for compute-sanitizer, is run only on a device: its
+    /// kernel half at least compiles for sm_90a here.
+    #[test]
+    #[ignore = "needs NVRTC (CI: LD_LIBRARY_PATH from scripts/fetch-nvrtc.sh)"]
+    fn nvrtc_compiles_the_synccheck_probe() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/synccheck-clusters.cu"
+        );
+        let kernel = lanefold_codegen::Kernel {
+            name: "push_kernel".into(),
+            source: std::fs::read_to_string(path).unwrap(),
+            ..signal_kernel()
+        };
+        let opts = lanefold_codegen::nvrtc_options(&Default::default(), "sm_90a");
+        let (cubin, _log) = crate::compile_kernel(&kernel, &opts).expect("the probe compiles");
+        assert!(cubin.windows(11).any(|w| w == b"push_kernel"));
+    }
 }
