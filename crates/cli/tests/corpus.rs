@@ -185,7 +185,14 @@ fn corpus_scorecard_judges_the_committed_report_run() {
     assert!(targets < out.find("## rmsnorm").unwrap(), "{out}");
     assert!(out.contains("| 19 of 44 (43%) | missed |"), "{out}");
     assert_eq!(out.matches("| not measured |").count(), 7, "{out}");
-    assert!(out.contains("| f32 | 65536x77 | 30.21 | torch-eager | 14.42 | 0.477 |"));
+    assert!(
+        out.contains("| f32 | 65536x77 | 30.21 | 11.38 | torch-eager | 14.42 | 0.477 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nCost model against lanefold's gpu p50: within 25% on "),
+        "{out}"
+    );
 
     let o = lanefold(&["scorecard", "--corpus", "--part", "fit", run]);
     assert!(o.status.success(), "{}", text(&o));

@@ -157,6 +157,8 @@ pub struct CaseScore {
     /// The directory of the latest file holding it.
     pub dir: String,
     pub lanefold_us: Option<f64>,
+    /// The cost model's prediction for the plan benched, µs (as recorded).
+    pub predicted_us: f64,
     /// The fastest valid peer and its gpu p50, µs.
     pub best_peer: Option<(String, f64)>,
     /// Best peer's gpu p50 over lanefold's (above 1: lanefold faster).
@@ -392,6 +394,7 @@ fn judge(p: &CorpusProblem, case: &CaseResult, source: &Source, t: &CorpusTarget
     CaseScore {
         dir: source.dir.clone(),
         lanefold_us,
+        predicted_us: case.plan.predicted_us,
         best_peer,
         ratio,
         tbps,
@@ -568,6 +571,35 @@ fn goals(rows: &[Row], t: &CorpusTargets, l2: Option<u64>) -> Vec<Goal> {
     goals
 }
 
+/// How far the cost model's predictions are from lanefold's measured gpu
+/// p50s on the measured cases (None: no case measured): not a target, a
+/// check of a model fitted on the other part.
+fn model_calibration(card: &Card) -> Option<String> {
+    let mut off: Vec<(f64, &CorpusProblem, f64, f64)> = card
+        .rows
+        .iter()
+        .filter_map(|r| {
+            let c = r.case.as_ref()?;
+            let us = c.lanefold_us?;
+            Some((us / c.predicted_us, &r.problem, c.predicted_us, us))
+        })
+        .collect();
+    if off.is_empty() {
+        return None;
+    }
+    let n = off.len();
+    let within = off.iter().filter(|o| (0.8..=1.25).contains(&o.0)).count();
+    off.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let median = off[n / 2].0;
+    let (_, p, predicted, measured) = off
+        .iter()
+        .max_by(|a, b| a.0.ln().abs().total_cmp(&b.0.ln().abs()))?;
+    Some(format!(
+        "Cost model against lanefold's gpu p50: within 25% on {within} of {n} measured cases; median measured over predicted {median:.2}; furthest {} ({predicted:.2} µs predicted, {measured:.2} measured).",
+        name(p)
+    ))
+}
+
 /// The scorecard as markdown: the part-level verdicts, then one table per
 /// operator sorted by ratio (worst first; problems not measured last).
 pub fn markdown(card: &Card) -> String {
@@ -585,7 +617,7 @@ pub fn markdown(card: &Card) -> String {
     let measured = card.rows.iter().filter(|r| r.case.is_some()).count();
     let _ = writeln!(
         md,
-        "# Shape corpus: {part}\n\n{measured} of {} problems measured. Ratio: the best valid peer's gpu p50 over lanefold's (above 1: lanefold faster); TB/s: bytes moved over lanefold's gpu p50. Each problem's figures come from the latest bench run holding it (one run, not a replay):\n",
+        "# Shape corpus: {part}\n\n{measured} of {} problems measured. Ratio: the best valid peer's gpu p50 over lanefold's (above 1: lanefold faster); TB/s: bytes moved over lanefold's gpu p50; cost model µs: what the benching binary's cost model predicted for the plan it ran. Each problem's figures come from the latest bench run holding it (one run, not a replay):\n",
         card.rows.len()
     );
     if card.sources.is_empty() {
@@ -604,6 +636,9 @@ pub fn markdown(card: &Card) -> String {
             g.measured,
             g.verdict()
         );
+    }
+    if let Some(line) = model_calibration(card) {
+        let _ = writeln!(md, "\n{line}");
     }
     let many_sources = card.sources.len() > 1;
     let ops: Vec<Operator> = Operator::SIX
@@ -626,9 +661,9 @@ pub fn markdown(card: &Card) -> String {
         });
         let n = rows.iter().filter(|r| r.case.is_some()).count();
         let _ = writeln!(md, "\n## {op}: {n} of {} measured\n", rows.len());
-        md += "| model | tensor | dtype | shape | lanefold µs | best peer | peer µs | ratio | TB/s | verdict |";
+        md += "| model | tensor | dtype | shape | lanefold µs | cost model µs | best peer | peer µs | ratio | TB/s | verdict |";
         md += if many_sources { " from |\n" } else { "\n" };
-        md += "|---|---|---|---|---:|---|---:|---:|---:|---|";
+        md += "|---|---|---|---|---:|---:|---|---:|---:|---:|---|";
         md += if many_sources { "---|\n" } else { "\n" };
         for r in rows {
             let p = &r.problem;
@@ -640,7 +675,7 @@ pub fn markdown(card: &Card) -> String {
             let num = |x: Option<f64>, d: usize| x.map_or("—".into(), |x| format!("{x:.d$}"));
             match &r.case {
                 None => {
-                    md += " — | — | — | — | — | not measured |";
+                    md += " — | — | — | — | — | — | not measured |";
                     md += if many_sources { " — |\n" } else { "\n" };
                 }
                 Some(c) => {
@@ -658,8 +693,9 @@ pub fn markdown(card: &Card) -> String {
                     }
                     let _ = write!(
                         md,
-                        " {} | {peer} | {} | {} | {} | {verdict} |",
+                        " {} | {} | {peer} | {} | {} | {} | {verdict} |",
                         num(c.lanefold_us, 2),
+                        num(Some(c.predicted_us), 2),
                         num(peer_us, 2),
                         num(c.ratio, 3),
                         num(c.tbps, 2)
@@ -749,6 +785,12 @@ mod tests {
                 .measured
                 .starts_with("worst 0.477x (softmax f32 65536x77, torch-eager)"),
             "{every:?}"
+        );
+        // The model's predictions as recorded, against the measurements.
+        let md = markdown(&card);
+        assert!(
+            md.contains("within 25% on 22 of 44 measured cases; median measured over predicted 0.96; furthest cross_entropy bf16 16384x32000 (769.21 µs predicted, 259.56 measured)"),
+            "{md}"
         );
         let wins = goal(&card, "wins");
         assert_eq!(wins.measured, "19 of 44 (43%)");
