@@ -202,7 +202,7 @@ pub fn corpus_scorecard(
     };
     let mut problems = corpus::load(&corpus_file)?;
     if backward {
-        problems = corpus_score::input_gradient_problems(&problems, corpus_targets.min_rows);
+        problems = corpus_score::input_gradient_problems(&problems);
     }
     let mut sources = vec![];
     for dir in dirs {

@@ -120,13 +120,13 @@ impl CorpusTargets {
     }
 }
 
-/// The problems a training step's input gradients run on: each problem of
-/// at least `min_rows` rows whose operator has one, as that gradient
-/// (`rmsnorm` 4096x4096 becomes `rmsnorm_backward` 4096x4096).
-pub fn input_gradient_problems(corpus: &[CorpusProblem], min_rows: usize) -> Vec<CorpusProblem> {
+/// The problems a training step's input gradients run on: each problem
+/// whose operator has one, as that gradient (`rmsnorm` 4096x4096 becomes
+/// `rmsnorm_backward` 4096x4096); [`score`] keeps those of the targets'
+/// `min_rows`.
+pub fn input_gradient_problems(corpus: &[CorpusProblem]) -> Vec<CorpusProblem> {
     corpus
         .iter()
-        .filter(|p| p.shape.rows >= min_rows)
         .filter_map(|p| {
             Some(CorpusProblem {
                 op: p.op.input_gradient()?,
@@ -993,7 +993,10 @@ mod tests {
         assert!(e.contains("[corpus_backward]: give decode_max_rows"), "{e}");
 
         let forwards = corpus();
-        let grads = input_gradient_problems(&forwards, t.min_rows);
+        let grads: Vec<CorpusProblem> = input_gradient_problems(&forwards)
+            .into_iter()
+            .filter(|p| p.shape.rows >= t.min_rows)
+            .collect();
         let held_out = |ps: &[CorpusProblem]| -> Vec<String> {
             ps.iter()
                 .filter(|p| p.part(SPLIT_SEED) == Part::Report)
