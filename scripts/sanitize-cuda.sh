@@ -79,6 +79,12 @@ errors_in() {
   fi
 }
 
+# racecheck's warnings (possible hazards, counted apart from its errors):
+# reported, not failed on.
+warnings_in() {
+  sed -n 's/^========= RACECHECK SUMMARY: .*, \([0-9]*\) warning.*/\1/p' "$1" 2> /dev/null | tail -n 1
+}
+
 {
   echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "binary_sha256: $(sha256sum "$bin" | cut -d' ' -f1)"
@@ -108,7 +114,7 @@ for ti in "${!tools[@]}"; do
       fi
       ;;
   esac
-  errors=0 cut=0 done_groups=0 failed=0 unknown=0
+  errors=0 warnings=0 cut=0 done_groups=0 failed=0 unknown=0
   for gi in "${!groups[@]}"; do
     group=${groups[$gi]}
     left=$((tool_end - SECONDS))
@@ -155,10 +161,13 @@ for ti in "${!tools[@]}"; do
           ;;
       esac
       errors=$((errors + e))
+      w=$(warnings_in "$slog")
+      warnings=$((warnings + ${w:-0}))
     fi
   done
   line="$tool"
   [ "$tool" = plain ] || line+=" $errors errors"
+  [ "$warnings" -eq 0 ] || line+=" ($warnings warnings)"
   line+=" in $done_groups/${#groups[@]} groups"
   [ "$cut" -eq 0 ] || line+=" ($cut cut short)"
   [ "$unknown" -eq 0 ] || line+=" ($unknown without a summary)"

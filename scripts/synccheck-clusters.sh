@@ -28,7 +28,8 @@ nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 [ -x "$nvcc" ] || nvcc=$(command -v nvcc) || lf_die "no nvcc (set NVCC)"
 log_dir=${LOG_DIR:-.cache/synccheck-clusters-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$log_dir"
-probe=$log_dir/synccheck-clusters
+# The probe's binary stays out of the logs (they are committed).
+probe=$(mktemp -d)/synccheck-clusters
 
 {
   echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
