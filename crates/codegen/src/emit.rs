@@ -2249,7 +2249,10 @@ impl Ctx<'_> {
 
     /// A pushed reduction's `mbarrier`s, each armed for its first phase
     /// (both sets of a persistent cluster), then the relaxed arrive that
-    /// publishes them, waited for before the first push.
+    /// publishes them, waited for before the first push. One thread inits
+    /// and arms them all: with one thread a barrier, the compiler ran the
+    /// inits as one warp-uniform loop, which compute-sanitizer's racecheck
+    /// took for one thread writing another's barrier (warnings, H100).
     fn emit_push_init(&mut self) {
         let Some(push) = self.push else {
             return;
@@ -2259,9 +2262,14 @@ impl Ctx<'_> {
             "// pushed reduction: mbarrier k awaits {} partials of reduction k, 4 bytes each",
             cluster * g
         ));
-        self.open(&format!("if (tid < {}) {{", self.reductions * push.sets));
+        self.open("if (tid == 0) {");
+        self.line("#pragma unroll");
+        self.open(&format!(
+            "for (int k = 0; k < {}; ++k) {{",
+            self.reductions * push.sets
+        ));
         self.line(&format!(
-            "const unsigned bar = lf_shared_addr(lf_smem + {} + 2 * tid);",
+            "const unsigned bar = lf_shared_addr(lf_smem + {} + 2 * k);",
             push.barriers
         ));
         self.line(
@@ -2271,6 +2279,7 @@ impl Ctx<'_> {
             "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], {};\" :: \"r\"(bar) : \"memory\");",
             4 * cluster * g
         ));
+        self.close();
         self.close();
         self.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
         self.line("asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); // waited for before the first push");
