@@ -272,7 +272,7 @@ pub fn score(
                 L2Mode::Warm => "warm",
             };
             format!(
-                "{} ({}, {}, L2 {l2}, {} samples of {} ms per side): {n} problems",
+                "{} ({}, {}, L2 {l2}, {} samples of {} ms per side): {n} problem{}",
                 s.dir,
                 s.file.environment.utc_time,
                 s.file
@@ -281,7 +281,8 @@ pub fn score(
                     .as_deref()
                     .unwrap_or("no GPU named"),
                 c.samples,
-                c.sample_ms
+                c.sample_ms,
+                if n == 1 { "" } else { "s" }
             )
         })
         .collect();
