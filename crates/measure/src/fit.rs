@@ -1188,7 +1188,7 @@ mod tests {
     /// Legality's register bound (`Plan::registers`) keeps room so that a
     /// legal plan does not spill: against the driver's count for every
     /// kernel the committed H200 searches compiled, it is at or above the
-    /// count for 90% or more (93% when written, 17 registers over at the
+    /// count for 90% or more (93% when written, 16 registers over at the
     /// median). Cut its reserve and the checks fail; raise it much further
     /// and the median check fails, as it would refuse plans that fit.
     #[test]
