@@ -919,6 +919,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("ordered-hinted-loads", ordered_hinted_load_checks),
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
+    ("unguarded-stores", unguarded_store_checks),
     ("cold-path", cold_path_checks),
     ("aligned-packs", aligned_pack_checks),
     ("batch-invariance", batch_invariance_default_checks),
@@ -1126,6 +1127,40 @@ pub fn batched_load_checks(backend: &Backend, report: &mut Report) {
         |request| request.batch_loads = true,
         |plan| plan.batched_loads,
         |plan| plan.residency == lanefold_plan::Residency::Stream,
+    );
+}
+
+/// Unguarded stores (`unguarded_stores`): every operator, f32 and bf16,
+/// in registers, streamed and in aligned packs, on rows one group holds
+/// alone and on rows split over a cluster or packed several to a group
+/// (not marked there), 37 rows so the last group of several is partly
+/// past the end. Same bits as with the guard.
+pub fn unguarded_store_checks(backend: &Backend, report: &mut Report) {
+    let bases: [(&str, RequestEdit); 3] = [
+        ("unguarded stores, registers", in_registers),
+        ("unguarded stores, streamed", streamed_with_reread_hints),
+        ("unguarded stores, aligned packs", |request| {
+            request.aligned_packs = true;
+        }),
+    ];
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[
+            (32, 4, 250),
+            (256, 4, 1027),
+            (512, 8, 8190),
+            (2048, 4, 16388),
+        ],
+        37,
+        |request| request.unguarded_stores = true,
+        |plan| plan.unguarded_stores,
+        |plan| {
+            plan.layout.rows_per_group == 1
+                && plan.groups_per_row == 1
+                && plan.row_prefetch.is_none()
+        },
     );
 }
 

@@ -105,6 +105,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.batched_loads {
         name += "_bl";
     }
+    if plan.unguarded_stores {
+        name += "_ug";
+    }
     if plan.aligned_packs {
         name += "_ap";
     }
@@ -3093,6 +3096,11 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         cx.line("(void)row_c;");
         cx.line("lf_prefetch_wait(lf_rowbar, lf_parity); // this row is in lf_rowbuf");
         cx.line("lf_parity ^= 1u;");
+    } else if plan.unguarded_stores {
+        // The whole group leaves, so no barrier waits on it.
+        cx.line("if (row >= rows) return; // one row a group: nothing to store");
+        cx.line("const bool row_ok = true;");
+        cx.line("const int row_c = row;");
     } else {
         cx.line("const bool row_ok = row < rows; // rows past the end compute on the last row, store nothing");
         cx.line("const int row_c = row_ok ? row : rows - 1;");

@@ -2424,6 +2424,10 @@ const IN_PLACE_FAMILIES: &[(&str, &str)] = &[
     ("64x32000", "W=256 V=8 U=4 G=1 stream reread-hints"),
     ("64x32000", "W=256 V=8 U=4 G=1 stream streaming-hints"),
     ("64x2048", "W=256 V=8 G=1 stream batched-loads"),
+    (
+        "64x32000",
+        "W=256 V=8 U=4 G=1 stream reread-hints unguarded-stores",
+    ),
     ("64x32000", "W=1024 V=8 U=2 G=1 stream online-normalizer"),
     ("64x131072", "W=2048 V=8 G=1 registers"),
     (
@@ -2765,4 +2769,61 @@ fn golden_cross_entropy_f32_w512_in_two_groups_of_256() {
     assert_eq!(k.name, "lf_cross_entropy_f32_w512_v4_u4_g1_c2_pr_on");
     assert!(k.source.contains("__launch_bounds__(256) "));
     insta::assert_snapshot!(golden(&p));
+}
+
+/// Unguarded stores: with one row a group, a group past the last row
+/// returns before anything else, and no store then waits on a row guard
+/// the compiler would sink the chunk's load into. Several rows a group
+/// and clusters keep the guard (a group's rows end apart; a row's groups
+/// meet at cluster barriers), unmarked.
+#[test]
+fn golden_cross_entropy_backward_bf16_w32_v8_aligned_packs_unguarded_stores() {
+    let request = |workers, rows_per_group, cluster_group_threads| LayoutRequest {
+        workers,
+        pack: 8,
+        unroll: 2,
+        rows_per_group,
+        cluster_group_threads,
+        aligned_packs: true,
+        unguarded_stores: true,
+        ..Default::default()
+    };
+    let op = Operator::CrossEntropyBackward;
+    let p = make_with(op, DType::Bf16, "37x1001", request(32, 1, 0));
+    assert!(p.unguarded_stores, "{}", p.describe());
+    assert!(
+        p.describe().contains("unguarded-stores"),
+        "{}",
+        p.describe()
+    );
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_ug_ap"), "{}", k.name);
+    let body = &k.source[k.source.find("__global__").unwrap()..];
+    let exit = body
+        .find("if (row >= rows) return;")
+        .expect("the early exit");
+    assert!(exit < body.find("lf_ld").unwrap_or(body.len()));
+    assert!(body.contains("const bool row_ok = true;"));
+    assert!(!body.contains("row < rows"));
+    insta::assert_snapshot!(golden(&p));
+
+    for (shape, unguarded) in [
+        (
+            "37x1001",
+            make_with(op, DType::Bf16, "37x1001", request(32, 2, 0)),
+        ),
+        (
+            "37x16388",
+            make_with(op, DType::Bf16, "37x16388", request(2048, 1, 256)),
+        ),
+    ] {
+        assert!(
+            !unguarded.unguarded_stores,
+            "{shape}: {}",
+            unguarded.describe()
+        );
+        let source = kernel(&unguarded).source;
+        assert!(source.contains("row < rows"), "{shape}");
+        assert!(!source.contains("return; // one row a group"), "{shape}");
+    }
 }

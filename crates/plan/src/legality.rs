@@ -463,6 +463,10 @@ pub(crate) fn plan_rows(
             && whole_vector_packs
             && layout.complete_packs(n) <= 8
             && column_stage.is_none(),
+        unguarded_stores: request.unguarded_stores
+            && layout.rows_per_group == 1
+            && groups_per_row == 1
+            && row_prefetch.is_none(),
         early_columns: if residency == Residency::Registers
             && columns > 0
             && vector_access(problem.dtype, pack as usize, n).is_some()

@@ -309,6 +309,13 @@ pub struct LayoutRequest {
     /// otherwise save. A scheduling choice only: same bits.
     #[serde(default)]
     pub batch_loads: bool,
+    /// One row a group, no cluster: a group past the last row returns at
+    /// once, so no store carries the row guard. The compiler sinks a
+    /// chunk's load into its store's guard and so issues the chunks one
+    /// after another; without the guard it may load ahead. A scheduling
+    /// choice only: same bits.
+    #[serde(default)]
+    pub unguarded_stores: bool,
     /// Register plans with column inputs: load the weight and bias of the
     /// first this many chunks of the output phase before the reduction
     /// that precedes it, so their L2 round trip overlaps the reduction's
@@ -390,6 +397,7 @@ impl LayoutRequest {
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
+            unguarded_stores: self.unguarded_stores,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks,
             in_place: self.in_place,
@@ -524,6 +532,9 @@ pub struct Plan {
     pub occupancy_cap: Option<OccupancyCap>,
     /// See [`LayoutRequest::batch_loads`]; false where it does not apply.
     pub batched_loads: bool,
+    /// See [`LayoutRequest::unguarded_stores`]; false where it does not
+    /// apply (rows per group above 1, clusters, persistent groups).
+    pub unguarded_stores: bool,
     /// See [`LayoutRequest::early_columns`]: chunks whose columns load
     /// before the preceding reduction, at most the row's full chunks; 0
     /// where it does not apply (no columns, no vector packs, not a
@@ -826,6 +837,7 @@ impl Plan {
             ordered_hinted_loads: self.ordered_hinted_loads,
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
             batch_loads: self.batched_loads,
+            unguarded_stores: self.unguarded_stores,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks.map_or(0, |shared| shared.chunks),
             l2_prefetch_rows: self.l2_prefetch_rows,

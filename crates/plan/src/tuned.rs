@@ -147,6 +147,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         ordered_hinted_loads,
         occupancy_cap,
         batch_loads,
+        unguarded_stores,
         early_columns,
         shared_chunks,
         l2_prefetch_rows,
@@ -173,6 +174,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
     r.ordered_columns |= ordered_columns;
     r.ordered_hinted_loads |= ordered_hinted_loads;
     r.batch_loads |= batch_loads;
+    r.unguarded_stores |= unguarded_stores;
     r.aligned_packs |= aligned_packs;
     for (field, value) in [
         (&mut r.occupancy_cap, occupancy_cap),
