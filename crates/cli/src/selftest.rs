@@ -920,6 +920,7 @@ pub const VARIANT_CHECKS: &[(&str, Checks)] = &[
     ("occupancy-cap", occupancy_cap_checks),
     ("batched-loads", batched_load_checks),
     ("unguarded-stores", unguarded_store_checks),
+    ("recompute-derived", recompute_derived_checks),
     ("cold-path", cold_path_checks),
     ("aligned-packs", aligned_pack_checks),
     ("batch-invariance", batch_invariance_default_checks),
@@ -1161,6 +1162,31 @@ pub fn unguarded_store_checks(backend: &Backend, report: &mut Report) {
                 && plan.groups_per_row == 1
                 && plan.row_prefetch.is_none()
         },
+    );
+}
+
+/// Recomputed derived tiles (`recompute_derived`): every operator, f32
+/// and bf16, in registers (plain, packed 16-bit tiles, aligned packs) and
+/// streamed (not marked there). Same bits as keeping them.
+pub fn recompute_derived_checks(backend: &Backend, report: &mut Report) {
+    let bases: [(&str, RequestEdit); 4] = [
+        ("recompute derived, registers", in_registers),
+        ("recompute derived, packed", packed_in_registers),
+        ("recompute derived, aligned packs", |request| {
+            in_registers(request);
+            request.aligned_packs = true;
+        }),
+        ("recompute derived, streamed", streamed_with_reread_hints),
+    ];
+    same_bits_over_bases(
+        backend,
+        report,
+        &bases,
+        &[(32, 4, 250), (256, 4, 1027), (256, 8, 8190)],
+        37,
+        |request| request.recompute_derived = true,
+        |plan| plan.recompute_derived,
+        |plan| plan.residency == lanefold_plan::Residency::Registers,
     );
 }
 

@@ -108,6 +108,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.unguarded_stores {
         name += "_ug";
     }
+    if plan.recompute_derived {
+        name += "_rd";
+    }
     if plan.aligned_packs {
         name += "_ap";
     }
@@ -820,6 +823,9 @@ struct Ctx<'a> {
     /// The loads of the partial chunk's whole pack that the current phase
     /// issued before its complete chunks ([`Ctx::preloads_partial`]).
     preloaded: Vec<Value>,
+    /// Scalars the current phase reads through an opaque copy
+    /// ([`Ctx::hide_rebroadcast_scalars`]).
+    hidden_scalars: BTreeSet<usize>,
     /// The calls of an [`Instr::Rescaled`]'s cold path, made after the
     /// row's last phase.
     cold_call: Option<Vec<String>>,
@@ -1003,6 +1009,61 @@ impl Ctx<'_> {
 
     fn needed(&self, v: usize, p: usize) -> bool {
         self.kinds[v] == Kind::Tile && self.demanded[v].contains(&p) && !self.skipped.contains(&v)
+    }
+
+    /// [`Plan::recompute_derived`]: the scalars phase `p`'s tiles
+    /// broadcast that an earlier phase's tiles broadcast too, each read
+    /// here through a copy the compiler cannot see through (`h<value>`).
+    /// Otherwise it may keep what the earlier phase derived from a
+    /// resident tile (layernorm's centred row, `x - mean`, in both the
+    /// variance and the output) as a second tile beside the first: 177
+    /// registers instead of 128 for layernorm f32 at W=256 V=4 on rows of
+    /// 22408 (NVRTC 13.0), one group a multiprocessor where legality
+    /// counts two.
+    fn hide_rebroadcast_scalars(&mut self, p: usize) {
+        let broadcast_in = |q: usize| -> BTreeSet<usize> {
+            self.program
+                .body
+                .iter()
+                .enumerate()
+                .filter(|&(at, _)| self.needed(at, q))
+                .filter_map(|(_, instr)| match instr {
+                    Instr::Broadcast(s) => Some(s.index()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Recomputing costs an add or a multiply a pack; where the phase's
+        // tiles take a special function (softmax's exp), keeping is cheaper.
+        let arithmetic = self.program.body.iter().enumerate().all(|(at, instr)| {
+            !self.needed(at, p)
+                || !matches!(
+                    instr,
+                    Instr::Unary {
+                        op: UnaryOp::Exp
+                            | UnaryOp::Log
+                            | UnaryOp::Sqrt
+                            | UnaryOp::Rsqrt
+                            | UnaryOp::Recip,
+                        ..
+                    } | Instr::Binary {
+                        op: BinaryOp::Div,
+                        ..
+                    }
+                )
+        });
+        if !arithmetic {
+            return;
+        }
+        let earlier: BTreeSet<usize> = (0..p).flat_map(broadcast_in).collect();
+        self.hidden_scalars = broadcast_in(p).intersection(&earlier).copied().collect();
+        // Through its bits, so the host runtime's compiler reads it too.
+        for &s in &self.hidden_scalars.clone() {
+            self.line(&format!(
+                "unsigned h{s}_bits = __float_as_uint(s{s}); asm(\"\" : \"+r\"(h{s}_bits)); // recomputed from the tile, not kept"
+            ));
+            self.line(&format!("const float h{s} = __uint_as_float(h{s}_bits);"));
+        }
     }
 
     /// Does phase `p` read, reduce or store any tile?
@@ -1563,6 +1624,9 @@ impl Ctx<'_> {
                 Instr::Load { .. } => format!("l{}[e]", val.0),
                 Instr::Unary { op, arg } => unary(*op, &n(arg)),
                 Instr::Binary { op, lhs, rhs } => binary(*op, &n(lhs), &n(rhs)),
+                Instr::Broadcast(s) if self.hidden_scalars.contains(&s.index()) => {
+                    format!("h{}", s.0)
+                }
                 Instr::Broadcast(s) => n(s),
                 Instr::RoundToStorage(x) => format!("lf_round({})", n(x)),
                 Instr::MaskIndex { tile, index } => {
@@ -2327,8 +2391,12 @@ impl Ctx<'_> {
         }
         self.emit_scalars(p);
         self.emit_gathers(p);
+        self.hidden_scalars.clear();
         if !self.has_tile_work(p) {
             return;
+        }
+        if self.plan.recompute_derived {
+            self.hide_rebroadcast_scalars(p);
         }
         if self.plan.staged_columns() && self.first_staged_phase() == Some(p) {
             self.line("asm volatile(\"cp.async.wait_all;\" ::: \"memory\"); // this worker's staged columns");
@@ -2858,6 +2926,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
         prefetched: prefetched.clone(),
         prefetch_phase,
         preloaded: vec![],
+        hidden_scalars: BTreeSet::new(),
         cold_call: None,
         again: None,
         out: String::new(),

@@ -2827,3 +2827,70 @@ fn golden_cross_entropy_backward_bf16_w32_v8_aligned_packs_unguarded_stores() {
         assert!(!source.contains("return; // one row a group"), "{shape}");
     }
 }
+
+/// Recomputed derived tiles: a register layernorm's output phase reads the
+/// mean its variance phase also subtracted through an opaque copy, so the
+/// centred row is recomputed from the resident tile, not kept beside it.
+/// Softmax's phases take exp, so it keeps its kernel; a streamed plan is
+/// unmarked.
+#[test]
+fn golden_layernorm_f32_w32_v4_recompute_derived() {
+    let request = |residency| LayoutRequest {
+        workers: 32,
+        pack: 4,
+        unroll: 1,
+        residency,
+        recompute_derived: true,
+        no_cold_path: true,
+        ..Default::default()
+    };
+    let p = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "37x1001",
+        request(ResidencyRequest::Registers),
+    );
+    assert!(p.recompute_derived, "{}", p.describe());
+    let k = kernel(&p);
+    assert!(k.name.ends_with("_rd"), "{}", k.name);
+    let phase2 = &k.source[k.source.find("// ---- phase 2 ----").unwrap()..];
+    let copy = phase2
+        .find("asm(\"\" : \"+r\"(h3_bits));")
+        .expect("the mean's copy");
+    assert!(copy < phase2.find("const float t4 = h3;").expect("the copy read"));
+    assert!(
+        !phase2.contains("= s3;\n"),
+        "phase 2 reads the mean only through h3"
+    );
+    let phase1 = &k.source[k.source.find("// ---- phase 1 ----").unwrap()..];
+    assert!(phase1[..phase1.find("// ---- phase 2").unwrap()].contains("const float t4 = s3;"));
+    insta::assert_snapshot!(golden(&p));
+
+    let streamed = make_with(
+        Operator::Layernorm,
+        DType::F32,
+        "37x1001",
+        request(ResidencyRequest::Stream),
+    );
+    assert!(!streamed.recompute_derived);
+    let softmax = make_with(
+        Operator::Softmax,
+        DType::F32,
+        "37x1001",
+        request(ResidencyRequest::Registers),
+    );
+    assert!(softmax.recompute_derived);
+    let plain = LayoutRequest {
+        recompute_derived: false,
+        ..request(ResidencyRequest::Registers)
+    };
+    let softmax_plain = make_with(Operator::Softmax, DType::F32, "37x1001", plain);
+    assert_eq!(
+        kernel(&softmax)
+            .source
+            .replace("_rd", "")
+            .replace(" recompute-derived", ""),
+        kernel(&softmax_plain).source,
+        "softmax's phases take exp: nothing hidden"
+    );
+}

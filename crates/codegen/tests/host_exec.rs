@@ -45,7 +45,7 @@ const LAYOUTS: [&str; 6] = [
     "W=32 V=8 aligned-packs",
     "W=64 V=4 stream aligned-packs",
 ];
-const VARIANTS: [&str; 16] = [
+const VARIANTS: [&str; 18] = [
     "W=64 V=4 online-normalizer",
     "W=128 V=4 stream online-normalizer aligned-packs",
     "W=64 V=4 one-pass-moments",
@@ -62,6 +62,8 @@ const VARIANTS: [&str; 16] = [
     "W=64 V=8 packed-resident aligned-packs",
     "W=128 V=4 U=2 unguarded-stores",
     "W=64 V=4 stream aligned-packs unguarded-stores",
+    "W=64 V=4 registers recompute-derived",
+    "W=32 V=8 registers aligned-packs recompute-derived",
 ];
 
 fn cases() -> Vec<Case> {

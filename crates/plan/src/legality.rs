@@ -467,6 +467,7 @@ pub(crate) fn plan_rows(
             && layout.rows_per_group == 1
             && groups_per_row == 1
             && row_prefetch.is_none(),
+        recompute_derived: request.recompute_derived && residency == Residency::Registers,
         early_columns: if residency == Residency::Registers
             && columns > 0
             && vector_access(problem.dtype, pack as usize, n).is_some()

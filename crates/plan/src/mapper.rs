@@ -316,6 +316,14 @@ pub struct LayoutRequest {
     /// choice only: same bits.
     #[serde(default)]
     pub unguarded_stores: bool,
+    /// Register plans: each phase reads the scalars an earlier phase's
+    /// tiles also used through a copy the compiler cannot see through, so
+    /// it recomputes what it derived from a resident tile (layernorm's
+    /// `x - mean`) instead of keeping it as a second tile. Only where the
+    /// phase's tile work is arithmetic (no special function). A register
+    /// choice only: same bits.
+    #[serde(default)]
+    pub recompute_derived: bool,
     /// Register plans with column inputs: load the weight and bias of the
     /// first this many chunks of the output phase before the reduction
     /// that precedes it, so their L2 round trip overlaps the reduction's
@@ -398,6 +406,7 @@ impl LayoutRequest {
             occupancy_cap: self.occupancy_cap,
             batch_loads: self.batch_loads,
             unguarded_stores: self.unguarded_stores,
+            recompute_derived: self.recompute_derived,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks,
             in_place: self.in_place,
@@ -535,6 +544,8 @@ pub struct Plan {
     /// See [`LayoutRequest::unguarded_stores`]; false where it does not
     /// apply (rows per group above 1, clusters, persistent groups).
     pub unguarded_stores: bool,
+    /// See [`LayoutRequest::recompute_derived`]; false in streamed plans.
+    pub recompute_derived: bool,
     /// See [`LayoutRequest::early_columns`]: chunks whose columns load
     /// before the preceding reduction, at most the row's full chunks; 0
     /// where it does not apply (no columns, no vector packs, not a
@@ -838,6 +849,7 @@ impl Plan {
             occupancy_cap: self.occupancy_cap.map_or(0, |cap| cap.groups),
             batch_loads: self.batched_loads,
             unguarded_stores: self.unguarded_stores,
+            recompute_derived: self.recompute_derived,
             early_columns: self.early_columns,
             shared_chunks: self.shared_chunks.map_or(0, |shared| shared.chunks),
             l2_prefetch_rows: self.l2_prefetch_rows,

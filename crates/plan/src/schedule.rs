@@ -13,7 +13,8 @@
 //!   l1-columns unfolded-addresses ordered-columns staged-columns
 //!   packed-resident rounded-resident relaxed-exit push-reduce
 //!   persistent-clusters prefetch-rows online-normalizer one-pass-moments
-//!   fused-output no-cold-path batched-loads unguarded-stores aligned-packs in-place
+//!   fused-output no-cold-path batched-loads unguarded-stores recompute-derived
+//!   aligned-packs in-place
 //!   ordered-hinted-loads batch-invariant`;
 //! - counts (n > 0): `early-columns=n shared-chunks=n l2-prefetch=n
 //!   occupancy=n occupancy-cap=n group-threads=n`;
@@ -137,6 +138,7 @@ const TOKENS: &[Field] = &[
     count!("occupancy-cap", occupancy_cap),
     flag!("batched-loads", batch_loads),
     flag!("unguarded-stores", unguarded_stores),
+    flag!("recompute-derived", recompute_derived),
     flag!("aligned-packs", aligned_packs),
     flag!("split-groups", split_groups),
     count!("group-threads", cluster_group_threads),
@@ -344,7 +346,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 25);
+        let flags = proptest::collection::vec(any::<bool>(), 26);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -405,6 +407,7 @@ mod tests {
                 aligned_packs: b[22],
                 split_groups: b[23],
                 unguarded_stores: b[24],
+                recompute_derived: b[25],
             }
         })
     }
@@ -442,7 +445,7 @@ mod tests {
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
                    packed-resident rounded-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
-                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads unguarded-stores aligned-packs split-groups group-threads=256 in-place \
+                   fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads unguarded-stores recompute-derived aligned-packs split-groups group-threads=256 in-place \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";
         let r: LayoutRequest = all.parse().unwrap();
         assert_eq!(

@@ -148,6 +148,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         occupancy_cap,
         batch_loads,
         unguarded_stores,
+        recompute_derived,
         early_columns,
         shared_chunks,
         l2_prefetch_rows,
@@ -175,6 +176,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
     r.ordered_hinted_loads |= ordered_hinted_loads;
     r.batch_loads |= batch_loads;
     r.unguarded_stores |= unguarded_stores;
+    r.recompute_derived |= recompute_derived;
     r.aligned_packs |= aligned_packs;
     for (field, value) in [
         (&mut r.occupancy_cap, occupancy_cap),
