@@ -72,6 +72,9 @@ pub fn compile_check(
     let mut results =
         lanefold_cuda::compile_offline_all(&plans, &CodegenOptions::default(), arch).into_iter();
     let (mut failures, mut compiled, mut refused) = (0, 0, 0);
+    // Groups a multiprocessor by the compiler's count against the model's
+    // (fewer, as many, more), and kernels that spill.
+    let (mut fewer, mut same, mut more, mut spilling) = (0, 0, 0, 0);
     for (op, dtype, shape, p) in planned {
         let cells = match p {
             Err(refusal) => {
@@ -96,6 +99,18 @@ pub fn compile_check(
                     // as the cost model computes it from its estimate.
                     let groups = |r| p.groups_per_multiprocessor(&target, r);
                     let by_compiler = c.ptxas.registers.map(groups);
+                    match by_compiler.map(|g| g.cmp(&groups(p.registers))) {
+                        Some(std::cmp::Ordering::Less) => fewer += 1,
+                        Some(std::cmp::Ordering::Equal) => same += 1,
+                        Some(std::cmp::Ordering::Greater) => more += 1,
+                        None => {}
+                    }
+                    if c.ptxas.spill_store_bytes.unwrap_or(0)
+                        + c.ptxas.spill_load_bytes.unwrap_or(0)
+                        > 0
+                    {
+                        spilling += 1;
+                    }
                     vec![
                         p.describe(),
                         c.kernel,
@@ -122,6 +137,10 @@ pub fn compile_check(
     }
     println!("NVRTC {version}, {arch}, target {}", target.name);
     println!("{table}");
+    println!(
+        "groups a multiprocessor by the compiler's registers against the model's estimate: \
+         {fewer} fewer, {same} as many, {more} more; {spilling} kernels spill"
+    );
     println!("{compiled} kernels compiled, {failures} failed, {refused} plans refused");
     if failures > 0 {
         bail!("{failures} kernels did not compile");
