@@ -197,8 +197,21 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
         count("_stream")
     );
     assert!(count("_cp") >= 20, "cold-path kernels: {}", count("_cp"));
+    let failures = differences(&host, &cases);
+    assert!(
+        failures.is_empty(),
+        "{} of {} kernels differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+/// Every case run on the host and against the CPU executor, spread over
+/// the machine's threads: one line per output that differs.
+fn differences(host: &Host, cases: &[Case]) -> Vec<String> {
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let failures: Vec<String> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let chunks: Vec<Vec<(usize, &Case)>> = (0..workers)
             .map(|w| cases.iter().enumerate().skip(w).step_by(workers).collect())
             .collect();
@@ -235,7 +248,78 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
             .into_iter()
             .flat_map(|h| h.join().unwrap())
             .collect()
-    });
+    })
+}
+
+/// Shapes of no list: `LANEFOLD_HOST_DRAWS` (default 48) problems drawn
+/// from a fixed seed (`LANEFOLD_HOST_SEED`), each operator and gradient in
+/// f32 and bf16, 1-300 rows of 1-70,000 elements (at most 2^17 in all,
+/// lengths log-uniform so odd and prime ones come), under the automatic
+/// mapping the H200 would give them. The kernels a host can run must give
+/// the executor's bits; the rest (clusters) are left to the device.
+#[test]
+fn automatic_kernels_of_drawn_shapes_give_the_cpu_executors_bits() {
+    let Some(host) = Host::new("host-draws") else {
+        eprintln!("SKIPPED: no C++20 compiler (CXX, else c++)");
+        return;
+    };
+    let env = |name, default| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let draws: usize = env("LANEFOLD_HOST_DRAWS", 48) as usize;
+    let mut state: u64 = env("LANEFOLD_HOST_SEED", 20261205);
+    // xorshift64*: reproducible from the seed alone.
+    let mut next = move |below: u64| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d) % below
+    };
+    let mut ops = Operator::SIX.to_vec();
+    ops.extend(Operator::training());
+    let target = Target::h200();
+    let mut cases = vec![];
+    let mut drawn = vec![];
+    while drawn.len() < draws {
+        let op = ops[next(ops.len() as u64) as usize];
+        let dtype = [DType::F32, DType::Bf16][next(2) as usize];
+        // Log-uniform length: 2^(0..16.1), so 1 to about 70,000.
+        let n = (2f64.powf(next(16_100) as f64 / 1000.0) as usize).clamp(1, 70_000);
+        let rows = 1 + next(300.min((1 << 17) / n as u64).max(1)) as usize;
+        let shape = format!("{rows}x{n}");
+        drawn.push(format!("{op} {dtype} {shape}"));
+        let problem = Problem::operator(
+            op,
+            OperatorOptions::default(),
+            dtype,
+            shape.parse().unwrap(),
+        );
+        let p = plan(&problem, &target, &LayoutRequest::default())
+            .unwrap_or_else(|e| panic!("{op} {dtype} {shape}: the automatic mapping refused: {e}"));
+        let kernel = generate(&p, &CodegenOptions { fma: false }).unwrap();
+        if !runs_on_the_host(&kernel) {
+            continue;
+        }
+        let mut inputs = random_inputs(&problem, drawn.len() as u64);
+        if p.cold_path() && rows >= 2 && next(2) == 0 {
+            rows_for_the_cold_path(&mut inputs, n);
+        }
+        cases.push(Case {
+            plan: p,
+            kernel,
+            inputs,
+        });
+    }
+    eprintln!(
+        "{} of {} drawn problems run on the host",
+        cases.len(),
+        drawn.len()
+    );
+    assert!(2 * cases.len() >= drawn.len(), "{drawn:?}");
+    let failures = differences(&host, &cases);
     assert!(
         failures.is_empty(),
         "{} of {} kernels differ:\n{}",
