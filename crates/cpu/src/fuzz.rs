@@ -365,6 +365,11 @@ pub fn draw(seed: u64, index: u64, target: &Target, limits: FuzzLimits) -> FuzzC
     request.aligned_packs =
         ChaCha8Rng::seed_from_u64(seed ^ index.wrapping_mul(0x94D0_49BB_1331_11EB))
             .random_bool(0.5);
+    // So do the store guard and the derived tiles (same bits; the CUDA
+    // fuzz reaches their kernels).
+    let mut variants = ChaCha8Rng::seed_from_u64(seed ^ index.wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    request.unguarded_stores = variants.random_bool(0.3);
+    request.recompute_derived = variants.random_bool(0.3);
     if matches!(op, Operator::Layernorm | Operator::ResidualLayernorm)
         && request.no_cold_path
         && excluded(NormLimit::FusedOutput)
@@ -667,5 +672,21 @@ mod tests {
         assert_eq!(others.len(), RowKind::ALL.len());
         assert_eq!(cold.len(), RowKind::ALL.len());
         assert!(cold_fused);
+    }
+
+    /// The fuzz reaches the kernels of the scheduling variants that keep
+    /// every bit: on the H200 some drawn plans carry each.
+    #[test]
+    fn drawn_h200_plans_carry_the_store_guard_and_derived_tile_variants() {
+        let limits = FuzzLimits {
+            max_elements: 1 << 12,
+        };
+        let plans: Vec<_> = (0..400)
+            .map(|i| draw(3, i, &Target::h200(), limits).plan)
+            .collect();
+        let unguarded = plans.iter().filter(|p| p.unguarded_stores).count();
+        let recomputed = plans.iter().filter(|p| p.recompute_derived).count();
+        assert!(unguarded >= 20, "{unguarded} unguarded");
+        assert!(recomputed >= 20, "{recomputed} recomputing");
     }
 }
