@@ -197,7 +197,13 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
         count("_stream")
     );
     assert!(count("_cp") >= 20, "cold-path kernels: {}", count("_cp"));
-    let failures = differences(&host, &cases);
+    assert_same_bits(&host, &cases);
+}
+
+/// Every case run on the host and against the CPU executor, spread over
+/// the machine's threads; fails listing each output that differs.
+fn assert_same_bits(host: &Host, cases: &[Case]) {
+    let failures = differences(host, cases);
     assert!(
         failures.is_empty(),
         "{} of {} kernels differ:\n{}",
@@ -207,8 +213,7 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
     );
 }
 
-/// Every case run on the host and against the CPU executor, spread over
-/// the machine's threads: one line per output that differs.
+/// [`assert_same_bits`]'s runs: one line per output that differs.
 fn differences(host: &Host, cases: &[Case]) -> Vec<String> {
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
@@ -319,12 +324,5 @@ fn automatic_kernels_of_drawn_shapes_give_the_cpu_executors_bits() {
         drawn.len()
     );
     assert!(2 * cases.len() >= drawn.len(), "{drawn:?}");
-    let failures = differences(&host, &cases);
-    assert!(
-        failures.is_empty(),
-        "{} of {} kernels differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert_same_bits(&host, &cases);
 }
