@@ -349,6 +349,8 @@ fn variant_note(token: &str) -> Option<&'static str> {
         "aligned-packs" => {
             "misaligned rows read in aligned packs (all but a row's first and last pack vectors)"
         }
+        "unguarded-stores" => "no row guard on the stores, so a worker loads ahead of them",
+        "recompute-derived" => "x - mean recomputed in the output phase, not kept as a tile",
         _ => return None,
     })
 }

@@ -206,6 +206,43 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         rows: Rows::Shifted,
         adds: "aligned-packs",
     },
+    // cross_entropy_backward 16-bit on shifted rows of more than 16384:
+    // no row guard on the stores (`unguarded-stores`), so a worker keeps
+    // two 16-byte loads in flight instead of issuing each chunk's load
+    // after the last store. There the aligned-packs kernel already takes
+    // 48-64 registers, one group of 1024 (or two of 512) a multiprocessor,
+    // and keeps its groups without the guard (NVRTC 13.0: 35 of 35 drawn
+    // shapes of 17967-192891). Shorter rows (10001: 32 -> 40 registers,
+    // 8 -> 6 groups), aligned rows (32 -> 50, two groups to one) and f32
+    // (3 -> 2 groups) lose groups. A B B A on an H100, L2 cold (printed
+    // means, bench/selftest-logs/2026-12-06-token-campaigns-h100): bf16
+    // 7168x51866 580 -> 541 µs, while aligned 6000x50000 went 414 -> 436;
+    // the rung against the former plan: bench/campaigns/default-rungs.txt.
+    Rung {
+        ops: &[Operator::CrossEntropyBackward],
+        dtypes: Dtypes::Bits16,
+        n: from(16385),
+        rows: Rows::Shifted,
+        adds: "unguarded-stores",
+    },
+    // layernorm register plans recompute the centred row x - mean in the
+    // output phase (`recompute-derived`) instead of keeping it as a second
+    // tile beside the row. Over the default plans of about 300 drawn
+    // layernorm shapes, f32 and bf16 (NVRTC 13.0), it raised groups a
+    // multiprocessor on 26 (f32 2048x22408: 177 -> 128 registers, one
+    // group of 256 to two) and lowered them on one (bf16 4096x4800, 64 ->
+    // 79 registers, 4 -> 3 groups of 256). A B B A on an H100, L2 cold
+    // (the same log): bf16 2048x11008 41.8 -> 36.5 µs, f32 2048x22408
+    // 130.8 -> 128.4, 4096x17927 298.8 -> 295.8, two others within 0.2%.
+    // residual_layernorm ran 0.98-1.00x (two of four slower) and its
+    // counts went both ways (14 up, 24 down in f32): left out.
+    Rung {
+        ops: &[Operator::Layernorm],
+        dtypes: Dtypes::Any,
+        n: from(1),
+        rows: Rows::Any,
+        adds: "recompute-derived",
+    },
     // Resident 16-bit tiles packed two values per register. Rows of 131072
     // and more, every operator holding a tile, both long shapes:
     // 1.01-1.25x (softmax 4096x131072 691 -> 645 µs). Softmax from 32768:
