@@ -467,7 +467,16 @@ pub(crate) fn plan_rows(
             && layout.rows_per_group == 1
             && groups_per_row == 1
             && row_prefetch.is_none(),
-        recompute_derived: request.recompute_derived && residency == Residency::Registers,
+        // One-pass moments derive no tile from the row before the output
+        // phase: nothing to recompute, and the kernel would differ only
+        // by its name.
+        recompute_derived: request.recompute_derived
+            && residency == Residency::Registers
+            && !problem
+                .program
+                .body
+                .iter()
+                .any(|i| matches!(i, lanefold_ir::Instr::RowFirst { .. })),
         early_columns: if residency == Residency::Registers
             && columns > 0
             && vector_access(problem.dtype, pack as usize, n).is_some()

@@ -544,7 +544,8 @@ pub struct Plan {
     /// See [`LayoutRequest::unguarded_stores`]; false where it does not
     /// apply (rows per group above 1, clusters, persistent groups).
     pub unguarded_stores: bool,
-    /// See [`LayoutRequest::recompute_derived`]; false in streamed plans.
+    /// See [`LayoutRequest::recompute_derived`]; false in streamed plans
+    /// and under one-pass moments.
     pub recompute_derived: bool,
     /// See [`LayoutRequest::early_columns`]: chunks whose columns load
     /// before the preceding reduction, at most the row's full chunks; 0
