@@ -1443,8 +1443,7 @@ fn golden_rmsnorm_f32_4096x32768_default_one_row_per_multiprocessor() {
 /// Today's default for layernorm bf16 4096x32768: the row in packed
 /// registers, re-widened by `prmt` in the output phase, and weight and
 /// bias loaded one chunk at a time below the stores before them (62
-/// registers instead of 128, 134.0 µs against 141.7); x - mean recomputed
-/// in the output phase (the layernorm rung; 64 registers either way here).
+/// registers instead of 128, 134.0 µs against 141.7).
 #[test]
 fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
     let p = make_with(
@@ -1454,7 +1453,7 @@ fn golden_layernorm_bf16_4096x32768_default_packed_ordered_columns() {
         LayoutRequest::default(),
     );
     let k = kernel(&p);
-    assert_eq!(k.name, "lf_layernorm_bf16_w512_v8_u4_g1_oc_pk_om_cp_rd");
+    assert_eq!(k.name, "lf_layernorm_bf16_w512_v8_u4_g1_oc_pk_om_cp");
     // Eight packs of weight and eight of bias, every one an ordered load;
     // the row itself is read once, by plain read-only loads.
     assert_eq!(k.source.matches("= lf_ld_ord(q + 0)").count(), 2);
