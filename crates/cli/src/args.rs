@@ -54,6 +54,18 @@ pub fn parse_shape(s: &str) -> Result<Shape, String> {
         .map_err(|e: lanefold_plan::ShapeError| e.to_string())
 }
 
+/// `MIN-MAX` row lengths, both at least 1, MIN at most MAX.
+pub fn parse_range(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s}: expected MIN-MAX, e.g. 700-200000");
+    let (lo, hi) = s.trim().split_once('-').ok_or_else(bad)?;
+    let lo: usize = lo.trim().parse().map_err(|_| bad())?;
+    let hi: usize = hi.trim().parse().map_err(|_| bad())?;
+    if lo == 0 || lo > hi {
+        return Err(format!("{s}: MIN must be at least 1 and at most MAX"));
+    }
+    Ok((lo, hi))
+}
+
 /// A time budget in seconds: a finite number above zero.
 pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {

@@ -230,3 +230,145 @@ pub fn cold_path_check(
     );
     Ok(())
 }
+
+/// `compile-check --toggle TOKEN`: each plan compiled with and without the
+/// schedule token `TOKEN` (the plan's own schedule, the token added or
+/// removed, planned again), and the groups a multiprocessor the compiler's
+/// register counts allow each way. The evidence for a rule over ranges
+/// that adds a register-shaping token: where it raises groups, keeps
+/// them, lowers them. Plans where legality drops the token are counted
+/// apart.
+pub fn toggle_check(
+    ops: &[Operator],
+    shapes: &[Shape],
+    dtypes: &[DType],
+    columns: OperatorOptions,
+    request: &LayoutRequest,
+    arch: &str,
+    token: &str,
+) -> Result<()> {
+    token
+        .parse::<LayoutRequest>()
+        .with_context(|| format!("--toggle {token}: not a schedule token"))?;
+    lanefold_cuda::probe_nvrtc()?;
+    let target = Target::h200();
+    // (op, dtype, shape, plan with the token, plan without) or why not.
+    let mut pairs = vec![];
+    for &shape in shapes {
+        for &op in ops {
+            for &dtype in dtypes {
+                let problem = Problem::operator(op, columns, dtype, shape);
+                let pair = plan(&problem, &target, request)
+                    .map_err(|e| format!("refused: {e}"))
+                    .and_then(|p| {
+                        // The schedule that plans back to `p` (a
+                        // description also shows derived tokens).
+                        let text = p.schedule().to_string();
+                        let mut words: Vec<&str> = text.split_whitespace().collect();
+                        let had = words.contains(&token);
+                        if had {
+                            words.retain(|w| *w != token);
+                        } else {
+                            words.push(token);
+                        }
+                        let other = words
+                            .join(" ")
+                            .parse::<LayoutRequest>()
+                            .map_err(|e| format!("toggled schedule: {e}"))
+                            .and_then(|r| {
+                                plan(&problem, &target, &r)
+                                    .map_err(|e| format!("toggled plan refused: {e}"))
+                            })?;
+                        if other.describe() == p.describe() {
+                            return Err(NOT_APPLICABLE.into());
+                        }
+                        Ok(if had { (p, other) } else { (other, p) })
+                    });
+                pairs.push((op, dtype, shape, pair));
+            }
+        }
+    }
+    let plans: Vec<_> = pairs
+        .iter()
+        .filter_map(|(.., pair)| pair.as_ref().ok())
+        .flat_map(|(with, without)| [with.clone(), without.clone()])
+        .collect();
+    let mut results =
+        lanefold_cuda::compile_offline_all(&plans, &CodegenOptions::default(), arch).into_iter();
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "op".to_string(),
+        "dtype".into(),
+        "shape".into(),
+        format!("plan with {token}"),
+        "registers with / without".into(),
+        "groups/SM with / without".into(),
+        "spill B with / without".into(),
+    ]);
+    let (mut raised, mut kept, mut lowered, mut failed) = (0, 0, 0, 0);
+    let (mut inapplicable, mut refused) = (0, 0);
+    for (op, dtype, shape, pair) in pairs {
+        let mut row = vec![op.to_string(), dtype.to_string(), shape.to_string()];
+        match pair {
+            Err(why) => {
+                if why == NOT_APPLICABLE {
+                    inapplicable += 1;
+                } else {
+                    refused += 1;
+                }
+                row.extend([why, "—".into(), "—".into(), "—".into()]);
+            }
+            Ok((with, without)) => {
+                let a = results.next().expect("one result a plan");
+                let b = results.next().expect("one result a plan");
+                let (Ok(a), Ok(b)) = (a, b) else {
+                    failed += 1;
+                    row.extend([with.describe(), "FAILED".into(), "—".into(), "—".into()]);
+                    table.add_row(row);
+                    continue;
+                };
+                let groups = |p: &lanefold_plan::Plan, c: &lanefold_cuda::OfflineCompile| {
+                    c.ptxas
+                        .registers
+                        .map(|r| p.groups_per_multiprocessor(&target, r))
+                };
+                let (ga, gb) = (groups(&with, &a), groups(&without, &b));
+                match ga.zip(gb).map(|(x, y)| x.cmp(&y)) {
+                    Some(std::cmp::Ordering::Greater) => raised += 1,
+                    Some(std::cmp::Ordering::Equal) => kept += 1,
+                    Some(std::cmp::Ordering::Less) => lowered += 1,
+                    None => failed += 1,
+                }
+                let n = |x: Option<u32>| x.map_or("?".into(), |x| x.to_string());
+                let spill = |c: &lanefold_cuda::OfflineCompile| {
+                    c.ptxas.spill_store_bytes.unwrap_or(0) + c.ptxas.spill_load_bytes.unwrap_or(0)
+                };
+                row.extend([
+                    with.describe(),
+                    format!("{} / {}", n(a.ptxas.registers), n(b.ptxas.registers)),
+                    format!("{} / {}", n(ga), n(gb)),
+                    format!("{} / {}", spill(&a), spill(&b)),
+                ]);
+            }
+        }
+        table.add_row(row);
+    }
+    println!(
+        "NVRTC {}, {arch}, target {}",
+        lanefold_cuda::nvrtc_version().unwrap_or_default(),
+        target.name
+    );
+    println!("{table}");
+    println!(
+        "with {token} against without, groups a multiprocessor by the compiler's registers: \
+         raised on {raised}, kept on {kept}, lowered on {lowered}; {inapplicable} plans where \
+         legality drops it, {refused} refused"
+    );
+    if failed > 0 {
+        bail!("{failed} plans did not compile or gave no register count");
+    }
+    Ok(())
+}
+
+const NOT_APPLICABLE: &str = "not applicable (legality drops it)";

@@ -1,7 +1,9 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use lanefold::args::{parse_dtype, parse_operator, parse_ops, parse_shape, BackendArg, L2Arg};
+use lanefold::args::{
+    parse_dtype, parse_operator, parse_ops, parse_range, parse_shape, BackendArg, L2Arg,
+};
 use lanefold::selftest::{self, Report};
 use lanefold::{exit_code, run_case, run_plan, Backend, Case};
 use lanefold_codegen::CodegenOptions;
@@ -167,14 +169,34 @@ enum Command {
         /// Operators, comma separated, or `all` (the six).
         #[arg(long, value_delimiter = ',', default_value = "all")]
         ops: Vec<String>,
-        #[arg(long, value_delimiter = ',', value_parser = parse_shape, required = true)]
+        #[arg(long, value_delimiter = ',', value_parser = parse_shape, required_unless_present = "draw")]
         shapes: Vec<Shape>,
+        /// Shapes of no list instead: this many, drawn from `--seed`
+        /// (row lengths log-uniform over `--n-range`, a third rounded to
+        /// multiples of 64; row counts log-uniform up to `--max-rows`).
+        #[arg(long, conflicts_with = "shapes")]
+        draw: Option<usize>,
+        /// The seed of `--draw`.
+        #[arg(long, default_value_t = 1, requires = "draw")]
+        seed: u64,
+        /// `--draw`'s largest row count.
+        #[arg(long, default_value_t = 65536, requires = "draw")]
+        max_rows: usize,
+        /// `--draw`'s row lengths, `MIN-MAX`.
+        #[arg(long, default_value = "1-262144", value_parser = parse_range, requires = "draw")]
+        n_range: (usize, usize),
         #[arg(long, value_delimiter = ',', value_parser = parse_dtype, default_value = "f32")]
         dtypes: Vec<DType>,
         #[command(flatten)]
         layout: LayoutArgs,
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// Compile each plan with and without this schedule token (added
+        /// or removed) and count where the compiler's registers raise,
+        /// keep or lower the groups a multiprocessor: the evidence for a
+        /// rule that adds a register-shaping token over a range.
+        #[arg(long, conflicts_with_all = ["cold_path", "occupancy_from_compiler", "cubin_dir"])]
+        toggle: Option<String>,
         /// Show what bench's --occupancy-from-compiler would promise.
         #[arg(long)]
         occupancy_from_compiler: bool,
@@ -607,9 +629,14 @@ fn main() {
         Command::CompileCheck {
             ops,
             shapes,
+            draw,
+            seed,
+            max_rows,
+            n_range,
             dtypes,
             layout,
             arch,
+            toggle,
             occupancy_from_compiler,
             cubin_dir,
             cold_path,
@@ -620,6 +647,21 @@ fn main() {
                 weight: !no_weight,
                 bias: !no_bias,
             };
+            let shapes = match draw {
+                Some(count) => lanefold_plan::drawn_shapes(seed, count, max_rows, n_range),
+                None => shapes,
+            };
+            if let Some(token) = toggle {
+                return lanefold::compile_check::toggle_check(
+                    &ops,
+                    &shapes,
+                    &dtypes,
+                    columns,
+                    &layout.request()?,
+                    &arch,
+                    &token,
+                );
+            }
             if cold_path {
                 return lanefold::compile_check::cold_path_check(
                     &ops,

@@ -212,6 +212,49 @@ fn compile_check_without_nvrtc_says_so() {
     assert_clean_failure(&o, 1, "no NVRTC found");
 }
 
+/// `--toggle`: the layernorm whose centred row is a second tile gains a
+/// group with `recompute-derived`; under one-pass moments (few rows)
+/// legality drops the token, and the summary says so.
+#[test]
+fn compile_check_toggle_counts_groups_each_way() {
+    let o = lanefold(&[
+        "compile-check",
+        "--quiet",
+        "--ops",
+        "layernorm",
+        "--shapes",
+        "2048x22408,8x4096",
+        "--toggle",
+        "recompute-derived",
+    ]);
+    if stderr(&o).contains("no NVRTC found") {
+        eprintln!("SKIPPED: no NVRTC");
+        return;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("raised on 1, kept on 0, lowered on 0; 1 plans where legality drops it"),
+        "{out}"
+    );
+}
+
+#[test]
+fn compile_check_refuses_a_toggle_that_is_no_token_and_draws_beside_shapes() {
+    let o = lanefold(&[
+        "compile-check",
+        "--shapes",
+        "4x128",
+        "--toggle",
+        "no-such-token",
+    ]);
+    assert_clean_failure(&o, 1, "--toggle no-such-token: not a schedule token");
+    let o = lanefold(&["compile-check", "--shapes", "4x128", "--draw", "3"]);
+    assert_clean_failure(&o, 2, "cannot be used with");
+    let o = lanefold(&["compile-check", "--draw", "3", "--n-range", "9-3"]);
+    assert_clean_failure(&o, 2, "MIN must be at least 1 and at most MAX");
+}
+
 #[test]
 fn latency_refuses_a_malformed_shape() {
     let o = lanefold(&[

@@ -29,5 +29,5 @@ pub use mapper::{
     ResidencyRequest, RowPrefetch, SharedChunks,
 };
 pub use schedule::ScheduleError;
-pub use shape::{Shape, ShapeError};
+pub use shape::{drawn_shapes, Shape, ShapeError};
 pub use target::Target;

@@ -206,32 +206,38 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         rows: Rows::Shifted,
         adds: "aligned-packs",
     },
-    // cross_entropy_backward 16-bit on shifted rows of more than 16384:
-    // no row guard on the stores (`unguarded-stores`), so a worker keeps
-    // two 16-byte loads in flight instead of issuing each chunk's load
-    // after the last store. There the aligned-packs kernel already takes
-    // 48-64 registers, one group of 1024 (or two of 512) a multiprocessor,
-    // and keeps its groups without the guard (NVRTC 13.0: 35 of 35 drawn
-    // shapes of 17967-192891). Shorter rows (10001: 32 -> 40 registers,
-    // 8 -> 6 groups), aligned rows (32 -> 50, two groups to one) and f32
-    // (3 -> 2 groups) lose groups. A B B A on an H100, L2 cold (printed
-    // means, bench/selftest-logs/2026-12-06-token-campaigns-h100): bf16
+    // cross_entropy_backward 16-bit on shifted rows of more than 49152
+    // (six chunks of W=1024 V=8): no row guard on the stores
+    // (`unguarded-stores`), so a worker keeps two 16-byte loads in flight
+    // instead of issuing each chunk's load after the last store. There the
+    // aligned-packs kernel takes 56-64 registers with the guard or
+    // without, and keeps its groups: `lanefold compile-check --ops
+    // cross_entropy_backward --dtypes bf16 --draw 200 --max-rows 16384
+    // --n-range 2000-262144 --toggle unguarded-stores` (NVRTC 13.0) keeps
+    // them on all 48 such plans with aligned packs; from 32769 to 49152 the
+    // kernel sits at 32 registers and spills 16 bytes more without the
+    // guard, and shorter rows lose a group on 20 of 67 (4096x32001: 32
+    // -> 50 registers, two groups to one), as do aligned rows (32 -> 50)
+    // and f32 (3 -> 2). A B B A on an H100, L2 cold (printed means,
+    // bench/selftest-logs/2026-12-06-token-campaigns-h100): bf16
     // 7168x51866 580 -> 541 µs, while aligned 6000x50000 went 414 -> 436;
     // the rung against the former plan: bench/campaigns/default-rungs.txt.
     Rung {
         ops: &[Operator::CrossEntropyBackward],
         dtypes: Dtypes::Bits16,
-        n: from(16385),
+        n: from(49153),
         rows: Rows::Shifted,
         adds: "unguarded-stores",
     },
     // layernorm register plans recompute the centred row x - mean in the
     // output phase (`recompute-derived`) instead of keeping it as a second
-    // tile beside the row. Over the default plans of about 300 drawn
-    // layernorm shapes, f32 and bf16 (NVRTC 13.0), it raised groups a
-    // multiprocessor on 26 (f32 2048x22408: 177 -> 128 registers, one
-    // group of 256 to two) and lowered them on one (bf16 4096x4800, 64 ->
-    // 79 registers, 4 -> 3 groups of 256). A B B A on an H100, L2 cold
+    // tile beside the row. `lanefold compile-check --ops layernorm
+    // --dtypes f32,bf16 --draw 300 --n-range 512-40000 --toggle
+    // recompute-derived` (NVRTC 13.0): of 287 plans it applies to (the
+    // rest one-pass), it raises groups a multiprocessor on 36 (f32
+    // 2048x22408: 177 -> 128 registers, one group of 256 to two), keeps
+    // them on 248 and lowers them on 3 (bf16 4204x5056, 64 -> 79
+    // registers, 4 -> 3 groups of 256; 419x896, 9 -> 8 and 11 -> 10). A B B A on an H100, L2 cold
     // (the same log): bf16 2048x11008 41.8 -> 36.5 µs, f32 2048x22408
     // 130.8 -> 128.4, 4096x17927 298.8 -> 295.8, two others within 0.2%.
     // residual_layernorm ran 0.98-1.00x (two of four slower) and its
