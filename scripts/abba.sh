@@ -14,7 +14,9 @@
 #     sm-bf16-8192x30720 softmax bf16 8192x30720 | auto | W=512 V=8 U=4 G=1 registers online-normalizer
 #   Env: BIN (default target/release/lanefold), A_BIN, B_BIN, BACKEND
 #   (default cuda), L2 (default cold), BUDGET_S (default 540: a run that
-#   would start past it is skipped and named).
+#   would start past it is skipped and named), TAR_TO (also one gzipped
+#   tar of OUT in this folder: the device tool returns at most 8 files,
+#   so on the device TAR_TO=$OUT with OUT outside it).
 # The 2026-12-04 campaigns (aligned-pack stores, 16-bit softmax online)
 # ran this way: about 5 s per run on problems of 0.2-1 GB.
 set -uo pipefail
@@ -75,3 +77,8 @@ for (name, phase), forms in p50.items():
     print(f"{name} ({phase} p50): A {a:.2f} µs, B {b:.2f} µs, A/B {ratio}")
 EOF
 [ ${#skipped[@]} -eq 0 ] || echo "abba.sh: past the budget, not run: ${skipped[*]}"
+if [ -n "${TAR_TO:-}" ]; then
+  mkdir -p "$TAR_TO"
+  tar czf "$TAR_TO/$(basename "$out").tgz" -C "$(dirname "$out")" "$(basename "$out")" &&
+    echo "abba.sh: $TAR_TO/$(basename "$out").tgz"
+fi
