@@ -10,26 +10,60 @@ use lanefold_ir::{DType, Operator, OperatorOptions};
 use lanefold_plan::{plan, LayoutRequest, Problem, Shape, Target};
 use std::path::Path;
 
-#[allow(clippy::too_many_arguments)] // one per CLI flag
+/// What every mode of `compile-check` plans: each shape, operator and
+/// dtype (in that order) under one request, compiled for `arch`.
+pub struct Checks<'a> {
+    pub ops: &'a [Operator],
+    pub shapes: &'a [Shape],
+    pub dtypes: &'a [DType],
+    pub columns: OperatorOptions,
+    pub request: LayoutRequest,
+    pub arch: &'a str,
+}
+
+impl Checks<'_> {
+    fn problems(&self) -> impl Iterator<Item = (Operator, DType, Shape, Problem)> + '_ {
+        self.shapes.iter().flat_map(move |&shape| {
+            self.ops.iter().flat_map(move |&op| {
+                self.dtypes.iter().map(move |&dtype| {
+                    (
+                        op,
+                        dtype,
+                        shape,
+                        Problem::operator(op, self.columns, dtype, shape),
+                    )
+                })
+            })
+        })
+    }
+
+    /// The table under a line naming the compiler, then the summary.
+    fn print(&self, table: &Table, summary: &str) {
+        println!(
+            "NVRTC {}, {}, target {}",
+            lanefold_cuda::nvrtc_version().unwrap_or_default(),
+            self.arch,
+            Target::h200().name
+        );
+        println!("{table}");
+        println!("{summary}");
+    }
+}
+
 pub fn compile_check(
-    ops: &[Operator],
-    shapes: &[Shape],
-    dtypes: &[DType],
-    columns: OperatorOptions,
-    request: &LayoutRequest,
-    arch: &str,
+    checks: &Checks,
     occupancy_from_compiler: bool,
     cubin_dir: Option<&Path>,
 ) -> Result<()> {
+    let (request, arch) = (&checks.request, checks.arch);
     if let Some(dir) = cubin_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let version = lanefold_cuda::nvrtc_version();
-    let Some(version) = version else {
+    if lanefold_cuda::nvrtc_version().is_none() {
         // The same clear error the runtime gives.
         lanefold_cuda::probe_nvrtc()?;
         bail!("NVRTC is present but did not report its version");
-    };
+    }
     let target = Target::h200();
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
@@ -47,23 +81,15 @@ pub fn compile_check(
     ]);
     // Plans first (in table order), then every kernel compiled at once.
     let mut planned = vec![];
-    for &shape in shapes {
-        for &op in ops {
-            for &dtype in dtypes {
-                let problem = Problem::operator(op, columns, dtype, shape);
-                let p = match plan(&problem, &target, request) {
-                    Err(refusal) => Err(refusal),
-                    Ok(p) if occupancy_from_compiler && request.occupancy == 0 => {
-                        Ok(lanefold_measure::bench::compiler_promise(
-                            &problem, &target, request, p, arch,
-                        )?
-                        .0)
-                    }
-                    Ok(p) => Ok(p),
-                };
-                planned.push((op, dtype, shape, p));
-            }
-        }
+    for (op, dtype, shape, problem) in checks.problems() {
+        let p = match plan(&problem, &target, request) {
+            Err(refusal) => Err(refusal),
+            Ok(p) if occupancy_from_compiler && request.occupancy == 0 => Ok(
+                lanefold_measure::bench::compiler_promise(&problem, &target, request, p, arch)?.0,
+            ),
+            Ok(p) => Ok(p),
+        };
+        planned.push((op, dtype, shape, p));
     }
     let plans: Vec<_> = planned
         .iter()
@@ -135,11 +161,12 @@ pub fn compile_check(
         row.extend(cells);
         table.add_row(row);
     }
-    println!("NVRTC {version}, {arch}, target {}", target.name);
-    println!("{table}");
-    println!(
-        "groups a multiprocessor by the compiler's registers against the model's estimate: \
-         {fewer} fewer, {same} as many, {more} more; {spilling} kernels spill"
+    checks.print(
+        &table,
+        &format!(
+            "groups a multiprocessor by the compiler's registers against the model's estimate: \
+             {fewer} fewer, {same} as many, {more} more; {spilling} kernels spill"
+        ),
     );
     println!("{compiled} kernels compiled, {failures} failed, {refused} plans refused");
     if failures > 0 {
@@ -159,14 +186,7 @@ fn no_kernel(plan: String, result: String) -> Vec<String> {
 /// kernel's registers and groups/SM, and whether the cold kernel kept them
 /// under the promise or the plain plan runs instead. Other operators and
 /// plans without a cold path are left out.
-pub fn cold_path_check(
-    ops: &[Operator],
-    shapes: &[Shape],
-    dtypes: &[DType],
-    columns: OperatorOptions,
-    request: &LayoutRequest,
-    arch: &str,
-) -> Result<()> {
+pub fn cold_path_check(checks: &Checks) -> Result<()> {
     use lanefold_cuda::ColdPathDecision;
     lanefold_cuda::probe_nvrtc()?;
     let target = Target::h200();
@@ -174,59 +194,47 @@ pub fn cold_path_check(
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["op", "dtype", "shape", "resolved plan", "decision"]);
     let (mut kept, mut lower, mut plain, mut own, mut refused) = (0, 0, 0, 0, 0);
-    for &shape in shapes {
-        for &op in ops.iter().filter(|op| op.has_cold_path()) {
-            for &dtype in dtypes {
-                let problem = Problem::operator(op, columns, dtype, shape);
-                let p = match plan(&problem, &target, request) {
-                    Ok(p) if p.cold_path() => p,
-                    Ok(_) => continue,
-                    Err(e) => {
-                        refused += 1;
-                        table.add_row([
-                            op.to_string(),
-                            dtype.to_string(),
-                            shape.to_string(),
-                            "—".into(),
-                            format!("refused: {e}"),
-                        ]);
-                        continue;
-                    }
-                };
-                let (r, decision) = lanefold_cuda::resolve_cold_path(
-                    &p,
-                    &CodegenOptions::default(),
-                    arch,
-                    &target,
-                )?;
-                match decision {
-                    ColdPathDecision::Kept {
-                        stepped_from: Some(_),
-                        ..
-                    } => lower += 1,
-                    ColdPathDecision::Kept { .. } => kept += 1,
-                    ColdPathDecision::Plain { .. } => plain += 1,
-                    _ => own += 1,
-                }
+    for (op, dtype, shape, problem) in checks.problems().filter(|(op, ..)| op.has_cold_path()) {
+        let p = match plan(&problem, &target, &checks.request) {
+            Ok(p) if p.cold_path() => p,
+            Ok(_) => continue,
+            Err(e) => {
+                refused += 1;
                 table.add_row([
                     op.to_string(),
                     dtype.to_string(),
                     shape.to_string(),
-                    r.describe(),
-                    decision.to_string(),
+                    "—".into(),
+                    format!("refused: {e}"),
                 ]);
+                continue;
             }
+        };
+        let (r, decision) =
+            lanefold_cuda::resolve_cold_path(&p, &CodegenOptions::default(), checks.arch, &target)?;
+        match decision {
+            ColdPathDecision::Kept {
+                stepped_from: Some(_),
+                ..
+            } => lower += 1,
+            ColdPathDecision::Kept { .. } => kept += 1,
+            ColdPathDecision::Plain { .. } => plain += 1,
+            _ => own += 1,
         }
+        table.add_row([
+            op.to_string(),
+            dtype.to_string(),
+            shape.to_string(),
+            r.describe(),
+            decision.to_string(),
+        ]);
     }
-    println!(
-        "NVRTC {}, {arch}, target {}",
-        lanefold_cuda::nvrtc_version().unwrap_or_default(),
-        target.name
-    );
-    println!("{table}");
-    println!(
-        "cold path: {kept} kept at the plain kernel's groups/SM, {lower} kept one register \
-         step lower, {plain} plain, {own} under their own promise, {refused} refused"
+    checks.print(
+        &table,
+        &format!(
+            "cold path: {kept} kept at the plain kernel's groups/SM, {lower} kept one register \
+             step lower, {plain} plain, {own} under their own promise, {refused} refused"
+        ),
     );
     Ok(())
 }
@@ -238,15 +246,7 @@ pub fn cold_path_check(
 /// that adds a register-shaping token: where it raises groups, keeps
 /// them, lowers them. Plans where legality drops the token are counted
 /// apart.
-pub fn toggle_check(
-    ops: &[Operator],
-    shapes: &[Shape],
-    dtypes: &[DType],
-    columns: OperatorOptions,
-    request: &LayoutRequest,
-    arch: &str,
-    token: &str,
-) -> Result<()> {
+pub fn toggle_check(checks: &Checks, token: &str) -> Result<()> {
     token
         .parse::<LayoutRequest>()
         .with_context(|| format!("--toggle {token}: not a schedule token"))?;
@@ -254,39 +254,34 @@ pub fn toggle_check(
     let target = Target::h200();
     // (op, dtype, shape, plan with the token, plan without) or why not.
     let mut pairs = vec![];
-    for &shape in shapes {
-        for &op in ops {
-            for &dtype in dtypes {
-                let problem = Problem::operator(op, columns, dtype, shape);
-                let pair = plan(&problem, &target, request)
-                    .map_err(|e| format!("refused: {e}"))
-                    .and_then(|p| {
-                        // The schedule that plans back to `p` (a
-                        // description also shows derived tokens).
-                        let text = p.schedule().to_string();
-                        let mut words: Vec<&str> = text.split_whitespace().collect();
-                        let had = words.contains(&token);
-                        if had {
-                            words.retain(|w| *w != token);
-                        } else {
-                            words.push(token);
-                        }
-                        let other = words
-                            .join(" ")
-                            .parse::<LayoutRequest>()
-                            .map_err(|e| format!("toggled schedule: {e}"))
-                            .and_then(|r| {
-                                plan(&problem, &target, &r)
-                                    .map_err(|e| format!("toggled plan refused: {e}"))
-                            })?;
-                        if other.describe() == p.describe() {
-                            return Err(NOT_APPLICABLE.into());
-                        }
-                        Ok(if had { (p, other) } else { (other, p) })
-                    });
-                pairs.push((op, dtype, shape, pair));
-            }
-        }
+    for (op, dtype, shape, problem) in checks.problems() {
+        let pair = plan(&problem, &target, &checks.request)
+            .map_err(|e| format!("refused: {e}"))
+            .and_then(|p| {
+                // The schedule that plans back to `p` (a
+                // description also shows derived tokens).
+                let text = p.schedule().to_string();
+                let mut words: Vec<&str> = text.split_whitespace().collect();
+                let had = words.contains(&token);
+                if had {
+                    words.retain(|w| *w != token);
+                } else {
+                    words.push(token);
+                }
+                let other = words
+                    .join(" ")
+                    .parse::<LayoutRequest>()
+                    .map_err(|e| format!("toggled schedule: {e}"))
+                    .and_then(|r| {
+                        plan(&problem, &target, &r)
+                            .map_err(|e| format!("toggled plan refused: {e}"))
+                    })?;
+                if other.describe() == p.describe() {
+                    return Err(NOT_APPLICABLE.into());
+                }
+                Ok(if had { (p, other) } else { (other, p) })
+            });
+        pairs.push((op, dtype, shape, pair));
     }
     let plans: Vec<_> = pairs
         .iter()
@@ -294,7 +289,8 @@ pub fn toggle_check(
         .flat_map(|(with, without)| [with.clone(), without.clone()])
         .collect();
     let mut results =
-        lanefold_cuda::compile_offline_all(&plans, &CodegenOptions::default(), arch).into_iter();
+        lanefold_cuda::compile_offline_all(&plans, &CodegenOptions::default(), checks.arch)
+            .into_iter();
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header([
@@ -354,16 +350,13 @@ pub fn toggle_check(
         }
         table.add_row(row);
     }
-    println!(
-        "NVRTC {}, {arch}, target {}",
-        lanefold_cuda::nvrtc_version().unwrap_or_default(),
-        target.name
-    );
-    println!("{table}");
-    println!(
-        "with {token} against without, groups a multiprocessor by the compiler's registers: \
-         raised on {raised}, kept on {kept}, lowered on {lowered}; {inapplicable} plans where \
-         legality drops it, {refused} refused"
+    checks.print(
+        &table,
+        &format!(
+            "with {token} against without, groups a multiprocessor by the compiler's registers: \
+             raised on {raised}, kept on {kept}, lowered on {lowered}; {inapplicable} plans \
+             where legality drops it, {refused} refused"
+        ),
     );
     if failed > 0 {
         bail!("{failed} plans did not compile or gave no register count");

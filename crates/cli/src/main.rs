@@ -651,34 +651,23 @@ fn main() {
                 Some(count) => lanefold_plan::drawn_shapes(seed, count, max_rows, n_range),
                 None => shapes,
             };
+            let request = layout.request()?;
+            let checks = lanefold::compile_check::Checks {
+                ops: &ops,
+                shapes: &shapes,
+                dtypes: &dtypes,
+                columns,
+                request,
+                arch: &arch,
+            };
             if let Some(token) = toggle {
-                return lanefold::compile_check::toggle_check(
-                    &ops,
-                    &shapes,
-                    &dtypes,
-                    columns,
-                    &layout.request()?,
-                    &arch,
-                    &token,
-                );
+                return lanefold::compile_check::toggle_check(&checks, &token);
             }
             if cold_path {
-                return lanefold::compile_check::cold_path_check(
-                    &ops,
-                    &shapes,
-                    &dtypes,
-                    columns,
-                    &layout.request()?,
-                    &arch,
-                );
+                return lanefold::compile_check::cold_path_check(&checks);
             }
             lanefold::compile_check::compile_check(
-                &ops,
-                &shapes,
-                &dtypes,
-                columns,
-                &layout.request()?,
-                &arch,
+                &checks,
                 occupancy_from_compiler,
                 cubin_dir.as_deref(),
             )
