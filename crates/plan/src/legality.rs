@@ -472,11 +472,7 @@ pub(crate) fn plan_rows(
         // by its name.
         recompute_derived: request.recompute_derived
             && residency == Residency::Registers
-            && !problem
-                .program
-                .body
-                .iter()
-                .any(|i| matches!(i, lanefold_ir::Instr::RowFirst { .. })),
+            && !problem.one_pass_moments(),
         early_columns: if residency == Residency::Registers
             && columns > 0
             && vector_access(problem.dtype, pack as usize, n).is_some()

@@ -23,6 +23,15 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// Are the program's moments summed in one pass, about the row's
+    /// first element (see [`LayoutRequest::one_pass_moments`])?
+    pub fn one_pass_moments(&self) -> bool {
+        self.program
+            .body
+            .iter()
+            .any(|i| matches!(i, lanefold_ir::Instr::RowFirst { .. }))
+    }
+
     pub fn operator(op: Operator, options: OperatorOptions, dtype: DType, shape: Shape) -> Self {
         Problem {
             program: op.program(options),
@@ -641,11 +650,7 @@ impl Plan {
     /// Are layernorm's moments summed in one pass (see
     /// [`LayoutRequest::one_pass_moments`])?
     pub fn one_pass_moments(&self) -> bool {
-        self.problem
-            .program
-            .body
-            .iter()
-            .any(|i| matches!(i, lanefold_ir::Instr::RowFirst { .. }))
+        self.problem.one_pass_moments()
     }
 
     /// Is a `sum(exp(x - max))` accumulated with its maximum (see
