@@ -1167,7 +1167,8 @@ pub fn unguarded_store_checks(backend: &Backend, report: &mut Report) {
 
 /// Recomputed derived tiles (`recompute_derived`): every operator, f32
 /// and bf16, in registers (plain, packed 16-bit tiles, aligned packs) and
-/// streamed (not marked there). Same bits as keeping them.
+/// streamed and under one-pass moments (not marked there). Same bits as
+/// keeping them.
 pub fn recompute_derived_checks(backend: &Backend, report: &mut Report) {
     let bases: [(&str, RequestEdit); 4] = [
         ("recompute derived, registers", in_registers),
@@ -1186,7 +1187,7 @@ pub fn recompute_derived_checks(backend: &Backend, report: &mut Report) {
         37,
         |request| request.recompute_derived = true,
         |plan| plan.recompute_derived,
-        |plan| plan.residency == lanefold_plan::Residency::Registers,
+        |plan| plan.residency == lanefold_plan::Residency::Registers && !plan.one_pass_moments(),
     );
 }
 
