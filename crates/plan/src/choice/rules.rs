@@ -220,8 +220,10 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // -> 50 registers, two groups to one), as do aligned rows (32 -> 50)
     // and f32 (3 -> 2). A B B A on an H100, L2 cold (printed means,
     // bench/selftest-logs/2026-12-06-token-campaigns-h100): bf16
-    // 7168x51866 580 -> 541 µs, while aligned 6000x50000 went 414 -> 436;
-    // the rung against the former plan: bench/campaigns/default-rungs.txt.
+    // 7168x51866 580 -> 541 µs, while aligned 6000x50000 went 414 -> 436.
+    // The rung against the former plan on five shapes of no list, the same
+    // way (bench/results/2026-12-06-default-rungs-h100): 1.021-1.078x
+    // (bf16 2048x50796 166 -> 154 µs).
     Rung {
         ops: &[Operator::CrossEntropyBackward],
         dtypes: Dtypes::Bits16,
@@ -229,26 +231,27 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         rows: Rows::Shifted,
         adds: "unguarded-stores",
     },
-    // layernorm register plans recompute the centred row x - mean in the
-    // output phase (`recompute-derived`) instead of keeping it as a second
-    // tile beside the row. `lanefold compile-check --ops layernorm
-    // --dtypes f32,bf16 --draw 300 --n-range 512-40000 --toggle
-    // recompute-derived` (NVRTC 13.0): of 287 plans it applies to (the
-    // rest one-pass), it raises groups a multiprocessor on 36 (f32
-    // 2048x22408: 177 -> 128 registers, one group of 256 to two), keeps
-    // them on 248 and lowers them on 3 (bf16 4204x5056, 64 -> 79
-    // registers, 4 -> 3 groups of 256; 419x896, 9 -> 8 and 11 -> 10).
-    // A B B A on an H100, L2 cold (the same log): bf16 2048x11008 41.8 ->
-    // 36.5 µs, f32 2048x22408 130.8 -> 128.4, 4096x17927 298.8 -> 295.8,
-    // two others within 0.2%. residual_layernorm is left out: its count
-    // rises on 13 of 106 plans and falls on 4 (`--draw 100 --seed 2
-    // --n-range 512-60000`), but two of four ran slower, both where the
-    // count rises (f32 2048x11008 0.982x at 2 -> 3 groups, 65536x9216
-    // 0.992x at 3 -> 4).
+    // layernorm register plans of rows longer than 10240 recompute the
+    // centred row x - mean in the output phase (`recompute-derived`)
+    // instead of keeping it as a second tile beside the row. `lanefold
+    // compile-check --ops layernorm --dtypes f32,bf16 --draw 300 --n-range
+    // 512-40000 --toggle recompute-derived` (NVRTC 13.0): above 10240 it
+    // raises groups a multiprocessor on 7 of 78 plans (f32 2048x22408: 177
+    // -> 128 registers, one group of 256 to two) and keeps them on 71; at
+    // or below it raises them on 29 of 209 and lowers them on 3 (bf16
+    // 4204x5056, 64 -> 79 registers, 4 -> 3 groups). A B B A against the
+    // former plans on shapes of no list, an H100, L2 cold
+    // (bench/results/2026-12-06-default-rungs-h100): bf16 16384x18816
+    // 1.338x, 32768x21320 1.244x, f32 512x21828 1.089x, 4096x19840 and
+    // 16384x20335 1.01x; rows of 9984 and shorter at 0.994-1.006x but f32
+    // 1024x3898 0.950x, where a group gained (4 -> 5) fills no more waves
+    // and the recomputation costs. residual_layernorm is left out: two of
+    // four ran slower where its count rises (f32 2048x11008 0.982x at 2 ->
+    // 3 groups, 65536x9216 0.992x at 3 -> 4).
     Rung {
         ops: &[Operator::Layernorm],
         dtypes: Dtypes::Any,
-        n: from(1),
+        n: from(10241),
         rows: Rows::Any,
         adds: "recompute-derived",
     },
