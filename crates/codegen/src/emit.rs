@@ -72,6 +72,9 @@ pub fn kernel_name(plan: &Plan) -> String {
     if plan.rounded_resident {
         name += "_rt";
     }
+    if plan.computed_resident {
+        name += "_ct";
+    }
     if plan.relaxed_cluster_exit {
         name += "_rx";
     }
@@ -2851,6 +2854,9 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     }
     if plan.rounded_resident && !registers {
         return inconsistent(format!("a resident rounded tile in {}", plan.describe()));
+    }
+    if plan.computed_resident && !registers {
+        return inconsistent(format!("a resident computed tile in {}", plan.describe()));
     }
     // The prefetched row: the one row input, read from memory in one phase
     // (the phase whose loads read the buffer).

@@ -45,7 +45,7 @@ const LAYOUTS: [&str; 6] = [
     "W=32 V=8 aligned-packs",
     "W=64 V=4 stream aligned-packs",
 ];
-const VARIANTS: [&str; 18] = [
+const VARIANTS: [&str; 20] = [
     "W=64 V=4 online-normalizer",
     "W=128 V=4 stream online-normalizer aligned-packs",
     "W=64 V=4 one-pass-moments",
@@ -64,6 +64,8 @@ const VARIANTS: [&str; 18] = [
     "W=64 V=4 stream aligned-packs unguarded-stores",
     "W=64 V=4 registers recompute-derived",
     "W=32 V=8 registers aligned-packs recompute-derived",
+    "W=64 V=4 registers computed-resident",
+    "W=32 V=8 registers aligned-packs computed-resident early-columns=2",
 ];
 
 fn cases() -> Vec<Case> {

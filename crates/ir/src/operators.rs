@@ -1034,6 +1034,42 @@ mod tests {
         }
     }
 
+    /// A computed tile read in two phases replaces its loads where that
+    /// holds fewer tiles: rmsnorm's gradient keeps x and `g = w * dy`
+    /// instead of x, dy and the weight; an operator whose resident tiles
+    /// are all loads read in two phases keeps nothing more.
+    #[test]
+    fn computed_tiles_kept_where_they_replace_more_loads() {
+        let opts = OperatorOptions::default();
+        let p = Operator::RmsnormBackward.program(opts);
+        let a = p.verify().unwrap();
+        assert_eq!(a.resident.len(), 3, "x, dy, w: {}", p.to_text());
+        let kept = a.keeping_computed_tiles(&p).expect("g replaces dy and w");
+        assert_eq!(kept.resident.len(), 2, "{:?}", kept.resident);
+        let computed: Vec<_> = kept
+            .resident
+            .iter()
+            .filter(|v| !matches!(p.body[v.index()], Instr::Load { .. }))
+            .collect();
+        let [g] = computed[..] else {
+            panic!("one computed tile kept: {:?}", kept.resident);
+        };
+        assert!(matches!(
+            p.body[g.index()],
+            Instr::Binary {
+                op: BinaryOp::Mul,
+                ..
+            }
+        ));
+        for op in [Operator::Softmax, Operator::Rmsnorm, Operator::SoftmaxBackward] {
+            let p = op.program(opts);
+            assert!(
+                p.verify().unwrap().keeping_computed_tiles(&p).is_none(),
+                "{op}"
+            );
+        }
+    }
+
     #[test]
     fn layernorm_weight_is_read_in_one_phase_only() {
         let p = Operator::Layernorm.program(OperatorOptions::default());

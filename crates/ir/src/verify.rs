@@ -117,6 +117,55 @@ impl Analysis {
     }
 }
 
+impl Analysis {
+    /// This analysis with computed tiles that later phases read again kept
+    /// resident themselves wherever that holds fewer tiles: rmsnorm's
+    /// gradient keeps `g = w * dy` (read by the first phase's sum and by
+    /// the output) instead of dy and the weight, two tiles instead of
+    /// three. Greedy in program order, each tile kept only if the count
+    /// of resident tiles falls; rounded tiles are left to
+    /// [`Analysis::keeping_rounded_tiles`]. The kept value is the one a
+    /// recomputation gives, bit for bit. None where nothing is kept. For
+    /// register plans, as a streamed plan cannot re-read a computed tile.
+    pub fn keeping_computed_tiles(&self, program: &Program) -> Option<Analysis> {
+        let is_load = |at: usize| matches!(program.body[at], Instr::Load { .. });
+        let mut kept: BTreeSet<usize> = self
+            .resident
+            .iter()
+            .map(|v| v.index())
+            .filter(|&at| !is_load(at))
+            .collect();
+        let mut best = self.clone();
+        let mut grew = false;
+        for at in 0..program.body.len() {
+            let candidate = self.kinds[at] == Kind::Tile
+                && !is_load(at)
+                && !matches!(program.body[at], Instr::RoundToStorage(_))
+                && best.demanded[at].len() > 1
+                && !kept.contains(&at);
+            if !candidate {
+                continue;
+            }
+            let mut trial = kept.clone();
+            trial.insert(at);
+            let demanded = demand(program, &self.kinds, &self.phase, &trial);
+            let mut resident = resident_loads(program, &demanded);
+            resident.extend(trial.iter().map(|&k| Value(k as u32)));
+            if resident.len() < best.resident.len() {
+                resident.sort_by_key(|v| v.index());
+                kept = trial;
+                grew = true;
+                best = Analysis {
+                    demanded,
+                    resident,
+                    ..self.clone()
+                };
+            }
+        }
+        grew.then_some(best)
+    }
+}
+
 /// Demand: a tile is needed wherever a consumer evaluates. Stores and
 /// reductions consume at their operand's own phase; element-wise consumers
 /// pass their demand on, except a `kept` tile, which is computed once (in

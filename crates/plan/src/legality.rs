@@ -222,6 +222,20 @@ pub(crate) fn plan_rows(
             }
         }
     }
+    // Computed tiles kept instead of their loads, the same way; not beside
+    // packed 16-bit tiles, whose slots hold loaded words.
+    let mut computed_resident = false;
+    let packs = request.pack_resident && problem.dtype.size_bytes() == 2 && whole_vector_packs;
+    if request.computed_resident && request.residency != ResidencyRequest::Stream && !packs {
+        if let Some(kept) = analysis.keeping_computed_tiles(&problem.program) {
+            if request.residency == ResidencyRequest::Registers
+                || budgeted(kept.resident.len()) <= budget(threads)
+            {
+                analysis = kept;
+                computed_resident = true;
+            }
+        }
+    }
     let mut hoisted_columns = false;
     if request.hoist_columns && request.residency != ResidencyRequest::Stream && !aligned_packs {
         let hoisted = hoist_column_loads(&problem.program, &analysis);
@@ -489,6 +503,7 @@ pub(crate) fn plan_rows(
         column_stage,
         packed_resident,
         rounded_resident,
+        computed_resident,
         relaxed_cluster_exit: request.relaxed_cluster_exit && groups_per_row > 1,
         pushed_cluster_reduce: pushed,
         persistent_clusters,

@@ -210,6 +210,14 @@ pub struct LayoutRequest {
     /// on streamed plans or on programs without such a tile.
     #[serde(default)]
     pub rounded_resident: bool,
+    /// Register plans: keep a computed tile that later phases read again
+    /// (rmsnorm's gradient: `g = w * dy`) resident instead of its loads,
+    /// wherever that holds fewer tiles (two instead of three there). The
+    /// kept value is the one a recomputation gives: same bits. Dropped
+    /// under packed 16-bit tiles, whose slots hold loaded words; no
+    /// effect on streamed plans or on programs without such a tile.
+    #[serde(default)]
+    pub computed_resident: bool,
     /// Rows spanning a cluster: the barrier before exit arrives relaxed
     /// (no release): it only has to keep each group's shared memory alive
     /// until the others' remote reads are done, and those values are in
@@ -400,6 +408,7 @@ impl LayoutRequest {
             stage_columns: self.stage_columns,
             pack_resident: self.pack_resident,
             rounded_resident: self.rounded_resident,
+            computed_resident: self.computed_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
             push_cluster_reduce: self.push_cluster_reduce,
             persistent_clusters: self.persistent_clusters,
@@ -574,6 +583,10 @@ pub struct Plan {
     /// [`LayoutRequest::rounded_resident`]); false where that does not
     /// apply.
     pub rounded_resident: bool,
+    /// Computed tiles kept resident instead of their loads (see
+    /// [`LayoutRequest::computed_resident`]); false where that does not
+    /// apply.
+    pub computed_resident: bool,
     /// See [`LayoutRequest::relaxed_cluster_exit`]; false without a cluster.
     pub relaxed_cluster_exit: bool,
     /// See [`LayoutRequest::push_cluster_reduce`]; false without a cluster.
@@ -862,6 +875,7 @@ impl Plan {
             stage_columns: self.staged_columns(),
             pack_resident: self.packed_resident,
             rounded_resident: self.rounded_resident,
+            computed_resident: self.computed_resident,
             relaxed_cluster_exit: self.relaxed_cluster_exit,
             push_cluster_reduce: self.pushed_cluster_reduce,
             persistent_clusters: self.persistent_clusters,

@@ -11,7 +11,7 @@
 //! - `registers` or `stream`: the residency;
 //! - flags: `streaming-hints hoisted-columns reread-hints keep-columns
 //!   l1-columns unfolded-addresses ordered-columns staged-columns
-//!   packed-resident rounded-resident relaxed-exit push-reduce
+//!   packed-resident rounded-resident computed-resident relaxed-exit push-reduce
 //!   persistent-clusters prefetch-rows online-normalizer one-pass-moments
 //!   fused-output no-cold-path batched-loads unguarded-stores recompute-derived
 //!   aligned-packs in-place
@@ -126,6 +126,7 @@ const TOKENS: &[Field] = &[
     flag!("staged-columns", stage_columns),
     flag!("packed-resident", pack_resident),
     flag!("rounded-resident", rounded_resident),
+    flag!("computed-resident", computed_resident),
     flag!("relaxed-exit", relaxed_cluster_exit),
     flag!("push-reduce", push_cluster_reduce),
     flag!("persistent-clusters", persistent_clusters),
@@ -346,7 +347,7 @@ mod tests {
             0..3u8,
             any::<bool>(),
         );
-        let flags = proptest::collection::vec(any::<bool>(), 26);
+        let flags = proptest::collection::vec(any::<bool>(), 27);
         let counts = proptest::collection::vec(count(), 6);
         (layout, flags, counts, any::<bool>()).prop_map(|(l, b, c, seed)| {
             let (workers, pack, unroll, rows_per_group, residency, order, batch_invariant) = l;
@@ -408,6 +409,7 @@ mod tests {
                 split_groups: b[23],
                 unguarded_stores: b[24],
                 recompute_derived: b[25],
+                computed_resident: b[26],
             }
         })
     }
@@ -443,7 +445,7 @@ mod tests {
         let all = "W=1 V=4 U=2 G=1 stream streaming-hints hoisted-columns reread-hints \
                    keep-columns l1-columns unfolded-addresses ordered-columns \
                    early-columns=2 shared-chunks=3 l2-prefetch=8 staged-columns \
-                   packed-resident rounded-resident relaxed-exit push-reduce \
+                   packed-resident rounded-resident computed-resident relaxed-exit push-reduce \
                    persistent-clusters prefetch-rows online-normalizer one-pass-moments \
                    fused-output no-cold-path occupancy=2 occupancy-cap=1 batched-loads unguarded-stores recompute-derived aligned-packs split-groups group-threads=256 in-place \
                    ordered-hinted-loads order=sequential mapper=seed batch-invariant";

@@ -134,6 +134,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
         stage_columns,
         pack_resident,
         rounded_resident,
+        computed_resident,
         relaxed_cluster_exit,
         push_cluster_reduce,
         persistent_clusters,
@@ -163,6 +164,7 @@ pub fn add_variants(request: &mut LayoutRequest, variants: &LayoutRequest) {
     r.stage_columns |= stage_columns;
     r.pack_resident |= pack_resident;
     r.rounded_resident |= rounded_resident;
+    r.computed_resident |= computed_resident;
     r.relaxed_cluster_exit |= relaxed_cluster_exit;
     r.push_cluster_reduce |= push_cluster_reduce;
     r.persistent_clusters |= persistent_clusters;
