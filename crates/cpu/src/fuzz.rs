@@ -328,6 +328,7 @@ fn draw_request(rng: &mut ChaCha8Rng) -> LayoutRequest {
     r.fused_output = rng.random_bool(0.3);
     r.pack_resident = rng.random_bool(0.2);
     r.rounded_resident = rng.random_bool(0.2);
+    r.computed_resident = rng.random_bool(0.2);
     r.no_cold_path = rng.random_bool(0.5);
     r
 }

@@ -1061,7 +1061,11 @@ mod tests {
                 ..
             }
         ));
-        for op in [Operator::Softmax, Operator::Rmsnorm, Operator::SoftmaxBackward] {
+        for op in [
+            Operator::Softmax,
+            Operator::Rmsnorm,
+            Operator::SoftmaxBackward,
+        ] {
             let p = op.program(opts);
             assert!(
                 p.verify().unwrap().keeping_computed_tiles(&p).is_none(),
