@@ -102,22 +102,23 @@ impl Analysis {
                     && self.demanded[at].len() > 1
             })
             .collect();
-        if kept.is_empty() {
-            return None;
-        }
-        let demanded = demand(program, &self.kinds, &self.phase, &kept);
+        (!kept.is_empty()).then(|| self.keeping(program, &kept))
+    }
+
+    /// This analysis with the tiles `kept` resident themselves: each
+    /// computed once, in the first phase that needs it.
+    fn keeping(&self, program: &Program, kept: &BTreeSet<usize>) -> Analysis {
+        let demanded = demand(program, &self.kinds, &self.phase, kept);
         let mut resident = resident_loads(program, &demanded);
         resident.extend(kept.iter().map(|&at| Value(at as u32)));
         resident.sort_by_key(|v| v.index());
-        Some(Analysis {
+        Analysis {
             demanded,
             resident,
             ..self.clone()
-        })
+        }
     }
-}
 
-impl Analysis {
     /// This analysis with computed tiles that later phases read again kept
     /// resident themselves wherever that holds fewer tiles: rmsnorm's
     /// gradient keeps `g = w * dy` (read by the first phase's sum and by
@@ -148,18 +149,11 @@ impl Analysis {
             }
             let mut trial = kept.clone();
             trial.insert(at);
-            let demanded = demand(program, &self.kinds, &self.phase, &trial);
-            let mut resident = resident_loads(program, &demanded);
-            resident.extend(trial.iter().map(|&k| Value(k as u32)));
-            if resident.len() < best.resident.len() {
-                resident.sort_by_key(|v| v.index());
+            let keeping = self.keeping(program, &trial);
+            if keeping.resident.len() < best.resident.len() {
                 kept = trial;
                 grew = true;
-                best = Analysis {
-                    demanded,
-                    resident,
-                    ..self.clone()
-                };
+                best = keeping;
             }
         }
         grew.then_some(best)
