@@ -137,7 +137,6 @@ impl Analysis {
             .filter(|&at| !is_load(at))
             .collect();
         let mut best = self.clone();
-        let mut grew = false;
         for at in 0..program.body.len() {
             let candidate = self.kinds[at] == Kind::Tile
                 && !is_load(at)
@@ -152,11 +151,10 @@ impl Analysis {
             let keeping = self.keeping(program, &trial);
             if keeping.resident.len() < best.resident.len() {
                 kept = trial;
-                grew = true;
                 best = keeping;
             }
         }
-        grew.then_some(best)
+        (best.resident.len() < self.resident.len()).then_some(best)
     }
 }
 

@@ -191,15 +191,15 @@ pub(crate) fn plan_rows(
     // Packed tiles and staged columns move whole vector packs only.
     let whole_vector_packs =
         !layout.has_partial_pack(n) && vector_access(problem.dtype, pack as usize, n).is_some();
+    // Packed 16-bit tiles asked for and possible: their slots hold loaded
+    // words.
+    let packs = request.pack_resident && problem.dtype.size_bytes() == 2 && whole_vector_packs;
     // An explicit register request with packed 16-bit tiles is budgeted
     // in packed words (two slots a register): the whole 32768-element row
     // of a 1024-thread group, as Inductor holds rows, fits only so. The
     // automatic mapping keeps the unpacked estimate (packing never changes
     // an automatic layout).
-    let packs_explicitly = request.residency == ResidencyRequest::Registers
-        && request.pack_resident
-        && problem.dtype.size_bytes() == 2
-        && whole_vector_packs;
+    let packs_explicitly = request.residency == ResidencyRequest::Registers && packs;
     // Registers for `slots` slots: two a register where packed explicitly.
     let in_words = |slots: usize| {
         if packs_explicitly {
@@ -223,9 +223,8 @@ pub(crate) fn plan_rows(
         }
     }
     // Computed tiles kept instead of their loads, the same way; not beside
-    // packed 16-bit tiles, whose slots hold loaded words.
+    // packed 16-bit tiles.
     let mut computed_resident = false;
-    let packs = request.pack_resident && problem.dtype.size_bytes() == 2 && whole_vector_packs;
     if request.computed_resident && request.residency != ResidencyRequest::Stream && !packs {
         if let Some(kept) = analysis.keeping_computed_tiles(&problem.program) {
             if request.residency == ResidencyRequest::Registers
@@ -293,10 +292,7 @@ pub(crate) fn plan_rows(
     } else {
         0
     };
-    let packed_resident = request.pack_resident
-        && problem.dtype.size_bytes() == 2
-        && resident_slots > 0
-        && whole_vector_packs;
+    let packed_resident = packs && resident_slots > 0;
     // The estimate stays that of the unpacked tile, so packing never
     // changes a layout: ptxas keeps the loaded words of some unpacked
     // plans by itself, and packing saved 0-16 of 64-80 registers on 64

@@ -55,7 +55,8 @@ pub fn drawn_shapes(
     max_rows: usize,
     (min_n, max_n): (usize, usize),
 ) -> Vec<Shape> {
-    // splitmix64: reproducible from the seed alone, no dependency.
+    // splitmix64: the counts the rules cite (`compile-check --draw`) come
+    // back from their seeds alone.
     let mut state = seed;
     let mut unit = move || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
