@@ -178,13 +178,16 @@ pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
 
 /// `lanefold scorecard --corpus`: the bench results in `dirs` judged as a
 /// corpus scorecard (markdown on stdout); with `backward`, the input
-/// gradients of its training shapes against `[corpus_backward]`.
+/// gradients of its training shapes against `[corpus_backward]`. Only
+/// results of a GPU whose name holds `gpu` count (`any`: every GPU), so
+/// that one card never mixes cards of different copy rates.
 pub fn corpus_scorecard(
     dirs: &[PathBuf],
     targets: &Path,
     corpus_file: Option<&Path>,
     part: PartArg,
     backward: bool,
+    gpu: &str,
 ) -> Result<()> {
     use lanefold_measure::corpus_score::{self, Source};
     use lanefold_measure::results::{read_text, ResultsFile};
@@ -216,11 +219,16 @@ pub fn corpus_scorecard(
                 dir.display()
             );
         }
+        let file = ResultsFile::read(&path)?;
+        let name = file.environment.gpu_name.as_deref().unwrap_or("");
+        if gpu != "any" && !name.to_lowercase().contains(&gpu.to_lowercase()) {
+            continue;
+        }
         sources.push(Source {
             dir: dir
                 .file_name()
                 .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into()),
-            file: ResultsFile::read(&path)?,
+            file,
         });
     }
     let card = corpus_score::score(&problems, part.part(), &sources, &corpus_targets);

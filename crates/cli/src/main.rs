@@ -250,6 +250,10 @@ enum Command {
         /// against the [corpus_backward] targets.
         #[arg(long, requires = "corpus")]
         backward: bool,
+        /// With --corpus: judge only results measured on a GPU whose name
+        /// holds this (the targets are the H200's); `any` takes every GPU.
+        #[arg(long, value_name = "NAME", default_value = "H200", requires = "corpus")]
+        gpu: String,
     },
 }
 
@@ -591,6 +595,7 @@ fn main() {
             corpus_file,
             part,
             backward,
+            gpu,
             ..
         } => targets
             .map_or_else(default_targets_file, Ok)
@@ -601,6 +606,7 @@ fn main() {
                     corpus_file.as_deref(),
                     part,
                     backward,
+                    &gpu,
                 )
             }),
         Command::Scorecard {

@@ -170,8 +170,8 @@ fn bench_runs_the_problems_of_a_corpus_part() {
 
 /// `scorecard --corpus` judges the committed held-out run against the
 /// [corpus] targets: verdicts first, the 7 problems its deadline left out
-/// listed; other parts, another corpus file, a replay directory and a
-/// targets file without [corpus] behave as documented.
+/// listed; another GPU, other parts, another corpus file, a replay
+/// directory and a targets file without [corpus] behave as documented.
 #[test]
 fn corpus_scorecard_judges_the_committed_report_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -192,6 +192,15 @@ fn corpus_scorecard_judges_the_committed_report_run() {
     assert!(
         out.contains("\nCost model against lanefold's gpu p50: within 25% on "),
         "{out}"
+    );
+
+    // Another GPU's results never enter the H200's card.
+    let o = lanefold(&["scorecard", "--corpus", "--gpu", "H100", run]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("0 of 51 problems measured"),
+        "{}",
+        text(&o)
     );
 
     let o = lanefold(&["scorecard", "--corpus", "--part", "fit", run]);
@@ -307,7 +316,8 @@ fn corpus_scorecard_judges_input_gradients_of_training_shapes() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let card = |backward: bool| {
-        let mut args = vec!["scorecard", "--corpus", "--part", "all"];
+        // A CPU run names no GPU.
+        let mut args = vec!["scorecard", "--corpus", "--part", "all", "--gpu", "any"];
         if backward {
             args.push("--backward");
         }
