@@ -763,6 +763,35 @@ pub(super) fn saved_lse_backward_wide_instead(
     (plan.groups_per_row == 1).then_some(wide)
 }
 
+/// Softmax rows shorter than the push-reduce rung's 131072 whose picked
+/// plan spans a cluster: the same layout, its partials pushed (each group
+/// writes its partial into every peer's shared memory: one cluster
+/// barrier, no gather after it). A B B A against the unpushed plans on 18
+/// rows of no list (H100, L2 warm at 1-64 rows, cold from 256;
+/// `2026-12-06-softmax-pushed-*`): 1.31-2.19x at 1-64 rows (f32 1x50000
+/// 6.01 -> 2.74 µs), 1.08-1.34x at 256-4096 (bf16 4096x110000 876 -> 694
+/// µs). Only the push is added: asking for it before the model's pick
+/// moved one-group plans (f32 4096x32768, a target shape) into clusters
+/// never measured.
+pub(super) fn softmax_cluster_pushed_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let wanted = target.name == "h200"
+        && problem.operator_kind() == Some(Operator::Softmax)
+        && problem.shape.n < 131072
+        && picked.groups_per_row > 1
+        && !picked.pushed_cluster_reduce;
+    let pushed = LayoutRequest {
+        push_cluster_reduce: true,
+        ..*pick
+    };
+    (wanted && plan_rows(problem, target, &pushed).is_ok_and(|p| p.pushed_cluster_reduce))
+        .then_some(pushed)
+}
+
 /// Cross-entropy row lengths [`few_rows_cross_entropy_cluster_instead`]
 /// takes: the measured ones (40000-128000 wide).
 const FEW_ROWS_CE_CLUSTER_N: Span = span(40000, 131072);

@@ -1098,6 +1098,47 @@ fn regression_long_f32_layernorm_rows_push_without_an_occupancy_promise() {
     }
 }
 
+/// Softmax rows under the push-reduce rung's 131072 that the choice puts
+/// in a cluster push their partials and keep the layout they were picked
+/// with; rows one group holds stay as they were (f32 4096x32768, a target
+/// shape, among them).
+#[test]
+fn softmax_cluster_rows_under_131072_push_and_keep_their_layout() {
+    let t = Target::h200();
+    let auto = |dtype: DType, shape: &str| {
+        plan(&typed(Operator::Softmax, dtype, shape), &t, &automatic()).unwrap()
+    };
+    let mut pushed = 0;
+    for dtype in [DType::F32, DType::Bf16] {
+        for n in [32768, 45056, 50000, 57344, 80000, 100000, 131071] {
+            for rows in [1, 16, 64, 256, 1024, 4096] {
+                let shape = format!("{rows}x{n}");
+                let p = auto(dtype, &shape);
+                let what = format!("{dtype} {rows}x{n}: {}", p.describe());
+                assert_eq!(p.pushed_cluster_reduce, p.groups_per_row > 1, "{what}");
+                pushed += usize::from(p.pushed_cluster_reduce);
+            }
+        }
+    }
+    assert!(pushed >= 40, "{pushed} cluster plans");
+    for (dtype, shape, schedule) in [
+        (DType::F32, "4096x32768", "W=512 V=4 U=4 G=1 registers"),
+        (
+            DType::F32,
+            "1x50000",
+            "W=8192 V=4 U=1 G=1 registers push-reduce",
+        ),
+        (
+            DType::Bf16,
+            "4096x110000",
+            "W=2048 V=8 U=4 G=1 registers push-reduce group-threads=256",
+        ),
+    ] {
+        let p = auto(dtype, shape);
+        assert_eq!(p.schedule().to_string(), schedule, "{dtype} {shape}");
+    }
+}
+
 #[test]
 fn regression_long_cluster_rows_push_their_partials_or_exit_relaxed_as_measured() {
     // Paired H200 benches of one binary: pushed 1.10-1.34x for softmax
