@@ -349,7 +349,10 @@ fn variant_note(token: &str) -> Option<&'static str> {
         "ordered-columns" => {
             "weight and bias loaded a chunk at a time below the stores before them"
         }
-        "early-columns" => "the first chunk's weight and bias loaded before the cluster's exchange",
+        "early-columns" => {
+            "the first chunks' weight and bias (early-columns=n) loaded before the row's \
+             reduction is exchanged"
+        }
         "rounded-resident" => "h kept resident instead of x and the residual",
         "keep-columns" => {
             "weight and bias loaded evict-last, so the rows' stream leaves them in L2"
