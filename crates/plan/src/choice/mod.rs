@@ -310,16 +310,20 @@ pub fn automatic_note(
     }
     let measured = request.with_measured_variants(problem, target);
     let mut notes = vec![];
-    // The tokens the ladders and the tuning database added. The cluster
-    // variants change nothing on a row that one group holds: no note.
+    // The tokens the ladders and the tuning database added, where the plan
+    // realises them (a cluster variant changes nothing on a row one group
+    // holds, packed tiles nothing on a plan with none): no note otherwise.
     let asked = request.to_string();
     let asked: Vec<&str> = asked.split_whitespace().collect();
-    let spans_cluster = || plan(problem, target, request).is_ok_and(|p| p.groups_per_row > 1);
+    let realised =
+        plan(problem, target, request).map_or_else(|_| String::new(), |p| p.schedule().to_string());
+    let name = |t: &str| t.split_once('=').map_or(t, |(name, _)| name).to_string();
+    let realised: Vec<String> = realised.split_whitespace().map(name).collect();
     let chosen: Vec<String> = measured
         .to_string()
         .split_whitespace()
         .filter(|t| !asked.contains(t))
-        .filter(|t| *t != "push-reduce" || spans_cluster())
+        .filter(|t| realised.contains(&name(t)))
         .map(|t| variant_note(t).map_or_else(|| t.to_string(), String::from))
         .collect();
     if !chosen.is_empty() {
@@ -372,11 +376,10 @@ fn variant_note(token: &str) -> Option<&'static str> {
 fn model_rule_note(problem: &Problem, target: &Target, request: &LayoutRequest) -> Option<String> {
     let problem = &*problem.as_requested(request);
     let target = with_cluster_group_threads(target, request.cluster_group_threads).ok()?;
-    let model = LayoutRequest {
-        residency: ResidencyRequest::Registers,
-        ..*request
+    // The path `choose_by_model` takes, so the note names the rule that ran.
+    let ModelChoice::Pick(pick) = model_choice(problem, &target, request).ok()? else {
+        return None;
     };
-    let pick = choose_by_model(problem, &target, &model).ok()?;
     let rule = rule_beside_model(problem, &target, request, &pick).ok()??;
     let picked = rule.model_plan.describe();
     if plan_rows(problem, &target, &rule.request).is_ok_and(|p| p.describe() == picked) {
