@@ -447,11 +447,16 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
             Operator::Rmsnorm,
         ],
         dtypes: Dtypes::Any,
-        n: from(131072),
+        n: from(PUSH_RUNG_MIN_N),
         rows: Rows::Any,
         adds: "push-reduce",
     },
 ];
+
+/// Where the push-reduce rung starts for softmax, cross-entropy and the
+/// norms; shorter softmax rows get the push after the model's pick
+/// ([`softmax_cluster_pushed_instead`]).
+const PUSH_RUNG_MIN_N: usize = 131072;
 
 /// Each rung's tokens, parsed once (a test holds them to parsing).
 fn rung_variants() -> &'static [LayoutRequest] {
@@ -781,7 +786,7 @@ pub(super) fn softmax_cluster_pushed_instead(
 ) -> Option<LayoutRequest> {
     let wanted = target.name == "h200"
         && problem.operator_kind() == Some(Operator::Softmax)
-        && problem.shape.n < 131072
+        && problem.shape.n < PUSH_RUNG_MIN_N
         && picked.groups_per_row > 1
         && !picked.pushed_cluster_reduce;
     let pushed = LayoutRequest {
