@@ -31,8 +31,13 @@ impl From<BackendArg> for Device {
 pub enum L2Arg {
     /// The same buffers every launch.
     Warm,
-    /// Launches rotate among input sets totalling at least 3x the L2.
+    /// Launches rotate among input sets totalling at least 3x the L2, each
+    /// with its own outputs.
     Cold,
+    /// The inputs rotate as with `cold`; lanefold's launches all write one
+    /// output set, as a PyTorch peer's outputs come back from its
+    /// allocator as the same block call after call.
+    ColdInputs,
 }
 
 impl From<L2Arg> for L2Mode {
@@ -40,6 +45,7 @@ impl From<L2Arg> for L2Mode {
         match l {
             L2Arg::Warm => L2Mode::Warm,
             L2Arg::Cold => L2Mode::Cold,
+            L2Arg::ColdInputs => L2Mode::ColdInputs,
         }
     }
 }

@@ -977,3 +977,29 @@ fn selftest_backward_runs_the_backward_layout_matrix() {
         stdout(&o)
     );
 }
+
+/// Both cold modes size their input sets by the GPU's L2: on the CPU each
+/// is refused with the reason, never silently measured warm.
+#[test]
+fn cold_l2_modes_are_refused_on_the_cpu() {
+    let out = tmpdir("cold-cpu");
+    for mode in ["cold", "cold-inputs"] {
+        let dir = out.join(mode);
+        let o = lanefold(&[
+            "bench",
+            "--backend",
+            "cpu",
+            "--ops",
+            "sum",
+            "--shapes",
+            "4x64",
+            "--l2",
+            mode,
+            "--output",
+            dir.to_str().unwrap(),
+        ]);
+        assert_clean_failure(&o, 1, "need the GPU's L2 size");
+        assert!(!dir.join("results.json").exists(), "{mode}");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}

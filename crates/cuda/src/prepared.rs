@@ -12,7 +12,7 @@
 use crate::call_graph::CallPath;
 use crate::{driver, ColdPathDecision, CudaBackend, CudaError, DeviceArgs, Loaded};
 use cudarc::driver::{sys, CudaEvent, CudaGraph};
-use lanefold_codegen::CodegenOptions;
+use lanefold_codegen::{CodegenOptions, ParamKind};
 use lanefold_cpu::data::{poisoned_outputs, Buffers};
 use lanefold_plan::Plan;
 use std::collections::HashMap;
@@ -56,6 +56,8 @@ pub struct Prepared<'a> {
     /// self-signalling form is compiled with the same).
     pub(crate) options: CodegenOptions,
     source_sha256: String,
+    /// Every set writes set 0's outputs ([`Prepared::share_outputs`]).
+    shared_outputs: bool,
 }
 
 impl CudaBackend {
@@ -100,6 +102,7 @@ impl CudaBackend {
             next_single: 0,
             call_path: None,
             options: *options,
+            shared_outputs: false,
         })
     }
 }
@@ -165,6 +168,55 @@ impl<'a> Prepared<'a> {
             .flat_map(|s| s.slices.iter())
             .map(|(_, s)| s.len())
             .sum()
+    }
+
+    /// Every set's launches write set 0's outputs from now on, as a
+    /// PyTorch peer's outputs come back from its allocator as the same
+    /// block call after call (`--l2 cold-inputs`): the inputs still rotate.
+    /// Before any batch or call has run, since graphs keep the pointers
+    /// they were captured with.
+    pub fn share_outputs(&mut self) -> Result<(), CudaError> {
+        if !self.graphs.is_empty() || self.call_path.is_some() {
+            return Err(CudaError::Data(
+                "outputs are shared before any launch is captured".into(),
+            ));
+        }
+        // Pointer slots in parameter order: inputs and outputs only.
+        let slots: Vec<usize> = self
+            .loaded
+            .kernel
+            .params
+            .iter()
+            .filter(|p| matches!(p.kind, ParamKind::Input | ParamKind::Output))
+            .enumerate()
+            .filter(|(_, p)| p.kind == ParamKind::Output)
+            .map(|(slot, _)| slot)
+            .collect();
+        let (first, rest) = self.sets.split_at_mut(1);
+        for set in rest {
+            for &slot in &slots {
+                set.pointers[slot] = first[0].pointers[slot];
+            }
+        }
+        self.shared_outputs = true;
+        Ok(())
+    }
+
+    /// Poison set 0's outputs again and launch set 0 once, so that
+    /// [`Prepared::outputs`]`(0)` holds its result alone after batches that
+    /// shared the outputs.
+    pub fn rerun_set0_poisoned(&mut self) -> Result<(), CudaError> {
+        let poisoned = poisoned_outputs(&self.plan.problem);
+        for (name, slice) in &mut self.sets[0].slices {
+            if let Some(t) = poisoned.get(name) {
+                self.backend
+                    .stream
+                    .memcpy_htod(&t.as_bytes(), slice)
+                    .map_err(driver("poisoning an output"))?;
+            }
+        }
+        self.launch_set(0)?;
+        self.synchronize("rerunning set 0")
     }
 
     /// Launch with input set `k % sets`.
@@ -397,6 +449,11 @@ impl<'a> Prepared<'a> {
 
     /// Download the outputs written with input set `set`.
     pub fn outputs(&self, set: usize) -> Result<Buffers, CudaError> {
+        let set = if self.shared_outputs && set < self.sets.len() {
+            0
+        } else {
+            set
+        };
         let args = self.sets.get(set).ok_or_else(|| {
             CudaError::Data(format!(
                 "output set {set} does not exist ({} sets)",
@@ -507,5 +564,32 @@ mod tests {
         let t = backend.time(&pl, &options, &sets[0], 20, 3).unwrap();
         assert_eq!(t.len(), 3);
         assert!(t.iter().all(|x| *x > 0.0));
+    }
+
+    /// With shared outputs every set writes set 0's buffers: after a batch
+    /// they hold the last set's result, and a poisoned rerun of set 0
+    /// gives set 0's exactly; sharing after a capture is refused.
+    #[test]
+    #[ignore = "needs a CUDA GPU: cargo test -p lanefold-cuda --release -- --ignored"]
+    fn shared_outputs_hold_the_last_set_and_rerun_set0_exactly() {
+        probe_driver().expect("this test needs a CUDA driver");
+        let backend = CudaBackend::open(0).expect("open device 0");
+        let pl = sum_plan("64x4096");
+        let options = CodegenOptions { fma: false };
+        let sets: Vec<Buffers> = (0..3).map(|s| random_inputs(&pl.problem, s)).collect();
+        let want = |s: usize| {
+            let mut want = poisoned_outputs(&pl.problem);
+            lanefold_cpu::execute(&pl, &sets[s], &mut want).unwrap();
+            want
+        };
+        let mut p = backend.prepare(&pl, &options, &sets).unwrap();
+        p.share_outputs().unwrap();
+        // Launches 0..5 use sets 0, 1, 2, 0, 1: the last wrote set 1's.
+        p.e2e_batch(5).unwrap();
+        assert_eq!(p.outputs(2).unwrap(), want(1));
+        p.rerun_set0_poisoned().unwrap();
+        assert_eq!(p.outputs(0).unwrap(), want(0));
+        p.gpu_batch(4).unwrap();
+        assert!(matches!(p.share_outputs(), Err(CudaError::Data(_))));
     }
 }

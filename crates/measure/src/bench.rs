@@ -204,8 +204,8 @@ pub fn open_device(device: Device, l2: L2Mode) -> Result<(Option<CudaBackend>, T
             }
         },
     };
-    if l2 == L2Mode::Cold && cuda.is_none() {
-        bail!("--l2 cold needs the GPU's L2 size; use --backend cuda");
+    if l2 != L2Mode::Warm && cuda.is_none() {
+        bail!("--l2 cold and cold-inputs need the GPU's L2 size; use --backend cuda");
     }
     let target = if cuda.is_some() {
         Target::h200()
@@ -396,7 +396,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
 pub fn input_sets(problem: &Problem, l2: L2Mode, l2_bytes: Option<u64>, seed: u64) -> Vec<Buffers> {
     let first = random_inputs(problem, seed);
     let sets = match (l2, l2_bytes) {
-        (L2Mode::Cold, Some(l2)) => {
+        (L2Mode::Cold | L2Mode::ColdInputs, Some(l2)) => {
             (3 * l2).div_ceil(input_bytes(&first).max(1)).clamp(2, 64) as usize
         }
         _ => 1,
@@ -438,7 +438,11 @@ pub fn measure_native(
 ) -> Result<(Side, Option<KernelRecord>)> {
     let (phases, outputs, kernel) = match cuda {
         Some(c) => {
-            let prepared = c.prepare(plan, &CodegenOptions::default(), input_sets)?;
+            let mut prepared = c.prepare(plan, &CodegenOptions::default(), input_sets)?;
+            let shared = config.l2 == L2Mode::ColdInputs;
+            if shared {
+                prepared.share_outputs()?;
+            }
             let source_sha256 = prepared.source_sha256();
             let mut source_file = None;
             if let Some(dir) = capture {
@@ -455,6 +459,9 @@ pub fn measure_native(
             };
             let mut timer = CudaTimer(prepared);
             let phases = sample(&mut timer, config)?;
+            if shared {
+                timer.0.rerun_set0_poisoned()?;
+            }
             (phases, timer.0.outputs(0)?, Some(kernel))
         }
         None => {

@@ -269,6 +269,7 @@ pub fn score(
             let c = &s.file.config;
             let l2 = match c.l2 {
                 L2Mode::Cold => "cold",
+                L2Mode::ColdInputs => "cold inputs",
                 L2Mode::Warm => "warm",
             };
             format!(

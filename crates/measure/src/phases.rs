@@ -15,8 +15,14 @@ use serde::{Deserialize, Serialize};
 pub enum L2Mode {
     /// The same buffers every launch.
     Warm,
-    /// Launches rotate among input sets totalling at least 3x the L2 size.
+    /// Launches rotate among input sets totalling at least 3x the L2 size,
+    /// each with its own outputs.
     Cold,
+    /// The inputs rotate as in `Cold`; every launch writes the same
+    /// outputs, as a PyTorch peer's come back from its allocator as the
+    /// same block call after call.
+    #[serde(rename = "cold-inputs")]
+    ColdInputs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -195,6 +201,18 @@ mod tests {
                 gpu_us: self.device.then_some(self.per_op_us),
                 host_us: self.per_op_us + 5.0,
             })
+        }
+    }
+
+    #[test]
+    fn l2_modes_are_written_as_their_flags() {
+        for (mode, text) in [
+            (L2Mode::Warm, "\"warm\""),
+            (L2Mode::Cold, "\"cold\""),
+            (L2Mode::ColdInputs, "\"cold-inputs\""),
+        ] {
+            assert_eq!(serde_json::to_string(&mode).unwrap(), text);
+            assert_eq!(serde_json::from_str::<L2Mode>(text).unwrap(), mode);
         }
     }
 

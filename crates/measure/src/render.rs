@@ -89,6 +89,7 @@ pub fn markdown(file: &ResultsFile) -> String {
         match c.l2 {
             crate::phases::L2Mode::Warm => "warm (the same buffers each launch)",
             crate::phases::L2Mode::Cold => "cold (launches rotate among input sets totalling at least 3x L2)",
+            crate::phases::L2Mode::ColdInputs => "cold inputs (launches rotate among input sets totalling at least 3x L2; lanefold's all write one output set, as a peer's outputs are one block from its allocator)",
         }
     );
     let peers: Vec<String> = {

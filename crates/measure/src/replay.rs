@@ -1263,6 +1263,7 @@ pub fn markdown(file: &ReplayFile) -> String {
         match c.l2 {
             L2Mode::Warm => "warm",
             L2Mode::Cold => "cold (rotating input sets over 3x L2)",
+            L2Mode::ColdInputs => "cold inputs (rotating input sets over 3x L2, one output set)",
         },
         if peers.is_empty() {
             String::new()
