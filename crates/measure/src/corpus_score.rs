@@ -214,7 +214,8 @@ pub struct Card {
 }
 
 /// Judges the cases of `sources` that are problems of `corpus` in `part`;
-/// where several files hold a problem, the latest by `utc_time` counts.
+/// where several files hold a problem, the latest by `utc_time` of those
+/// with the most peers counts.
 /// A case without any peer side (lanefold measured alone) is left out:
 /// it cannot say how lanefold stands against the peers.
 pub fn score(
@@ -230,11 +231,19 @@ pub fn score(
             .utc_time
             .cmp(&b.file.environment.utc_time)
     });
+    // A run with fewer peers never replaces one with more: it cannot say
+    // which peer is best.
+    let peers = |case: &CaseResult| case.sides.iter().filter(|s| s.name != "lanefold").count();
     let mut latest: BTreeMap<String, (&Source, &CaseResult)> = BTreeMap::new();
     for source in &order {
         for case in &source.file.cases {
-            let peered = case.sides.iter().any(|side| side.name != "lanefold");
-            if let (Some(key), true) = (corpus_key(case), peered) {
+            let Some(key) = corpus_key(case).filter(|_| peers(case) > 0) else {
+                continue;
+            };
+            if latest
+                .get(&key)
+                .is_none_or(|(_, held)| peers(case) >= peers(held))
+            {
                 latest.insert(key, (source, case));
             }
         }
@@ -1044,6 +1053,42 @@ mod tests {
         assert_eq!(card.sources.len(), 2);
         let md = markdown(&card);
         assert!(md.contains(" from |"), "{md}");
+    }
+
+    /// A later run with fewer peers cannot say which is best: the earlier
+    /// run with more keeps judging the problem; one with as many replaces it.
+    #[test]
+    fn a_later_run_with_fewer_peers_does_not_replace_one_with_more() {
+        let t = targets_from(&committed_targets_text());
+        let old = source(REPORT_DIR);
+        let peers = |s: &Source| {
+            let c = s.file.cases.iter().find(|c| c.shape == "65536x77").unwrap();
+            c.sides.iter().filter(|s| s.name != "lanefold").count()
+        };
+        assert!(peers(&old) >= 2, "the committed run has several peers");
+        let mut fewer = source(REPORT_DIR);
+        fewer.dir = "fewer".into();
+        fewer.file.environment.utc_time = "2026-12-03T00:00:00Z".into();
+        for case in &mut fewer.file.cases {
+            let first_peer = case.sides.iter().position(|s| s.name != "lanefold");
+            case.sides = case
+                .sides
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| s.name == "lanefold" || Some(*i) == first_peer)
+                .map(|(_, s)| s.clone())
+                .collect();
+        }
+        let card = score(&corpus(), Some(Part::Report), &[fewer, old], &t);
+        let c = row(&card, "softmax/f32/65536x77").case.as_ref().unwrap();
+        assert_eq!(c.dir, REPORT_DIR);
+        let old = source(REPORT_DIR);
+        let mut same = source(REPORT_DIR);
+        same.dir = "same".into();
+        same.file.environment.utc_time = "2026-12-03T00:00:00Z".into();
+        let card = score(&corpus(), Some(Part::Report), &[same, old], &t);
+        let c = row(&card, "softmax/f32/65536x77").case.as_ref().unwrap();
+        assert_eq!(c.dir, "same");
     }
 
     /// A later run of lanefold alone says nothing about the peers: the
