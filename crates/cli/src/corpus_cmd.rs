@@ -73,7 +73,9 @@ pub fn corpus_problems(
     min_rows: usize,
     ops: &[Operator],
     dtypes: &[DType],
+    shard: Option<(usize, usize)>,
 ) -> Result<Vec<BenchProblem>> {
+    let (i, n) = shard.unwrap_or((1, 1));
     let out: Vec<BenchProblem> = corpus::load(file)?
         .iter()
         .filter(|p| part.admits(p, SPLIT_SEED) && p.shape.rows >= min_rows)
@@ -87,11 +89,25 @@ pub fn corpus_problems(
                     shape: p.shape,
                 })
         })
+        .enumerate()
+        .filter(|(k, _)| k % n == i - 1)
+        .map(|(_, p)| p)
         .collect();
     if out.is_empty() {
         bail!("no problem of {} is left after the filters", file.display());
     }
     Ok(out)
+}
+
+/// `I/N` with 1 <= I <= N, for `bench --corpus --shard`.
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("shard '{text}': write I/N with 1 <= I <= N, e.g. 1/2");
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n) = (
+        i.trim().parse::<usize>().map_err(|_| bad())?,
+        n.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    (1 <= i && i <= n).then_some((i, n)).ok_or_else(bad)
 }
 
 /// One line per problem: `op dtype RxN part [plan]`.

@@ -280,6 +280,11 @@ struct BenchArgs {
     /// prefill and training shapes, for the backward operators).
     #[arg(long, default_value_t = 0, requires = "corpus")]
     min_rows: usize,
+    /// With --corpus: only shard I of N (`I/N`, I from 1): every Nth problem
+    /// after the filters, from the Ith, so that N device calls of one
+    /// length each run a part of the same size and mix.
+    #[arg(long, value_name = "I/N", value_parser = lanefold::corpus_cmd::parse_shard, requires = "corpus")]
+    shard: Option<(usize, usize)>,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     #[command(flatten)]
@@ -1313,6 +1318,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
             args.min_rows,
             &ops,
             &args.dtypes,
+            args.shard,
         )?,
         None if args.dtypes.is_empty() => grid(&ops, &args.shapes, &[DType::F32]),
         None => grid(&ops, &args.shapes, &args.dtypes),

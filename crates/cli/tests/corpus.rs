@@ -157,6 +157,30 @@ fn bench_runs_the_problems_of_a_corpus_part() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no problem of"), "{}", text(&o));
 
+    // Shards split the filtered list: every second problem from the first,
+    // then the rest; a malformed shard is a usage error.
+    let ops = ["--ops", "rmsnorm_backward,softmax,softmax_backward"];
+    let mut sharded = vec![];
+    for shard in ["1/2", "2/2"] {
+        let out = dir.join(format!("shard{}", &shard[..1]));
+        let o = bench(&out, &[&ops[..], &["--shard", shard], &quick].concat());
+        assert!(o.status.success(), "{}", text(&o));
+        let v = load_results(&out);
+        for case in v["cases"].as_array().unwrap() {
+            sharded.push(case["id"].as_str().unwrap().to_string());
+        }
+    }
+    let whole: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        sharded,
+        [&whole[0], &whole[2], &whole[1]].map(String::from).to_vec()
+    );
+    for bad in ["3/2", "0/1", "x"] {
+        let o = bench(&dir.join("bad-shard"), &["--shard", bad]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("write I/N"), "{}", text(&o));
+    }
+
     let o = bench(&dir.join("none"), &["--dtypes", "f16"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("no problem of"), "{}", text(&o));
