@@ -12,7 +12,7 @@
 use crate::call_graph::CallPath;
 use crate::{driver, ColdPathDecision, CudaBackend, CudaError, DeviceArgs, Loaded};
 use cudarc::driver::{sys, CudaEvent, CudaGraph};
-use lanefold_codegen::{CodegenOptions, ParamKind};
+use lanefold_codegen::CodegenOptions;
 use lanefold_cpu::data::{poisoned_outputs, Buffers};
 use lanefold_plan::Plan;
 use std::collections::HashMap;
@@ -181,15 +181,13 @@ impl<'a> Prepared<'a> {
                 "outputs are shared before any launch is captured".into(),
             ));
         }
-        // Pointer slots in parameter order: inputs and outputs only.
-        let slots: Vec<usize> = self
-            .loaded
-            .kernel
-            .params
+        // A set's pointers run beside its slices: the outputs' slots.
+        let program = &self.plan.problem.program;
+        let slots: Vec<usize> = self.sets[0]
+            .slices
             .iter()
-            .filter(|p| matches!(p.kind, ParamKind::Input | ParamKind::Output))
             .enumerate()
-            .filter(|(_, p)| p.kind == ParamKind::Output)
+            .filter(|(_, (name, _))| program.output(name).is_some())
             .map(|(slot, _)| slot)
             .collect();
         let (first, rest) = self.sets.split_at_mut(1);

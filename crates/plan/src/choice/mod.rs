@@ -24,6 +24,7 @@ pub use rules::{occupancy_step_to_try, past_l2};
 
 use crate::legality::{plan_rows, with_cluster_group_threads};
 use crate::mapper::{plan, LayoutRequest, Plan, Problem, Refusal, ResidencyRequest};
+use crate::schedule::tokens;
 use crate::target::Target;
 use model::{exact_tie_note, model_choice, ModelChoice};
 
@@ -313,18 +314,19 @@ pub fn automatic_note(
     // The tokens the ladders and the tuning database added, where the plan
     // realises them (a cluster variant changes nothing on a row one group
     // holds, packed tiles nothing on a plan with none): no note otherwise.
-    let asked = request.to_string();
-    let asked: Vec<&str> = asked.split_whitespace().collect();
-    let realised =
-        plan(problem, target, request).map_or_else(|_| String::new(), |p| p.schedule().to_string());
-    let name = |t: &str| t.split_once('=').map_or(t, |(name, _)| name).to_string();
-    let realised: Vec<String> = realised.split_whitespace().map(name).collect();
-    let chosen: Vec<String> = measured
-        .to_string()
-        .split_whitespace()
-        .filter(|t| !asked.contains(t))
-        .filter(|t| realised.contains(&name(t)))
-        .map(|t| variant_note(t).map_or_else(|| t.to_string(), String::from))
+    let asked = tokens(request);
+    let realised: Vec<&str> = plan(problem, target, request)
+        .map(|p| {
+            tokens(&p.schedule())
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect()
+        })
+        .unwrap_or_default();
+    let chosen: Vec<String> = tokens(&measured)
+        .into_iter()
+        .filter(|token| !asked.contains(token) && realised.contains(&token.0))
+        .map(|(_, t)| variant_note(&t).map_or(t.clone(), String::from))
         .collect();
     if !chosen.is_empty() {
         notes.push(format!(
