@@ -32,7 +32,8 @@ use rules::{
     early_columns_instead, few_rows_cross_entropy_cluster_instead, few_rows_narrower_instead,
     few_rows_one_chunk_instead, hinted_stream_instead, long_softmax_stream, one_chunk_instead,
     one_row_per_multiprocessor, online_register_instead, saved_lse_backward_wide_instead,
-    softmax_cluster_pushed_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
+    softmax_cluster_pushed_instead, softmax_decode_pushed_instead, tiny_rows_one_thread_instead,
+    whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -256,6 +257,16 @@ fn layout_rule_beside_model(
             why: "short rmsnorm rows of at most a wave of 256-thread groups: one chunk a \
                   worker, at most 256 workers (the narrow picks 1.04-1.30x slower in the \
                   H200 searches of 2026-12-03)"
+                .to_string(),
+        }));
+    }
+    if let Some(pushed) = softmax_decode_pushed_instead(problem, target, &model_plan, request) {
+        return Ok(Some(RuleBesideModel {
+            request: pushed,
+            model_plan,
+            why: "softmax decode rows of 32768-131071, at most 64, picked in one group a row: \
+                  the model's pick with partials pushed (the one-group picks 1.13-2.16x \
+                  slower in H100 A B B A on rows of no list, 2026-12-06)"
                 .to_string(),
         }));
     }

@@ -14,6 +14,7 @@
 //!   [`occupancy_step_to_try`] judges an occupancy promise once the
 //!   compiler's register count is known.
 
+use super::model::{model_choice, ModelChoice};
 use crate::layout::vector_access;
 use crate::legality::{
     groups_by_shared_memory, groups_per_multiprocessor, plan_rows, register_budget,
@@ -795,6 +796,49 @@ pub(super) fn softmax_cluster_pushed_instead(
     };
     (wanted && plan_rows(problem, target, &pushed).is_ok_and(|p| p.pushed_cluster_reduce))
         .then_some(pushed)
+}
+
+/// Softmax row lengths where [`softmax_decode_pushed_instead`] re-chooses
+/// a one-group pick with the push: up to the push-reduce rung.
+const DECODE_PUSH_N: Span = span(32768, PUSH_RUNG_MIN_N - 1);
+
+/// The most rows [`softmax_decode_pushed_instead`] takes: the decode rows
+/// measured (1-64).
+const DECODE_PUSH_MAX_ROWS: usize = 64;
+
+/// Softmax decode rows of [`DECODE_PUSH_N`] where the model picked one
+/// group a row: the model's pick with the push asked for, where it spans a
+/// pushed cluster. One group streams a 130-500 KB row from one SM while
+/// the others idle. A B B A against the one-group picks on nine rows of no
+/// list (H100, L2 warm, `2026-12-06-softmax-decode-rechosen-push-h100`):
+/// 1.13-2.16x (f32 4x37000 5.98 -> 2.77 µs). Where the model already
+/// spans a cluster, re-choosing lost on two of four (0.91x), so those keep
+/// their layout ([`softmax_cluster_pushed_instead`]).
+pub(super) fn softmax_decode_pushed_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    request: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let wanted = target.name == "h200"
+        && problem.operator_kind() == Some(Operator::Softmax)
+        && DECODE_PUSH_N.contains(problem.shape.n)
+        && problem.shape.rows <= DECODE_PUSH_MAX_ROWS
+        && picked.groups_per_row == 1;
+    if !wanted {
+        return None;
+    }
+    let pushed = LayoutRequest {
+        push_cluster_reduce: true,
+        ..*request
+    };
+    let ModelChoice::Pick(pick) = model_choice(problem, target, &pushed).ok()? else {
+        return None;
+    };
+    let target = with_cluster_group_threads(target, pick.cluster_group_threads).ok()?;
+    plan_rows(problem, &target, &pick)
+        .is_ok_and(|p| p.groups_per_row > 1 && p.pushed_cluster_reduce)
+        .then_some(pick)
 }
 
 /// Cross-entropy row lengths [`few_rows_cross_entropy_cluster_instead`]

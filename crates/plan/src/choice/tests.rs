@@ -1139,6 +1139,63 @@ fn softmax_cluster_rows_under_131072_push_and_keep_their_layout() {
     }
 }
 
+/// Softmax decode rows of 32768-131071 (at most 64) that the model holds in
+/// one group a row are re-chosen with the push, into a pushed cluster
+/// where the model then spans one; a cluster pick keeps its layout, and
+/// past 64 rows the one-group pick stays.
+#[test]
+fn softmax_decode_rows_in_one_group_are_rechosen_pushed() {
+    let t = Target::h200();
+    let auto = |dtype: DType, shape: &str| {
+        plan(&typed(Operator::Softmax, dtype, shape), &t, &automatic()).unwrap()
+    };
+    let mut clusters = 0;
+    for dtype in [DType::F32, DType::Bf16] {
+        for n in [32768, 33000, 41000, 47000, 60000, 90000, 131071] {
+            for rows in [1, 4, 16, 32, 64] {
+                let p = auto(dtype, &format!("{rows}x{n}"));
+                let what = format!("{dtype} {rows}x{n}: {}", p.describe());
+                assert_eq!(p.pushed_cluster_reduce, p.groups_per_row > 1, "{what}");
+                clusters += usize::from(p.groups_per_row > 1);
+            }
+        }
+    }
+    // Where the model holds a row in one group even with the push asked
+    // for (bf16 rows of 32768-33000, f32 64x47000), it stays so.
+    assert!(clusters >= 55, "{clusters} of 70 in clusters");
+    for (dtype, shape, schedule) in [
+        (
+            DType::F32,
+            "4x37000",
+            "W=8192 V=4 U=1 G=1 registers push-reduce",
+        ),
+        (
+            DType::F32,
+            "64x38000",
+            "W=2048 V=4 U=4 G=1 registers push-reduce",
+        ),
+        // A cluster pick, pushed in its own layout.
+        (
+            DType::Bf16,
+            "8x70000",
+            "W=4096 V=8 U=2 G=1 registers push-reduce",
+        ),
+        // Past the decode rows and under the rung: one group.
+        (DType::F32, "96x38000", "W=512 V=4 U=4 G=1 registers"),
+        (DType::F32, "64x32760", "W=512 V=4 U=4 G=1 registers"),
+    ] {
+        let p = auto(dtype, shape);
+        assert_eq!(p.schedule().to_string(), schedule, "{dtype} {shape}");
+        let note = automatic_note(&typed(Operator::Softmax, dtype, shape), &t, &automatic());
+        let one_group = p.groups_per_row == 1;
+        assert_eq!(
+            note.as_deref().is_some_and(|n| n.contains("decode rows")),
+            !one_group && shape != "8x70000",
+            "{dtype} {shape}: {note:?}"
+        );
+    }
+}
+
 #[test]
 fn regression_long_cluster_rows_push_their_partials_or_exit_relaxed_as_measured() {
     // Paired H200 benches of one binary: pushed 1.10-1.34x for softmax
