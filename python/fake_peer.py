@@ -3,6 +3,9 @@
 Speaks the same JSON-lines protocol with the standard library only:
 - hello / quit as the real peer;
 - op "die": exits (a dead peer);
+- with FAKE_PEER_OOM_ONCE set to a path that does not exist: the first
+  case is refused as out of device memory and the path is created, so
+  one refusal spans a restarted peer;
 - modes "liger" and "quack": refused, as the real peer does when
   Liger-Kernel or Quack is not installed;
 - ops "sum" and "softmax_backward", f32: answered in every other mode with
@@ -99,6 +102,11 @@ for line in sys.stdin:
         out = {"ok": True, "torch": "fake", "cuda": None, "device": "none", "liger": None, "quack": None}
     elif req.get("cmd") == "quit":
         break
+    elif os.environ.get("FAKE_PEER_OOM_ONCE") and not os.path.exists(
+        os.environ["FAKE_PEER_OOM_ONCE"]
+    ):
+        open(os.environ["FAKE_PEER_OOM_ONCE"], "w").close()
+        out = {"ok": False, "error": "OutOfMemoryError: CUDA out of memory (fake)"}
     elif req.get("op") == "die":
         print("dying on purpose", file=sys.stderr)
         sys.exit(3)

@@ -1378,6 +1378,13 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     if invalid > 0 {
         bail!("{invalid} side(s) produced invalid outputs; their timings were voided");
     }
+    if !file.not_run.is_empty() {
+        bail!(
+            "{} case(s) did not run on lanefold's side and are left out of the results:\n  {}",
+            file.not_run.len(),
+            file.not_run.join("\n  ")
+        );
+    }
     Ok(())
 }
 

@@ -372,3 +372,53 @@ fn corpus_scorecard_judges_input_gradients_of_training_shapes() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A peer that runs out of device memory is restarted and the case tried
+/// once more: a corpus run once lost every large case after one whose
+/// PyTorch process kept its memory reserved.
+#[test]
+fn regression_a_peer_out_of_memory_restarts_the_peer_and_retries_once() {
+    let Some(fake) = fake_peer() else {
+        return;
+    };
+    let dir = tmp("bench", "peer-oom");
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("oom-once");
+    let out = dir.join("bench");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lanefold"))
+        .args([
+            "bench",
+            "--backend",
+            "cpu",
+            "--ops",
+            "sum",
+            "--shapes",
+            "64x33",
+            "--torch",
+            "--peer-script",
+            fake.to_str().unwrap(),
+            "--samples",
+            "3",
+            "--sample-ms",
+            "1",
+            "--warmup-ms",
+            "0",
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .env("FAKE_PEER_OOM_ONCE", &marker)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(marker.exists(), "the fake peer never refused: {t}");
+    assert!(t.contains("restarting the PyTorch peer"), "{t}");
+    let results = load_results(&out);
+    let sides: Vec<&str> = results["cases"][0]["sides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(sides.contains(&"torch-eager"), "{sides:?}");
+}

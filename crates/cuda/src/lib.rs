@@ -52,7 +52,13 @@ pub enum CudaError {
     #[error("{0}")]
     NoNvrtc(String),
     #[error("CUDA driver error in {context}: {error}")]
-    Driver { context: String, error: String },
+    Driver {
+        context: String,
+        error: String,
+        /// The driver refused an allocation: the case was too large for
+        /// the memory left, the device still works.
+        out_of_memory: bool,
+    },
     #[error("NVRTC failed to compile kernel '{kernel}' ({error}):\n{log}")]
     Compile {
         kernel: String,
@@ -85,6 +91,20 @@ fn driver(context: &str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaErro
     move |e| CudaError::Driver {
         context: context.to_string(),
         error: e.to_string(),
+        out_of_memory: e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    }
+}
+
+impl CudaError {
+    /// Whether the driver refused an allocation (see [`CudaError::Driver`]).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            CudaError::Driver {
+                out_of_memory: true,
+                ..
+            }
+        )
     }
 }
 
@@ -1373,17 +1393,21 @@ ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loa
                     .unwrap_or_else(|e| panic!("{} {signal:?}: {e}", k.name));
                 (
                     format!("{} {signal:?}", k.name),
-                    plain,
-                    plain_log,
-                    cubin,
-                    log,
+                    OfflineCompile::new(k.name.clone(), plain, plain_log),
+                    OfflineCompile::new(signalled.name.clone(), cubin, log),
                 )
             })
             .collect();
-        for (name, plain, plain_log, cubin, log) in results {
-            assert_ne!(plain, cubin, "{name}: the epilogue is in the binary");
-            let (a, b) = (PtxasReport::parse(&plain_log), PtxasReport::parse(&log));
-            assert!(b.registers.is_some(), "{name}: {log}");
+        // Through OfflineCompile: the device's NVRTC at times returns an
+        // empty log, and the registers then come from the cubin.
+        for (name, plain, signalled) in results {
+            assert_ne!(
+                plain.cubin, signalled.cubin,
+                "{name}: the epilogue is in the binary"
+            );
+            let (a, b) = (plain.ptxas, signalled.ptxas);
+            assert!(b.registers.is_some(), "{name}: {}", signalled.log);
+            assert!(a.registers.is_some(), "{name}: {}", plain.log);
             assert!(
                 b.registers <= a.registers.map(|r| r + 8),
                 "{name}: {:?} registers against {:?}",

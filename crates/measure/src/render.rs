@@ -172,6 +172,15 @@ pub fn markdown(file: &ResultsFile) -> String {
         }
     }
     md.push_str(&resources_table(&file.cases));
+    if !file.not_run.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n**Did not run on lanefold's side** (left out above):\n"
+        );
+        for why in &file.not_run {
+            let _ = writeln!(md, "- {why}");
+        }
+    }
     let _ = writeln!(
         md,
         "\n![GB/s against row length](plot.svg)\n\nRaw samples, validation records and kernel source hashes are in `results.json`; `lanefold audit` recomputes every figure above from them."

@@ -336,6 +336,11 @@ pub struct ResultsFile {
     pub environment: Environment,
     pub config: PhaseConfig,
     pub cases: Vec<CaseResult>,
+    /// Cases lanefold's own side could not run (`id: why`, e.g. the device
+    /// out of memory): left out of `cases`, named so a run never drops
+    /// one silently.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_run: Vec<String>,
 }
 
 impl ResultsFile {
