@@ -312,22 +312,40 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         for who in &order {
             let side_started = std::time::Instant::now();
             if who == "lanefold" {
-                match measure_native(
-                    cuda.as_ref(),
-                    &p,
-                    &input_sets,
-                    &want,
-                    &spec.config,
-                    capture.as_deref(),
-                    features.bytes_moved,
-                ) {
+                let mut attempt = 0;
+                let measured = loop {
+                    let result = measure_native(
+                        cuda.as_ref(),
+                        &p,
+                        &input_sets,
+                        &want,
+                        &spec.config,
+                        capture.as_deref(),
+                        features.bytes_moved,
+                    );
+                    match result {
+                        // The memory may be a peer process's (see below).
+                        Err(e) if attempt == 0 && peer.is_some() && is_out_of_memory(&e) => {
+                            pb.suspend(|| {
+                                eprintln!(
+                                    "{id}: lanefold ran out of device memory; restarting the \
+                                     PyTorch peer and trying once more"
+                                )
+                            });
+                            restart_peer(&mut peer, spec)?;
+                            attempt += 1;
+                        }
+                        other => break other,
+                    }
+                };
+                match measured {
                     Ok((side, k)) => {
                         kernel = k;
                         sides.push(side);
                     }
-                    // A device that runs out of memory on one case (a
-                    // peer's allocator holding the rest) must not lose the
-                    // cases after it; any other failure stops the run.
+                    // A device that runs out of memory on one case must
+                    // not lose the cases after it; any other failure stops
+                    // the run.
                     Err(e) if is_out_of_memory(&e) => {
                         pb.suspend(|| eprintln!("{id}: lanefold did not run: {e:#}"));
                         file.not_run.push(format!("{id}: {e:#}"));
@@ -363,9 +381,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                                      PyTorch peer and trying once more"
                                 )
                             });
-                            // The old process ends before the new one starts.
-                            drop(peer.take());
-                            peer = Some(TorchPeer::start(&spec.peer_script, &spec.python)?);
+                            restart_peer(&mut peer, spec)?;
                         }
                         other => {
                             measured = Some(other);
@@ -438,6 +454,14 @@ fn is_out_of_memory(e: &anyhow::Error) -> bool {
         c.downcast_ref::<lanefold_cuda::CudaError>()
             .is_some_and(lanefold_cuda::CudaError::is_out_of_memory)
     })
+}
+
+/// A fresh PyTorch peer process in place of `peer`'s: the old one ends
+/// first, so its memory is the driver's again.
+fn restart_peer(peer: &mut Option<TorchPeer>, spec: &BenchSpec) -> Result<()> {
+    drop(peer.take());
+    *peer = Some(TorchPeer::start(&spec.peer_script, &spec.python)?);
+    Ok(())
 }
 
 /// Whether the PyTorch peer refused a case for want of device memory.
