@@ -3,6 +3,8 @@
 Speaks the same JSON-lines protocol with the standard library only:
 - hello / quit as the real peer;
 - op "die": exits (a dead peer);
+- with FAKE_PEER_NO_GRAPH set: every reply says its graph capture failed;
+- with FAKE_PEER_STARTS set to a path: a line appended to it at each hello;
 - with FAKE_PEER_OOM_ONCE set to a path that does not exist: the first
   case is refused as out of device memory and the path is created, so
   one refusal spans a restarted peer;
@@ -88,7 +90,7 @@ def run(req):
         "outputs": out,
         # Sample i is i µs slower, so one changed sample moves a median.
         "gpu": [{"batch": 10, "total_us": 10 * (us + i)} for i in range(k)],
-        "gpu_graph": True,
+        "gpu_graph": not os.environ.get("FAKE_PEER_NO_GRAPH"),
         "e2e": [{"batch": 5, "total_us": 5 * (us + 5.0 + i)} for i in range(k)],
         "e2e_enqueue_us": [30.0] * k,
         "single": [{"gpu_us": us / 10 + i, "host_us": us + 9.0 + i} for i in range(singles)],
@@ -99,6 +101,9 @@ def run(req):
 for line in sys.stdin:
     req = json.loads(line)
     if req.get("cmd") == "hello":
+        if os.environ.get("FAKE_PEER_STARTS"):
+            with open(os.environ["FAKE_PEER_STARTS"], "a") as f:
+                f.write("hello\n")
         out = {"ok": True, "torch": "fake", "cuda": None, "device": "none", "liger": None, "quack": None}
     elif req.get("cmd") == "quit":
         break

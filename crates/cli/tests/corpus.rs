@@ -373,20 +373,22 @@ fn corpus_scorecard_judges_input_gradients_of_training_shapes() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A peer that runs out of device memory is restarted and the case tried
-/// once more: a corpus run once lost every large case after one whose
-/// PyTorch process kept its memory reserved.
+/// The PyTorch peer's process is replaced where PyTorch would keep device
+/// memory: a refusal for want of memory restarts it and runs the side once
+/// more (a corpus run once lost every large case after one), and a reply
+/// whose CUDA graph capture failed restarts it for the next side.
 #[test]
-fn regression_a_peer_out_of_memory_restarts_the_peer_and_retries_once() {
+fn regression_a_peer_out_of_memory_or_failed_capture_restarts_the_peer() {
     let Some(fake) = fake_peer() else {
         return;
     };
-    let dir = tmp("bench", "peer-oom");
+    let dir = tmp("bench", "peer-restarts");
     std::fs::create_dir_all(&dir).unwrap();
-    let marker = dir.join("oom-once");
-    let out = dir.join("bench");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lanefold"))
-        .args([
+    let run = |name: &str, env: &[(&str, &std::path::Path)], no_graph: bool| {
+        let out = dir.join(name);
+        let starts = dir.join(format!("{name}-starts"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lanefold"));
+        cmd.args([
             "bench",
             "--backend",
             "cpu",
@@ -406,19 +408,41 @@ fn regression_a_peer_out_of_memory_restarts_the_peer_and_retries_once() {
             "--output",
             out.to_str().unwrap(),
         ])
-        .env("FAKE_PEER_OOM_ONCE", &marker)
-        .output()
-        .unwrap();
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
+        .env("FAKE_PEER_STARTS", &starts);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if no_graph {
+            cmd.env("FAKE_PEER_NO_GRAPH", "1");
+        }
+        let o = cmd.output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        let sides: Vec<String> = load_results(&out)["cases"][0]["sides"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect();
+        let starts = std::fs::read_to_string(&starts).unwrap().lines().count();
+        (t, sides, starts)
+    };
+    let marker = dir.join("oom-once");
+    let (t, sides, starts) = run("oom", &[("FAKE_PEER_OOM_ONCE", &marker)], false);
     assert!(marker.exists(), "the fake peer never refused: {t}");
-    assert!(t.contains("restarting the PyTorch peer"), "{t}");
-    let results = load_results(&out);
-    let sides: Vec<&str> = results["cases"][0]["sides"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
-    assert!(sides.contains(&"torch-eager"), "{sides:?}");
+    assert!(
+        t.contains("ran out of device memory; restarting the PyTorch peer"),
+        "{t}"
+    );
+    assert!(sides.contains(&"torch-eager".to_string()), "{sides:?}");
+    assert_eq!(starts, 2, "{t}");
+    let (t, sides, starts) = run("no-graph", &[], true);
+    assert!(
+        t.contains("CUDA graph capture failed; restarting the PyTorch peer"),
+        "{t}"
+    );
+    assert!(sides.contains(&"torch-eager".to_string()), "{sides:?}");
+    assert_eq!(starts, 2, "{t}");
+    let (_, _, starts) = run("plain", &[], false);
+    assert_eq!(starts, 1);
 }

@@ -5,7 +5,7 @@
 
 use crate::devices::{CpuTimer, CudaTimer};
 use crate::env::capture;
-use crate::peer::{PeerMode, PeerRequest, TorchPeer};
+use crate::peer::{PeerMode, PeerProcess, PeerRequest};
 use crate::phases::{sample, L2Mode, PhaseConfig, PhaseRecord};
 use crate::render;
 use crate::results::{CaseResult, KernelRecord, PlanRecord, ResultsFile, Side, SCHEMA};
@@ -235,9 +235,13 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
     let mut peer = if spec.peer_modes.is_empty() {
         None
     } else {
-        Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
+        Some(PeerProcess::start(&spec.peer_script, &spec.python)?)
     };
-    let capture_env = capture(cuda.as_ref(), peer.as_ref(), spec.command_line.clone());
+    let capture_env = capture(
+        cuda.as_ref(),
+        peer.as_ref().and_then(PeerProcess::peer),
+        spec.command_line.clone(),
+    );
     std::fs::create_dir_all(&spec.output)?;
     let scratch = std::env::temp_dir().join(format!("lanefold-bench-{}", std::process::id()));
     let mut file = ResultsFile {
@@ -325,14 +329,17 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     );
                     match result {
                         // The memory may be a peer process's (see below).
-                        Err(e) if attempt == 0 && peer.is_some() && is_out_of_memory(&e) => {
+                        Err(e) if attempt == 0 && is_out_of_memory(&e) => {
+                            let Some(process) = peer.as_mut() else {
+                                break Err(e);
+                            };
                             pb.suspend(|| {
                                 eprintln!(
                                     "{id}: lanefold ran out of device memory; restarting the \
                                      PyTorch peer and trying once more"
                                 )
                             });
-                            restart_peer(&mut peer, spec)?;
+                            process.restart()?;
                             attempt += 1;
                         }
                         other => break other,
@@ -357,39 +364,19 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                     Err(e) => return Err(e),
                 }
             } else {
-                let mut measured = None;
-                for attempt in 0..2 {
-                    let running = peer.as_mut().expect("peer started when modes are given");
-                    let result = measure_peer(
-                        running,
-                        who,
-                        &problem,
-                        &input_sets,
-                        &mut peer_files,
-                        &want,
-                        &spec.config,
-                        features.bytes_moved,
-                    );
-                    match result {
-                        // PyTorch's allocator was seen to keep ~65 GB
-                        // reserved after a large backward case, beyond
-                        // empty_cache's reach; a fresh process holds none.
-                        Err(e) if attempt == 0 && peer_out_of_memory(&e) => {
-                            pb.suspend(|| {
-                                eprintln!(
-                                    "{id}: {who} ran out of device memory; restarting the \
-                                     PyTorch peer and trying once more"
-                                )
-                            });
-                            restart_peer(&mut peer, spec)?;
-                        }
-                        other => {
-                            measured = Some(other);
-                            break;
-                        }
-                    }
-                }
-                match measured.expect("the second attempt always ends the loop") {
+                let process = peer.as_mut().expect("peer started when modes are given");
+                let say = |what: String| pb.suspend(|| eprintln!("{id}: {what}"));
+                match measure_peer(
+                    process,
+                    who,
+                    &problem,
+                    &input_sets,
+                    &mut peer_files,
+                    &want,
+                    &spec.config,
+                    features.bytes_moved,
+                    &say,
+                ) {
                     Ok(side) => sides.push(side),
                     Err(e) => eprintln!("{id}: {who} did not run: {e:#}"),
                 }
@@ -453,22 +440,6 @@ fn is_out_of_memory(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<lanefold_cuda::CudaError>()
             .is_some_and(lanefold_cuda::CudaError::is_out_of_memory)
-    })
-}
-
-/// A fresh PyTorch peer process in place of `peer`'s: the old one ends
-/// first, so its memory is the driver's again.
-fn restart_peer(peer: &mut Option<TorchPeer>, spec: &BenchSpec) -> Result<()> {
-    drop(peer.take());
-    *peer = Some(TorchPeer::start(&spec.peer_script, &spec.python)?);
-    Ok(())
-}
-
-/// Whether the PyTorch peer refused a case for want of device memory.
-fn peer_out_of_memory(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<crate::peer::PeerRefused>()
-            .is_some_and(|r| r.0.contains("OutOfMemoryError"))
     })
 }
 
@@ -600,7 +571,7 @@ impl Drop for PeerInputs {
 /// same inputs, through `.npy` files shared by the case's peer sides.
 #[allow(clippy::too_many_arguments)]
 pub fn measure_peer(
-    peer: &mut TorchPeer,
+    peer: &mut PeerProcess,
     who: &str,
     problem: &Problem,
     input_sets: &[Buffers],
@@ -608,6 +579,7 @@ pub fn measure_peer(
     want: &Reference,
     config: &PhaseConfig,
     bytes_moved: u64,
+    say: &dyn Fn(String),
 ) -> Result<Side> {
     let mode = PeerMode::of_side(who)
         .with_context(|| format!("{who} is not a PyTorch peer side"))?
@@ -627,7 +599,7 @@ pub fn measure_peer(
         sample_ms: config.sample_ms,
         warmup_ms: config.warmup_ms,
     };
-    let result = peer.run(&request).and_then(|reply| {
+    let result = peer.run(&request, say).and_then(|reply| {
         let outputs = read_outputs(problem, &reply.outputs)?;
         let v = validate(problem.dtype, &outputs, want);
         let phases = PhaseRecord {
@@ -653,8 +625,7 @@ pub fn write_report(file: &ResultsFile, dir: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_out_of_memory, peer_out_of_memory};
-    use crate::peer::PeerRefused;
+    use super::is_out_of_memory;
     use lanefold_cuda::CudaError;
 
     /// The corpus run goes on past a case the device has no memory for:
@@ -675,17 +646,5 @@ mod tests {
         assert!(!is_out_of_memory(&anyhow::anyhow!(
             "CUDA_ERROR_OUT_OF_MEMORY"
         )));
-    }
-
-    #[test]
-    fn a_peer_out_of_memory_refusal_is_told_apart_from_other_refusals() {
-        let oom = PeerRefused(
-            "eager cross_entropy_backward bf16 4096x152064: OutOfMemoryError: CUDA out of memory"
-                .into(),
-        );
-        assert!(peer_out_of_memory(&anyhow::Error::from(oom)));
-        let other = PeerRefused("liger sum f32 65536x8: no sum operator".into());
-        assert!(!peer_out_of_memory(&anyhow::Error::from(other)));
-        assert!(!peer_out_of_memory(&anyhow::anyhow!("OutOfMemoryError")));
     }
 }

@@ -363,12 +363,119 @@ impl Drop for TorchPeer {
     }
 }
 
+/// The PyTorch peer as a process that is replaced where PyTorch keeps
+/// device memory it will not give back: after a refusal for want of
+/// memory, and after a case whose CUDA graph capture failed (PyTorch
+/// without the fix of pytorch/pytorch#190348 keeps a failed capture's
+/// private pool until the process exits; after Liger's uncapturable
+/// cross-entropy gradients the peer held ~65 GB that `empty_cache` did not
+/// return).
+pub struct PeerProcess {
+    peer: Option<TorchPeer>,
+    script: PathBuf,
+    python: String,
+    /// Why the last restart failed; every later call says so.
+    broken: Option<String>,
+}
+
+impl PeerProcess {
+    pub fn start(script: &Path, python: &str) -> anyhow::Result<PeerProcess> {
+        Ok(PeerProcess {
+            peer: Some(TorchPeer::start(script, python)?),
+            script: script.to_path_buf(),
+            python: python.to_string(),
+            broken: None,
+        })
+    }
+
+    /// The running peer (None only after a failed restart).
+    pub fn peer(&self) -> Option<&TorchPeer> {
+        self.peer.as_ref()
+    }
+
+    fn running(&mut self) -> anyhow::Result<&mut TorchPeer> {
+        let why = self.broken.clone();
+        self.peer.as_mut().ok_or_else(|| {
+            anyhow!(
+                "the PyTorch peer could not be restarted: {}",
+                why.unwrap_or_default()
+            )
+        })
+    }
+
+    /// A fresh process in place of this one; the old one ends first, so
+    /// its memory is the driver's again.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        drop(self.peer.take());
+        match TorchPeer::start(&self.script, &self.python) {
+            Ok(peer) => {
+                self.peer = Some(peer);
+                Ok(())
+            }
+            Err(e) => {
+                self.broken = Some(format!("{e:#}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// `request` run by the peer, restarted and run once more where it
+    /// was refused for want of device memory; after a reply whose capture
+    /// failed, the peer is restarted for the next case. `say` reports
+    /// each restart.
+    pub fn run(
+        &mut self,
+        request: &PeerRequest,
+        say: &dyn Fn(String),
+    ) -> anyhow::Result<PeerReply> {
+        let mut result = self.running()?.run(request);
+        if result.as_ref().is_err_and(out_of_memory) {
+            say(format!(
+                "{} ran out of device memory; restarting the PyTorch peer and trying once more",
+                request.mode
+            ));
+            self.restart()?;
+            result = self.running()?.run(request);
+        }
+        if result.as_ref().is_ok_and(|r| !r.gpu_graph) {
+            say(format!(
+                "{}'s CUDA graph capture failed; restarting the PyTorch peer, which would keep \
+                 the capture's memory",
+                request.mode
+            ));
+            // A failed restart costs the later cases, not this one's reply.
+            let _ = self.restart();
+        }
+        result
+    }
+}
+
+/// Whether the peer refused a case for want of device memory.
+pub fn out_of_memory(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<PeerRefused>()
+            .is_some_and(|r| r.0.contains("OutOfMemoryError"))
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     fn script() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/torch_peer.py")
+    }
+
+    #[test]
+    fn an_out_of_memory_refusal_is_told_apart_from_other_refusals() {
+        let oom = PeerRefused(
+            "eager cross_entropy_backward bf16 4096x152064: OutOfMemoryError: CUDA out of memory"
+                .into(),
+        );
+        assert!(out_of_memory(&anyhow::Error::from(oom).context("case 3")));
+        let other = PeerRefused("liger sum f32 65536x8: no sum operator".into());
+        assert!(!out_of_memory(&anyhow::Error::from(other)));
+        assert!(!out_of_memory(&anyhow!("OutOfMemoryError")));
     }
 
     fn has(python: &str, module: &str) -> bool {

@@ -20,7 +20,7 @@
 //!   own arithmetic and re-checks the frozen layouts against the sources.
 
 use crate::bench::{input_sets, measure_native, measure_peer, Device, PeerInputs};
-use crate::peer::{PeerMode, TorchPeer};
+use crate::peer::{PeerMode, PeerProcess};
 use crate::phases::{BatchSample, L2Mode, PhaseConfig};
 use crate::results::{
     Environment, ResultsFile, Side, Summary, SCHEMA as RESULTS_SCHEMA, SCOPE_E2E, SCOPE_GPU,
@@ -928,9 +928,13 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
     let mut peer = if peers.is_empty() {
         None
     } else {
-        Some(TorchPeer::start(&spec.peer_script, &spec.python)?)
+        Some(PeerProcess::start(&spec.peer_script, &spec.python)?)
     };
-    let capture_env = crate::env::capture(cuda.as_ref(), peer.as_ref(), spec.command_line.clone());
+    let capture_env = crate::env::capture(
+        cuda.as_ref(),
+        peer.as_ref().and_then(PeerProcess::peer),
+        spec.command_line.clone(),
+    );
     let env = capture_env.env.clone();
     std::fs::create_dir_all(&spec.output)?;
     let source = |role: &str, path: &Path, f: &Frozen| SourceRecord {
@@ -1061,6 +1065,7 @@ pub fn run_replay(spec: &ReplaySpec) -> Result<ReplayFile> {
                         &want,
                         &spec.config,
                         case.bytes_moved,
+                        &|what| eprintln!("{}: {what}", case.id),
                     ) {
                         Ok(side) => round.sides.push(side),
                         Err(e) => round.missing.push(format!("{who} did not run: {e:#}")),
