@@ -337,4 +337,25 @@ mod tests {
         assert_eq!(table.matches("\n| sum |").count(), 1, "{table}");
         assert!(markdown(&file).contains("## Kernel resources"));
     }
+
+    #[test]
+    fn cases_lanefold_could_not_run_are_named_and_survive_a_round_trip() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../bench/results/2026-11-29-large-auto-h200/results.json"
+        );
+        let mut file: ResultsFile =
+            serde_json::from_str(&crate::results::read_text(Path::new(path)).unwrap()).unwrap();
+        // Files written before the field read as having none.
+        assert!(file.not_run.is_empty());
+        assert!(!markdown(&file).contains("Did not run"));
+        file.not_run
+            .push("cross_entropy_backward/bf16/8192x151936/W=512: out of memory".into());
+        let md = markdown(&file);
+        assert!(md.contains("**Did not run on lanefold's side**"), "{md}");
+        assert!(md.contains("- cross_entropy_backward/bf16/8192x151936/W=512: out of memory"));
+        let back: ResultsFile =
+            serde_json::from_str(&serde_json::to_string(&file).unwrap()).unwrap();
+        assert_eq!(back.not_run, file.not_run);
+    }
 }
