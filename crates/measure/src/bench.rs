@@ -328,7 +328,7 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                         features.bytes_moved,
                     );
                     match result {
-                        // The memory may be a peer process's (see below).
+                        // The memory may be held by the peer ([`PeerProcess`]).
                         Err(e) if attempt == 0 && is_out_of_memory(&e) => {
                             let Some(process) = peer.as_mut() else {
                                 break Err(e);
