@@ -384,7 +384,8 @@ fn regression_a_peer_out_of_memory_or_failed_capture_restarts_the_peer() {
     };
     let dir = tmp("bench", "peer-restarts");
     std::fs::create_dir_all(&dir).unwrap();
-    let run = |name: &str, env: &[(&str, &std::path::Path)], no_graph: bool| {
+    // Each run's env: the stand-in peer's behaviours (python/fake_peer.py).
+    let run = |name: &str, env: &[(&str, &std::ffi::OsStr)]| {
         let out = dir.join(name);
         let starts = dir.join(format!("{name}-starts"));
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lanefold"));
@@ -409,12 +410,7 @@ fn regression_a_peer_out_of_memory_or_failed_capture_restarts_the_peer() {
             out.to_str().unwrap(),
         ])
         .env("FAKE_PEER_STARTS", &starts);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        if no_graph {
-            cmd.env("FAKE_PEER_NO_GRAPH", "1");
-        }
+        cmd.envs(env.iter().copied());
         let o = cmd.output().unwrap();
         let t = text(&o);
         assert!(o.status.success(), "{t}");
@@ -428,7 +424,7 @@ fn regression_a_peer_out_of_memory_or_failed_capture_restarts_the_peer() {
         (t, sides, starts)
     };
     let marker = dir.join("oom-once");
-    let (t, sides, starts) = run("oom", &[("FAKE_PEER_OOM_ONCE", &marker)], false);
+    let (t, sides, starts) = run("oom", &[("FAKE_PEER_OOM_ONCE", marker.as_os_str())]);
     assert!(marker.exists(), "the fake peer never refused: {t}");
     assert!(
         t.contains("ran out of device memory; restarting the PyTorch peer"),
@@ -436,13 +432,13 @@ fn regression_a_peer_out_of_memory_or_failed_capture_restarts_the_peer() {
     );
     assert!(sides.contains(&"torch-eager".to_string()), "{sides:?}");
     assert_eq!(starts, 2, "{t}");
-    let (t, sides, starts) = run("no-graph", &[], true);
+    let (t, sides, starts) = run("no-graph", &[("FAKE_PEER_NO_GRAPH", "1".as_ref())]);
     assert!(
         t.contains("CUDA graph capture failed; restarting the PyTorch peer"),
         "{t}"
     );
     assert!(sides.contains(&"torch-eager".to_string()), "{sides:?}");
     assert_eq!(starts, 2, "{t}");
-    let (_, _, starts) = run("plain", &[], false);
+    let (_, _, starts) = run("plain", &[]);
     assert_eq!(starts, 1);
 }

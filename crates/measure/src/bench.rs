@@ -316,9 +316,8 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
         for who in &order {
             let side_started = std::time::Instant::now();
             if who == "lanefold" {
-                let mut attempt = 0;
-                let measured = loop {
-                    let result = measure_native(
+                let native = || {
+                    measure_native(
                         cuda.as_ref(),
                         &p,
                         &input_sets,
@@ -326,25 +325,21 @@ pub fn run_bench(spec: &BenchSpec) -> Result<ResultsFile> {
                         &spec.config,
                         capture.as_deref(),
                         features.bytes_moved,
-                    );
-                    match result {
-                        // The memory may be held by the peer ([`PeerProcess`]).
-                        Err(e) if attempt == 0 && is_out_of_memory(&e) => {
-                            let Some(process) = peer.as_mut() else {
-                                break Err(e);
-                            };
-                            pb.suspend(|| {
-                                eprintln!(
-                                    "{id}: lanefold ran out of device memory; restarting the \
-                                     PyTorch peer and trying once more"
-                                )
-                            });
-                            process.restart()?;
-                            attempt += 1;
-                        }
-                        other => break other,
-                    }
+                    )
                 };
+                let mut measured = native();
+                // The memory may be held by the peer ([`PeerProcess`]).
+                let retry = measured.as_ref().is_err_and(is_out_of_memory);
+                if let Some(process) = peer.as_mut().filter(|_| retry) {
+                    pb.suspend(|| {
+                        eprintln!(
+                            "{id}: lanefold ran out of device memory; restarting the PyTorch \
+                             peer and trying once more"
+                        )
+                    });
+                    process.restart()?;
+                    measured = native();
+                }
                 match measured {
                     Ok((side, k)) => {
                         kernel = k;

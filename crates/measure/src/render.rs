@@ -316,16 +316,21 @@ pub fn plot_points(points: &[PlotPoint], what: &str, path: &Path) -> anyhow::Res
 mod tests {
     use super::*;
 
-    #[test]
-    fn kernel_resources_are_optional_and_rendered_when_recorded() {
-        // A file written before resources were recorded reads and renders
-        // without them.
+    /// A committed results file, written before kernel resources and
+    /// `not_run` were recorded.
+    fn committed_file() -> ResultsFile {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../bench/results/2026-11-29-large-auto-h200/results.json"
         );
-        let mut file: ResultsFile =
-            serde_json::from_str(&crate::results::read_text(Path::new(path)).unwrap()).unwrap();
+        ResultsFile::read(Path::new(path)).unwrap()
+    }
+
+    #[test]
+    fn kernel_resources_are_optional_and_rendered_when_recorded() {
+        // A file written before resources were recorded reads and renders
+        // without them.
+        let mut file = committed_file();
         assert!(file.cases[0].kernel.is_some());
         assert_eq!(resources_table(&file.cases), "");
         let k = file.cases[0].kernel.as_mut().unwrap();
@@ -340,12 +345,7 @@ mod tests {
 
     #[test]
     fn cases_lanefold_could_not_run_are_named_and_survive_a_round_trip() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../bench/results/2026-11-29-large-auto-h200/results.json"
-        );
-        let mut file: ResultsFile =
-            serde_json::from_str(&crate::results::read_text(Path::new(path)).unwrap()).unwrap();
+        let mut file = committed_file();
         // Files written before the field read as having none.
         assert!(file.not_run.is_empty());
         assert!(!markdown(&file).contains("Did not run"));

@@ -1098,22 +1098,28 @@ fn regression_long_f32_layernorm_rows_push_without_an_occupancy_promise() {
     }
 }
 
+/// The H200's automatic softmax plan of `shape`.
+fn automatic_softmax(dtype: DType, shape: &str) -> Plan {
+    plan(
+        &typed(Operator::Softmax, dtype, shape),
+        &Target::h200(),
+        &automatic(),
+    )
+    .unwrap()
+}
+
 /// Softmax rows under the push-reduce rung's 131072 that the choice puts
 /// in a cluster push their partials and keep the layout they were picked
 /// with; rows one group holds stay as they were (f32 4096x32768, a target
 /// shape, among them).
 #[test]
 fn softmax_cluster_rows_under_131072_push_and_keep_their_layout() {
-    let t = Target::h200();
-    let auto = |dtype: DType, shape: &str| {
-        plan(&typed(Operator::Softmax, dtype, shape), &t, &automatic()).unwrap()
-    };
     let mut pushed = 0;
     for dtype in [DType::F32, DType::Bf16] {
         for n in [32768, 45056, 50000, 57344, 80000, 100000, 131071] {
             for rows in [1, 16, 64, 256, 1024, 4096] {
                 let shape = format!("{rows}x{n}");
-                let p = auto(dtype, &shape);
+                let p = automatic_softmax(dtype, &shape);
                 let what = format!("{dtype} {rows}x{n}: {}", p.describe());
                 assert_eq!(p.pushed_cluster_reduce, p.groups_per_row > 1, "{what}");
                 pushed += usize::from(p.pushed_cluster_reduce);
@@ -1134,7 +1140,7 @@ fn softmax_cluster_rows_under_131072_push_and_keep_their_layout() {
             "W=2048 V=8 U=4 G=1 registers push-reduce group-threads=256",
         ),
     ] {
-        let p = auto(dtype, shape);
+        let p = automatic_softmax(dtype, shape);
         assert_eq!(p.schedule().to_string(), schedule, "{dtype} {shape}");
     }
 }
@@ -1145,15 +1151,11 @@ fn softmax_cluster_rows_under_131072_push_and_keep_their_layout() {
 /// past 64 rows the one-group pick stays.
 #[test]
 fn softmax_decode_rows_in_one_group_are_rechosen_pushed() {
-    let t = Target::h200();
-    let auto = |dtype: DType, shape: &str| {
-        plan(&typed(Operator::Softmax, dtype, shape), &t, &automatic()).unwrap()
-    };
     let mut clusters = 0;
     for dtype in [DType::F32, DType::Bf16] {
         for n in [32768, 33000, 41000, 47000, 60000, 90000, 131071] {
             for rows in [1, 4, 16, 32, 64] {
-                let p = auto(dtype, &format!("{rows}x{n}"));
+                let p = automatic_softmax(dtype, &format!("{rows}x{n}"));
                 let what = format!("{dtype} {rows}x{n}: {}", p.describe());
                 assert_eq!(p.pushed_cluster_reduce, p.groups_per_row > 1, "{what}");
                 clusters += usize::from(p.groups_per_row > 1);
@@ -1184,9 +1186,13 @@ fn softmax_decode_rows_in_one_group_are_rechosen_pushed() {
         (DType::F32, "96x38000", "W=512 V=4 U=4 G=1 registers"),
         (DType::F32, "64x32760", "W=512 V=4 U=4 G=1 registers"),
     ] {
-        let p = auto(dtype, shape);
+        let p = automatic_softmax(dtype, shape);
         assert_eq!(p.schedule().to_string(), schedule, "{dtype} {shape}");
-        let note = automatic_note(&typed(Operator::Softmax, dtype, shape), &t, &automatic());
+        let note = automatic_note(
+            &typed(Operator::Softmax, dtype, shape),
+            &Target::h200(),
+            &automatic(),
+        );
         let one_group = p.groups_per_row == 1;
         assert_eq!(
             note.as_deref().is_some_and(|n| n.contains("decode rows")),
