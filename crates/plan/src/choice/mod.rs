@@ -168,7 +168,9 @@ fn layout_rule_beside_model(
             why: "cross-entropy on fewer rows than half the multiprocessors, rows of \
                   40000-131072: a cluster a row, pushed, its groups as many as fit in 1.5 \
                   waves, of 256 threads past one wave of four (one group a row 1.05-1.87x \
-                  slower in H200 A B B A on rows of no list, 2026-12-05)"
+                  slower in H200 A B B A on rows of no list, 2026-12-05); f32 in two groups \
+                  unrolled by 8 where that covers the row (U=4 1.07-1.11x slower, H100, \
+                  2026-12-06)"
                 .to_string(),
         }));
     }
@@ -265,8 +267,9 @@ fn layout_rule_beside_model(
             request: pushed,
             model_plan,
             why: "softmax decode rows of 32768-131071, at most 64, picked in one group a row: \
-                  the model's pick with partials pushed (the one-group picks 1.13-2.16x \
-                  slower in H100 A B B A on rows of no list, 2026-12-06)"
+                  the model's pick with partials pushed, or on at most 16 misaligned 16-bit \
+                  rows the widest pushed cluster (the one-group picks 1.11-2.16x slower in \
+                  H100 A B B A on rows of no list, 2026-12-06)"
                 .to_string(),
         }));
     }

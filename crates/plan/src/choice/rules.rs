@@ -814,6 +814,15 @@ const DECODE_PUSH_MAX_ROWS: usize = 64;
 /// 1.13-2.16x (f32 4x37000 5.98 -> 2.77 µs). Where the model already
 /// spans a cluster, re-choosing lost on two of four (0.91x), so those keep
 /// their layout ([`softmax_cluster_pushed_instead`]).
+///
+/// 16-bit rows of a length no multiple of 8 stay in one group of aligned
+/// packs even with the push asked for (the model does not see one SM
+/// streaming the row alone); on at most
+/// [`DECODE_PUSH_MISALIGNED_MAX_ROWS`] of them they take the widest pushed
+/// cluster of 8-byte packs, the layout the model itself picks from about
+/// 44000 elements: 1.11-1.85x on bf16 rows of 33333-38001 at 1-16 rows,
+/// 0.52-0.87x at 32-64 (H100, L2 warm,
+/// `2026-12-06-softmax-decode-misaligned-push-h100`).
 pub(super) fn softmax_decode_pushed_instead(
     problem: &Problem,
     target: &Target,
@@ -835,11 +844,31 @@ pub(super) fn softmax_decode_pushed_instead(
     let ModelChoice::Pick(pick) = model_choice(problem, target, &pushed).ok()? else {
         return None;
     };
-    let target = with_cluster_group_threads(target, pick.cluster_group_threads).ok()?;
-    plan_rows(problem, &target, &pick)
-        .is_ok_and(|p| p.groups_per_row > 1 && p.pushed_cluster_reduce)
-        .then_some(pick)
+    let spans_pushed_cluster = |pick: &LayoutRequest| {
+        let target = with_cluster_group_threads(target, pick.cluster_group_threads).ok()?;
+        plan_rows(problem, &target, pick)
+            .is_ok_and(|p| p.groups_per_row > 1 && p.pushed_cluster_reduce)
+            .then_some(*pick)
+    };
+    spans_pushed_cluster(&pick).or_else(|| {
+        let misaligned = problem.dtype.size_bytes() == 2 && !sixteen_byte_rows(problem);
+        let widest = LayoutRequest {
+            workers: target.max_workers(),
+            pack: sixteen_byte_pack(problem.dtype) / 2,
+            unroll: 0,
+            rows_per_group: 0,
+            aligned_packs: false,
+            ..pushed
+        };
+        (misaligned && problem.shape.rows <= DECODE_PUSH_MISALIGNED_MAX_ROWS)
+            .then(|| spans_pushed_cluster(&widest))
+            .flatten()
+    })
 }
+
+/// The most misaligned 16-bit rows [`softmax_decode_pushed_instead`]
+/// spreads over the widest cluster: where it was measured faster.
+const DECODE_PUSH_MISALIGNED_MAX_ROWS: usize = 16;
 
 /// Cross-entropy row lengths [`few_rows_cross_entropy_cluster_instead`]
 /// takes: the measured ones (40000-128000 wide).
@@ -908,10 +937,21 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         } else {
             (2, 1024)
         };
+    // f32 rows in two groups of 1024: a worker's whole share of the row
+    // loaded in one unrolled step where eight stripes cover it and four do
+    // not (U=8 against U=4: 1.07-1.11x on 52-64 rows of 44000-64000, H100
+    // A B B A, L2 cold-inputs, `2026-12-06-ce-decode-f32-cluster-sizes-h100`).
+    let pack = sixteen_byte_pack(problem.dtype);
+    let stripes = n.div_ceil((groups * threads * pack) as usize);
+    let unroll = if problem.dtype == DType::F32 && groups == 2 && (5..=8).contains(&stripes) {
+        8
+    } else {
+        4
+    };
     let cluster = LayoutRequest {
         workers: groups * threads,
-        pack: sixteen_byte_pack(problem.dtype),
-        unroll: 4,
+        pack,
+        unroll,
         rows_per_group: 0,
         cluster_group_threads: threads,
         push_cluster_reduce: true,

@@ -1182,6 +1182,28 @@ fn softmax_decode_rows_in_one_group_are_rechosen_pushed() {
             "8x70000",
             "W=4096 V=8 U=2 G=1 registers push-reduce",
         ),
+        // Misaligned 16-bit rows the model keeps in one group of aligned
+        // packs: the widest pushed cluster on at most 16 rows, as measured.
+        (
+            DType::Bf16,
+            "1x36001",
+            "W=8192 V=4 U=1 G=1 registers push-reduce",
+        ),
+        (
+            DType::Bf16,
+            "16x37001",
+            "W=8192 V=4 U=1 G=1 registers push-reduce",
+        ),
+        (
+            DType::F16,
+            "4x33333",
+            "W=8192 V=4 U=1 G=1 registers push-reduce",
+        ),
+        (
+            DType::Bf16,
+            "32x35787",
+            "W=512 V=8 U=4 G=1 registers aligned-packs",
+        ),
         // Past the decode rows and under the rung: one group.
         (DType::F32, "96x38000", "W=512 V=4 U=4 G=1 registers"),
         (DType::F32, "64x32760", "W=512 V=4 U=4 G=1 registers"),
@@ -1954,6 +1976,37 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
             p.describe()
         );
     }
+}
+
+/// Decode f32 cross-entropy in two groups of 1024 a row unrolls by 8
+/// where eight stripes cover the row and four do not (measured 1.07-1.11x
+/// on 52-64 rows of 44000-64000); other rows and dtypes keep U=4.
+#[test]
+fn decode_f32_cross_entropy_in_two_groups_loads_the_row_in_one_step() {
+    let t = Target::h200();
+    let auto = automatic();
+    for (dtype, shape, unroll) in [
+        (DType::F32, "64x50432", 8),
+        (DType::F32, "52x44000", 8),
+        (DType::F32, "60x64000", 8),
+        (DType::F32, "64x70000", 4),
+        (DType::F32, "33x50000", 4),
+        (DType::Bf16, "64x50432", 4),
+    ] {
+        let p = plan(&typed(Operator::CrossEntropy, dtype, shape), &t, &auto).unwrap();
+        assert_eq!(p.layout.unroll, unroll, "{dtype} {shape}: {}", p.describe());
+    }
+    // The schedule the corpus's gpt-neox-20b row was measured with.
+    let p = plan(
+        &typed(Operator::CrossEntropy, DType::F32, "64x50432"),
+        &t,
+        &auto,
+    )
+    .unwrap();
+    assert_eq!(
+        p.schedule().to_string(),
+        "W=2048 V=4 U=8 G=1 registers push-reduce online-normalizer group-threads=1024"
+    );
 }
 
 #[test]
