@@ -1015,7 +1015,7 @@ mod tests {
             old.todays_default.is_none() && old.kernel_changed,
             "{old:?}"
         );
-        let new = mark("2026-12-01-short-all-s18-aa-h200");
+        let new = mark("2026-12-01-short-all-s21c-aa-h200");
         assert!(
             new.todays_default.is_none() && !new.kernel_changed,
             "{new:?}"
