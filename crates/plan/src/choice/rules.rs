@@ -852,17 +852,17 @@ pub(super) fn softmax_decode_pushed_instead(
     };
     spans_pushed_cluster(&pick).or_else(|| {
         let misaligned = problem.dtype.size_bytes() == 2 && !sixteen_byte_rows(problem);
-        let widest = LayoutRequest {
+        if !misaligned || problem.shape.rows > DECODE_PUSH_MISALIGNED_MAX_ROWS {
+            return None;
+        }
+        spans_pushed_cluster(&LayoutRequest {
             workers: target.max_workers(),
             pack: sixteen_byte_pack(problem.dtype) / 2,
             unroll: 0,
             rows_per_group: 0,
             aligned_packs: false,
             ..pushed
-        };
-        (misaligned && problem.shape.rows <= DECODE_PUSH_MISALIGNED_MAX_ROWS)
-            .then(|| spans_pushed_cluster(&widest))
-            .flatten()
+        })
     })
 }
 

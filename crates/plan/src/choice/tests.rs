@@ -1995,18 +1995,14 @@ fn decode_f32_cross_entropy_in_two_groups_loads_the_row_in_one_step() {
     ] {
         let p = plan(&typed(Operator::CrossEntropy, dtype, shape), &t, &auto).unwrap();
         assert_eq!(p.layout.unroll, unroll, "{dtype} {shape}: {}", p.describe());
+        if (dtype, shape) == (DType::F32, "64x50432") {
+            // The schedule the corpus's gpt-neox-20b row was measured with.
+            assert_eq!(
+                p.schedule().to_string(),
+                "W=2048 V=4 U=8 G=1 registers push-reduce online-normalizer group-threads=1024"
+            );
+        }
     }
-    // The schedule the corpus's gpt-neox-20b row was measured with.
-    let p = plan(
-        &typed(Operator::CrossEntropy, DType::F32, "64x50432"),
-        &t,
-        &auto,
-    )
-    .unwrap();
-    assert_eq!(
-        p.schedule().to_string(),
-        "W=2048 V=4 U=8 G=1 registers push-reduce online-normalizer group-threads=1024"
-    );
 }
 
 #[test]
