@@ -806,6 +806,10 @@ const DECODE_PUSH_N: Span = span(32768, PUSH_RUNG_MIN_N - 1);
 /// measured (1-64).
 const DECODE_PUSH_MAX_ROWS: usize = 64;
 
+/// The most misaligned 16-bit rows [`softmax_decode_pushed_instead`]
+/// spreads over the widest cluster: where it was measured faster.
+const DECODE_PUSH_MISALIGNED_MAX_ROWS: usize = 16;
+
 /// Softmax decode rows of [`DECODE_PUSH_N`] where the model picked one
 /// group a row: the model's pick with the push asked for, where it spans a
 /// pushed cluster. One group streams a 130-500 KB row from one SM while
@@ -865,10 +869,6 @@ pub(super) fn softmax_decode_pushed_instead(
         })
     })
 }
-
-/// The most misaligned 16-bit rows [`softmax_decode_pushed_instead`]
-/// spreads over the widest cluster: where it was measured faster.
-const DECODE_PUSH_MISALIGNED_MAX_ROWS: usize = 16;
 
 /// Cross-entropy row lengths [`few_rows_cross_entropy_cluster_instead`]
 /// takes: the measured ones (40000-128000 wide).
@@ -943,7 +943,7 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
     // A B B A, L2 cold-inputs, `2026-12-06-ce-decode-f32-cluster-sizes-h100`).
     let pack = sixteen_byte_pack(problem.dtype);
     let stripes = n.div_ceil((groups * threads * pack) as usize);
-    let unroll = if problem.dtype == DType::F32 && groups == 2 && (5..=8).contains(&stripes) {
+    let unroll = if problem.dtype == DType::F32 && groups == 2 && stripes > 4 && stripes <= 8 {
         8
     } else {
         4
