@@ -15,6 +15,10 @@
 # the header of the Quack wheel script says).
 # Device time: about 3-4 minutes a forward half, 5-6 a backward half on an
 # H100.
+# CORPUS=bench/drawn.csv benches the problems of no list written by
+# `lanefold corpus --draw` instead, all of them (it has no split), into
+# `...-drawn-cold-inputs-...`; judge them with `lanefold scorecard --corpus
+# --corpus-file bench/drawn.csv --part all --gpu NAME DIRS`.
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 
@@ -27,7 +31,13 @@ case $part in
     ;;
   *) lf_die "PART must be forward-1, forward-2, backward-1 or backward-2, not $part" ;;
 esac
-lf_prefix "corpus-cold-inputs" "${2:-}"
+corpus=${CORPUS:-bench/corpus.csv}
+if [ "$corpus" = bench/corpus.csv ]; then
+  split=report name=corpus-cold-inputs
+else
+  split=all name=drawn-cold-inputs
+fi
+lf_prefix "$name" "${2:-}"
 out=$(lf_dir "$part")
 lf_claim "$out"
 
@@ -43,7 +53,7 @@ python3 -c 'import quack' 2> /dev/null && peers+=(--quack)
 lf_step "corpus $part, peers: ${peers[*]} -> $out"
 deadline=$(($(lf_left) - 30))
 [ "$deadline" -gt 60 ] || lf_die "too little budget left ($(lf_left) s)"
-if ! "$bin" --quiet bench --backend cuda --corpus bench/corpus.csv --part report \
+if ! "$bin" --quiet bench --backend cuda --corpus "$corpus" --part "$split" \
   --shard "${part#*-}/2" "${select[@]}" --l2 cold-inputs "${peers[@]}" "${lf_phases[@]}" \
   --deadline-s "$deadline" --output "$out"; then
   lf_failed="the bench into $out reported an error (invalid outputs or cases it could not run; see above)"

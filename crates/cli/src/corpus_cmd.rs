@@ -20,9 +20,17 @@ pub struct CorpusArgs {
     /// Only the problems of this part of the split.
     #[arg(long, value_enum, default_value_t = PartArg::All)]
     pub part: PartArg,
-    /// The split's seed; the committed split uses the default.
+    /// The split's seed; the committed split uses the default. With
+    /// `--draw`, the draw's seed.
     #[arg(long, default_value_t = SPLIT_SEED)]
     pub seed: u64,
+    /// Print a corpus file of this many problems of no list instead (shapes
+    /// log-uniform over row lengths 32-262144 and 1-65536 rows, at most
+    /// 2^28 elements; operator and dtype drawn per problem), for
+    /// `bench --corpus FILE` and `scorecard --corpus --corpus-file FILE
+    /// --part all`.
+    #[arg(long, value_name = "N", conflicts_with_all = ["part", "plans", "format"])]
+    pub draw: Option<usize>,
     /// Output: a table, or one `op dtype shape part` line per problem.
     #[arg(long, value_enum, default_value_t = CorpusFormat::Table)]
     pub format: CorpusFormat,
@@ -139,6 +147,10 @@ fn default_plan(p: &CorpusProblem, target: &Target) -> String {
 }
 
 pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
+    if let Some(count) = args.draw {
+        print!("{}", corpus::to_csv(&corpus::drawn(args.seed, count)));
+        return Ok(());
+    }
     let all = corpus::load(&args.file)?;
     let problems: Vec<CorpusProblem> = all
         .iter()

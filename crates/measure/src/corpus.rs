@@ -140,6 +140,55 @@ pub fn parse(text: &str) -> Result<Vec<CorpusProblem>> {
     Ok(out)
 }
 
+/// Row lengths, row counts and size of `drawn`'s problems: model-scale
+/// rows (32 to 256 Ki elements), decode through training row counts, and
+/// at most 2^28 elements (1 GiB of f32) so that a bench's rotated input
+/// sets fit any card.
+pub const DRAWN_N: (usize, usize) = (32, 262_144);
+pub const DRAWN_MAX_ROWS: usize = 65_536;
+pub const DRAWN_MAX_ELEMENTS: usize = 1 << 28;
+
+/// `count` problems of no list, the same for the same seed: shapes from
+/// [`lanefold_plan::drawn_shapes`] within the `DRAWN_*` bounds, and each
+/// problem's operator (one of the six forwards) and dtype (f32 or bf16)
+/// drawn from a hash of the seed and its index. Named `drawn` and
+/// `seed-S.i`, so a corpus scorecard judges them like model problems;
+/// written before anything is measured, they are shapes nobody tuned on.
+pub fn drawn(seed: u64, count: usize) -> Vec<CorpusProblem> {
+    let shapes = lanefold_plan::drawn_shapes(seed, count, DRAWN_MAX_ROWS, DRAWN_N);
+    let mut out: Vec<CorpusProblem> = vec![];
+    for (i, s) in shapes.into_iter().enumerate() {
+        let digest = Sha256::digest(format!("lanefold-drawn/{seed}/{i}"));
+        let rows = s.rows.min(DRAWN_MAX_ELEMENTS / s.n).max(1);
+        let p = CorpusProblem {
+            model: "drawn".into(),
+            tensor: format!("seed-{seed}.{i}"),
+            op: Operator::SIX[digest[0] as usize % Operator::SIX.len()],
+            dtype: [DType::F32, DType::Bf16][digest[1] as usize % 2],
+            shape: Shape::new(rows, s.n).expect("a capped drawn shape is within the limits"),
+            config: format!("lanefold corpus --draw {count} --seed {seed}"),
+        };
+        // A repeat would be refused by `load`; drawing another keeps the
+        // count honest only approximately, so a repeat is simply left out.
+        if out.iter().all(|q| q.key() != p.key()) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `problems` as a corpus file that [`load`] reads back.
+pub fn to_csv(problems: &[CorpusProblem]) -> String {
+    let mut out = String::from("model,tensor,op,dtype,rows,n,config\n");
+    for p in problems {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{}\n",
+            p.model, p.tensor, p.op, p.dtype, p.shape.rows, p.shape.n, p.config
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +264,24 @@ mod tests {
         .unwrap_err();
         assert!(format!("{e:#}").contains("repeats line 2"), "{e:#}");
         assert!(parse("rows,n\n1,2\n").is_err());
+    }
+
+    #[test]
+    fn drawn_problems_are_reproducible_within_bounds_and_read_back() {
+        let a = drawn(7, 200);
+        assert_eq!(a, drawn(7, 200));
+        assert_ne!(a, drawn(8, 200));
+        assert!(a.len() >= 195, "{}", a.len());
+        for p in &a {
+            assert!(Operator::SIX.contains(&p.op), "{}", p.op);
+            assert!(matches!(p.dtype, DType::F32 | DType::Bf16));
+            assert!((DRAWN_N.0..=DRAWN_N.1).contains(&p.shape.n), "{}", p.shape);
+            assert!(p.shape.rows <= DRAWN_MAX_ROWS && p.shape.elements() <= DRAWN_MAX_ELEMENTS);
+        }
+        for op in Operator::SIX {
+            assert!(a.iter().any(|p| p.op == op), "{op} never drawn");
+        }
+        assert!(a.iter().any(|p| p.shape.rows <= 64) && a.iter().any(|p| p.shape.rows >= 4096));
+        assert_eq!(parse(&to_csv(&a)).unwrap(), a);
     }
 }
