@@ -185,7 +185,10 @@ lf_finish() {
   fi
   if [ -n "${TAR_TO:-}" ]; then
     local tar
-    tar=$(lf_path "$TAR_TO")/$(basename "$lf_pre")-$lf_tag.tar.gz
+    # Named for its first directory: two runs of one prefix in one call
+    # (a corpus's halves) must not write the same tar over each other.
+    tar=$(lf_path "$TAR_TO")/$(basename "$1").tar.gz
+    [ ! -e "$tar" ] || tar=$(lf_path "$TAR_TO")/$(basename "$1")-$$.tar.gz
     tar czf "$tar" "$@"
     echo "tarred into $tar"
   fi
