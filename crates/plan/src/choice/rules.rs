@@ -937,13 +937,15 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         } else {
             (2, 1024)
         };
-    // f32 rows in two groups of 1024: a worker's whole share of the row
-    // loaded in one unrolled step where eight stripes cover it and four do
-    // not (U=8 against U=4: 1.07-1.11x on 52-64 rows of 44000-64000, H100
-    // A B B A, L2 cold-inputs, `2026-12-06-ce-decode-f32-cluster-sizes-h100`).
+    // Rows in two groups of 1024: a worker's whole share of the row loaded
+    // in one unrolled step where eight stripes cover it and four do not
+    // (U=8 against U=4, H100 A B B A, L2 cold-inputs: f32 1.07-1.11x on
+    // 52-64 rows of 44000-64000, `2026-12-06-ce-decode-f32-cluster-sizes-h100`;
+    // f32 1.07-1.10x and bf16 1.09-1.16x on 54-64 rows of 47000-128256,
+    // `2026-12-06-ce-decode-unroll-h100`).
     let pack = sixteen_byte_pack(problem.dtype);
     let stripes = n.div_ceil((groups * threads * pack) as usize);
-    let unroll = if problem.dtype == DType::F32 && groups == 2 && stripes > 4 && stripes <= 8 {
+    let unroll = if groups == 2 && stripes > 4 && stripes <= 8 {
         8
     } else {
         4

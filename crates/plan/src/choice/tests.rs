@@ -1982,7 +1982,7 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
 /// where eight stripes cover the row and four do not (measured 1.07-1.11x
 /// on 52-64 rows of 44000-64000); other rows and dtypes keep U=4.
 #[test]
-fn decode_f32_cross_entropy_in_two_groups_loads_the_row_in_one_step() {
+fn decode_cross_entropy_in_two_groups_loads_the_row_in_one_step() {
     let t = Target::h200();
     let auto = automatic();
     for (dtype, shape, unroll) in [
@@ -1991,7 +1991,11 @@ fn decode_f32_cross_entropy_in_two_groups_loads_the_row_in_one_step() {
         (DType::F32, "60x64000", 8),
         (DType::F32, "64x70000", 4),
         (DType::F32, "33x50000", 4),
+        // bf16 rows take five to eight stripes of 16384 from 65537.
         (DType::Bf16, "64x50432", 4),
+        (DType::Bf16, "56x90000", 8),
+        (DType::Bf16, "64x128256", 8),
+        (DType::Bf16, "60x65536", 4),
     ] {
         let p = plan(&typed(Operator::CrossEntropy, dtype, shape), &t, &auto).unwrap();
         assert_eq!(p.layout.unroll, unroll, "{dtype} {shape}: {}", p.describe());
