@@ -266,6 +266,31 @@ mod tests {
         assert!(parse("rows,n\n1,2\n").is_err());
     }
 
+    /// bench/drawn.csv is what its lines' commands print: each line names
+    /// the `lanefold corpus --draw N --seed S` that wrote it, and those
+    /// commands, run again, give the file's problems in its order.
+    #[test]
+    fn committed_drawn_problems_are_their_commands_output() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/drawn.csv");
+        let committed = load(&path).unwrap();
+        let mut commands: Vec<&str> = committed.iter().map(|p| p.config.as_str()).collect();
+        commands.dedup();
+        let again: Vec<CorpusProblem> = commands
+            .iter()
+            .flat_map(|c| {
+                let words: Vec<&str> = c.split_whitespace().collect();
+                let (count, seed) = match words[..] {
+                    ["lanefold", "corpus", "--draw", n, "--seed", s] => {
+                        (n.parse().unwrap(), s.parse().unwrap())
+                    }
+                    _ => panic!("{c:?} is not a draw command"),
+                };
+                drawn(seed, count)
+            })
+            .collect();
+        assert_eq!(committed, again);
+    }
+
     #[test]
     fn drawn_problems_are_reproducible_within_bounds_and_read_back() {
         let a = drawn(7, 200);
