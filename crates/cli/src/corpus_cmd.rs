@@ -29,8 +29,13 @@ pub struct CorpusArgs {
     /// 2^28 elements; operator and dtype drawn per problem), for
     /// `bench --corpus FILE` and `scorecard --corpus --corpus-file FILE
     /// --part all`.
-    #[arg(long, value_name = "N", conflicts_with_all = ["part", "plans", "format"])]
-    pub draw: Option<usize>,
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = ["part", "plans", "format"],
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub draw: Option<u32>,
     /// Output: a table, or one `op dtype shape part` line per problem.
     #[arg(long, value_enum, default_value_t = CorpusFormat::Table)]
     pub format: CorpusFormat,
@@ -148,7 +153,10 @@ fn default_plan(p: &CorpusProblem, target: &Target) -> String {
 
 pub fn corpus_cmd(args: CorpusArgs) -> Result<()> {
     if let Some(count) = args.draw {
-        print!("{}", corpus::to_csv(&corpus::drawn(args.seed, count)));
+        print!(
+            "{}",
+            corpus::to_csv(&corpus::drawn(args.seed, count as usize))
+        );
         return Ok(());
     }
     let all = corpus::load(&args.file)?;

@@ -17,6 +17,49 @@ fn default_plans_of_the_corpus_on_the_h200() {
     insta::assert_snapshot!(lines);
 }
 
+/// The same for the drawn problems of no list (bench/drawn.csv): shapes
+/// nobody chose, whose picks move only as a reviewed diff too.
+#[test]
+fn default_plans_of_the_drawn_problems_on_the_h200() {
+    let drawn = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/drawn.csv")).unwrap();
+    let lines = corpus_lines(&drawn, SPLIT_SEED, Some(&Target::h200()));
+    assert!(!lines.contains("refused"), "{lines}");
+    // Nothing is fitted on them: the split's part column says nothing.
+    let lines: Vec<String> = lines
+        .lines()
+        .map(|l| {
+            let words: Vec<&str> = l.split(' ').collect();
+            [&words[..3], &words[4..]].concat().join(" ")
+        })
+        .collect();
+    insta::assert_snapshot!(lines.join("\n"));
+}
+
+/// `corpus --draw` prints a corpus file and refuses a count it cannot
+/// draw with a usage error, not a hang or a panic.
+#[test]
+fn corpus_draw_prints_a_corpus_file_and_refuses_bad_counts() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lanefold"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["corpus", "--draw", "5", "--seed", "9"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let problems = lanefold_measure::corpus::parse(&text).unwrap();
+    assert_eq!(problems, lanefold_measure::corpus::drawn(9, 5));
+    for bad in ["0", "-3", "1000000", "many"] {
+        let out = run(&["corpus", &format!("--draw={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "--draw {bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--draw"),
+            "--draw {bad}"
+        );
+    }
+}
+
 /// Every corpus problem's default plan, written as its schedule text and
 /// parsed back, plans explicitly to the same plan and the same kernel
 /// source: the text form names everything the mapper chose.
