@@ -168,8 +168,8 @@ pub fn drawn(seed: u64, count: usize) -> Vec<CorpusProblem> {
             shape: Shape::new(rows, s.n).expect("a capped drawn shape is within the limits"),
             config: format!("lanefold corpus --draw {count} --seed {seed}"),
         };
-        // A repeat would be refused by `load`; drawing another keeps the
-        // count honest only approximately, so a repeat is simply left out.
+        // `load` refuses a repeat, so it is left out: a draw may hold
+        // fewer than `count` problems.
         if out.iter().all(|q| q.key() != p.key()) {
             out.push(p);
         }
