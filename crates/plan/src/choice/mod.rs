@@ -168,8 +168,8 @@ fn layout_rule_beside_model(
             why: "cross-entropy on fewer rows than half the multiprocessors, rows of \
                   40000-131072: a cluster a row, pushed, its groups as many as fit in 1.5 \
                   waves, of 256 threads past one wave of four (one group a row 1.05-1.87x \
-                  slower in H200 A B B A on rows of no list, 2026-12-05); f32 in two groups \
-                  unrolled by 8 where that covers the row (U=4 1.07-1.11x slower, H100, \
+                  slower in H200 A B B A on rows of no list, 2026-12-05); in two groups \
+                  unrolled by 8 where that covers the row (U=4 1.07-1.16x slower, H100, \
                   2026-12-06)"
                 .to_string(),
         }));
