@@ -68,13 +68,14 @@ trap 'rm -f "$tmp" "$corpus_tmp"' EXIT
   fi
   # Shapes of no list (`lanefold corpus --draw`, bench/drawn.csv), per
   # card where it has runs: the same targets, nothing fitted on them.
+  drawn_by=$(tail -n +2 bench/drawn.csv | cut -d, -f7 | uniq | sed 's/.*/`&`/' | paste -sd, - | sed 's/,/, /g')
   for gpu in H200 H100; do
     drawn=$("$bin" scorecard --corpus --corpus-file bench/drawn.csv --part all --gpu "$gpu" "${bench_dirs[@]}")
     grep -q '^0 of ' <<< "$drawn" && continue
     echo
     echo "# Shapes of no list on the $gpu"
     echo
-    echo "The problems of bench/drawn.csv, drawn by \`lanefold corpus --draw 48\` with seeds 20261206 and 20261207 (one line each, its config column) before anything was measured: operator, dtype, row length and row count of no model list. No rule, model or database entry was fitted on them. The tables list only the problems where lanefold trails the best peer."
+    echo "The problems of bench/drawn.csv, drawn by $drawn_by (each line's config column) before anything was measured: operator, dtype, row length and row count of no model list. No rule, model or database entry was fitted on them. The tables list only the problems where lanefold trails the best peer."
     echo
     sed '1,2{/^# \|^$/d}' <<< "$drawn" | trailing_only
   done
