@@ -1078,6 +1078,35 @@ pub fn aligned_pack_checks(backend: &Backend, report: &mut Report) {
             }
         }
     }
+    // Rows spanning a cluster, pushed and through distributed shared
+    // memory: the groups share the row's shift.
+    for op in [
+        Operator::Softmax,
+        Operator::CrossEntropy,
+        Operator::Rmsnorm,
+        Operator::ResidualLayernorm,
+    ] {
+        for dtype in [DType::F32, DType::Bf16] {
+            for (workers, pack, threads, pushed, n) in
+                [(4096, 4, 512, true, 40003), (2048, 8, 256, false, 65541)]
+            {
+                cases.push(Case {
+                    op,
+                    dtype,
+                    shape: shape(5, n),
+                    request: LayoutRequest {
+                        workers,
+                        pack,
+                        cluster_group_threads: threads,
+                        push_cluster_reduce: pushed,
+                        aligned_packs: true,
+                        ..Default::default()
+                    },
+                    seed: 47 + n as u64,
+                });
+            }
+        }
+    }
     precompile(backend, &cases, &CodegenOptions::default());
     for case in &cases {
         let label = format!(

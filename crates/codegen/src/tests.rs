@@ -2603,6 +2603,34 @@ fn aligned_packs_apply_only_to_misaligned_rows_of_vector_packs() {
     assert_eq!(plain.slot_bound, 3 * 8 + 8);
 }
 
+/// Misaligned rows spanning a cluster read aligned packs too: the groups
+/// share the row's shift, each worker's chunk at `(c * W + w) * V - lf_s`
+/// with `w` counted across the cluster. Before, aligned packs stayed
+/// within one group, and a cluster's V=4 packs of such rows were read
+/// element by element.
+#[test]
+fn misaligned_rows_spanning_a_cluster_read_aligned_packs() {
+    let p = make_with(
+        Operator::Softmax,
+        DType::F32,
+        "5x40003",
+        LayoutRequest {
+            workers: 4096,
+            pack: 4,
+            unroll: 4,
+            cluster_group_threads: 512,
+            push_cluster_reduce: true,
+            aligned_packs: true,
+            ..Default::default()
+        },
+    );
+    assert!(p.aligned_packs && p.groups_per_row == 8, "{}", p.describe());
+    let body = kernel(&p).source;
+    assert!(body.contains("const int w = rank * 512 + tid;"));
+    assert!(body.contains("const int i0 = (c * LF_W + w) * LF_V - lf_s; // the row's element"));
+    assert!(body.contains("reinterpret_cast<const uint4*>(p_x + row_off + i0)"));
+}
+
 /// `plain`'s schedule with aligned packs on `shape` (rows off 16 bytes),
 /// and its request.
 fn shifted(op: Operator, dtype: DType, shape: &str, plain: &Plan) -> (Plan, LayoutRequest) {

@@ -176,13 +176,14 @@ pub(crate) fn plan_rows(
 
     // Misaligned rows read in aligned packs: a row of N sits in a shifted
     // layout of at most N + V - 1 elements, whose every chunk has slots.
-    // Not where a cluster's groups would shift apart. Columns (weight,
+    // A cluster's groups share the row's shift: worker w of the cluster
+    // reads chunk c at `(c * W + w) * V - shift` wherever its group sits.
+    // Columns (weight,
     // bias) cannot follow a row's shift: they are read element by element
     // and never held across rows (no hoisting).
     let aligned_packs = request.aligned_packs
         && !n.is_multiple_of(pack as usize)
-        && vector_access(problem.dtype, pack as usize, pack as usize).is_some()
-        && groups_per_row == 1;
+        && vector_access(problem.dtype, pack as usize, pack as usize).is_some();
     let slot_bound = if aligned_packs {
         layout.chunks(n + pack as usize - 1) * pack as usize
     } else {
