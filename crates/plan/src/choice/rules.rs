@@ -819,14 +819,16 @@ const DECODE_PUSH_MISALIGNED_MAX_ROWS: usize = 16;
 /// spans a cluster, re-choosing lost on two of four (0.91x), so those keep
 /// their layout ([`softmax_cluster_pushed_instead`]).
 ///
-/// 16-bit rows of a length no multiple of 8 stay in one group of aligned
-/// packs even with the push asked for (the model does not see one SM
-/// streaming the row alone); on at most
+/// 16-bit rows of a length no multiple of 8 may stay in one group of
+/// aligned packs even with the push asked for (the model does not see one
+/// SM streaming the row alone); on at most
 /// [`DECODE_PUSH_MISALIGNED_MAX_ROWS`] of them they take the widest pushed
 /// cluster of 8-byte packs, the layout the model itself picks from about
 /// 44000 elements: 1.11-1.85x on bf16 rows of 33333-38001 at 1-16 rows,
 /// 0.52-0.87x at 32-64 (H100, L2 warm,
-/// `2026-12-06-softmax-decode-misaligned-push-h100`).
+/// `2026-12-06-softmax-decode-misaligned-push-h100`, measured while
+/// aligned packs stayed within one group; since they reach a cluster's
+/// groups the model spans that cluster itself on 12-16 such rows).
 pub(super) fn softmax_decode_pushed_instead(
     problem: &Problem,
     target: &Target,

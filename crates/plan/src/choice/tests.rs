@@ -1183,7 +1183,8 @@ fn softmax_decode_rows_in_one_group_are_rechosen_pushed() {
             "W=4096 V=8 U=2 G=1 registers push-reduce",
         ),
         // Misaligned 16-bit rows the model keeps in one group of aligned
-        // packs: the widest pushed cluster on at most 16 rows, as measured.
+        // packs: the widest pushed cluster on at most 16 rows, as measured;
+        // where the model itself spans that cluster, in its aligned packs.
         (
             DType::Bf16,
             "1x36001",
@@ -1192,7 +1193,7 @@ fn softmax_decode_rows_in_one_group_are_rechosen_pushed() {
         (
             DType::Bf16,
             "16x37001",
-            "W=8192 V=4 U=1 G=1 registers push-reduce",
+            "W=8192 V=8 U=1 G=1 registers unfolded-addresses push-reduce aligned-packs",
         ),
         (
             DType::F16,

@@ -661,12 +661,19 @@ fn aligned_packs_apply_where_each_row_can_shift_alone() {
         (Operator::Softmax, DType::Bf16, "8x1024", req(128, 8)),
         (Operator::Softmax, DType::Bf16, "8x1001", req(128, 1)),
         (Operator::Rmsnorm, DType::Bf16, "8x1024", req(128, 8)),
-        (Operator::Softmax, DType::Bf16, "8x100001", req(4096, 8)),
     ] {
         let p = aligned(op, dtype, shape, r);
         assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
         assert_eq!(p.row_shift(3), 0);
     }
+    // A cluster's groups share the row's shift.
+    let cluster = aligned(Operator::Softmax, DType::Bf16, "8x100001", req(4096, 8));
+    assert!(
+        cluster.aligned_packs && cluster.groups_per_row > 1,
+        "{}",
+        cluster.describe()
+    );
+    assert_eq!(cluster.row_shift(3), 3 * 100001 % 8);
 }
 
 /// A batch-invariant request cannot have aligned packs: they shift each
