@@ -29,11 +29,11 @@ use crate::target::Target;
 use model::{exact_tie_note, model_choice, ModelChoice};
 
 use rules::{
-    early_columns_instead, few_rows_cross_entropy_cluster_instead, few_rows_narrower_instead,
-    few_rows_one_chunk_instead, hinted_stream_instead, long_softmax_stream, one_chunk_instead,
-    one_row_per_multiprocessor, online_register_instead, saved_lse_backward_wide_instead,
-    softmax_cluster_pushed_instead, softmax_decode_pushed_instead, tiny_rows_one_thread_instead,
-    whole_row_stream_instead,
+    decode_norm_spread_instead, early_columns_instead, few_rows_cross_entropy_cluster_instead,
+    few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead,
+    long_softmax_stream, one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
+    saved_lse_backward_wide_instead, softmax_cluster_pushed_instead, softmax_decode_pushed_instead,
+    tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -171,6 +171,17 @@ fn layout_rule_beside_model(
                   slower in H200 A B B A on rows of no list, 2026-12-05); in two groups \
                   unrolled by 8 where that covers the row (U=4 1.07-1.16x slower, H100, \
                   2026-12-06)"
+                .to_string(),
+        }));
+    }
+    if let Some(spread) = decode_norm_spread_instead(problem, target, &model_plan, pick) {
+        return Ok(Some(RuleBesideModel {
+            request: spread,
+            model_plan,
+            why: "norm rows of 28-112 KB on at most half the multiprocessors: the row \
+                  spread over as many groups of 512 as keep the rows within one wave, \
+                  pushed, or one group of 1024 where that is two (one group of 512 \
+                  1.01-1.48x slower in H100 A B B A on rows of no list, 2026-12-06)"
                 .to_string(),
         }));
     }

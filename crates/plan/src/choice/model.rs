@@ -91,7 +91,11 @@ pub(crate) enum ModelChoice {
 /// The legal schedules of [`model_space`] the model ranks for `request`,
 /// leaving out packs the H200 measured too wide
 /// ([`super::rules::scalar_pack_too_wide`]) and cross-entropy widths it
-/// measured slow ([`super::rules::cross_entropy_width_left_out`]); None where the seed mapping
+/// measured slow ([`super::rules::cross_entropy_width_left_out`]), and
+/// cross-entropy clusters without aligned packs
+/// ([`super::rules::cross_entropy_cluster_unshifted`]) and long f32
+/// layernorm register tiles without early columns
+/// ([`super::rules::early_columns_only_with_shared_chunks`]); None where the seed mapping
 /// answers (an exact-order reduction). A batch-invariant request is
 /// scored at [`CANONICAL_ROWS`] rows.
 pub(crate) fn ranked_space(
@@ -117,6 +121,8 @@ pub(crate) fn ranked_space(
     Ok(Some(
         model_space(&scored, target, request)?
             .into_iter()
+            .map(|c| super::rules::cross_entropy_cluster_unshifted(&scored, c))
+            .map(|c| super::rules::early_columns_only_with_shared_chunks(&scored, c))
             .filter(|c| {
                 !super::rules::scalar_pack_too_wide(
                     &scored,

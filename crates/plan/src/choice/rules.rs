@@ -15,6 +15,7 @@
 //!   compiler's register count is known.
 
 use super::model::{model_choice, ModelChoice};
+use crate::enumeration::Legal;
 use crate::layout::vector_access;
 use crate::legality::{
     groups_by_shared_memory, groups_per_multiprocessor, plan_rows, register_budget,
@@ -403,10 +404,12 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 1.009-1.016x, 1024x262144 1.019-1.021x; measured on these two
     // lengths only; not bf16, where the second group on each SM already
     // covers the wait, nor rmsnorm f32, whose registers went 80 -> 106).
+    // Only where part of the row sits in shared memory
+    // ([`early_columns_only_with_shared_chunks`]).
     Rung {
         ops: &[Operator::Layernorm],
         dtypes: Dtypes::F32,
-        n: from(131072),
+        n: from(EARLY_COLUMNS_LONG_N),
         rows: Rows::Any,
         adds: "early-columns=1",
     },
@@ -598,6 +601,73 @@ pub(crate) fn cross_entropy_width_left_out(
     plan.threads_per_group >= 1024
 }
 
+/// A forward cross-entropy candidate spanning a cluster in aligned packs,
+/// replaced by the same schedule without them: its packs then read as
+/// before aligned packs reached a cluster's groups. The one measurement
+/// (H100 A B B A, L2 cold-inputs,
+/// `2026-12-06-misaligned-cluster-aligned-packs-h100`): bf16 96x200003
+/// ran 0.89x in aligned packs (W=4096 V=8 U=4 against V=4 U=8 read
+/// element by element), f32 48x180001 1.007x, where softmax and the norms
+/// ran 1.2-2.0x. The aligned-packs rungs of cross-entropy were measured
+/// on rows in one group, which keep them.
+pub(super) fn cross_entropy_cluster_unshifted(problem: &Problem, candidate: Legal) -> Legal {
+    let forward_ce = matches!(
+        problem.operator_kind(),
+        Some(Operator::CrossEntropy | Operator::CrossEntropyWithLse)
+    );
+    if !forward_ce || !candidate.plan.aligned_packs || candidate.plan.groups_per_row == 1 {
+        return candidate;
+    }
+    let request = LayoutRequest {
+        aligned_packs: false,
+        ..candidate.request
+    };
+    match plan_rows(problem, &candidate.target, &request) {
+        Ok(plan) => Legal {
+            request,
+            plan,
+            ..candidate
+        },
+        Err(_) => candidate,
+    }
+}
+
+/// Where the layernorm f32 rung of early columns starts.
+const EARLY_COLUMNS_LONG_N: usize = 131072;
+
+/// A layernorm f32 candidate of rows from [`EARLY_COLUMNS_LONG_N`] that
+/// holds its whole row in registers, replaced by the same schedule without
+/// early columns. The rung was measured on plans keeping part of the row
+/// in shared memory (1.009-1.021x). On register tiles the early columns
+/// take 104 to 130 registers (NVRTC 13.0, `compile-check`), one group a
+/// multiprocessor where the estimate counts two, and dropping them ran
+/// 1.08-1.23x (H100 A B B A, L2 cold-inputs,
+/// `2026-12-06-layernorm-f32-long-early-columns-h100`: 800x150000 419 ->
+/// 340 µs, 1200x140000 580 -> 538).
+pub(super) fn early_columns_only_with_shared_chunks(problem: &Problem, candidate: Legal) -> Legal {
+    let long_f32_layernorm = problem.operator_kind() == Some(Operator::Layernorm)
+        && problem.dtype == DType::F32
+        && problem.shape.n >= EARLY_COLUMNS_LONG_N;
+    if !long_f32_layernorm
+        || candidate.plan.early_columns == 0
+        || candidate.plan.shared_chunks.is_some()
+    {
+        return candidate;
+    }
+    let request = LayoutRequest {
+        early_columns: 0,
+        ..candidate.request
+    };
+    match plan_rows(problem, &candidate.target, &request) {
+        Ok(plan) => Legal {
+            request,
+            plan,
+            ..candidate
+        },
+        Err(_) => candidate,
+    }
+}
+
 /// Cross-entropy rows at least this long for [`cross_entropy_width_left_out`].
 pub(crate) const CE_LONG_N: usize = 12000;
 
@@ -666,6 +736,66 @@ pub(super) fn few_rows_narrower_instead(
     };
     let plan = plan_rows(problem, target, &narrower).ok()?;
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
+}
+
+/// Norm row bytes [`decode_norm_spread_instead`] takes: the class of the
+/// drawn misses (f32 rows of 7000-28000), measured at 28-96 KB.
+const DECODE_NORM_SPREAD_BYTES: Span = span(28_000, 112_000);
+
+/// Norm decode rows of [`DECODE_NORM_SPREAD_BYTES`] on at most half the
+/// multiprocessors, 16-byte aligned, f32 or bf16, where the model's pick
+/// holds a row in one group: the row spread over as many groups of 512 as
+/// keep every row within one wave, at most the power of two over the row's
+/// 16-byte packs, partials pushed; where that is two groups, one group of
+/// 1024. One group of 512 a row (the narrower rule) reads each row from
+/// one SM while most idle: rmsnorm f32 16x14272 ran 4.77 µs against
+/// Liger's 3.56 (a drawn problem of no list, H100). The pick against
+/// this, A B B A on nine rows of no list (H100, L2 warm,
+/// `2026-12-06-norm-decode-wide-h100`): in clusters of 4-8 1.10-1.48x
+/// (rmsnorm f32 8x12000 3.10 -> 2.09 µs, bf16 12x18000 2.95 -> 2.18,
+/// layernorm f32 20x11000 3.43 -> 2.56, residual_layernorm f32 12x7000
+/// 2.90 -> 2.63), in one group of 1024 1.01-1.39x (48-64 rows of
+/// 9000-24000; layernorm bf16 40x24000 5.07 -> 3.65).
+pub(super) fn decode_norm_spread_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let Shape { rows, n } = problem.shape;
+    let sms = target.multiprocessors as usize;
+    if target.name != "h200"
+        || !matches!(
+            problem.operator_kind(),
+            Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
+        )
+        || !matches!(problem.dtype, DType::F32 | DType::Bf16)
+        || !sixteen_byte_rows(problem)
+        || !DECODE_NORM_SPREAD_BYTES.contains(n * problem.dtype.size_bytes())
+        || 2 * rows > sms
+        || picked.groups_per_row != 1
+    {
+        return None;
+    }
+    const THREADS: u32 = 512;
+    let pack = sixteen_byte_pack(problem.dtype);
+    let fit = (sms / rows).min(target.max_cluster_groups as usize);
+    let groups = (1u32 << fit.ilog2())
+        .min((n.div_ceil(pack as usize).next_power_of_two() as u32 / THREADS).max(1));
+    let cluster = groups > 2;
+    let spread = LayoutRequest {
+        workers: if cluster { groups * THREADS } else { 1024 },
+        pack,
+        unroll: 1,
+        rows_per_group: 0,
+        push_cluster_reduce: cluster,
+        cluster_group_threads: if cluster { THREADS } else { 0 },
+        ..*pick
+    };
+    let target = with_cluster_group_threads(target, spread.cluster_group_threads).ok()?;
+    let plan = plan_rows(problem, &target, &spread).ok()?;
+    let groups_per_row = if cluster { groups } else { 1 };
+    (plan.groups_per_row == groups_per_row && !plan.rereads_tiles()).then_some(spread)
 }
 
 /// The shortest bf16 layernorm rows [`few_rows_one_chunk_instead`] takes:
