@@ -957,8 +957,10 @@ const DECODE_PUSH_MISALIGNED_MAX_ROWS: usize = 16;
 /// 44000 elements: 1.11-1.85x on bf16 rows of 33333-38001 at 1-16 rows,
 /// 0.52-0.87x at 32-64 (H100, L2 warm,
 /// `2026-12-06-softmax-decode-misaligned-push-h100`, measured while
-/// aligned packs stayed within one group; since they reach a cluster's
-/// groups the model spans that cluster itself on 12-16 such rows).
+/// aligned packs stayed within one group). Since they reach a cluster's
+/// groups the model spans that cluster itself on some such rows, in
+/// 16-byte aligned packs: 1.31-1.33x over the former cluster on bf16
+/// 8-16 rows (`2026-12-06-softmax-decode-misaligned-aligned-packs-h100`).
 pub(super) fn softmax_decode_pushed_instead(
     problem: &Problem,
     target: &Target,
