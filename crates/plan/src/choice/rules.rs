@@ -738,6 +738,24 @@ pub(super) fn few_rows_narrower_instead(
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
 }
 
+/// An H200 pick of one group a row on f32 or bf16 rows of `ops` that
+/// start on 16-byte boundaries, at most half as many as multiprocessors:
+/// where the decode rules that spread a row over several groups were
+/// measured.
+fn one_group_decode_pick(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    ops: &[Operator],
+) -> bool {
+    target.name == "h200"
+        && problem.operator_kind().is_some_and(|op| ops.contains(&op))
+        && matches!(problem.dtype, DType::F32 | DType::Bf16)
+        && sixteen_byte_rows(problem)
+        && 2 * problem.shape.rows <= target.multiprocessors as usize
+        && picked.groups_per_row == 1
+}
+
 /// Norm row bytes [`decode_norm_spread_instead`] takes: the class of the
 /// drawn misses (f32 rows of 7000-28000), measured at 28-96 KB.
 const DECODE_NORM_SPREAD_BYTES: Span = span(28_000, 112_000);
@@ -764,16 +782,13 @@ pub(super) fn decode_norm_spread_instead(
 ) -> Option<LayoutRequest> {
     let Shape { rows, n } = problem.shape;
     let sms = target.multiprocessors as usize;
-    if target.name != "h200"
-        || !matches!(
-            problem.operator_kind(),
-            Some(Operator::Rmsnorm | Operator::Layernorm | Operator::ResidualLayernorm)
-        )
-        || !matches!(problem.dtype, DType::F32 | DType::Bf16)
-        || !sixteen_byte_rows(problem)
+    let norms = [
+        Operator::Rmsnorm,
+        Operator::Layernorm,
+        Operator::ResidualLayernorm,
+    ];
+    if !one_group_decode_pick(problem, target, picked, &norms)
         || !DECODE_NORM_SPREAD_BYTES.contains(n * problem.dtype.size_bytes())
-        || 2 * rows > sms
-        || picked.groups_per_row != 1
     {
         return None;
     }
@@ -1046,16 +1061,9 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
 ) -> Option<LayoutRequest> {
     let Shape { rows, n } = problem.shape;
     let sms = target.multiprocessors as usize;
-    if target.name != "h200"
-        || !matches!(
-            problem.operator_kind(),
-            Some(Operator::CrossEntropy | Operator::CrossEntropyWithLse)
-        )
-        || !matches!(problem.dtype, DType::F32 | DType::Bf16)
-        || !sixteen_byte_rows(problem)
+    let forward_ce = [Operator::CrossEntropy, Operator::CrossEntropyWithLse];
+    if !one_group_decode_pick(problem, target, picked, &forward_ce)
         || !FEW_ROWS_CE_CLUSTER_N.contains(n)
-        || 2 * rows > sms
-        || picked.groups_per_row != 1
     {
         return None;
     }
