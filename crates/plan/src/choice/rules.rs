@@ -794,7 +794,7 @@ pub(super) fn decode_norm_spread_instead(
     }
     const THREADS: u32 = 512;
     let pack = sixteen_byte_pack(problem.dtype);
-    let fit = (sms / rows).min(target.max_cluster_groups as usize);
+    let fit = (sms / rows.max(1)).min(target.max_cluster_groups as usize);
     let groups = (1u32 << fit.ilog2())
         .min((n.div_ceil(pack as usize).next_power_of_two() as u32 / THREADS).max(1));
     let cluster = groups > 2;
