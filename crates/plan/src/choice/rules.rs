@@ -622,6 +622,11 @@ pub(super) fn cross_entropy_cluster_unshifted(problem: &Problem, candidate: Lega
         aligned_packs: false,
         ..candidate.request
     };
+    replanned(problem, candidate, request)
+}
+
+/// `candidate` with `request` in place of its own, where that is legal.
+fn replanned(problem: &Problem, candidate: Legal, request: LayoutRequest) -> Legal {
     match plan_rows(problem, &candidate.target, &request) {
         Ok(plan) => Legal {
             request,
@@ -658,14 +663,7 @@ pub(super) fn early_columns_only_with_shared_chunks(problem: &Problem, candidate
         early_columns: 0,
         ..candidate.request
     };
-    match plan_rows(problem, &candidate.target, &request) {
-        Ok(plan) => Legal {
-            request,
-            plan,
-            ..candidate
-        },
-        Err(_) => candidate,
-    }
+    replanned(problem, candidate, request)
 }
 
 /// Cross-entropy rows at least this long for [`cross_entropy_width_left_out`].
