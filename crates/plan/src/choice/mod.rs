@@ -169,8 +169,9 @@ fn layout_rule_beside_model(
                   40000-131072: a cluster a row, pushed, its groups as many as fit in 1.5 \
                   waves, of 256 threads past one wave of four (one group a row 1.05-1.87x \
                   slower in H200 A B B A on rows of no list, 2026-12-05); in two groups \
-                  unrolled by 8 where that covers the row (U=4 1.07-1.16x slower, H100, \
-                  2026-12-06)"
+                  unrolled by 8 where that covers the row (U=4 1.07-1.16x slower, H100 \
+                  and H200, 2026-12-06); misaligned rows in aligned packs (one group a row \
+                  1.33-1.56x slower, H200, 2026-12-06)"
                 .to_string(),
         }));
     }
@@ -211,9 +212,10 @@ fn layout_rule_beside_model(
         return Ok(Some(RuleBesideModel {
             request: one,
             model_plan,
-            why: "short rmsnorm rows and bf16 layernorm rows of 640 or more, fewer than \
-                  multiprocessors: one chunk a worker (one warp a row 1.06-1.86x slower in \
-                  H200 searches of rows of no list, 2026-12-03)"
+            why: "short rmsnorm rows, bf16 layernorm rows of 640 or more and bf16 \
+                  residual_layernorm rows of 257-512, fewer than multiprocessors: one chunk \
+                  a worker (one warp a row 1.06-1.86x slower in H200 searches and A B B A \
+                  on rows of no list, 2026-12-03 and 2026-12-06)"
                 .to_string(),
         }));
     }

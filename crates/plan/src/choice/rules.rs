@@ -736,10 +736,9 @@ pub(super) fn few_rows_narrower_instead(
     (plan.groups_per_row == 1 && !plan.rereads_tiles()).then_some(narrower)
 }
 
-/// An H200 pick of one group a row on f32 or bf16 rows of `ops` that
-/// start on 16-byte boundaries, at most half as many as multiprocessors:
-/// where the decode rules that spread a row over several groups were
-/// measured.
+/// An H200 pick of one group a row on f32 or bf16 rows of `ops`, at most
+/// half as many as multiprocessors: where the decode rules that spread a
+/// row over several groups were measured.
 fn one_group_decode_pick(
     problem: &Problem,
     target: &Target,
@@ -749,7 +748,6 @@ fn one_group_decode_pick(
     target.name == "h200"
         && problem.operator_kind().is_some_and(|op| ops.contains(&op))
         && matches!(problem.dtype, DType::F32 | DType::Bf16)
-        && sixteen_byte_rows(problem)
         && 2 * problem.shape.rows <= target.multiprocessors as usize
         && picked.groups_per_row == 1
 }
@@ -786,6 +784,7 @@ pub(super) fn decode_norm_spread_instead(
         Operator::ResidualLayernorm,
     ];
     if !one_group_decode_pick(problem, target, picked, &norms)
+        || !sixteen_byte_rows(problem)
         || !DECODE_NORM_SPREAD_BYTES.contains(n * problem.dtype.size_bytes())
     {
         return None;
@@ -816,6 +815,14 @@ pub(super) fn decode_norm_spread_instead(
 /// than one chunk (`2026-12-01-t4-grid-1x127-17x257-s20-h200`).
 const FEW_ROWS_ONE_CHUNK_LAYERNORM_MIN_N: usize = 640;
 
+/// The bf16 residual_layernorm rows [`few_rows_one_chunk_instead`] takes:
+/// 16-byte rows of 257-512, two chunks of one warp or one of two. A B B A
+/// against the one-warp pick (H200, L2 warm,
+/// `2026-12-06-rln-tiny-one-chunk-h200`): 30x416 2.04 -> 1.76 µs, 8x320
+/// 2.00 -> 1.69, 50x480 2.05 -> 1.76; f32 40x448 ran 1.045x, under the
+/// campaign's bar of 1.05x, so f32 keeps the model's pick.
+const FEW_ROWS_ONE_CHUNK_RESIDUAL_N: Span = span(257, 512);
+
 /// A norm's register pick on fewer rows than multiprocessors that leaves
 /// a worker more than one chunk, where one chunk a worker fits within
 /// [`few_rows_max_workers`]: W the next power of two over the row's packs,
@@ -833,7 +840,8 @@ const FEW_ROWS_ONE_CHUNK_LAYERNORM_MIN_N: usize = 640;
 /// in all nine; among plans without the ladder's variants one chunk beat
 /// W=32 by 1.19-1.86x on rmsnorm and 1.26-1.38x on bf16 layernorm. Not
 /// f32 layernorm: there W=32 beat one chunk on two of three rows; nor
-/// bf16 layernorm rows shorter than the searched ones. Rows
+/// bf16 layernorm rows shorter than the searched ones. bf16
+/// residual_layernorm on [`FEW_ROWS_ONE_CHUNK_RESIDUAL_N`]. Rows
 /// of more packs than that cap are left to the model: f32 rows of
 /// 2304-2560 ran best at W=128 with four or five chunks.
 pub(super) fn few_rows_one_chunk_instead(
@@ -848,7 +856,11 @@ pub(super) fn few_rows_one_chunk_instead(
         || !(op == Operator::Rmsnorm
             || op == Operator::Layernorm
                 && problem.dtype == DType::Bf16
-                && problem.shape.n >= FEW_ROWS_ONE_CHUNK_LAYERNORM_MIN_N)
+                && problem.shape.n >= FEW_ROWS_ONE_CHUNK_LAYERNORM_MIN_N
+            || op == Operator::ResidualLayernorm
+                && problem.dtype == DType::Bf16
+                && sixteen_byte_rows(problem)
+                && FEW_ROWS_ONE_CHUNK_RESIDUAL_N.contains(problem.shape.n))
         || picked.residency != Residency::Registers
         || picked.groups_per_row != 1
     {
@@ -1031,8 +1043,8 @@ const FEW_ROWS_CE_EIGHT_GROUPS_BYTES: usize = 160_000;
 /// measured faster so: bf16 42x128000; f32 48x88000 ran 0.94x).
 const FEW_ROWS_CE_SMALL_GROUPS_BYTES: usize = 256 * 1024;
 
-/// The forward cross-entropy on 16-byte rows of [`FEW_ROWS_CE_CLUSTER_N`],
-/// fewer rows than half the multiprocessors: a cluster a row, partials
+/// The forward cross-entropy on rows of [`FEW_ROWS_CE_CLUSTER_N`], fewer
+/// rows than half the multiprocessors: a cluster a row, partials
 /// pushed, its groups as many as fit in one and a half waves: eight of
 /// 512 on rows of at least [`FEW_ROWS_CE_EIGHT_GROUPS_BYTES`] (within
 /// three quarters of a wave), else four (of 256 threads past one wave on
@@ -1048,9 +1060,14 @@ const FEW_ROWS_CE_SMALL_GROUPS_BYTES: usize = 256 * 1024;
 /// 1.31-1.32x, 40x60000 f32 1.09x, 48x65536 bf16 1.21x; at 64 rows four
 /// groups lost (64x64000 f32 0.90x), two won (1.05x f32, 1.18x bf16).
 /// Eight against four: 1.05-1.42x at 4-12 rows of 160-512 KB, 0.82-0.94x
-/// on 16-32 rows. Left to the model: 96 and 128 rows (0.63-0.78x in
-/// either cluster), rows of 32000 (0.81-1.02x at 32 and 64 rows),
-/// misaligned rows and f16 (not measured).
+/// on 16-32 rows. Misaligned rows take the same cluster in aligned packs
+/// (H200 A B B A, L2 cold-inputs, `2026-12-06-ce-decode-misaligned-cluster-h200`,
+/// against the one group a row the model picks: bf16 40x100003 10.42 ->
+/// 7.86 µs, 24x120005 10.50 -> 6.77, 20x60005 8.09 -> 5.18, f32 24x70001
+/// 10.32 -> 6.75; the cluster without aligned packs 1.39x on 24x120005);
+/// not in two groups, unmeasured there.
+/// Left to the model: 96 and 128 rows (0.63-0.78x in either cluster), rows
+/// of 32000 (0.81-1.02x at 32 and 64 rows), and f16 (not measured).
 pub(super) fn few_rows_cross_entropy_cluster_instead(
     problem: &Problem,
     target: &Target,
@@ -1077,6 +1094,12 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         } else {
             (2, 1024)
         };
+    // Misaligned rows were measured in four groups (20-40 rows); in one
+    // group of aligned packs 64x50257 ran 0.95x of scalar packs.
+    let shifted = !sixteen_byte_rows(problem);
+    if shifted && groups == 2 {
+        return None;
+    }
     // Rows in two groups of 1024: a worker's whole share of the row loaded
     // in one unrolled step where eight stripes cover it and four do not
     // (U=8 against U=4, H100 A B B A, L2 cold-inputs: f32 1.07-1.11x on
@@ -1098,6 +1121,7 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
         cluster_group_threads: threads,
         push_cluster_reduce: true,
         split_groups: target.needs_split_groups(groups * threads),
+        aligned_packs: shifted,
         ..*pick
     };
     let target = with_cluster_group_threads(target, cluster.cluster_group_threads).ok()?;

@@ -1940,6 +1940,10 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
         (Operator::CrossEntropy, DType::F32, "48x88000", 4, 512),
         (Operator::CrossEntropy, DType::F32, "64x64000", 2, 1024),
         (Operator::CrossEntropy, DType::Bf16, "66x40000", 2, 1024),
+        // Misaligned rows, in aligned packs (1.33-1.56x, H200).
+        (Operator::CrossEntropy, DType::Bf16, "24x100001", 4, 512),
+        (Operator::CrossEntropy, DType::F32, "24x70001", 4, 512),
+        (Operator::CrossEntropy, DType::Bf16, "40x100003", 4, 256),
     ] {
         let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
         assert_eq!(
@@ -1955,17 +1959,19 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
         );
         // A cluster of 1024 threads or fewer only with split-groups.
         assert_eq!(p.schedule().split_groups, groups * threads <= 1024);
+        let shifted = !(p_n(shape) * dtype.size_bytes()).is_multiple_of(16);
+        assert_eq!(p.aligned_packs, shifted, "{shape}: {}", p.describe());
         let note = automatic_note(&typed(op, dtype, shape), &t, &auto).unwrap_or_default();
         assert!(note.contains("a cluster a row"), "{note}");
     }
     // Rows enough for one group on most SMs (96, 128: 0.63-0.78x in a
-    // cluster), rows of 32000 (at par or slower), misaligned rows, f16 and
-    // the backward keep the model's pick: one group a row.
+    // cluster), rows of 32000 (at par or slower), f16 and the backward
+    // keep the model's pick: one group a row.
     for (op, dtype, shape) in [
         (Operator::CrossEntropy, DType::F32, "67x60000"),
         (Operator::CrossEntropy, DType::Bf16, "128x50000"),
         (Operator::CrossEntropy, DType::F32, "32x32000"),
-        (Operator::CrossEntropy, DType::Bf16, "24x100001"),
+        (Operator::CrossEntropy, DType::Bf16, "82x100890"),
         (Operator::CrossEntropy, DType::F16, "24x100000"),
         (Operator::CrossEntropyBackward, DType::Bf16, "24x100000"),
     ] {
@@ -2205,4 +2211,45 @@ fn long_f32_layernorm_register_tiles_load_columns_in_turn() {
             p.describe()
         );
     }
+}
+
+/// bf16 residual_layernorm on 16-byte rows of 257-512, fewer rows than
+/// SMs: one chunk a worker (1.16-1.19x over one warp a row, H200 A B B A);
+/// f32 (1.045x, under the bar), misaligned and longer rows keep the
+/// model's pick.
+#[test]
+fn few_bf16_residual_rows_of_257_to_512_take_one_chunk() {
+    let t = Target::h200();
+    let auto = automatic();
+    for shape in ["30x416", "8x320", "2x344", "50x480"] {
+        let p = plan(
+            &typed(Operator::ResidualLayernorm, DType::Bf16, shape),
+            &t,
+            &auto,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.layout.workers, p.layout.chunks(p_n(shape))),
+            (64, 1),
+            "{shape}: {}",
+            p.describe()
+        );
+    }
+    for (dtype, shape) in [
+        (DType::F32, "40x448"),
+        (DType::Bf16, "3x194"),
+        (DType::Bf16, "200x416"),
+    ] {
+        let p = plan(&typed(Operator::ResidualLayernorm, dtype, shape), &t, &auto).unwrap();
+        assert_ne!(
+            (p.layout.workers, p.layout.chunks(p_n(shape))),
+            (64, 1),
+            "{dtype} {shape}: {}",
+            p.describe()
+        );
+    }
+}
+
+fn p_n(shape: &str) -> usize {
+    shape.split_once('x').unwrap().1.parse().unwrap()
 }
