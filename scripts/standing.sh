@@ -75,9 +75,14 @@ trap 'rm -f "$tmp" "$corpus_tmp"' EXIT
     echo
     echo "# Shapes of no list on the $gpu"
     echo
-    echo "The problems of bench/drawn.csv, drawn by $drawn_by (each line's config column) before anything was measured: operator, dtype, row length and row count of no model list. No rule, model or database entry was fitted on them. The tables list only the problems where lanefold trails the best peer."
+    echo "The problems of bench/drawn.csv, drawn by $drawn_by (each line's config column) before anything was measured: shapes of no model list. No rule, model or database entry was fitted on them. The tables list only the problems where lanefold trails the best peer."
     echo
-    sed '1,2{/^# \|^$/d}' <<< "$drawn" | trailing_only
+    # The runs are listed above each card, so its tables leave out the
+    # columns naming each problem's run and its model (all drawn), and
+    # the verdicts' notes of peers not measured (`scorecard` gives them).
+    sed '1,2{/^# \|^$/d}' <<< "$drawn" | trailing_only |
+      sed '/^| /s/ [^|]* |$//; /^|---/s/---|$//; /^| /s/^| [^|]* |/|/; /^|---/s/^|---|/|/' |
+      sed '/^| /s/ ([^)]*not measured)//'
   done
 } > "$corpus_tmp"
 mv "$tmp" "$out"
