@@ -1972,6 +1972,7 @@ fn few_cross_entropy_rows_of_40000_to_131072_span_a_cluster() {
         (Operator::CrossEntropy, DType::Bf16, "128x50000"),
         (Operator::CrossEntropy, DType::F32, "32x32000"),
         (Operator::CrossEntropy, DType::Bf16, "82x100890"),
+        (Operator::CrossEntropy, DType::Bf16, "8x120001"),
         (Operator::CrossEntropy, DType::F16, "24x100000"),
         (Operator::CrossEntropyBackward, DType::Bf16, "24x100000"),
     ] {
