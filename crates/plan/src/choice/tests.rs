@@ -2251,6 +2251,7 @@ fn few_bf16_residual_rows_of_257_to_512_take_one_chunk() {
     }
 }
 
+/// The row length of a shape written `ROWSxN`.
 fn p_n(shape: &str) -> usize {
-    shape.split_once('x').unwrap().1.parse().unwrap()
+    shape.parse::<Shape>().unwrap().n
 }
