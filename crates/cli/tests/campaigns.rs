@@ -58,3 +58,54 @@ fn every_campaign_case_plans_both_forms_and_they_differ() {
         eprintln!("no campaign pending in {}", dir.display());
     }
 }
+
+/// `scripts/campaigns.sh` runs several campaigns in one command, each with
+/// the L2 state its header asks for, one tar each; an unknown campaign
+/// stops it before anything runs.
+#[test]
+fn several_campaigns_run_in_one_command_each_with_its_l2() {
+    let root = std::env::temp_dir().join(format!("lanefold-campaigns-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let cases = root.join("cases");
+    std::fs::create_dir_all(&cases).unwrap();
+    let line = "r rmsnorm f32 8x29 | auto | W=32 V=1 U=1 G=8 registers\n";
+    std::fs::write(cases.join("warm.txt"), format!("# L2=warm\n{line}")).unwrap();
+    std::fs::write(cases.join("cold.txt"), format!("# cold inputs\n{line}")).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/campaigns.sh");
+    let run = |names: &[&str]| {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .args(names)
+            .env("BIN", env!("CARGO_BIN_EXE_lanefold"))
+            .env("BACKEND", "cpu")
+            .env("GPU_TAG", "test")
+            .env("BUDGET_S", "300")
+            .env("CAMPAIGNS_DIR", &cases)
+            .env("OUT_ROOT", root.join("out"))
+            .env("TAR_TO", root.join("tars"))
+            .env_remove("L2")
+            .output()
+            .unwrap()
+    };
+    let missing = run(&["warm", "absent"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(!root.join("out").exists(), "ran before refusing");
+
+    let out = run(&["warm", "cold:250"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for form in ["a1", "b1", "b2", "a2"] {
+        let dir = root.join(format!("out/warm-test/r-{form}"));
+        assert!(dir.join("results.json").exists(), "{text}");
+    }
+    assert!(text.contains("r (e2e p50): A "), "{text}");
+    // The CPU backend refuses cold inputs: the header without `L2=warm`
+    // asked for them.
+    let log = std::fs::read_to_string(root.join("out/cold-test/r-a1.log")).unwrap();
+    assert!(log.contains("cold-inputs"), "{log}");
+    for name in ["warm-test", "cold-test"] {
+        assert!(root.join(format!("tars/{name}.tgz")).exists(), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
