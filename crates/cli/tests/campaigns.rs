@@ -9,6 +9,8 @@ use lanefold_plan::{plan, LayoutRequest, Problem, Target};
 use std::collections::BTreeSet;
 use std::path::Path;
 
+mod common;
+
 #[test]
 fn every_campaign_case_plans_both_forms_and_they_differ() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/campaigns");
@@ -64,8 +66,7 @@ fn every_campaign_case_plans_both_forms_and_they_differ() {
 /// stops it before anything runs.
 #[test]
 fn several_campaigns_run_in_one_command_each_with_its_l2() {
-    let root = std::env::temp_dir().join(format!("lanefold-campaigns-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = common::tmp("campaigns", "several");
     let cases = root.join("cases");
     std::fs::create_dir_all(&cases).unwrap();
     let line = "r rmsnorm f32 8x29 | auto | W=32 V=1 U=1 G=8 registers\n";
@@ -92,8 +93,7 @@ fn several_campaigns_run_in_one_command_each_with_its_l2() {
     assert!(!root.join("out").exists(), "ran before refusing");
 
     let out = run(&["warm", "cold:250"]);
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = common::text(&out);
     assert!(out.status.success(), "{text}");
     for form in ["a1", "b1", "b2", "a2"] {
         let dir = root.join(format!("out/warm-test/r-{form}"));
