@@ -159,155 +159,127 @@ fn layout_rule_beside_model(
             why: format!("the tuning database's schedule for this problem ({evidence})"),
         }));
     }
-    if let Some(cluster) =
-        few_rows_cross_entropy_cluster_instead(problem, target, &model_plan, pick)
-    {
-        return Ok(Some(RuleBesideModel {
-            request: cluster,
-            model_plan,
-            why: "cross-entropy on fewer rows than half the multiprocessors, rows of \
-                  40000-131072: a cluster a row, pushed, its groups as many as fit in 1.5 \
-                  waves, of 256 threads past one wave of four (one group a row 1.05-1.87x \
-                  slower in H200 A B B A on rows of no list, 2026-12-05); in two groups \
-                  unrolled by 8 where that covers the row (U=4 1.07-1.16x slower, H100 \
-                  and H200, 2026-12-06); misaligned rows in aligned packs (one group a row \
-                  1.33-1.56x slower, H200, 2026-12-06)"
-                .to_string(),
-        }));
-    }
-    if let Some(spread) = decode_norm_spread_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: spread,
-            model_plan,
-            why: "norm rows of 28-112 KB on at most half the multiprocessors: the row \
-                  spread over as many groups of 512 as keep the rows within one wave, \
-                  pushed, or one group of 1024 where that is two (one group of 512 \
-                  1.01-1.48x slower in H100 A B B A on rows of no list, 2026-12-06)"
-                .to_string(),
-        }));
-    }
-    if let Some(narrower) = few_rows_narrower_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: narrower,
-            model_plan,
-            why: format!(
-                "fewer rows than multiprocessors: at most {} workers per row, every pack \
-                 in flight (one block reduction over fewer warps; 1.05-1.22x on \
-                 1-64 x 4096 in the H200 grid searches of 2026-11-30)",
-                narrower.workers
-            ),
-        }));
-    }
-    if let Some(wide) = saved_lse_backward_wide_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: wide,
-            model_plan,
-            why: "bf16 cross-entropy backward from a saved lse on rows of 16384-100000: \
-                  one group of 1024 workers a row (the W=512 picks 1.008-1.26x slower in \
-                  H200 searches of rows of no list, 2026-12-03)"
-                .to_string(),
-        }));
-    }
-    if let Some(one) = few_rows_one_chunk_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: one,
-            model_plan,
-            why: "short rmsnorm rows, bf16 layernorm rows of 640 or more and bf16 \
-                  residual_layernorm rows of 257-512, fewer than multiprocessors: one chunk \
-                  a worker (one warp a row 1.06-1.86x slower in H200 searches and A B B A \
-                  on rows of no list, 2026-12-03 and 2026-12-06)"
-                .to_string(),
-        }));
-    }
-    if let Some(one) = tiny_rows_one_thread_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: one,
-            model_plan,
-            why: "f32 and bf16 sums and softmax over rows of at most 16 elements in their \
-                  tens of thousands: one thread a row (the W=8 picks 1.13-4.9x slower in the \
-                  H200 searches of 2026-12-03)"
-                .to_string(),
-        }));
-    }
-    if let Some(online) = online_register_instead(problem, target, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: online,
-            model_plan,
-            why: "16-bit softmax on rows of 18432-32767 larger than the L2: a register plan \
-                  with the online normalizer, two groups per SM (the streamed plan \
-                  1.12-1.42x slower in H200 A B B A on rows of no list, 2026-12-04)"
-                .to_string(),
-        }));
-    }
-    if let Some(streamed) = whole_row_stream_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: streamed,
-            model_plan,
-            why: "rows of 4096-8192 larger than the L2: streamed with re-read hints, the \
-                  whole row in one chunk per pass (1.02-1.05x over the model's picks in \
-                  2026-11-30-t1s-*-h200)"
-                .to_string(),
-        }));
-    }
-    if let Some(streamed) = hinted_stream_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: streamed,
-            model_plan,
-            why: if long_softmax_stream(problem) {
-                "bf16 softmax rows of 32769-65535 larger than the L2: streamed with re-read \
-                 hints in 512-worker groups (the model's unpacked tiles and clusters ran \
-                 1.02-1.89x slower)"
-            } else {
-                "a streamed plan with re-read hints (64 private slots per thread compile \
-                 to 108-128 registers on sm_90; the streamed plans measured 1.02-1.11x \
-                 faster)"
-            }
-            .to_string(),
-        }));
-    }
-    if let Some(one) = one_chunk_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: one,
-            model_plan,
-            why: "short rmsnorm rows of at most a wave of 256-thread groups: one chunk a \
-                  worker, at most 256 workers (the narrow picks 1.04-1.30x slower in the \
-                  H200 searches of 2026-12-03)"
-                .to_string(),
-        }));
-    }
-    if let Some(pushed) = softmax_decode_pushed_instead(problem, target, &model_plan, request) {
-        return Ok(Some(RuleBesideModel {
-            request: pushed,
-            model_plan,
-            why: "softmax decode rows of 32768-131071, at most 64, picked in one group a row: \
-                  the model's pick with partials pushed, or on at most 16 misaligned 16-bit \
-                  rows the widest pushed cluster (the one-group picks 1.11-2.16x slower in \
-                  H100 A B B A on rows of no list, 2026-12-06)"
-                .to_string(),
-        }));
-    }
-    if let Some(pushed) = softmax_cluster_pushed_instead(problem, target, &model_plan, pick) {
-        return Ok(Some(RuleBesideModel {
-            request: pushed,
-            model_plan,
-            why: "softmax rows under 131072 spanning a cluster: the same layout, partials \
-                  pushed (the unpushed plans 1.08-2.19x slower in H100 A B B A on rows of no \
-                  list, 2026-12-06)"
-                .to_string(),
-        }));
-    }
-    Ok(
-        early_columns_instead(problem, target, &model_plan, pick).map(|early| RuleBesideModel {
-            request: early,
-            model_plan,
-            why: "every chunk's weight and bias loaded before the reduction, on an output \
-                  phase of three chunks or more and a problem within the L2 (the column \
-                  loads otherwise wait on each chunk's store in turn; 1.01-1.42x in the \
-                  H200 searches of 2026-12-03)"
-                .to_string(),
-        }),
-    )
+    let rule = RANGE_RULES
+        .iter()
+        .find_map(|(rule, why)| Some((rule(problem, target, &model_plan, request, pick)?, why)));
+    Ok(rule.map(|(request, why)| RuleBesideModel {
+        request,
+        model_plan,
+        why: why.to_string(),
+    }))
 }
+
+/// A range rule beside the model: given the problem, the target, the
+/// model's plan, the request and the model's pick, the request in place of
+/// that pick, or None where the rule does not apply.
+type RangeRule =
+    fn(&Problem, &Target, &Plan, &LayoutRequest, &LayoutRequest) -> Option<LayoutRequest>;
+
+/// The range rules of [`rules`] in the order they are tried, each with
+/// the note `lanefold plan` prints for it.
+const RANGE_RULES: &[(RangeRule, &str)] = &[
+    (
+        |p, t, m, _, pick| few_rows_cross_entropy_cluster_instead(p, t, m, pick),
+        "cross-entropy on fewer rows than half the multiprocessors, rows of \
+         40000-131072: a cluster a row, pushed, its groups as many as fit in \
+         1.5 waves, of 256 threads past one wave of four (one group a row \
+         1.05-1.87x slower in H200 A B B A on rows of no list, 2026-12-05); in \
+         two groups unrolled by 8 where that covers the row (U=4 1.07-1.16x \
+         slower, H100 and H200, 2026-12-06); misaligned rows in aligned packs \
+         (one group a row 1.33-1.56x slower, H200, 2026-12-06)",
+    ),
+    (
+        |p, t, m, _, pick| decode_norm_spread_instead(p, t, m, pick),
+        "norm rows of 28-112 KB on at most half the multiprocessors: the row \
+         spread over as many groups of 512 as keep the rows within one wave, \
+         pushed, or one group of 1024 where that is two (one group of 512 \
+         1.01-1.48x slower in H100 A B B A on rows of no list, 2026-12-06)",
+    ),
+    (
+        |p, t, m, _, pick| few_rows_narrower_instead(p, t, m, pick),
+        "fewer rows than multiprocessors: at most 512 workers per row (256 for \
+         softmax and cross-entropy), every pack in flight (one block reduction \
+         over fewer warps; 1.05-1.22x on 1-64 x 4096 in the H200 grid searches \
+         of 2026-11-30)",
+    ),
+    (
+        |p, t, m, _, pick| saved_lse_backward_wide_instead(p, t, m, pick),
+        "bf16 cross-entropy backward from a saved lse on rows of 16384-100000: \
+         one group of 1024 workers a row (the W=512 picks 1.008-1.26x slower in \
+         H200 searches of rows of no list, 2026-12-03)",
+    ),
+    (
+        |p, t, m, _, pick| few_rows_one_chunk_instead(p, t, m, pick),
+        "short rmsnorm rows, bf16 layernorm rows of 640 or more and bf16 \
+         residual_layernorm rows of 257-512, fewer than multiprocessors: one \
+         chunk a worker (one warp a row 1.06-1.86x slower in H200 searches and \
+         A B B A on rows of no list, 2026-12-03 and 2026-12-06)",
+    ),
+    (
+        |p, t, m, _, pick| tiny_rows_one_thread_instead(p, t, m, pick),
+        "f32 and bf16 sums and softmax over rows of at most 16 elements in \
+         their tens of thousands: one thread a row (the W=8 picks 1.13-4.9x \
+         slower in the H200 searches of 2026-12-03)",
+    ),
+    (
+        |p, t, _, _, pick| online_register_instead(p, t, pick),
+        "16-bit softmax on rows of 18432-32767 larger than the L2: a register \
+         plan with the online normalizer, two groups per SM (the streamed plan \
+         1.12-1.42x slower in H200 A B B A on rows of no list, 2026-12-04)",
+    ),
+    (
+        |p, t, m, _, pick| whole_row_stream_instead(p, t, m, pick),
+        "rows of 4096-8192 larger than the L2: streamed with re-read hints, the \
+         whole row in one chunk per pass (1.02-1.05x over the model's picks in \
+         2026-11-30-t1s-*-h200)",
+    ),
+    (
+        |p, t, m, _, pick| {
+            long_softmax_stream(p)
+                .then(|| hinted_stream_instead(p, t, m, pick))
+                .flatten()
+        },
+        "bf16 softmax rows of 32769-65535 larger than the L2: streamed with \
+         re-read hints in 512-worker groups (the model's unpacked tiles and \
+         clusters ran 1.02-1.89x slower)",
+    ),
+    (
+        |p, t, m, _, pick| {
+            (!long_softmax_stream(p))
+                .then(|| hinted_stream_instead(p, t, m, pick))
+                .flatten()
+        },
+        "a streamed plan with re-read hints (64 private slots per thread \
+         compile to 108-128 registers on sm_90; the streamed plans measured \
+         1.02-1.11x faster)",
+    ),
+    (
+        |p, t, m, _, pick| one_chunk_instead(p, t, m, pick),
+        "short rmsnorm rows of at most a wave of 256-thread groups: one chunk a \
+         worker, at most 256 workers (the narrow picks 1.04-1.30x slower in the \
+         H200 searches of 2026-12-03)",
+    ),
+    (
+        |p, t, m, request, _| softmax_decode_pushed_instead(p, t, m, request),
+        "softmax decode rows of 32768-131071, at most 64, picked in one group a \
+         row: the model's pick with partials pushed, or on at most 16 \
+         misaligned 16-bit rows the widest pushed cluster (the one-group picks \
+         1.11-2.16x slower in H100 A B B A on rows of no list, 2026-12-06)",
+    ),
+    (
+        |p, t, m, _, pick| softmax_cluster_pushed_instead(p, t, m, pick),
+        "softmax rows under 131072 spanning a cluster: the same layout, \
+         partials pushed (the unpushed plans 1.08-2.19x slower in H100 A B B A \
+         on rows of no list, 2026-12-06)",
+    ),
+    (
+        |p, t, m, _, pick| early_columns_instead(p, t, m, pick),
+        "every chunk's weight and bias loaded before the reduction, on an \
+         output phase of three chunks or more and a problem within the L2 (the \
+         column loads otherwise wait on each chunk's store in turn; 1.01-1.42x \
+         in the H200 searches of 2026-12-03)",
+    ),
+];
 
 /// The shipped tuning database's schedule for this problem in place of
 /// the model's `pick` ([`crate::tuned`]: `tuning/h200.json`), with the
