@@ -33,7 +33,7 @@ use rules::{
     few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead,
     long_softmax_stream, one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
     saved_lse_backward_wide_instead, softmax_cluster_pushed_instead, softmax_decode_pushed_instead,
-    tiny_rows_one_thread_instead, whole_row_stream_instead,
+    tiny_rows_one_thread_instead, whole_row_stream_instead, wide_bf16_rmsnorm_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -271,6 +271,13 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
         "softmax rows under 131072 spanning a cluster: the same layout, \
          partials pushed (the unpushed plans 1.08-2.19x slower in H100 A B B A \
          on rows of no list, 2026-12-06)",
+    ),
+    (
+        |p, t, m, _, pick| wide_bf16_rmsnorm_instead(p, t, m, pick),
+        "bf16 rmsnorm rows of 13000-16384 on a tile of 24-64 MiB: one group of \
+         512 a row, every chunk in flight (the 256-thread picks 1.10-1.34x \
+         slower in H100 and H200 A B B A on rows of no list, 2026-12-06 and \
+         2026-12-07)",
     ),
     (
         |p, t, m, _, pick| early_columns_instead(p, t, m, pick),

@@ -77,6 +77,8 @@ enum Rows {
     /// Fewer rows than multiprocessors: each row alone on its SM, its time
     /// its latency.
     FewerThanSms,
+    /// [`Rows::Shifted`], fewer than multiprocessors.
+    ShiftedFewerThanSms,
     /// A rows x N tile of at least [`PAST_L2_BYTES`].
     PastL2,
     /// [`Rows::PastL2`] rows that all start on 16-byte boundaries.
@@ -187,6 +189,33 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
         dtypes: Dtypes::Any,
         n: from(1),
         rows: Rows::ShiftedOffFourAtLeastSms,
+        adds: "aligned-packs",
+    },
+    // ... and on fewer rows than SMs, rows of 65536 and more, which span a
+    // cluster: rmsnorm and 16-bit residual_layernorm. Default against
+    // aligned packs, A B B A, L2 cold-inputs, rows of no list: rmsnorm
+    // 1.18-1.59x on six of six (f32 16x100003 16.8 -> 10.9 µs, bf16
+    // 8x200001 11.4 -> 7.2; 2026-12-07-rmsnorm-decode-cluster-aligned-packs-
+    // h100; on the H200 f32 24x120001 1.55x, bf16 50x90001 1.74x:
+    // 2026-12-06-norm-decode-cluster-aligned-packs-h200); residual_layernorm
+    // bf16 1.14-1.87x on five of five (30x200003 55.0 -> 29.4; 2026-12-07-
+    // residual-layernorm-bf16-decode-cluster-aligned-packs-h100; H200
+    // 40x150001 1.47x). Streamed clusters of 8 groups of 256 came within
+    // 0.96-1.12x of these (2026-12-07-residual-layernorm-bf16-decode-stream-
+    // cluster-h100). layernorm bf16 16x200003 (0.95x, another cluster) and
+    // residual_layernorm f32 30x65537 (1.00x) keep their plans.
+    Rung {
+        ops: &[Operator::Rmsnorm],
+        dtypes: Dtypes::Any,
+        n: from(65536),
+        rows: Rows::ShiftedFewerThanSms,
+        adds: "aligned-packs",
+    },
+    Rung {
+        ops: &[Operator::ResidualLayernorm],
+        dtypes: Dtypes::Bits16,
+        n: from(65536),
+        rows: Rows::ShiftedFewerThanSms,
         adds: "aligned-packs",
     },
     // ... cross_entropy's forward in 16-bit rows only (f32 4096x50257 ran
@@ -479,21 +508,19 @@ fn rung_variants() -> &'static [LayoutRequest] {
 
 impl Rung {
     fn covers(&self, problem: &Problem, target: &Target, batch_invariant: bool) -> bool {
+        let (shifted, rows) = (!sixteen_byte_rows(problem), problem.shape.rows);
+        let sms = target.multiprocessors as usize;
         let rows = match self.rows {
             Rows::Any => true,
-            Rows::Misaligned => !sixteen_byte_rows(problem),
+            Rows::Misaligned => shifted,
             _ if batch_invariant => false,
-            Rows::Shifted => !sixteen_byte_rows(problem),
-            Rows::ShiftedAtLeastSms => {
-                !sixteen_byte_rows(problem) && problem.shape.rows >= target.multiprocessors as usize
-            }
-            Rows::ShiftedOffFourAtLeastSms => {
-                !problem.shape.n.is_multiple_of(4)
-                    && problem.shape.rows >= target.multiprocessors as usize
-            }
-            Rows::FewerThanSms => problem.shape.rows < target.multiprocessors as usize,
+            Rows::Shifted => shifted,
+            Rows::ShiftedAtLeastSms => shifted && rows >= sms,
+            Rows::ShiftedOffFourAtLeastSms => !problem.shape.n.is_multiple_of(4) && rows >= sms,
+            Rows::FewerThanSms => rows < sms,
+            Rows::ShiftedFewerThanSms => shifted && rows < sms,
             Rows::PastL2 => past_l2(problem),
-            Rows::AlignedPastL2 => sixteen_byte_rows(problem) && past_l2(problem),
+            Rows::AlignedPastL2 => !shifted && past_l2(problem),
         };
         problem
             .operator_kind()
@@ -559,8 +586,12 @@ pub(crate) fn scalar_pack_too_wide(
         return false;
     }
     let Shape { rows, n } = problem.shape;
-    let many_short =
-        n < SCALAR_SHORT_N && rows >= SCALAR_MANY_ROWS_PER_SM * target.multiprocessors as usize;
+    let per_sm = if problem.dtype == DType::F32 && n < SCALAR_WARP_N {
+        1
+    } else {
+        SCALAR_MANY_ROWS_PER_SM
+    };
+    let many_short = n < SCALAR_SHORT_N && rows >= per_sm * target.multiprocessors as usize;
     if many_short {
         pack > 4 / problem.dtype.size_bytes() as u32
     } else {
@@ -679,6 +710,15 @@ pub(crate) const SCALAR_SHORT_N: usize = 1024;
 /// Rows per multiprocessor from which [`scalar_pack_too_wide`] keeps a
 /// warp's scalar loads consecutive (measured from 124 per SM up).
 pub(crate) const SCALAR_MANY_ROWS_PER_SM: usize = 8;
+
+/// f32 rows shorter than this keep their scalar loads consecutive from
+/// one row a multiprocessor: one warp a row of scalars, eight rows a group
+/// (the model's pick so), ran 1.25-1.48x the aligned packs of W=8-16 it
+/// took below eight rows an SM, on 300-1000 misaligned rows of 21-61 of
+/// rmsnorm, layernorm and softmax (H100 A B B A, L2 cold-inputs,
+/// `2026-12-07-short-misaligned-f32-rows-one-warp-h100`; rmsnorm 900x29
+/// 1.90 µs against 1.36-1.49 for 1200-2000 rows of 45-61 on the H200).
+pub(crate) const SCALAR_WARP_N: usize = 64;
 
 /// At most this many workers per row when there are fewer rows than
 /// multiprocessors (see [`few_rows_narrower_instead`]).
@@ -1432,6 +1472,45 @@ pub(super) fn one_chunk_instead(
     let one = one_chunk_request(pick, picked, workers, 1);
     let plan = plan_rows(problem, target, &one).ok()?;
     (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
+}
+
+/// bf16 rmsnorm rows of this length take one group of 512
+/// ([`wide_bf16_rmsnorm_instead`]).
+const WIDE_BF16_RMSNORM_N: Span = span(13000, 16384);
+
+/// The model's pick of one 256-thread group a row (seven chunks a worker,
+/// four groups an SM) for bf16 rmsnorm rows of [`WIDE_BF16_RMSNORM_N`],
+/// on a tile between [`EARLY_COLUMNS_MAX_BYTES`] and [`PAST_L2_BYTES`],
+/// replaced by one group of 512 with every chunk in flight (W=512 V=8
+/// U=4). A B B A, L2 cold-inputs, rows of no list: 1.10-1.27x on the four
+/// such tiles of 1000-2200 rows (1000x16000 30.3 -> 23.9 µs; H100,
+/// `2026-12-07-rmsnorm-bf16-wide-past-l2-w512-h100`) and 1.17-1.34x on
+/// 1300x15000 and 1800x14000 (H200, `2026-12-06-rmsnorm-bf16-wide-past-
+/// l2-h200`); past the L2 (3000x14336, 86 MB) it ran at par (0.99x), as
+/// did 2600x12800 (0.996x).
+pub(super) fn wide_bf16_rmsnorm_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    if !norm_register_pick_on_many_rows(problem, target, picked)
+        || problem.operator_kind() != Some(Operator::Rmsnorm)
+        || problem.dtype != DType::Bf16
+        || !WIDE_BF16_RMSNORM_N.contains(problem.shape.n)
+        || row_tile_bytes(problem) <= EARLY_COLUMNS_MAX_BYTES
+        || past_l2(problem)
+        || picked.layout.workers != 256
+    {
+        return None;
+    }
+    let wide = LayoutRequest {
+        workers: 512,
+        pack: 8,
+        unroll: 4,
+        ..*pick
+    };
+    plan_rows(problem, target, &wide).ok().map(|_| wide)
 }
 
 /// The workers that hold a row in one chunk of `picked`'s packs: the next

@@ -1776,6 +1776,95 @@ fn regression_misaligned_rows_read_every_pack_as_scalars() {
     assert!(!cpu.aligned_packs);
 }
 
+/// Misaligned decode rows spanning a cluster read their packs element by
+/// element and ran 2.5-3.7x their prediction (residual_layernorm bf16
+/// 57x175011 68.7 µs against 21.4 on the H200): rmsnorm and 16-bit
+/// residual_layernorm rows of 65536 and more on fewer rows than SMs now
+/// take aligned packs. Layernorm, residual_layernorm f32, aligned rows and
+/// rows past the SM count keep their plans.
+#[test]
+fn regression_misaligned_decode_cluster_rows_read_packs_element_by_element() {
+    let h200 = Target::h200();
+    let auto = |op, dtype, shape| plan(&typed(op, dtype, shape), &h200, &automatic()).unwrap();
+    for (op, dtype, shape) in [
+        (Operator::Rmsnorm, DType::F32, "16x100003"),
+        (Operator::Rmsnorm, DType::Bf16, "8x200001"),
+        (Operator::ResidualLayernorm, DType::Bf16, "57x175011"),
+        (Operator::ResidualLayernorm, DType::Bf16, "30x200003"),
+    ] {
+        let p = auto(op, dtype, shape);
+        assert!(
+            p.aligned_packs && p.groups_per_row > 1,
+            "{op} {shape}: {}",
+            p.describe()
+        );
+    }
+    for (op, dtype, shape) in [
+        (Operator::Layernorm, DType::Bf16, "16x200003"),
+        (Operator::ResidualLayernorm, DType::F32, "30x65537"),
+        (Operator::Rmsnorm, DType::Bf16, "50x65536"),
+        (Operator::Rmsnorm, DType::Bf16, "40x65535"),
+    ] {
+        let p = auto(op, dtype, shape);
+        assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
+    }
+}
+
+/// Misaligned f32 rows under 64 elements, from one row a multiprocessor
+/// up to eight: read as scalars (V=1), no longer in aligned packs of four,
+/// which ran 1.25-1.48x slower than one warp a row of scalars. bf16, rows
+/// of 64 and fewer rows than SMs keep their packs.
+#[test]
+fn short_misaligned_f32_rows_from_one_an_sm_read_scalars() {
+    let h200 = Target::h200();
+    let auto = |op, dtype, shape| plan(&typed(op, dtype, shape), &h200, &automatic()).unwrap();
+    for (op, shape) in [
+        (Operator::Rmsnorm, "1000x37"),
+        (Operator::Rmsnorm, "300x61"),
+        (Operator::Layernorm, "700x37"),
+        (Operator::Softmax, "400x21"),
+    ] {
+        let p = auto(op, DType::F32, shape);
+        assert_eq!(p.layout.pack, 1, "{op} {shape}: {}", p.describe());
+        assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
+    }
+    for (op, dtype, shape) in [
+        (Operator::Rmsnorm, DType::Bf16, "1000x37"),
+        (Operator::Softmax, DType::F32, "100x33"),
+        (Operator::Rmsnorm, DType::F32, "1000x65"),
+    ] {
+        assert!(
+            auto(op, dtype, shape).layout.pack > 1,
+            "{op} {dtype} {shape}"
+        );
+    }
+}
+
+/// bf16 rmsnorm rows of 13000-16384 on tiles of 24-64 MiB: one group of
+/// 512 a row. Tiles past the L2, within the early-columns range, f32 and
+/// shorter rows keep the model's pick.
+#[test]
+fn wide_bf16_rmsnorm_rows_within_the_l2_take_one_group_of_512() {
+    let h200 = Target::h200();
+    let auto =
+        |dtype, shape| plan(&typed(Operator::Rmsnorm, dtype, shape), &h200, &automatic()).unwrap();
+    for shape in ["1000x16000", "1800x14000", "2200x13504"] {
+        let p = auto(DType::Bf16, shape);
+        assert_eq!(p.layout.workers, 512, "{shape}: {}", p.describe());
+        assert_eq!(p.layout.chunks(p.shape().n), 4, "{shape}: {}", p.describe());
+    }
+    for (dtype, shape) in [
+        (DType::Bf16, "3000x14336"),
+        (DType::Bf16, "800x14000"),
+        (DType::F32, "1000x14000"),
+        (DType::Bf16, "2000x12000"),
+    ] {
+        let problem = typed(Operator::Rmsnorm, dtype, shape);
+        let note = automatic_note(&problem, &h200, &automatic()).unwrap_or_default();
+        assert!(!note.contains("13000-16384"), "{dtype} {shape}: {note}");
+    }
+}
+
 /// Every variant a ladder adds says what it does in `lanefold plan`'s note.
 #[test]
 fn every_variant_a_ladder_adds_has_a_note() {
