@@ -586,12 +586,8 @@ pub(crate) fn scalar_pack_too_wide(
         return false;
     }
     let Shape { rows, n } = problem.shape;
-    let per_sm = if problem.dtype == DType::F32 && n < SCALAR_WARP_N {
-        1
-    } else {
-        SCALAR_MANY_ROWS_PER_SM
-    };
-    let many_short = n < SCALAR_SHORT_N && rows >= per_sm * target.multiprocessors as usize;
+    let many_short =
+        n < SCALAR_SHORT_N && rows >= SCALAR_MANY_ROWS_PER_SM * target.multiprocessors as usize;
     if many_short {
         pack > 4 / problem.dtype.size_bytes() as u32
     } else {
@@ -710,15 +706,6 @@ pub(crate) const SCALAR_SHORT_N: usize = 1024;
 /// Rows per multiprocessor from which [`scalar_pack_too_wide`] keeps a
 /// warp's scalar loads consecutive (measured from 124 per SM up).
 pub(crate) const SCALAR_MANY_ROWS_PER_SM: usize = 8;
-
-/// f32 rows shorter than this keep their scalar loads consecutive from
-/// one row a multiprocessor: one warp a row of scalars, eight rows a group
-/// (the model's pick so), ran 1.25-1.48x the aligned packs of W=8-16 it
-/// took below eight rows an SM, on 300-1000 misaligned rows of 21-61 of
-/// rmsnorm, layernorm and softmax (H100 A B B A, L2 cold-inputs,
-/// `2026-12-07-short-misaligned-f32-rows-one-warp-h100`; rmsnorm 900x29
-/// 1.90 µs against 1.36-1.49 for 1200-2000 rows of 45-61 on the H200).
-pub(crate) const SCALAR_WARP_N: usize = 64;
 
 /// At most this many workers per row when there are fewer rows than
 /// multiprocessors (see [`few_rows_narrower_instead`]).

@@ -1810,36 +1810,6 @@ fn regression_misaligned_decode_cluster_rows_read_packs_element_by_element() {
     }
 }
 
-/// Misaligned f32 rows under 64 elements, from one row a multiprocessor
-/// up to eight: read as scalars (V=1), no longer in aligned packs of four,
-/// which ran 1.25-1.48x slower than one warp a row of scalars. bf16, rows
-/// of 64 and fewer rows than SMs keep their packs.
-#[test]
-fn short_misaligned_f32_rows_from_one_an_sm_read_scalars() {
-    let h200 = Target::h200();
-    let auto = |op, dtype, shape| plan(&typed(op, dtype, shape), &h200, &automatic()).unwrap();
-    for (op, shape) in [
-        (Operator::Rmsnorm, "1000x37"),
-        (Operator::Rmsnorm, "300x61"),
-        (Operator::Layernorm, "700x37"),
-        (Operator::Softmax, "400x21"),
-    ] {
-        let p = auto(op, DType::F32, shape);
-        assert_eq!(p.layout.pack, 1, "{op} {shape}: {}", p.describe());
-        assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
-    }
-    for (op, dtype, shape) in [
-        (Operator::Rmsnorm, DType::Bf16, "1000x37"),
-        (Operator::Softmax, DType::F32, "100x33"),
-        (Operator::Rmsnorm, DType::F32, "1000x65"),
-    ] {
-        assert!(
-            auto(op, dtype, shape).layout.pack > 1,
-            "{op} {dtype} {shape}"
-        );
-    }
-}
-
 /// bf16 rmsnorm rows of 13000-16384 on tiles of 24-64 MiB: one group of
 /// 512 a row. Tiles past the L2, within the early-columns range, f32 and
 /// shorter rows keep the model's pick.
