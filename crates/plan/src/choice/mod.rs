@@ -31,9 +31,10 @@ use model::{exact_tie_note, model_choice, ModelChoice};
 use rules::{
     decode_norm_spread_instead, early_columns_instead, few_rows_cross_entropy_cluster_instead,
     few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead,
-    long_softmax_stream, one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
-    saved_lse_backward_wide_instead, softmax_cluster_pushed_instead, softmax_decode_pushed_instead,
-    tiny_rows_one_thread_instead, whole_row_stream_instead, wide_bf16_rmsnorm_instead,
+    one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
+    saved_lse_backward_wide_instead, short_f32_one_warp_instead, softmax_cluster_pushed_instead,
+    softmax_decode_pushed_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
+    wide_bf16_rmsnorm_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -234,24 +235,19 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          2026-11-30-t1s-*-h200)",
     ),
     (
-        |p, t, m, _, pick| {
-            long_softmax_stream(p)
-                .then(|| hinted_stream_instead(p, t, m, pick))
-                .flatten()
-        },
-        "bf16 softmax rows of 32769-65535 larger than the L2: streamed with \
-         re-read hints in 512-worker groups (the model's unpacked tiles and \
-         clusters ran 1.02-1.89x slower)",
+        |p, t, m, _, pick| hinted_stream_instead(p, t, m, pick),
+        "a streamed plan with re-read hints: bf16 softmax rows of 32769-65535 \
+         larger than the L2 in 512-worker groups (the model's register tiles \
+         and clusters ran 1.02-1.89x slower), else where 64 private slots per \
+         thread compile to 108-128 registers on sm_90 (the streamed plans \
+         measured 1.02-1.11x faster)",
     ),
     (
-        |p, t, m, _, pick| {
-            (!long_softmax_stream(p))
-                .then(|| hinted_stream_instead(p, t, m, pick))
-                .flatten()
-        },
-        "a streamed plan with re-read hints (64 private slots per thread \
-         compile to 108-128 registers on sm_90; the streamed plans measured \
-         1.02-1.11x faster)",
+        |p, t, _, _, pick| short_f32_one_warp_instead(p, t, pick),
+        "misaligned f32 rmsnorm, layernorm and softmax rows under 64 elements, \
+         one to eight a multiprocessor: one warp a row of scalars, eight rows \
+         a group (aligned packs of four 1.25-1.48x slower in H100 A B B A on \
+         rows of no list, 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| one_chunk_instead(p, t, m, pick),
@@ -358,22 +354,13 @@ fn variant_note(token: &str) -> Option<&'static str> {
         "one-pass-moments" => "one-pass moments (two phases instead of three)",
         "staged-columns" => "the weight staged in shared memory while the row is reduced",
         "packed-resident" => "resident 16-bit tiles packed two values per register",
-        "ordered-columns" => {
-            "weight and bias loaded a chunk at a time below the stores before them"
-        }
-        "early-columns" => {
-            "the first chunks' weight and bias (early-columns=n) loaded before the row's \
-             reduction is exchanged"
-        }
+        "ordered-columns" => "weight and bias loaded a chunk at a time after the earlier stores",
+        "early-columns" => "the first n chunks' weight and bias loaded before the exchange",
         "rounded-resident" => "h kept resident instead of x and the residual",
-        "keep-columns" => {
-            "weight and bias loaded evict-last, so the rows' stream leaves them in L2"
-        }
+        "keep-columns" => "weight and bias loaded evict-last, kept in L2 by the rows' stream",
         "l2-prefetch" => "each group's share of a row ahead prefetched into L2 as it starts",
         "push-reduce" => "the cluster's partials pushed by st.async (no release barrier)",
-        "aligned-packs" => {
-            "misaligned rows read in aligned packs (all but a row's first and last pack vectors)"
-        }
+        "aligned-packs" => "misaligned rows read in aligned packs (vectors but a row's ends)",
         "unguarded-stores" => "no row guard on the stores, so a worker loads ahead of them",
         "recompute-derived" => "x - mean recomputed in the output phase, not kept as a tile",
         _ => return None,

@@ -707,6 +707,49 @@ pub(crate) const SCALAR_SHORT_N: usize = 1024;
 /// warp's scalar loads consecutive (measured from 124 per SM up).
 pub(crate) const SCALAR_MANY_ROWS_PER_SM: usize = 8;
 
+/// f32 rows shorter than this take one warp a row from one row a
+/// multiprocessor ([`short_f32_one_warp_instead`]).
+const ONE_WARP_F32_N: usize = 64;
+
+/// Misaligned f32 rmsnorm, layernorm and softmax rows under
+/// [`ONE_WARP_F32_N`], from one row a multiprocessor up to
+/// [`SCALAR_MANY_ROWS_PER_SM`] (where [`scalar_pack_too_wide`] leaves the
+/// model this layout itself): one warp a row of scalars, eight rows a
+/// group, in place of the aligned packs of four at W=8-16 the model
+/// picks. A B B A, L2 cold-inputs, 300-1000 rows of 21-61: 1.25-1.48x on
+/// six of six (rmsnorm 300x61 1.95 -> 1.32 µs; H100,
+/// `2026-12-07-short-misaligned-f32-rows-one-warp-h100`); on the H200
+/// rmsnorm 900x29 ran 1.90 µs so, 1200-2000 rows of 45-61 1.36-1.49 one
+/// warp a row (`2026-12-06-norm-short-rows-groups-h200`).
+pub(super) fn short_f32_one_warp_instead(
+    problem: &Problem,
+    target: &Target,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let (rows, n, sms) = (
+        problem.shape.rows,
+        problem.shape.n,
+        target.multiprocessors as usize,
+    );
+    let op = problem.operator_kind();
+    (target.name == "h200"
+        && matches!(
+            op,
+            Some(Operator::Rmsnorm | Operator::Layernorm | Operator::Softmax)
+        )
+        && problem.dtype == DType::F32
+        && n < ONE_WARP_F32_N
+        && !n.is_multiple_of(4)
+        && (sms..SCALAR_MANY_ROWS_PER_SM * sms).contains(&rows))
+    .then_some(LayoutRequest {
+        workers: 32,
+        pack: 1,
+        unroll: 1,
+        rows_per_group: 8,
+        ..*pick
+    })
+}
+
 /// At most this many workers per row when there are fewer rows than
 /// multiprocessors (see [`few_rows_narrower_instead`]).
 pub(crate) fn few_rows_max_workers(op: Operator) -> u32 {
@@ -731,13 +774,12 @@ pub(super) fn few_rows_narrower_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    if target.name != "h200" || problem.shape.rows >= target.multiprocessors as usize {
-        return None;
-    }
     let workers = few_rows_max_workers(problem.operator_kind()?);
     let pack = picked.layout.pack;
-    let chunks = problem.shape.n.div_ceil((workers * pack) as usize);
-    if picked.layout.workers <= workers
+    let chunks = problem.shape.n.div_ceil((workers * pack) as usize) as u32;
+    if target.name != "h200"
+        || problem.shape.rows >= target.multiprocessors as usize
+        || picked.layout.workers <= workers
         || picked.groups_per_row != 1
         || picked.rereads_tiles()
         || chunks > 8
@@ -747,11 +789,7 @@ pub(super) fn few_rows_narrower_instead(
     // A resident tile loads every pack at once whatever U says (U=1, 2
     // and 4 measured alike); a sum holds nothing, so U=chunks puts every
     // load in flight (U=1 ran 1.12-1.16x slower on sum f32 at W=512).
-    let unroll = if picked.resident_slots > 0 {
-        1
-    } else {
-        chunks as u32
-    };
+    let unroll = if picked.resident_slots > 0 { 1 } else { chunks };
     let narrower = LayoutRequest {
         workers,
         pack,
@@ -878,8 +916,11 @@ pub(super) fn few_rows_one_chunk_instead(
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
     let op = problem.operator_kind()?;
+    let workers = one_chunk_workers(problem, picked);
     if target.name != "h200"
         || problem.shape.rows >= target.multiprocessors as usize
+        || workers > few_rows_max_workers(op)
+        || picked.layout.workers >= workers
         || !(op == Operator::Rmsnorm
             || op == Operator::Layernorm
                 && problem.dtype == DType::Bf16
@@ -891,10 +932,6 @@ pub(super) fn few_rows_one_chunk_instead(
         || picked.residency != Residency::Registers
         || picked.groups_per_row != 1
     {
-        return None;
-    }
-    let workers = one_chunk_workers(problem, picked);
-    if workers > few_rows_max_workers(op) || picked.layout.workers >= workers {
         return None;
     }
     let one = one_chunk_request(pick, picked, workers, 0);
@@ -1258,10 +1295,6 @@ pub(super) fn hinted_stream_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    // Measured on the H200 only; other targets keep the model's pick.
-    if target.name != "h200" {
-        return None;
-    }
     let op = problem.operator_kind()?;
     let measured_faster = match op {
         Operator::Rmsnorm => true,
@@ -1271,12 +1304,13 @@ pub(super) fn hinted_stream_instead(
         Operator::Softmax => problem.dtype == DType::Bf16 && !picked.packed_resident,
         _ => false,
     };
-    let shape = problem.shape;
     let wide_tile = picked.groups_per_row == 1 && picked.resident_slots >= WIDE_SLOT_PLAN;
     // bf16 softmax rows whose register tiles pack only in whole chunks:
     // any register pick, one group or a cluster.
     let long_softmax = long_softmax_stream(problem);
-    if !measured_faster
+    // Measured on the H200 only; other targets keep the model's pick.
+    if target.name != "h200"
+        || !measured_faster
         || picked.residency != Residency::Registers
         || !(wide_tile || long_softmax)
         || !past_l2(problem)
@@ -1290,7 +1324,7 @@ pub(super) fn hinted_stream_instead(
     } else {
         let pack = picked.layout.pack;
         (
-            two_packs_per_worker(shape.n, pack, target),
+            two_packs_per_worker(problem.shape.n, pack, target),
             pack,
             pick.unroll,
         )
