@@ -508,17 +508,17 @@ fn rung_variants() -> &'static [LayoutRequest] {
 
 impl Rung {
     fn covers(&self, problem: &Problem, target: &Target, batch_invariant: bool) -> bool {
-        let (shifted, rows) = (!sixteen_byte_rows(problem), problem.shape.rows);
+        let (shifted, count) = (!sixteen_byte_rows(problem), problem.shape.rows);
         let sms = target.multiprocessors as usize;
         let rows = match self.rows {
             Rows::Any => true,
             Rows::Misaligned => shifted,
             _ if batch_invariant => false,
             Rows::Shifted => shifted,
-            Rows::ShiftedAtLeastSms => shifted && rows >= sms,
-            Rows::ShiftedOffFourAtLeastSms => !problem.shape.n.is_multiple_of(4) && rows >= sms,
-            Rows::FewerThanSms => rows < sms,
-            Rows::ShiftedFewerThanSms => shifted && rows < sms,
+            Rows::ShiftedAtLeastSms => shifted && count >= sms,
+            Rows::ShiftedOffFourAtLeastSms => !problem.shape.n.is_multiple_of(4) && count >= sms,
+            Rows::FewerThanSms => count < sms,
+            Rows::ShiftedFewerThanSms => shifted && count < sms,
             Rows::PastL2 => past_l2(problem),
             Rows::AlignedPastL2 => !shifted && past_l2(problem),
         };
@@ -739,7 +739,7 @@ pub(super) fn short_f32_one_warp_instead(
         )
         && problem.dtype == DType::F32
         && n < ONE_WARP_F32_N
-        && !n.is_multiple_of(4)
+        && !sixteen_byte_rows(problem)
         && (sms..SCALAR_MANY_ROWS_PER_SM * sms).contains(&rows))
     .then_some(LayoutRequest {
         workers: 32,
