@@ -97,6 +97,22 @@ pub(super) struct Rung {
     adds: &'static str,
 }
 
+const fn rung(
+    ops: &'static [Operator],
+    dtypes: Dtypes,
+    n: Span,
+    rows: Rows,
+    adds: &'static str,
+) -> Rung {
+    Rung {
+        ops,
+        dtypes,
+        n,
+        rows,
+        adds,
+    }
+}
+
 const fn from(min: usize) -> Span {
     Span { min, max: None }
 }
@@ -138,6 +154,7 @@ const WHOLE_ROW_STREAM_N: Span = span(4096, 8192);
 /// variant, thresholds rising with the row length. The measurements are
 /// paired benches whose directories are in git history at 2d680226
 /// unless named.
+#[rustfmt::skip]
 pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // Misaligned rows read in aligned packs: every pack but each row's
     // first and last one vector access, where scalar accesses read them
@@ -153,20 +170,9 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // in their hundreds (at least one per SM, as measured): a few short
     // rows were not measured, and there the guarded packs are most of a
     // row.
-    Rung {
-        ops: ALIGNED_PACK_OPS,
-        dtypes: Dtypes::Any,
-        n: from(SCALAR_SHORT_N),
-        rows: Rows::Shifted,
-        adds: "aligned-packs",
-    },
-    Rung {
-        ops: ALIGNED_PACK_OPS,
-        dtypes: Dtypes::Any,
-        n: span(1, SCALAR_SHORT_N - 1),
-        rows: Rows::ShiftedAtLeastSms,
-        adds: "aligned-packs",
-    },
+    rung(ALIGNED_PACK_OPS, Dtypes::Any, from(SCALAR_SHORT_N), Rows::Shifted, "aligned-packs"),
+    rung(ALIGNED_PACK_OPS, Dtypes::Any,
+         span(1, SCALAR_SHORT_N - 1), Rows::ShiftedAtLeastSms, "aligned-packs"),
     // The norms, whose columns cannot follow a row's shift and are read
     // element by element, where N is no multiple of 4: their plain plans
     // read scalars there. Default against aligned packs, A B B A, L2 cold
@@ -184,13 +190,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 32.7 -> 30.6), while decode rows (1-64, L2 warm) lost 0.74-0.90x
     // (residual_layernorm bf16 64x2050 2.26 -> 3.05): fewer rows than SMs
     // keep their plain plans.
-    Rung {
-        ops: NORMS,
-        dtypes: Dtypes::Any,
-        n: from(1),
-        rows: Rows::ShiftedOffFourAtLeastSms,
-        adds: "aligned-packs",
-    },
+    rung(NORMS, Dtypes::Any, from(1), Rows::ShiftedOffFourAtLeastSms, "aligned-packs"),
     // ... and on fewer rows than SMs, rows of 65536 and more, which span a
     // cluster: rmsnorm and 16-bit residual_layernorm. Default against
     // aligned packs, A B B A, L2 cold-inputs, rows of no list: rmsnorm
@@ -204,39 +204,19 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 0.96-1.12x of these (2026-12-07-residual-layernorm-bf16-decode-stream-
     // cluster-h100). layernorm bf16 16x200003 (0.95x, another cluster) and
     // residual_layernorm f32 30x65537 (1.00x) keep their plans.
-    Rung {
-        ops: &[Operator::Rmsnorm],
-        dtypes: Dtypes::Any,
-        n: from(65536),
-        rows: Rows::ShiftedFewerThanSms,
-        adds: "aligned-packs",
-    },
-    Rung {
-        ops: &[Operator::ResidualLayernorm],
-        dtypes: Dtypes::Bits16,
-        n: from(65536),
-        rows: Rows::ShiftedFewerThanSms,
-        adds: "aligned-packs",
-    },
+    rung(&[Operator::Rmsnorm], Dtypes::Any,
+         from(65536), Rows::ShiftedFewerThanSms, "aligned-packs"),
+    rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
+         from(65536), Rows::ShiftedFewerThanSms, "aligned-packs"),
     // ... cross_entropy's forward in 16-bit rows only (f32 4096x50257 ran
     // at par, 192.9 against 193.2 µs), on at least as many rows as SMs or
     // rows over 65536: its decode rows of 8-128 x 32001-51866 ran 3.5-6%
     // slower in aligned packs (bf16 64x50257 5.27 -> 5.57 µs, L2 warm),
     // 16x128257 6% faster (8.93 -> 8.46).
-    Rung {
-        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
-        dtypes: Dtypes::Bits16,
-        n: from(1),
-        rows: Rows::ShiftedAtLeastSms,
-        adds: "aligned-packs",
-    },
-    Rung {
-        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
-        dtypes: Dtypes::Bits16,
-        n: from(65537),
-        rows: Rows::Shifted,
-        adds: "aligned-packs",
-    },
+    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Bits16,
+         from(1), Rows::ShiftedAtLeastSms, "aligned-packs"),
+    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Bits16,
+         from(65537), Rows::Shifted, "aligned-packs"),
     // cross_entropy_backward 16-bit on shifted rows of more than 49152
     // (six chunks of W=1024 V=8): no row guard on the stores
     // (`unguarded-stores`), so a worker keeps two 16-byte loads in flight
@@ -255,13 +235,8 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // The rung against the former plan on five shapes of no list, the same
     // way (bench/results/2026-12-06-default-rungs-h100): 1.021-1.078x
     // (bf16 2048x50796 166 -> 154 µs).
-    Rung {
-        ops: &[Operator::CrossEntropyBackward],
-        dtypes: Dtypes::Bits16,
-        n: from(49153),
-        rows: Rows::Shifted,
-        adds: "unguarded-stores",
-    },
+    rung(&[Operator::CrossEntropyBackward], Dtypes::Bits16,
+         from(49153), Rows::Shifted, "unguarded-stores"),
     // layernorm register plans of rows longer than 10240 recompute the
     // centred row x - mean in the output phase (`recompute-derived`)
     // instead of keeping it as a second tile beside the row. `lanefold
@@ -279,13 +254,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // and the recomputation costs. residual_layernorm is left out: two of
     // four ran slower where its count rises (f32 2048x11008 0.982x at 2 ->
     // 3 groups, 65536x9216 0.992x at 3 -> 4).
-    Rung {
-        ops: &[Operator::Layernorm],
-        dtypes: Dtypes::Any,
-        n: from(10241),
-        rows: Rows::Any,
-        adds: "recompute-derived",
-    },
+    rung(&[Operator::Layernorm], Dtypes::Any, from(10241), Rows::Any, "recompute-derived"),
     // Resident 16-bit tiles packed two values per register. Rows of 131072
     // and more, every operator holding a tile, both long shapes:
     // 1.01-1.25x (softmax 4096x131072 691 -> 645 µs). Softmax from 32768:
@@ -296,32 +265,15 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // registers; not for rmsnorm and layernorm on 4096x32768, where the
     // one-group plan keeps 110-123 registers (136.4 and 149.1 µs against
     // 128.5 streamed and 149.6).
-    Rung {
-        ops: &[Operator::Softmax],
-        dtypes: Dtypes::Bits16,
-        n: from(32768),
-        rows: Rows::Any,
-        adds: "packed-resident",
-    },
-    Rung {
-        ops: NORMS,
-        dtypes: Dtypes::Bits16,
-        n: from(131072),
-        rows: Rows::Any,
-        adds: "packed-resident",
-    },
+    rung(&[Operator::Softmax], Dtypes::Bits16, from(32768), Rows::Any, "packed-resident"),
+    rung(NORMS, Dtypes::Bits16, from(131072), Rows::Any, "packed-resident"),
     // 16-bit layernorm rows that one group holds: packed and the columns
     // loaded in order, so the W=512 register plan takes 62 registers
     // instead of 128, two groups per SM (4096x32768: 134.0 µs against
     // 141.7, paired). Longer rows span clusters, where ordered columns are
     // unmeasured.
-    Rung {
-        ops: &[Operator::Layernorm],
-        dtypes: Dtypes::Bits16,
-        n: span(32768, 65535),
-        rows: Rows::Any,
-        adds: "ordered-columns packed-resident",
-    },
+    rung(&[Operator::Layernorm], Dtypes::Bits16,
+         span(32768, 65535), Rows::Any, "ordered-columns packed-resident"),
     // cross_entropy on rows over 32768: the online normalizer. The row is
     // then read once with nothing held resident, so one streaming group
     // replaces a cluster of register groups: 4096x131072 f32 556 -> 473
@@ -329,13 +281,8 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // rows of 32768 and less the register plan already reads once and
     // bf16 became 10-13% slower (the extra exp work). The lse-saving
     // forward is that kernel plus a per-row store (not measured apart).
-    Rung {
-        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
-        dtypes: Dtypes::Any,
-        n: from(32769),
-        rows: Rows::Any,
-        adds: "online-normalizer",
-    },
+    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Any,
+         from(32769), Rows::Any, "online-normalizer"),
     // ... and on misaligned rows over 24576, where the register plans read
     // scalars and their tiles leave one group per SM (NVRTC: the W=512
     // tile takes 73-77 registers from 28002, the W=256 one 137 at 30522).
@@ -344,67 +291,36 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // two groups per SM, 101-105 and 60-71
     // (2026-12-03-search-ce-misaligned-*-h200, rows of no list; at 24002
     // the register plans still won: 2026-12-03-search-ce-unaligned-f32).
-    Rung {
-        ops: &[Operator::CrossEntropy, Operator::CrossEntropyWithLse],
-        dtypes: Dtypes::Any,
-        n: from(24577),
-        rows: Rows::Misaligned,
-        adds: "online-normalizer",
-    },
+    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Any,
+         from(24577), Rows::Misaligned, "online-normalizer"),
     // 16-bit softmax on rows of 18432-32767 larger than the L2: the online
     // normalizer, in the register layout of [`online_register_instead`].
     // Rows shifted into aligned packs over 26000 keep the streamed plan:
     // their tile takes 76 registers, one group per SM (8192x30522 315.8 ->
     // 408.4 µs).
-    Rung {
-        ops: &[Operator::Softmax],
-        dtypes: Dtypes::Bits16,
-        n: span(18432, 26000),
-        rows: Rows::PastL2,
-        adds: "online-normalizer",
-    },
-    Rung {
-        ops: &[Operator::Softmax],
-        dtypes: Dtypes::Bits16,
-        n: span(26001, 32767),
-        rows: Rows::AlignedPastL2,
-        adds: "online-normalizer",
-    },
+    rung(&[Operator::Softmax], Dtypes::Bits16,
+         span(18432, 26000), Rows::PastL2, "online-normalizer"),
+    rung(&[Operator::Softmax], Dtypes::Bits16,
+         span(26001, 32767), Rows::AlignedPastL2, "online-normalizer"),
     // layernorm from 32768: one-pass moments (bf16 4096x131072 882 -> 703
     // µs; f32 and the shorter rows within 4% either way then,
     // residual_layernorm included). f32 on the pushed cluster: 4096x131072
     // 1149 -> 1132 µs, 1024x262144 635 -> 633 (A/A 1128 and 629). Rows of
     // 32768 (paired with all three peers, 2 rounds): f32 283.7 -> 278.0
     // µs, bf16 149.9 -> 143.5.
-    Rung {
-        ops: &[Operator::Layernorm],
-        dtypes: Dtypes::Any,
-        n: from(32768),
-        rows: Rows::Any,
-        adds: "one-pass-moments",
-    },
+    rung(&[Operator::Layernorm], Dtypes::Any, from(32768), Rows::Any, "one-pass-moments"),
     // layernorm on rows of 4096-8192 larger than the L2: one-pass moments,
     // for the two-pass streamed plan of [`whole_row_stream_instead`], as
     // Inductor's Welford loop. One-pass moments changes the bits, so a
     // batch-invariant request skips it (regression test
     // `regression_batch_invariant_norms_take_one_arithmetic_at_every_row_count`).
-    Rung {
-        ops: &[Operator::Layernorm],
-        dtypes: Dtypes::F32OrBf16,
-        n: WHOLE_ROW_STREAM_N,
-        rows: Rows::PastL2,
-        adds: "one-pass-moments",
-    },
+    rung(&[Operator::Layernorm], Dtypes::F32OrBf16,
+         WHOLE_ROW_STREAM_N, Rows::PastL2, "one-pass-moments"),
     // Fewer rows than multiprocessors: one reduction phase instead of two
     // on a latency-bound row (1.02-1.13x on all 24 cases of 1x127, 17x257
     // and 1-64 x 4096 in both dtypes, paired in 3 rounds).
-    Rung {
-        ops: &[Operator::Layernorm, Operator::ResidualLayernorm],
-        dtypes: Dtypes::Any,
-        n: from(0),
-        rows: Rows::FewerThanSms,
-        adds: "one-pass-moments",
-    },
+    rung(&[Operator::Layernorm, Operator::ResidualLayernorm], Dtypes::Any,
+         from(0), Rows::FewerThanSms, "one-pass-moments"),
     // Fewer rows than multiprocessors: every chunk's columns (at most 8)
     // loaded early, so their round trip overlaps the row's loads and
     // exchange instead of following them on a latency-bound row. Paired
@@ -414,20 +330,9 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // there); rmsnorm and layernorm 16-bit 1.01-1.61x (8 of 8; measured to
     // 5120, taken to 8192, the same two chunks of W=512 V=8);
     // residual_layernorm 16-bit 0.97-0.98x on three of four, so not it.
-    Rung {
-        ops: NORMS,
-        dtypes: Dtypes::F32,
-        n: span(0, 4096),
-        rows: Rows::FewerThanSms,
-        adds: "early-columns=8",
-    },
-    Rung {
-        ops: &[Operator::Rmsnorm, Operator::Layernorm],
-        dtypes: Dtypes::Bits16,
-        n: span(0, 8192),
-        rows: Rows::FewerThanSms,
-        adds: "early-columns=8",
-    },
+    rung(NORMS, Dtypes::F32, span(0, 4096), Rows::FewerThanSms, "early-columns=8"),
+    rung(&[Operator::Rmsnorm, Operator::Layernorm], Dtypes::Bits16,
+         span(0, 8192), Rows::FewerThanSms, "early-columns=8"),
     // layernorm f32 from 131072: the first chunk's weight and bias loaded
     // before the cluster's exchange (paired in 3 rounds: 4096x131072
     // 1.009-1.016x, 1024x262144 1.019-1.021x; measured on these two
@@ -435,34 +340,17 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // covers the wait, nor rmsnorm f32, whose registers went 80 -> 106).
     // Only where part of the row sits in shared memory
     // ([`early_columns_only_with_shared_chunks`]).
-    Rung {
-        ops: &[Operator::Layernorm],
-        dtypes: Dtypes::F32,
-        n: from(EARLY_COLUMNS_LONG_N),
-        rows: Rows::Any,
-        adds: "early-columns=1",
-    },
+    rung(&[Operator::Layernorm], Dtypes::F32,
+         from(EARLY_COLUMNS_LONG_N), Rows::Any, "early-columns=1"),
     // rmsnorm 16-bit from 262144: the weight staged in shared memory by
     // `cp.async` (1024x262144 370 -> 349; 4096x131072 588 -> 828, so not
     // there). f32 pushes unstaged (below).
-    Rung {
-        ops: &[Operator::Rmsnorm],
-        dtypes: Dtypes::Bits16,
-        n: from(262144),
-        rows: Rows::Any,
-        adds: "staged-columns",
-    },
+    rung(&[Operator::Rmsnorm], Dtypes::Bits16, from(262144), Rows::Any, "staged-columns"),
     // Rows that span a cluster push their partials with `st.async`:
     // residual_layernorm from 32768, where its f32 default on 4096x32768 is
     // already a cluster of eight groups (651 -> 522 µs; the long rows
     // 1.22-1.37x).
-    Rung {
-        ops: &[Operator::ResidualLayernorm],
-        dtypes: Dtypes::Any,
-        n: from(32768),
-        rows: Rows::Any,
-        adds: "push-reduce",
-    },
+    rung(&[Operator::ResidualLayernorm], Dtypes::Any, from(32768), Rows::Any, "push-reduce"),
     // The others from 131072 (softmax and the bf16 norms 1.10-1.34x
     // against the fenced exit; softmax f32 4096x131072 1134 -> 1034 µs,
     // bf16 1024x262144 347 -> 260). Layernorm f32 pushes without a promise
