@@ -1416,6 +1416,34 @@ fn regression_64_slot_register_plans_of_rmsnorm_and_bf16_softmax_stream_with_rer
     }
 }
 
+/// bf16 layernorm rows of 4096-8192 past the L2 whose packs do not divide
+/// among the streamed plan's 256 workers ran 1.08-3.11x faster in the
+/// model's register plan (H100 A B B A, rows of no list); rows that
+/// divide evenly, f32 and softmax keep the stream.
+#[test]
+fn regression_ragged_bf16_layernorm_rows_past_the_l2_keep_the_register_plan() {
+    let t = Target::h200();
+    let auto = automatic();
+    let (ln, sm) = (Operator::Layernorm, Operator::Softmax);
+    for (op, dtype, shape, streamed) in [
+        (ln, DType::Bf16, "60000x5000", false),
+        (ln, DType::Bf16, "25000x7800", false),
+        (ln, DType::Bf16, "36000x5500", false),
+        (ln, DType::Bf16, "30000x6144", true),
+        (ln, DType::F32, "30000x6100", true),
+        (sm, DType::Bf16, "60000x5000", true),
+    ] {
+        let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
+        assert_eq!(
+            p.residency == Residency::Stream,
+            streamed,
+            "{op} {dtype} {shape}: {}",
+            p.describe()
+        );
+        assert_eq!(p.one_pass_moments(), op == ln, "{}", p.describe());
+    }
+}
+
 #[test]
 fn regression_rows_of_4096_to_8192_stream_whole_rows_per_pass() {
     // In 2026-11-30-t1s-*-h200 (the f32 norms also replayed A/A):
