@@ -1510,7 +1510,7 @@ pub(super) fn whole_row_stream_instead(
     // keep the model's register plan: 1.08-3.11x on six such rows of no
     // list, 0.995x on an even one (H100 A B B A, L2 cold-inputs,
     // 2026-12-07-whole-row-stream-{ragged-rows,ragged-bf16,bf16-even-and-ragged}-h100).
-    let ragged = problem.shape.n % (workers * pack) as usize != 0;
+    let ragged = !problem.shape.n.is_multiple_of((workers * pack) as usize);
     if ragged && problem.dtype.size_bytes() == 2 && problem.operator_kind()? == Operator::Layernorm
     {
         return None;
