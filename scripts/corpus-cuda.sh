@@ -15,6 +15,8 @@
 # the header of the Quack wheel script says).
 # Device time: about 3-4 minutes a forward half, 5-6 a backward half on an
 # H100.
+# SKIP_MEASURED="DIR ..." leaves out the problems those results directories
+# hold, so a half its deadline cut short goes on in another call.
 # CORPUS=bench/drawn.csv benches the problems of no list written by
 # `lanefold corpus --draw` instead, all of them (it has no split), into
 # `...-drawn-cold-inputs-...`; judge them with `lanefold scorecard --corpus
@@ -50,11 +52,17 @@ if [ -d "$quack" ]; then
 fi
 python3 -c 'import quack' 2> /dev/null && peers+=(--quack)
 
+# SKIP_MEASURED: results directories (space-separated) whose problems a
+# run their deadline cut short already holds; the bench leaves them out.
+skip=()
+# shellcheck disable=SC2086 # the list splits on spaces, as documented
+for dir in ${SKIP_MEASURED:-}; do skip+=(--skip-measured "$dir"); done
+
 lf_step "corpus $part, peers: ${peers[*]} -> $out"
 deadline=$(($(lf_left) - 30))
 [ "$deadline" -gt 60 ] || lf_die "too little budget left ($(lf_left) s)"
 if ! "$bin" --quiet bench --backend cuda --corpus "$corpus" --part "$split" \
-  --shard "${part#*-}/2" "${select[@]}" --l2 cold-inputs "${peers[@]}" "${lf_phases[@]}" \
+  --shard "${part#*-}/2" "${select[@]}" "${skip[@]}" --l2 cold-inputs "${peers[@]}" "${lf_phases[@]}" \
   --deadline-s "$deadline" --output "$out"; then
   lf_failed="the bench into $out reported an error (invalid outputs or cases it could not run; see above)"
 fi

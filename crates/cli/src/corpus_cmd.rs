@@ -112,6 +112,27 @@ pub fn corpus_problems(
     Ok(out)
 }
 
+/// `problems` less those that a results directory in `dirs` already holds
+/// (lanefold's side measured them), for `bench --corpus --skip-measured`:
+/// a run cut short by its deadline goes on in the next device call.
+pub fn skip_measured(problems: Vec<BenchProblem>, dirs: &[PathBuf]) -> Result<Vec<BenchProblem>> {
+    let mut measured = std::collections::HashSet::new();
+    for dir in dirs {
+        let file = lanefold_measure::results::ResultsFile::read(&dir.join("results.json"))?;
+        measured.extend(file.cases.into_iter().map(|c| (c.op, c.dtype, c.shape)));
+    }
+    let left: Vec<BenchProblem> = problems
+        .into_iter()
+        .filter(|p| {
+            !measured.contains(&(p.op.to_string(), p.dtype.to_string(), p.shape.to_string()))
+        })
+        .collect();
+    if left.is_empty() {
+        bail!("every problem is already measured in the --skip-measured directories");
+    }
+    Ok(left)
+}
+
 /// `I/N` with 1 <= I <= N, for `bench --corpus --shard`.
 pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
     let bad = || format!("shard '{text}': write I/N with 1 <= I <= N, e.g. 1/2");
@@ -284,4 +305,44 @@ fn nearest(relative: &str, flag: &str) -> Result<PathBuf> {
                 cwd.display()
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first half of the report part, of which a committed run holds
+    /// the 20 problems its deadline left time for: the other 6 remain.
+    #[test]
+    fn a_deadline_cut_corpus_run_goes_on_with_the_problems_it_left() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let ops = [
+            Operator::Sum,
+            Operator::Softmax,
+            Operator::Rmsnorm,
+            Operator::Layernorm,
+            Operator::ResidualLayernorm,
+            Operator::CrossEntropy,
+        ];
+        let all = || {
+            let file = root.join("bench/corpus.csv");
+            corpus_problems(&file, PartArg::Report, 0, &ops, &[], Some((1, 2))).unwrap()
+        };
+        let run = root.join("bench/results/2026-12-07-corpus-cold-inputs-forward-1-h100");
+        let left = skip_measured(all(), std::slice::from_ref(&run)).unwrap();
+        assert_eq!((all().len(), left.len()), (26, 6));
+        let held = lanefold_measure::results::ResultsFile::read(&run.join("results.json")).unwrap();
+        for p in &left {
+            let id = (p.op.to_string(), p.dtype.to_string(), p.shape.to_string());
+            assert!(!held
+                .cases
+                .iter()
+                .any(|c| (c.op.clone(), c.dtype.clone(), c.shape.clone()) == id));
+        }
+        // The earlier run of the same half held all 26: nothing is left.
+        let earlier = run.with_file_name("2026-12-06-corpus-cold-inputs-a-h100");
+        let err = skip_measured(left, &[earlier]).unwrap_err();
+        assert!(err.to_string().contains("already measured"), "{err}");
+        assert!(skip_measured(all(), &[root.join("bench/results/no-such-run")]).is_err());
+    }
 }

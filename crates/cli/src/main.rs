@@ -285,6 +285,10 @@ struct BenchArgs {
     /// length each run a part of the same size and mix.
     #[arg(long, value_name = "I/N", value_parser = lanefold::corpus_cmd::parse_shard, requires = "corpus")]
     shard: Option<(usize, usize)>,
+    /// With --corpus: leave out the problems this results directory already
+    /// holds (repeatable), so that a run its deadline cut short goes on.
+    #[arg(long, value_name = "DIR", requires = "corpus")]
+    skip_measured: Vec<PathBuf>,
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     #[command(flatten)]
@@ -1312,13 +1316,16 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     use lanefold_measure::phases::PhaseConfig;
     let ops = parse_ops(&args.ops)?;
     let problems = match &args.corpus {
-        Some(file) => lanefold::corpus_cmd::corpus_problems(
-            file,
-            args.part,
-            args.min_rows,
-            &ops,
-            &args.dtypes,
-            args.shard,
+        Some(file) => lanefold::corpus_cmd::skip_measured(
+            lanefold::corpus_cmd::corpus_problems(
+                file,
+                args.part,
+                args.min_rows,
+                &ops,
+                &args.dtypes,
+                args.shard,
+            )?,
+            &args.skip_measured,
         )?,
         None if args.dtypes.is_empty() => grid(&ops, &args.shapes, &[DType::F32]),
         None => grid(&ops, &args.shapes, &args.dtypes),
