@@ -86,7 +86,9 @@ trap 'rm -f "$tmp" "$corpus_tmp"' EXIT
   done
 } |
   # Each verdict's notes of peers not measured: the line above says which.
-  sed '/^| /s/ ([^)]*not measured)//' > "$corpus_tmp"
+  # Each card's runs listed by the short GPU name, samples a side implied.
+  sed '/^| /s/ ([^)]*not measured)//;
+    /^- 20/{s/, NVIDIA \(H[0-9]*\)[^,]*,/, \1,/; s/ ms per side)/ ms)/}' > "$corpus_tmp"
 mv "$tmp" "$out"
 mv "$corpus_tmp" "$corpus_out"
 trap - EXIT

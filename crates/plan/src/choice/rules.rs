@@ -1217,6 +1217,9 @@ pub(super) fn hinted_stream_instead(
             pick.unroll,
         )
     };
+    if !long_softmax && partial_stripe_keeps_registers(problem, workers * pack) {
+        return None;
+    }
     let streamed = LayoutRequest {
         workers,
         pack,
@@ -1506,13 +1509,7 @@ pub(super) fn whole_row_stream_instead(
         Operator::Rmsnorm => two_packs,
         _ => two_packs.min(STRIPE_ELEMENTS / pack),
     };
-    // 16-bit layernorm rows whose packs do not divide among the workers
-    // keep the model's register plan: 1.08-3.11x on six such rows of no
-    // list, 0.995x on an even one (H100 A B B A, L2 cold-inputs,
-    // 2026-12-07-whole-row-stream-{ragged-rows,ragged-bf16,bf16-even-and-ragged}-h100).
-    let ragged = !problem.shape.n.is_multiple_of((workers * pack) as usize);
-    if ragged && problem.dtype.size_bytes() == 2 && problem.operator_kind()? == Operator::Layernorm
-    {
+    if partial_stripe_keeps_registers(problem, workers * pack) {
         return None;
     }
     let streamed = LayoutRequest {
@@ -1539,6 +1536,52 @@ pub(super) fn whole_row_stream_instead(
         ..streamed
     })
 }
+
+/// Does a 16-bit row of a partial stripe (`stripe` = W x V elements) of
+/// a streamed plan keep the model's register pick? Where measured so (H100
+/// A B B A, L2 cold-inputs, rows of no list):
+/// - layernorm rows of [`WHOLE_ROW_STREAM_N`]: 1.08-3.11x on six, 0.995x
+///   on a whole-stripe one (2026-12-07-whole-row-stream-{ragged-rows,
+///   ragged-bf16,bf16-even-and-ragged}-h100);
+/// - aligned softmax rows of [`RAGGED_SOFTMAX_REGISTER_N`]: 1.18-1.55x on
+///   seven, 0.95-0.97x on three past it (2026-12-07-softmax-bf16-{ragged-
+///   rows-under-5632,stream-line-under-5632}-h100);
+/// - rmsnorm and softmax rows of [`PARTIAL_STRIPE_REGISTER_N`] (the
+///   hinted stream's W=1024): 1.03-1.67x on ten of twelve, 0.94-0.97x on
+///   two (22000, 26000); whole stripes (16384, 24576, 32768) and f32 kept
+///   the stream (0.95-0.99x) (2026-12-07-hinted-stream-{rows-between-
+///   powers-of-two,bf16-whole-stripes}-h100). The stream's unroll is not
+///   the cause: U covering the row in one chunk ran as slowly
+///   (`-one-chunk-a-row-`).
+///
+/// Checked against the former defaults on eight fresh rows: 1.003-1.66x
+/// (2026-12-07-rules-of-the-day-bf16-partial-stripes-h100). Other rows
+/// were not measured and keep the stream.
+fn partial_stripe_keeps_registers(problem: &Problem, stripe: u32) -> bool {
+    let n = problem.shape.n;
+    if problem.dtype.size_bytes() != 2 || n.is_multiple_of(stripe as usize) {
+        return false;
+    }
+    match problem.operator_kind() {
+        Some(Operator::Layernorm) => WHOLE_ROW_STREAM_N.contains(n),
+        Some(Operator::Softmax) if RAGGED_SOFTMAX_REGISTER_N.contains(n) => {
+            sixteen_byte_rows(problem)
+        }
+        Some(Operator::Rmsnorm | Operator::Softmax) => PARTIAL_STRIPE_REGISTER_N.contains(n),
+        _ => false,
+    }
+}
+
+/// Aligned bf16 softmax rows of a partial whole-row-stream stripe that
+/// keep the register pick ([`partial_stripe_keeps_registers`]). The
+/// stream's time jumps at the end: 449 µs on 40000x5400, 276 on
+/// 38000x5480, against 285-297 for the register plans of both.
+const RAGGED_SOFTMAX_REGISTER_N: Span = span(4097, 5400);
+
+/// Rmsnorm and softmax rows of a partial hinted-stream stripe that keep
+/// the register pick ([`partial_stripe_keeps_registers`]): rows of
+/// 16900-40000 measured.
+const PARTIAL_STRIPE_REGISTER_N: Span = span(16385, 40000);
 
 /// A whole-row stream of the norms whose row inputs take 128 KiB or more
 /// a row, in one 1024-thread group of at most 8 packs a worker: one
