@@ -1556,7 +1556,9 @@ pub(super) fn whole_row_stream_instead(
 ///
 /// Checked against the former defaults on eight fresh rows: 1.003-1.66x
 /// (2026-12-07-rules-of-the-day-bf16-partial-stripes-h100). Other rows
-/// were not measured and keep the stream.
+/// keep the stream: past 40000 it ran 1.04-1.19x faster; below 16385 the
+/// register pick ran 0.97-1.42x, no line yet
+/// (`-hinted-stream-partial-stripes-outside-16385-40000-`).
 fn partial_stripe_keeps_registers(problem: &Problem, stripe: u32) -> bool {
     let n = problem.shape.n;
     if problem.dtype.size_bytes() != 2 || n.is_multiple_of(stripe as usize) {
