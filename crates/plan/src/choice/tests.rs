@@ -1422,8 +1422,6 @@ fn regression_64_slot_register_plans_of_rmsnorm_and_bf16_softmax_stream_with_rer
 /// divide evenly, f32 and softmax keep the stream.
 #[test]
 fn regression_ragged_bf16_layernorm_rows_past_the_l2_keep_the_register_plan() {
-    let t = Target::h200();
-    let auto = automatic();
     let (ln, sm) = (Operator::Layernorm, Operator::Softmax);
     for (op, dtype, shape, streamed) in [
         (ln, DType::Bf16, "60000x5000", false),
@@ -1433,15 +1431,21 @@ fn regression_ragged_bf16_layernorm_rows_past_the_l2_keep_the_register_plan() {
         (ln, DType::F32, "30000x6100", true),
         (sm, DType::Bf16, "60000x6144", true),
     ] {
-        let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
-        assert_eq!(
-            p.residency == Residency::Stream,
-            streamed,
-            "{op} {dtype} {shape}: {}",
-            p.describe()
-        );
+        let p = streamed_as_said(op, dtype, shape, streamed);
         assert_eq!(p.one_pass_moments(), op == ln, "{}", p.describe());
     }
+}
+
+/// The automatic H200 plan of `op dtype shape`, asserted streamed or not.
+fn streamed_as_said(op: Operator, dtype: DType, shape: &str, streamed: bool) -> Plan {
+    let p = plan(&typed(op, dtype, shape), &Target::h200(), &automatic()).unwrap();
+    assert_eq!(
+        p.residency == Residency::Stream,
+        streamed,
+        "{op} {dtype} {shape}: {}",
+        p.describe()
+    );
+    p
 }
 
 #[test]
@@ -1449,8 +1453,6 @@ fn regression_bf16_rows_of_a_partial_stream_stripe_keep_the_register_pick() {
     // H100 A B B A, L2 cold-inputs: the hinted stream ran 1.03-1.67x
     // slower on bf16 rows of a partial W x V stripe, the whole-row stream
     // 1.18-1.55x slower on aligned bf16 softmax rows of 4097-5400.
-    let t = Target::h200();
-    let auto = automatic();
     let (rms, sm) = (Operator::Rmsnorm, Operator::Softmax);
     for (op, dtype, shape, streamed) in [
         (rms, DType::Bf16, "8000x17001", false),
@@ -1467,14 +1469,9 @@ fn regression_bf16_rows_of_a_partial_stream_stripe_keep_the_register_pick() {
         (sm, DType::Bf16, "38000x5480", true),
         (sm, DType::Bf16, "46000x4700", true),
         (sm, DType::F32, "40000x5000", true),
+        (rms, DType::Bf16, "3000x50000", true),
     ] {
-        let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
-        assert_eq!(
-            p.residency == Residency::Stream,
-            streamed,
-            "{op} {dtype} {shape}: {}",
-            p.describe()
-        );
+        streamed_as_said(op, dtype, shape, streamed);
     }
 }
 
