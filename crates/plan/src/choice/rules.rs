@@ -329,10 +329,15 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // (9 of 9 cases; 5120, three chunks of W=512: 0.88-0.99x, so not
     // there); rmsnorm and layernorm 16-bit 1.01-1.61x (8 of 8; measured to
     // 5120, taken to 8192, the same two chunks of W=512 V=8);
-    // residual_layernorm 16-bit 0.97-0.98x on three of four, so not it.
+    // residual_layernorm 16-bit 0.97-0.98x on three of four there, but
+    // 1.06-1.10x on all six rows of 200-800 in one to three chunks
+    // (H100, A B B A, L2 warm, rows of no list:
+    // 2026-12-07-residual-layernorm-decode-early-columns-h100).
     rung(NORMS, Dtypes::F32, span(0, 4096), Rows::FewerThanSms, "early-columns=8"),
     rung(&[Operator::Rmsnorm, Operator::Layernorm], Dtypes::Bits16,
          span(0, 8192), Rows::FewerThanSms, "early-columns=8"),
+    rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
+         span(0, 1023), Rows::FewerThanSms, "early-columns=8"),
     // layernorm f32 from 131072: the first chunk's weight and bias loaded
     // before the cluster's exchange (paired in 3 rounds: 4096x131072
     // 1.009-1.016x, 1024x262144 1.019-1.021x; measured on these two
