@@ -31,10 +31,10 @@ use model::{exact_tie_note, model_choice, ModelChoice};
 use rules::{
     decode_norm_spread_instead, early_columns_instead, few_rows_cross_entropy_cluster_instead,
     few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead,
-    one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
-    saved_lse_backward_wide_instead, short_f32_one_warp_instead, softmax_cluster_pushed_instead,
-    softmax_decode_pushed_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
-    wide_bf16_rmsnorm_instead,
+    one_chunk_instead, one_row_per_multiprocessor, one_wave_rmsnorm_full_group_instead,
+    online_register_instead, saved_lse_backward_wide_instead, short_f32_one_warp_instead,
+    softmax_cluster_pushed_instead, softmax_decode_pushed_instead, tiny_rows_one_thread_instead,
+    whole_row_stream_instead, wide_bf16_rmsnorm_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -274,6 +274,12 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          512 a row, every chunk in flight (the 256-thread picks 1.10-1.34x \
          slower in H100 and H200 A B B A on rows of no list, 2026-12-06 and \
          2026-12-07)",
+    ),
+    (
+        |p, t, m, _, pick| one_wave_rmsnorm_full_group_instead(p, t, m, pick),
+        "f32 rmsnorm rows of 20000-28000 on one to two rows a multiprocessor, \
+         picked in one narrow group: one group of 1024 a row (the narrow picks \
+         1.42-2.19x slower in H100 A B B A on rows of no list, 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| early_columns_instead(p, t, m, pick),

@@ -146,6 +146,9 @@ const ALIGNED_PACK_OPS: &[Operator] = &[
 /// [`hinted_stream_instead`] were measured.
 const PAST_L2_BYTES: u64 = 64 << 20;
 
+/// The shortest misaligned norm decode row that reads aligned packs.
+const MISALIGNED_DECODE_MIN_N: usize = 9999;
+
 /// Rows this long (and no longer) stream whole on the H200 when the
 /// problem is larger than the L2 ([`whole_row_stream_instead`]).
 const WHOLE_ROW_STREAM_N: Span = span(4096, 8192);
@@ -203,11 +206,22 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 40x150001 1.47x). Streamed clusters of 8 groups of 256 came within
     // 0.96-1.12x of these (2026-12-07-residual-layernorm-bf16-decode-stream-
     // cluster-h100). layernorm bf16 16x200003 (0.95x, another cluster) and
-    // residual_layernorm f32 30x65537 (1.00x) keep their plans.
+    // residual_layernorm f32 30x65537 (1.00x) keep their plans. Down to
+    // rows of 9999 in one group or a cluster (the shortest measured; rows
+    // of about 2050 lost, 0.74-0.90x): 1.05-2.11x on nine of nine,
+    // rmsnorm f32 24x21035 13.0 -> 6.2 µs, bf16 60x9999 4.81 -> 4.38,
+    // layernorm bf16 24x21035 1.44x, residual_layernorm bf16 32x20001
+    // 1.77x (H100, A B B A, L2 cold-inputs, rows of no list but a drawn
+    // one: 2026-12-07-norm-decode-misaligned-rows-under-65536-h100). The
+    // 16-bit rows were measured in 8-byte packs; the model now picks
+    // 16-byte ones under the variant (no spill, NVRTC 13.0), as on the
+    // longer rows.
     rung(&[Operator::Rmsnorm], Dtypes::Any,
-         from(65536), Rows::ShiftedFewerThanSms, "aligned-packs"),
+         from(MISALIGNED_DECODE_MIN_N), Rows::ShiftedFewerThanSms, "aligned-packs"),
     rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
-         from(65536), Rows::ShiftedFewerThanSms, "aligned-packs"),
+         from(MISALIGNED_DECODE_MIN_N), Rows::ShiftedFewerThanSms, "aligned-packs"),
+    rung(&[Operator::Layernorm], Dtypes::Bits16,
+         span(MISALIGNED_DECODE_MIN_N, 65535), Rows::ShiftedFewerThanSms, "aligned-packs"),
     // ... cross_entropy's forward in 16-bit rows only (f32 4096x50257 ran
     // at par, 192.9 against 193.2 µs), on at least as many rows as SMs or
     // rows over 65536: its decode rows of 8-128 x 32001-51866 ran 3.5-6%
@@ -1428,6 +1442,53 @@ pub(super) fn wide_bf16_rmsnorm_instead(
         ..*pick
     };
     plan_rows(problem, target, &wide).ok().map(|_| wide)
+}
+
+/// f32 rmsnorm rows of this length on one wave of rows take one group of
+/// 1024 a row ([`one_wave_rmsnorm_full_group_instead`]).
+const ONE_WAVE_RMSNORM_N: Span = span(20000, 28000);
+
+/// The model's pick of one narrow group a row (W=128-256, 20-110 chunks a
+/// worker in registers) for f32 rmsnorm rows of [`ONE_WAVE_RMSNORM_N`]
+/// on one to two rows an SM, replaced by one group of 1024 in 16-byte
+/// packs holding the row. One or two narrow groups an SM keep too few
+/// loads in flight, which the model (in-flight bytes over the plan's
+/// register tile) does not see. A B B A, L2 cold-inputs, H100, rows of
+/// no list and a drawn one (`2026-12-07-norm-rows-of-one-wave-in-full-
+/// groups-h100`): 200x20000 17.9 -> 12.3 µs, 245x24768 29.4 -> 20.8 (the
+/// drawn problem; Quack 19.1), 260x28000 53.8 -> 24.6. That campaign's
+/// wider class missed its bar: f32 rmsnorm rows of 12000-16000 and
+/// layernorm f32 ran at par (0.98-1.02x), softmax slower (0.83-0.87x),
+/// bf16 mixed (0.93-1.19x); they keep the model's pick.
+pub(super) fn one_wave_rmsnorm_full_group_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let (rows, sms) = (problem.shape.rows, target.multiprocessors as usize);
+    if !norm_register_pick_on_many_rows(problem, target, picked)
+        || problem.operator_kind() != Some(Operator::Rmsnorm)
+        || problem.dtype != DType::F32
+        || !ONE_WAVE_RMSNORM_N.contains(problem.shape.n)
+        || rows > 2 * sms
+        || picked.groups_per_row != 1
+        || picked.layout.workers > 256
+    {
+        return None;
+    }
+    const WORKERS: u32 = 1024;
+    let pack = sixteen_byte_pack(problem.dtype);
+    let full = LayoutRequest {
+        workers: WORKERS,
+        pack,
+        unroll: problem.shape.n.div_ceil((WORKERS * pack) as usize) as u32,
+        rows_per_group: 0,
+        early_columns: 0,
+        ..*pick
+    };
+    let plan = plan_rows(problem, target, &full).ok()?;
+    (plan.groups_per_row == 1 && plan.residency == Residency::Registers).then_some(full)
 }
 
 /// The workers that hold a row in one chunk of `picked`'s packs: the next

@@ -1838,8 +1838,8 @@ fn regression_misaligned_rows_read_every_pack_as_scalars() {
 /// Misaligned decode rows spanning a cluster read their packs element by
 /// element and ran 2.5-3.7x their prediction (residual_layernorm bf16
 /// 57x175011 68.7 µs against 21.4 on the H200): rmsnorm and 16-bit
-/// residual_layernorm rows of 65536 and more on fewer rows than SMs now
-/// take aligned packs. Layernorm, residual_layernorm f32, aligned rows and
+/// residual_layernorm rows of 65536 and more (since 9999) on fewer rows
+/// than SMs now take aligned packs. Layernorm, residual_layernorm f32, aligned rows and
 /// rows past the SM count keep their plans.
 #[test]
 fn regression_misaligned_decode_cluster_rows_read_packs_element_by_element() {
@@ -1862,7 +1862,6 @@ fn regression_misaligned_decode_cluster_rows_read_packs_element_by_element() {
         (Operator::Layernorm, DType::Bf16, "16x200003"),
         (Operator::ResidualLayernorm, DType::F32, "30x65537"),
         (Operator::Rmsnorm, DType::Bf16, "50x65536"),
-        (Operator::Rmsnorm, DType::Bf16, "40x65535"),
     ] {
         let p = auto(op, dtype, shape);
         assert!(!p.aligned_packs, "{op} {shape}: {}", p.describe());
@@ -2303,7 +2302,7 @@ fn decode_norm_rows_spread_over_one_wave() {
             Operator::Rmsnorm,
             DType::F32,
             "16x14273",
-            "W=512 V=4 U=1 G=1 registers",
+            "W=512 V=4 U=1 G=1 registers aligned-packs",
         ),
     ] {
         let p = plan(&typed(op, dtype, shape), &t, &auto).unwrap();
@@ -2441,4 +2440,59 @@ fn regression_residual_layernorm_short_16_bit_decode_rows_load_columns_early() {
         ..automatic()
     };
     assert_eq!(plan(&p, &h200, &invariant).unwrap().early_columns, 0);
+}
+
+/// Misaligned norm decode rows of 9999-65535 ran their plain plans
+/// 1.05-2.11x slower than in aligned packs (rmsnorm f32 24x21035 13.0
+/// against 6.2 µs, H100); rows of about 2050, f32 layernorm and layernorm
+/// past 65535 keep theirs.
+#[test]
+fn regression_misaligned_norm_decode_rows_from_9999_read_aligned_packs() {
+    let h200 = Target::h200();
+    for (op, dtype, shape, aligned) in [
+        (Operator::Rmsnorm, DType::F32, "24x21035", true),
+        (Operator::Rmsnorm, DType::Bf16, "60x9999", true),
+        (Operator::Layernorm, DType::Bf16, "24x21035", true),
+        (Operator::ResidualLayernorm, DType::Bf16, "32x20001", true),
+        (Operator::Rmsnorm, DType::Bf16, "64x2050", false),
+        (Operator::Layernorm, DType::F32, "24x21035", false),
+        (Operator::Layernorm, DType::Bf16, "16x200003", false),
+    ] {
+        let p = typed(op, dtype, shape);
+        let got = plan(&p, &h200, &automatic()).unwrap();
+        assert_eq!(
+            got.aligned_packs,
+            aligned,
+            "{op} {dtype} {shape}: {}",
+            got.describe()
+        );
+    }
+}
+
+/// f32 rmsnorm rows of 20000-28000 on one to two rows an SM: the model's
+/// narrow picks (W=128-256) ran 1.42-2.19x slower than one group of 1024
+/// a row (the drawn 245x24768 29.4 against 20.8 µs, H100). Shorter rows,
+/// more rows, bf16 and softmax keep the model's pick.
+#[test]
+fn regression_one_wave_f32_rmsnorm_rows_of_20000_take_a_full_group() {
+    let h200 = Target::h200();
+    for shape in ["200x20000", "245x24768", "260x28000"] {
+        let p = typed(Operator::Rmsnorm, DType::F32, shape);
+        let got = plan(&p, &h200, &automatic()).unwrap();
+        assert_eq!(got.layout.workers, 1024, "{shape}: {}", got.describe());
+        assert_eq!(got.early_columns, 0, "{shape}: {}", got.describe());
+        let note = automatic_note(&p, &h200, &automatic()).unwrap();
+        assert!(note.contains("one group of 1024"), "{note}");
+    }
+    let p = typed(Operator::Rmsnorm, DType::F32, "245x24768");
+    assert_rule_absent(
+        "one group of 1024 a row (the narrow picks",
+        &[
+            (Operator::Rmsnorm, DType::F32, "180x16000"),
+            (Operator::Rmsnorm, DType::F32, "265x20000"),
+            (Operator::Rmsnorm, DType::Bf16, "245x24768"),
+            (Operator::Softmax, DType::F32, "245x24768"),
+        ],
+        &p,
+    );
 }
