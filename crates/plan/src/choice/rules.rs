@@ -79,6 +79,9 @@ enum Rows {
     FewerThanSms,
     /// [`Rows::Shifted`], fewer than multiprocessors.
     ShiftedFewerThanSms,
+    /// Rows that all start on 16-byte boundaries, fewer than
+    /// multiprocessors.
+    AlignedFewerThanSms,
     /// A rows x N tile of at least [`PAST_L2_BYTES`].
     PastL2,
     /// [`Rows::PastL2`] rows that all start on 16-byte boundaries.
@@ -343,15 +346,18 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // (9 of 9 cases; 5120, three chunks of W=512: 0.88-0.99x, so not
     // there); rmsnorm and layernorm 16-bit 1.01-1.61x (8 of 8; measured to
     // 5120, taken to 8192, the same two chunks of W=512 V=8);
-    // residual_layernorm 16-bit 0.97-0.98x on three of four there, but
-    // 1.06-1.10x on all six rows of 200-800 in one to three chunks
-    // (H100, A B B A, L2 warm, rows of no list:
-    // 2026-12-07-residual-layernorm-decode-early-columns-h100).
+    // residual_layernorm 16-bit 0.97-0.98x on three of four there. On its
+    // aligned rows up to 512, one chunk a worker, 1.06-1.07x on all seven
+    // (H100, A B B A, rows of no list:
+    // 2026-12-07-residual-layernorm-decode-early-columns-h100, L2 warm;
+    // -residual-layernorm-bf16-decode-early-columns-h100, cold inputs); in
+    // more chunks 0.89-0.96x on three (3x300, 1x640, 9x1000), 1.10x on
+    // 60x800.
     rung(NORMS, Dtypes::F32, span(0, 4096), Rows::FewerThanSms, "early-columns=8"),
     rung(&[Operator::Rmsnorm, Operator::Layernorm], Dtypes::Bits16,
          span(0, 8192), Rows::FewerThanSms, "early-columns=8"),
     rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
-         span(0, 1023), Rows::FewerThanSms, "early-columns=8"),
+         span(0, 512), Rows::AlignedFewerThanSms, "early-columns=8"),
     // layernorm f32 from 131072: the first chunk's weight and bias loaded
     // before the cluster's exchange (paired in 3 rounds: 4096x131072
     // 1.009-1.016x, 1024x262144 1.019-1.021x; measured on these two
@@ -426,6 +432,7 @@ impl Rung {
             Rows::ShiftedOffFourAtLeastSms => !problem.shape.n.is_multiple_of(4) && count >= sms,
             Rows::FewerThanSms => count < sms,
             Rows::ShiftedFewerThanSms => shifted && count < sms,
+            Rows::AlignedFewerThanSms => !shifted && count < sms,
             Rows::PastL2 => past_l2(problem),
             Rows::AlignedPastL2 => !shifted && past_l2(problem),
         };
