@@ -31,10 +31,10 @@ use model::{exact_tie_note, model_choice, ModelChoice};
 use rules::{
     decode_norm_spread_instead, early_columns_instead, few_rows_cross_entropy_cluster_instead,
     few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead,
-    one_chunk_instead, one_row_per_multiprocessor, one_wave_rmsnorm_full_group_instead,
-    online_register_instead, saved_lse_backward_wide_instead, short_f32_one_warp_instead,
-    softmax_cluster_pushed_instead, softmax_decode_pushed_instead, tiny_rows_one_thread_instead,
-    whole_row_stream_instead, wide_bf16_rmsnorm_instead,
+    one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
+    residual_layernorm_pushed_cluster_instead, rmsnorm_wider_group_instead,
+    saved_lse_backward_wide_instead, short_f32_one_warp_instead, softmax_cluster_pushed_instead,
+    softmax_decode_pushed_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -187,7 +187,17 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          1.05-1.87x slower in H200 A B B A on rows of no list, 2026-12-05); in \
          two groups unrolled by 8 where that covers the row (U=4 1.07-1.16x \
          slower, H100 and H200, 2026-12-06); misaligned rows in aligned packs \
-         (one group a row 1.33-1.56x slower, H200, 2026-12-06)",
+         (one group a row 1.33-1.56x slower, H200, 2026-12-06); up to as many \
+         rows as multiprocessors, aligned rows of 70000-250000 the model spans \
+         in a cluster of 1024-thread groups in four groups of 256 a row, pushed \
+         (the cluster picks 1.04-1.41x slower, H100, 2026-12-07)",
+    ),
+    (
+        |p, t, m, _, pick| residual_layernorm_pushed_cluster_instead(p, t, m, pick),
+        "residual_layernorm on 16-byte aligned rows of 26000-32767 larger than \
+         the L2, picked in a fenced cluster: a pushed cluster of eight groups \
+         of 256 in 16-byte packs (the fenced picks 1.20-1.62x slower in H100 A \
+         B B A on rows of no list, 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| decode_norm_spread_instead(p, t, m, pick),
@@ -269,17 +279,13 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          on rows of no list, 2026-12-06)",
     ),
     (
-        |p, t, m, _, pick| wide_bf16_rmsnorm_instead(p, t, m, pick),
-        "bf16 rmsnorm rows of 13000-16384 on a tile of 24-64 MiB: one group of \
-         512 a row, every chunk in flight (the 256-thread picks 1.10-1.34x \
-         slower in H100 and H200 A B B A on rows of no list, 2026-12-06 and \
-         2026-12-07)",
-    ),
-    (
-        |p, t, m, _, pick| one_wave_rmsnorm_full_group_instead(p, t, m, pick),
-        "f32 rmsnorm rows of 20000-28000 on one to two rows a multiprocessor, \
-         picked in one narrow group: one group of 1024 a row (the narrow picks \
-         1.42-2.19x slower in H100 A B B A on rows of no list, 2026-12-07)",
+        |p, t, m, _, pick| rmsnorm_wider_group_instead(p, t, m, pick),
+        "rmsnorm rows picked in one narrow group: bf16 rows of 13000-16384 on \
+         a tile of 24-64 MiB in one group of 512, every chunk in flight (the \
+         256-thread picks 1.10-1.34x slower in H100 and H200 A B B A on rows \
+         of no list, 2026-12-06 and 2026-12-07); f32 rows of 20000-28000 on \
+         one to two rows a multiprocessor in one group of 1024 (the narrow \
+         picks 1.26-2.19x slower in H100 A B B A on rows of no list, 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| early_columns_instead(p, t, m, pick),

@@ -152,6 +152,14 @@ const PAST_L2_BYTES: u64 = 64 << 20;
 /// The shortest misaligned norm decode row that reads aligned packs.
 const MISALIGNED_DECODE_MIN_N: usize = 9999;
 
+/// The longest misaligned norm row that keeps its plain packs on at least
+/// as many rows as multiprocessors (the aligned-packs rung starts past it).
+const TINY_NORM_PLAIN_MAX_N: usize = 255;
+
+/// Misaligned 16-bit norm decode rows of this length read aligned packs of
+/// at most 8 bytes ([`scalar_pack_too_wide`]).
+const MISALIGNED_DECODE_8_BYTE_N: Span = span(MISALIGNED_DECODE_MIN_N, 65535);
+
 /// Rows this long (and no longer) stream whole on the H200 when the
 /// problem is larger than the L2 ([`whole_row_stream_instead`]).
 const WHOLE_ROW_STREAM_N: Span = span(4096, 8192);
@@ -195,8 +203,14 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 34.6 -> 19.8 µs, 4096x4097 39.4 -> 26.6; layernorm bf16 24576x803
     // 32.7 -> 30.6), while decode rows (1-64, L2 warm) lost 0.74-0.90x
     // (residual_layernorm bf16 64x2050 2.26 -> 3.05): fewer rows than SMs
-    // keep their plain plans.
-    rung(NORMS, Dtypes::Any, from(1), Rows::ShiftedOffFourAtLeastSms, "aligned-packs"),
+    // keep their plain plans. Rows under 256 at one to two rows an SM ran
+    // 1.23-1.32x faster without them on seven of seven (H100, A B B A, L2
+    // cold-inputs, rows of no list but the drawn residual_layernorm f32
+    // 152x105: 2.28 -> 1.79 µs; 2026-12-07-tiny-misaligned-norm-rows-plain-
+    // packs-h100): on a row of a few hundred bytes the shifted head and
+    // tail cost more than the vectors save.
+    rung(NORMS, Dtypes::Any, from(TINY_NORM_PLAIN_MAX_N + 1),
+         Rows::ShiftedOffFourAtLeastSms, "aligned-packs"),
     // ... and on fewer rows than SMs, rows of 65536 and more, which span a
     // cluster: rmsnorm and 16-bit residual_layernorm. Default against
     // aligned packs, A B B A, L2 cold-inputs, rows of no list: rmsnorm
@@ -215,10 +229,10 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // rmsnorm f32 24x21035 13.0 -> 6.2 µs, bf16 60x9999 4.81 -> 4.38,
     // layernorm bf16 24x21035 1.44x, residual_layernorm bf16 32x20001
     // 1.77x (H100, A B B A, L2 cold-inputs, rows of no list but a drawn
-    // one: 2026-12-07-norm-decode-misaligned-rows-under-65536-h100). The
-    // 16-bit rows were measured in 8-byte packs; the model now picks
-    // 16-byte ones under the variant (no spill, NVRTC 13.0), as on the
-    // longer rows.
+    // one: 2026-12-07-norm-decode-misaligned-rows-under-65536-h100). Its
+    // 16-bit rows keep the 8-byte packs they were measured in
+    // ([`scalar_pack_too_wide`]): 16-byte ones ran 0.80-0.96x on five of
+    // six (2026-12-07-misaligned-decode-16-byte-packs-h100).
     rung(&[Operator::Rmsnorm], Dtypes::Any,
          from(MISALIGNED_DECODE_MIN_N), Rows::ShiftedFewerThanSms, "aligned-packs"),
     rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
@@ -487,6 +501,12 @@ const WIDE_SLOT_PLAN: usize = 64;
 /// at V=4, 7168x51866 186.7 against 189.2. Shorter rows, where the
 /// guarded first and last packs are most of a row, were not measured
 /// wider and keep it.
+/// - 16-bit norm decode rows (fewer than multiprocessors) of
+///   [`MISALIGNED_DECODE_8_BYTE_N`] in aligned packs: at most 8 bytes. V=8
+///   ran 0.80-0.96x of V=4 on five of six rows of no list (H100, A B B A,
+///   L2 cold-inputs: layernorm bf16 24x21035 6.01 against 7.48 µs, rmsnorm
+///   24x21035 5.06 against 5.69; 16x30001 1.25x the other way;
+///   `2026-12-07-misaligned-decode-16-byte-packs-h100`).
 pub(crate) fn scalar_pack_too_wide(
     problem: &Problem,
     target: &Target,
@@ -500,9 +520,17 @@ pub(crate) fn scalar_pack_too_wide(
         return false;
     }
     let Shape { rows, n } = problem.shape;
-    let many_short =
-        n < SCALAR_SHORT_N && rows >= SCALAR_MANY_ROWS_PER_SM * target.multiprocessors as usize;
-    if many_short {
+    let sms = target.multiprocessors as usize;
+    let many_short = n < SCALAR_SHORT_N && rows >= SCALAR_MANY_ROWS_PER_SM * sms;
+    let norm_decode = problem.dtype.size_bytes() == 2
+        && problem
+            .operator_kind()
+            .is_some_and(|op| NORMS.contains(&op))
+        && rows < sms
+        && MISALIGNED_DECODE_8_BYTE_N.contains(n);
+    if aligned_packs && norm_decode {
+        pack > 4
+    } else if many_short {
         pack > 4 / problem.dtype.size_bytes() as u32
     } else {
         pack > 4 && !(aligned_packs && n >= SCALAR_SHORT_N)
@@ -1021,6 +1049,15 @@ const FEW_ROWS_CE_EIGHT_GROUPS_BYTES: usize = 160_000;
 /// measured faster so: bf16 42x128000; f32 48x88000 ran 0.94x).
 const FEW_ROWS_CE_SMALL_GROUPS_BYTES: usize = 256 * 1024;
 
+/// Cross-entropy row lengths [`few_rows_cross_entropy_cluster_instead`]
+/// takes past half the multiprocessors: the measured ones.
+const HALF_WAVE_CE_N: Span = span(70000, 250000);
+
+/// The widest cluster pick [`few_rows_cross_entropy_cluster_instead`]
+/// replaces past half the multiprocessors: the measured ones (two to four
+/// groups of 1024).
+const HALF_WAVE_CE_MAX_WORKERS: u32 = 4096;
+
 /// The forward cross-entropy on rows of [`FEW_ROWS_CE_CLUSTER_N`], fewer
 /// rows than half the multiprocessors: a cluster a row, partials
 /// pushed, its groups as many as fit in one and a half waves: eight of
@@ -1046,6 +1083,20 @@ const FEW_ROWS_CE_SMALL_GROUPS_BYTES: usize = 256 * 1024;
 /// in four groups only, as measured.
 /// Left to the model: 96 and 128 rows (0.63-0.78x in either cluster), rows
 /// of 32000 (0.81-1.02x at 32 and 64 rows), and f16 (not measured).
+///
+/// Past half the multiprocessors (up to as many rows), 16-byte aligned
+/// rows of [`HALF_WAVE_CE_N`] where the model spans a cluster of
+/// 1024-thread groups take four pushed groups of 256 a row: four
+/// quarter-size groups on four SMs, at most a wave of small groups, where
+/// the model's 2-4 full groups leave 2-4 rows an SM behind one exchange.
+/// A B B A, L2 cold-inputs, H100, rows of no list
+/// (`2026-12-07-ce-rows-past-half-the-sms-cluster-picks-h100`): 1.04-1.41x
+/// on eight of eight (f32 75x120000 23.3 -> 16.5 µs, bf16 100x180000 20.4
+/// -> 17.0); before, on the five such picks of
+/// `2026-12-07-ce-rows-past-half-the-sms-{in-small-groups,narrower-span}-h100`,
+/// 1.04-1.32x. Against the model's one group of 1024 a row the same
+/// groups ran at par (0.96-1.14x), so those keep it; misaligned rows and
+/// wider clusters were not measured.
 pub(super) fn few_rows_cross_entropy_cluster_instead(
     problem: &Problem,
     target: &Target,
@@ -1055,6 +1106,18 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
     let Shape { rows, n } = problem.shape;
     let sms = target.multiprocessors as usize;
     let forward_ce = [Operator::CrossEntropy, Operator::CrossEntropyWithLse];
+    if (sms / 2 + 1..=sms).contains(&rows) {
+        let wanted = target.name == "h200"
+            && problem
+                .operator_kind()
+                .is_some_and(|op| forward_ce.contains(&op))
+            && matches!(problem.dtype, DType::F32 | DType::Bf16)
+            && HALF_WAVE_CE_N.contains(n)
+            && sixteen_byte_rows(problem)
+            && picked.groups_per_row > 1
+            && picked.layout.workers <= HALF_WAVE_CE_MAX_WORKERS;
+        return wanted.then(|| pushed_cluster(problem, target, pick, (4, 256), 4, false))?;
+    }
     if !one_group_decode_pick(problem, target, picked, &forward_ce)
         || !FEW_ROWS_CE_CLUSTER_N.contains(n)
     {
@@ -1084,27 +1147,76 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
     // 52-64 rows of 44000-64000, `2026-12-06-ce-decode-f32-cluster-sizes-h100`;
     // f32 1.07-1.10x and bf16 1.09-1.16x on 54-64 rows of 47000-128256,
     // `2026-12-06-ce-decode-unroll-h100`).
-    let pack = sixteen_byte_pack(problem.dtype);
-    let stripes = n.div_ceil((groups * threads * pack) as usize);
+    let stripes = n.div_ceil((groups * threads * sixteen_byte_pack(problem.dtype)) as usize);
     let unroll = if groups == 2 && stripes > 4 && stripes <= 8 {
         8
     } else {
         4
     };
+    pushed_cluster(problem, target, pick, (groups, threads), unroll, shifted)
+}
+
+/// `pick` as a pushed cluster of `groups` groups of so many threads a row
+/// in 16-byte packs unrolled by `unroll`, where the mapper spans it so.
+fn pushed_cluster(
+    problem: &Problem,
+    target: &Target,
+    pick: &LayoutRequest,
+    (groups, threads): (u32, u32),
+    unroll: u32,
+    aligned_packs: bool,
+) -> Option<LayoutRequest> {
     let cluster = LayoutRequest {
         workers: groups * threads,
-        pack,
+        pack: sixteen_byte_pack(problem.dtype),
         unroll,
         rows_per_group: 0,
         cluster_group_threads: threads,
         push_cluster_reduce: true,
         split_groups: target.needs_split_groups(groups * threads),
-        aligned_packs: shifted,
+        aligned_packs,
         ..*pick
     };
-    let target = with_cluster_group_threads(target, cluster.cluster_group_threads).ok()?;
+    let target = with_cluster_group_threads(target, threads).ok()?;
     let plan = plan_rows(problem, &target, &cluster).ok()?;
-    (plan.groups_per_row == groups).then_some(cluster)
+    (plan.groups_per_row == groups && plan.pushed_cluster_reduce).then_some(cluster)
+}
+
+/// Residual layernorm row lengths [`residual_layernorm_pushed_cluster_instead`]
+/// takes: the measured ones up to the push-reduce rung.
+const RESIDUAL_PUSHED_CLUSTER_N: Span = span(26000, 32767);
+
+/// Residual layernorm on 16-byte aligned rows of
+/// [`RESIDUAL_PUSHED_CLUSTER_N`] larger than the L2, where the model picks
+/// a fenced cluster (two register tiles a row do not fit a group of 512):
+/// a pushed cluster of eight groups of 256 in 16-byte packs, the layout
+/// the push-reduce rung gives longer rows. The model's space has no push
+/// below that rung. A B B A, L2 cold-inputs, H100, rows of no list but a
+/// drawn one (`2026-12-07-residual-layernorm-fenced-cluster-picks-h100`):
+/// 1.20-1.62x on seven of seven, 900-2000 rows of 26000-31000 (the drawn
+/// bf16 1839x28352 250.8 -> 157.0 µs, torch.compile 152.8 on its card;
+/// f32 1000x28000 195.5 -> 156.2), fenced picks of narrow packs and of
+/// 256-thread groups alike (bf16 1300x31000 1.24x). A hinted stream beat
+/// the fenced picks on one row of two but lost to the push
+/// (`2026-12-07-residual-layernorm-long-rows-hinted-stream-h100`).
+pub(super) fn residual_layernorm_pushed_cluster_instead(
+    problem: &Problem,
+    target: &Target,
+    picked: &Plan,
+    pick: &LayoutRequest,
+) -> Option<LayoutRequest> {
+    let wanted = target.name == "h200"
+        && problem.operator_kind() == Some(Operator::ResidualLayernorm)
+        && RESIDUAL_PUSHED_CLUSTER_N.contains(problem.shape.n)
+        && past_l2(problem)
+        && sixteen_byte_rows(problem)
+        && picked.groups_per_row > 1
+        && !picked.pushed_cluster_reduce;
+    let unroll = problem
+        .shape
+        .n
+        .div_ceil(2048 * sixteen_byte_pack(problem.dtype) as usize);
+    wanted.then(|| pushed_cluster(problem, target, pick, (8, 256), unroll as u32, false))?
 }
 
 /// Rows this short take one thread a row ([`tiny_rows_one_thread_instead`]).
@@ -1413,89 +1525,83 @@ pub(super) fn one_chunk_instead(
 }
 
 /// bf16 rmsnorm rows of this length take one group of 512
-/// ([`wide_bf16_rmsnorm_instead`]).
+/// ([`rmsnorm_wider_group_instead`]).
 const WIDE_BF16_RMSNORM_N: Span = span(13000, 16384);
 
-/// The model's pick of one 256-thread group a row (seven chunks a worker,
-/// four groups an SM) for bf16 rmsnorm rows of [`WIDE_BF16_RMSNORM_N`],
-/// on a tile between [`EARLY_COLUMNS_MAX_BYTES`] and [`PAST_L2_BYTES`],
-/// replaced by one group of 512 with every chunk in flight (W=512 V=8
-/// U=4). A B B A, L2 cold-inputs, rows of no list: 1.10-1.27x on the four
-/// such tiles of 1000-2200 rows (1000x16000 30.3 -> 23.9 µs; H100,
-/// `2026-12-07-rmsnorm-bf16-wide-past-l2-w512-h100`) and 1.17-1.34x on
-/// 1300x15000 and 1800x14000 (H200, `2026-12-06-rmsnorm-bf16-wide-past-
-/// l2-h200`); past the L2 (3000x14336, 86 MB) it ran at par (0.99x), as
-/// did 2600x12800 (0.996x).
-pub(super) fn wide_bf16_rmsnorm_instead(
-    problem: &Problem,
-    target: &Target,
-    picked: &Plan,
-    pick: &LayoutRequest,
-) -> Option<LayoutRequest> {
-    if !norm_register_pick_on_many_rows(problem, target, picked)
-        || problem.operator_kind() != Some(Operator::Rmsnorm)
-        || problem.dtype != DType::Bf16
-        || !WIDE_BF16_RMSNORM_N.contains(problem.shape.n)
-        || row_tile_bytes(problem) <= EARLY_COLUMNS_MAX_BYTES
-        || past_l2(problem)
-        || picked.layout.workers != 256
-    {
-        return None;
-    }
-    let wide = LayoutRequest {
-        workers: 512,
-        pack: 8,
-        unroll: 4,
-        ..*pick
-    };
-    plan_rows(problem, target, &wide).ok().map(|_| wide)
-}
-
 /// f32 rmsnorm rows of this length on one wave of rows take one group of
-/// 1024 a row ([`one_wave_rmsnorm_full_group_instead`]).
+/// 1024 a row ([`rmsnorm_wider_group_instead`]).
 const ONE_WAVE_RMSNORM_N: Span = span(20000, 28000);
 
-/// The model's pick of one narrow group a row (W=128-256, 20-110 chunks a
-/// worker in registers) for f32 rmsnorm rows of [`ONE_WAVE_RMSNORM_N`]
-/// on one to two rows an SM, replaced by one group of 1024 in 16-byte
-/// packs holding the row. One or two narrow groups an SM keep too few
-/// loads in flight, which the model (in-flight bytes over the plan's
-/// register tile) does not see. A B B A, L2 cold-inputs, H100, rows of
-/// no list and a drawn one (`2026-12-07-norm-rows-of-one-wave-in-full-
-/// groups-h100`): 200x20000 17.9 -> 12.3 µs, 245x24768 29.4 -> 20.8 (the
-/// drawn problem; Quack 19.1), 260x28000 53.8 -> 24.6. That campaign's
-/// wider class missed its bar: f32 rmsnorm rows of 12000-16000 and
-/// layernorm f32 ran at par (0.98-1.02x), softmax slower (0.83-0.87x),
-/// bf16 mixed (0.93-1.19x); they keep the model's pick.
-pub(super) fn one_wave_rmsnorm_full_group_instead(
+/// The model's pick of one narrow group a row for rmsnorm rows in their
+/// hundreds to thousands, replaced by one wider group in 16-byte packs
+/// holding the row, every chunk in flight. A few narrow groups an SM keep
+/// too few loads in flight, which the model (in-flight bytes over the
+/// plan's register tile) does not see.
+///
+/// - bf16 rows of [`WIDE_BF16_RMSNORM_N`] picked at W=256 (seven chunks a
+///   worker, four groups an SM), on a tile between
+///   [`EARLY_COLUMNS_MAX_BYTES`] and [`PAST_L2_BYTES`]: one group of 512
+///   (W=512 V=8 U=4). A B B A, L2 cold-inputs, rows of no list:
+///   1.10-1.27x on the four such tiles of 1000-2200 rows (1000x16000
+///   30.3 -> 23.9 µs; H100, `2026-12-07-rmsnorm-bf16-wide-past-l2-w512-
+///   h100`) and 1.17-1.34x on 1300x15000 and 1800x14000 (H200,
+///   `2026-12-06-rmsnorm-bf16-wide-past-l2-h200`); past the L2
+///   (3000x14336, 86 MB) it ran at par (0.99x), as did 2600x12800
+///   (0.996x).
+/// - f32 rows of [`ONE_WAVE_RMSNORM_N`] on one to two rows an SM, picked
+///   at W=128-256 (20-110 chunks a worker): one group of 1024. A B B A, L2
+///   cold-inputs, H100, rows of no list and a drawn one
+///   (`2026-12-07-norm-rows-of-one-wave-in-full-groups-h100`): 200x20000
+///   17.9 -> 12.3 µs, 245x24768 29.4 -> 20.8 (the drawn problem; Quack
+///   19.1), 260x28000 53.8 -> 24.6; on six fresh rows of 140-255 x
+///   21000-27500 against the narrow picks with every chunk's columns
+///   early, 1.26-1.69x (140x24000 21.2 -> 12.5;
+///   `2026-12-07-one-wave-rmsnorm-f32-full-group-fresh-rows-h100`). That
+///   first campaign's wider class missed its bar: f32 rmsnorm rows of
+///   12000-16000 and layernorm f32 ran at par (0.98-1.02x), softmax
+///   slower (0.83-0.87x), bf16 mixed (0.93-1.19x); they keep the model's
+///   pick.
+pub(super) fn rmsnorm_wider_group_instead(
     problem: &Problem,
     target: &Target,
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    let (rows, sms) = (problem.shape.rows, target.multiprocessors as usize);
+    let Shape { rows, n } = problem.shape;
     if !norm_register_pick_on_many_rows(problem, target, picked)
         || problem.operator_kind() != Some(Operator::Rmsnorm)
-        || problem.dtype != DType::F32
-        || !ONE_WAVE_RMSNORM_N.contains(problem.shape.n)
-        || rows > 2 * sms
         || picked.groups_per_row != 1
         || picked.layout.workers > 256
     {
         return None;
     }
-    const WORKERS: u32 = 1024;
+    let tile = row_tile_bytes(problem);
+    let workers: u32 = match problem.dtype {
+        DType::Bf16
+            if WIDE_BF16_RMSNORM_N.contains(n)
+                && (EARLY_COLUMNS_MAX_BYTES + 1..PAST_L2_BYTES).contains(&tile)
+                && picked.layout.workers == 256 =>
+        {
+            512
+        }
+        DType::F32
+            if ONE_WAVE_RMSNORM_N.contains(n) && rows <= 2 * target.multiprocessors as usize =>
+        {
+            1024
+        }
+        _ => return None,
+    };
     let pack = sixteen_byte_pack(problem.dtype);
-    let full = LayoutRequest {
-        workers: WORKERS,
+    let wide = LayoutRequest {
+        workers,
         pack,
-        unroll: problem.shape.n.div_ceil((WORKERS * pack) as usize) as u32,
+        unroll: n.div_ceil((workers * pack) as usize) as u32,
         rows_per_group: 0,
         early_columns: 0,
         ..*pick
     };
-    let plan = plan_rows(problem, target, &full).ok()?;
-    (plan.groups_per_row == 1 && plan.residency == Residency::Registers).then_some(full)
+    let plan = plan_rows(problem, target, &wide).ok()?;
+    (plan.groups_per_row == 1 && plan.residency == Residency::Registers).then_some(wide)
 }
 
 /// The workers that hold a row in one chunk of `picked`'s packs: the next
