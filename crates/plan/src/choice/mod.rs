@@ -29,12 +29,12 @@ use crate::target::Target;
 use model::{exact_tie_note, model_choice, ModelChoice};
 
 use rules::{
-    decode_norm_spread_instead, early_columns_instead, few_rows_cross_entropy_cluster_instead,
-    few_rows_narrower_instead, few_rows_one_chunk_instead, hinted_stream_instead,
-    one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
+    cluster_pushed_instead, decode_norm_spread_instead, early_columns_instead,
+    few_rows_cross_entropy_cluster_instead, few_rows_narrower_instead, few_rows_one_chunk_instead,
+    hinted_stream_instead, one_chunk_instead, one_row_per_multiprocessor, online_register_instead,
     residual_layernorm_pushed_cluster_instead, rmsnorm_wider_group_instead,
-    saved_lse_backward_wide_instead, short_f32_one_warp_instead, softmax_cluster_pushed_instead,
-    softmax_decode_pushed_instead, tiny_rows_one_thread_instead, whole_row_stream_instead,
+    saved_lse_backward_wide_instead, short_f32_one_warp_instead, softmax_decode_pushed_instead,
+    tiny_rows_one_thread_instead, whole_row_stream_instead,
 };
 
 /// The request the mapper plans for `request`: as given unless the cost
@@ -152,7 +152,12 @@ fn layout_rule_beside_model(
     if request.residency != ResidencyRequest::Auto || request.batch_invariant {
         return Ok(None);
     }
-    let model_plan = plan_rows(problem, target, pick)?;
+    // On the pick's own group size, as the mapper plans it.
+    let model_plan = plan_rows(
+        problem,
+        &with_cluster_group_threads(target, pick.cluster_group_threads)?,
+        pick,
+    )?;
     if let Some((tuned, evidence)) = tuned_layout_instead(problem, target, pick) {
         return Ok(Some(RuleBesideModel {
             request: tuned,
@@ -188,9 +193,9 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          two groups unrolled by 8 where that covers the row (U=4 1.07-1.16x \
          slower, H100 and H200, 2026-12-06); misaligned rows in aligned packs \
          (one group a row 1.33-1.56x slower, H200, 2026-12-06); up to as many \
-         rows as multiprocessors, aligned rows of 70000-250000 the model spans \
-         in a cluster of 1024-thread groups in four groups of 256 a row, pushed \
-         (the cluster picks 1.04-1.41x slower, H100, 2026-12-07)",
+         rows as multiprocessors, rows of 70000-250000 the model spans in a \
+         cluster of 1024-thread groups, or misaligned, in four groups of 256 a \
+         row, pushed (the model's picks 1.02-1.41x slower, H100, 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| residual_layernorm_pushed_cluster_instead(p, t, m, pick),
@@ -273,10 +278,11 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          1.11-2.16x slower in H100 A B B A on rows of no list, 2026-12-06)",
     ),
     (
-        |p, t, m, _, pick| softmax_cluster_pushed_instead(p, t, m, pick),
-        "softmax rows under 131072 spanning a cluster: the same layout, \
-         partials pushed (the unpushed plans 1.08-2.19x slower in H100 A B B A \
-         on rows of no list, 2026-12-06)",
+        |p, t, m, _, pick| cluster_pushed_instead(p, t, m, pick),
+        "softmax rows under 131072 spanning a cluster, and rmsnorm and f32 \
+         layernorm rows of 65536-131071: the same layout, partials pushed (the \
+         unpushed plans 1.08-2.19x and 1.035-1.144x slower in H100 A B B A on \
+         rows of no list, 2026-12-06 and 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| rmsnorm_wider_group_instead(p, t, m, pick),

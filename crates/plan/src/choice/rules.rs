@@ -54,7 +54,7 @@ impl Dtypes {
 pub(super) fn ladder_tokens() -> impl Iterator<Item = &'static str> {
     VARIANT_LADDERS
         .iter()
-        .flat_map(|rung| rung.adds.split_whitespace())
+        .flat_map(|Rung(.., adds)| adds.split_whitespace())
 }
 
 /// What a rung asks of the rows. Anything but `Any` and `Misaligned`
@@ -89,32 +89,10 @@ enum Rows {
 }
 
 /// One rung of a ladder: the operators, dtypes, row lengths (inclusive)
-/// and row counts where the automatic request takes `adds` (schedule
-/// tokens).
+/// and row counts where the automatic request takes the schedule tokens
+/// of its last field.
 #[derive(Debug)]
-pub(super) struct Rung {
-    ops: &'static [Operator],
-    dtypes: Dtypes,
-    n: Span,
-    rows: Rows,
-    adds: &'static str,
-}
-
-const fn rung(
-    ops: &'static [Operator],
-    dtypes: Dtypes,
-    n: Span,
-    rows: Rows,
-    adds: &'static str,
-) -> Rung {
-    Rung {
-        ops,
-        dtypes,
-        n,
-        rows,
-        adds,
-    }
-}
+pub(super) struct Rung(&'static [Operator], Dtypes, Span, Rows, &'static str);
 
 const fn from(min: usize) -> Span {
     Span { min, max: None }
@@ -184,8 +162,8 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // in their hundreds (at least one per SM, as measured): a few short
     // rows were not measured, and there the guarded packs are most of a
     // row.
-    rung(ALIGNED_PACK_OPS, Dtypes::Any, from(SCALAR_SHORT_N), Rows::Shifted, "aligned-packs"),
-    rung(ALIGNED_PACK_OPS, Dtypes::Any,
+    Rung(ALIGNED_PACK_OPS, Dtypes::Any, from(SCALAR_SHORT_N), Rows::Shifted, "aligned-packs"),
+    Rung(ALIGNED_PACK_OPS, Dtypes::Any,
          span(1, SCALAR_SHORT_N - 1), Rows::ShiftedAtLeastSms, "aligned-packs"),
     // The norms, whose columns cannot follow a row's shift and are read
     // element by element, where N is no multiple of 4: their plain plans
@@ -209,7 +187,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 152x105: 2.28 -> 1.79 µs; 2026-12-07-tiny-misaligned-norm-rows-plain-
     // packs-h100): on a row of a few hundred bytes the shifted head and
     // tail cost more than the vectors save.
-    rung(NORMS, Dtypes::Any, from(TINY_NORM_PLAIN_MAX_N + 1),
+    Rung(NORMS, Dtypes::Any, from(TINY_NORM_PLAIN_MAX_N + 1),
          Rows::ShiftedOffFourAtLeastSms, "aligned-packs"),
     // ... and on fewer rows than SMs, rows of 65536 and more, which span a
     // cluster: rmsnorm and 16-bit residual_layernorm. Default against
@@ -233,20 +211,20 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 16-bit rows keep the 8-byte packs they were measured in
     // ([`scalar_pack_too_wide`]): 16-byte ones ran 0.80-0.96x on five of
     // six (2026-12-07-misaligned-decode-16-byte-packs-h100).
-    rung(&[Operator::Rmsnorm], Dtypes::Any,
+    Rung(&[Operator::Rmsnorm], Dtypes::Any,
          from(MISALIGNED_DECODE_MIN_N), Rows::ShiftedFewerThanSms, "aligned-packs"),
-    rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
+    Rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
          from(MISALIGNED_DECODE_MIN_N), Rows::ShiftedFewerThanSms, "aligned-packs"),
-    rung(&[Operator::Layernorm], Dtypes::Bits16,
+    Rung(&[Operator::Layernorm], Dtypes::Bits16,
          span(MISALIGNED_DECODE_MIN_N, 65535), Rows::ShiftedFewerThanSms, "aligned-packs"),
     // ... cross_entropy's forward in 16-bit rows only (f32 4096x50257 ran
     // at par, 192.9 against 193.2 µs), on at least as many rows as SMs or
     // rows over 65536: its decode rows of 8-128 x 32001-51866 ran 3.5-6%
     // slower in aligned packs (bf16 64x50257 5.27 -> 5.57 µs, L2 warm),
     // 16x128257 6% faster (8.93 -> 8.46).
-    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Bits16,
+    Rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Bits16,
          from(1), Rows::ShiftedAtLeastSms, "aligned-packs"),
-    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Bits16,
+    Rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Bits16,
          from(65537), Rows::Shifted, "aligned-packs"),
     // cross_entropy_backward 16-bit on shifted rows of more than 49152
     // (six chunks of W=1024 V=8): no row guard on the stores
@@ -266,7 +244,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // The rung against the former plan on five shapes of no list, the same
     // way (bench/results/2026-12-06-default-rungs-h100): 1.021-1.078x
     // (bf16 2048x50796 166 -> 154 µs).
-    rung(&[Operator::CrossEntropyBackward], Dtypes::Bits16,
+    Rung(&[Operator::CrossEntropyBackward], Dtypes::Bits16,
          from(49153), Rows::Shifted, "unguarded-stores"),
     // layernorm register plans of rows longer than 10240 recompute the
     // centred row x - mean in the output phase (`recompute-derived`)
@@ -285,7 +263,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // and the recomputation costs. residual_layernorm is left out: two of
     // four ran slower where its count rises (f32 2048x11008 0.982x at 2 ->
     // 3 groups, 65536x9216 0.992x at 3 -> 4).
-    rung(&[Operator::Layernorm], Dtypes::Any, from(10241), Rows::Any, "recompute-derived"),
+    Rung(&[Operator::Layernorm], Dtypes::Any, from(10241), Rows::Any, "recompute-derived"),
     // Resident 16-bit tiles packed two values per register. Rows of 131072
     // and more, every operator holding a tile, both long shapes:
     // 1.01-1.25x (softmax 4096x131072 691 -> 645 µs). Softmax from 32768:
@@ -296,14 +274,14 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // registers; not for rmsnorm and layernorm on 4096x32768, where the
     // one-group plan keeps 110-123 registers (136.4 and 149.1 µs against
     // 128.5 streamed and 149.6).
-    rung(&[Operator::Softmax], Dtypes::Bits16, from(32768), Rows::Any, "packed-resident"),
-    rung(NORMS, Dtypes::Bits16, from(131072), Rows::Any, "packed-resident"),
+    Rung(&[Operator::Softmax], Dtypes::Bits16, from(32768), Rows::Any, "packed-resident"),
+    Rung(NORMS, Dtypes::Bits16, from(131072), Rows::Any, "packed-resident"),
     // 16-bit layernorm rows that one group holds: packed and the columns
     // loaded in order, so the W=512 register plan takes 62 registers
     // instead of 128, two groups per SM (4096x32768: 134.0 µs against
     // 141.7, paired). Longer rows span clusters, where ordered columns are
     // unmeasured.
-    rung(&[Operator::Layernorm], Dtypes::Bits16,
+    Rung(&[Operator::Layernorm], Dtypes::Bits16,
          span(32768, 65535), Rows::Any, "ordered-columns packed-resident"),
     // cross_entropy on rows over 32768: the online normalizer. The row is
     // then read once with nothing held resident, so one streaming group
@@ -312,7 +290,7 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // rows of 32768 and less the register plan already reads once and
     // bf16 became 10-13% slower (the extra exp work). The lse-saving
     // forward is that kernel plus a per-row store (not measured apart).
-    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Any,
+    Rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Any,
          from(32769), Rows::Any, "online-normalizer"),
     // ... and on misaligned rows over 24576, where the register plans read
     // scalars and their tiles leave one group per SM (NVRTC: the W=512
@@ -322,16 +300,16 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // two groups per SM, 101-105 and 60-71
     // (2026-12-03-search-ce-misaligned-*-h200, rows of no list; at 24002
     // the register plans still won: 2026-12-03-search-ce-unaligned-f32).
-    rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Any,
+    Rung(&[Operator::CrossEntropy, Operator::CrossEntropyWithLse], Dtypes::Any,
          from(24577), Rows::Misaligned, "online-normalizer"),
     // 16-bit softmax on rows of 18432-32767 larger than the L2: the online
     // normalizer, in the register layout of [`online_register_instead`].
     // Rows shifted into aligned packs over 26000 keep the streamed plan:
     // their tile takes 76 registers, one group per SM (8192x30522 315.8 ->
     // 408.4 µs).
-    rung(&[Operator::Softmax], Dtypes::Bits16,
+    Rung(&[Operator::Softmax], Dtypes::Bits16,
          span(18432, 26000), Rows::PastL2, "online-normalizer"),
-    rung(&[Operator::Softmax], Dtypes::Bits16,
+    Rung(&[Operator::Softmax], Dtypes::Bits16,
          span(26001, 32767), Rows::AlignedPastL2, "online-normalizer"),
     // layernorm from 32768: one-pass moments (bf16 4096x131072 882 -> 703
     // µs; f32 and the shorter rows within 4% either way then,
@@ -339,18 +317,18 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // 1149 -> 1132 µs, 1024x262144 635 -> 633 (A/A 1128 and 629). Rows of
     // 32768 (paired with all three peers, 2 rounds): f32 283.7 -> 278.0
     // µs, bf16 149.9 -> 143.5.
-    rung(&[Operator::Layernorm], Dtypes::Any, from(32768), Rows::Any, "one-pass-moments"),
+    Rung(&[Operator::Layernorm], Dtypes::Any, from(32768), Rows::Any, "one-pass-moments"),
     // layernorm on rows of 4096-8192 larger than the L2: one-pass moments,
     // for the two-pass streamed plan of [`whole_row_stream_instead`], as
     // Inductor's Welford loop. One-pass moments changes the bits, so a
     // batch-invariant request skips it (regression test
     // `regression_batch_invariant_norms_take_one_arithmetic_at_every_row_count`).
-    rung(&[Operator::Layernorm], Dtypes::F32OrBf16,
+    Rung(&[Operator::Layernorm], Dtypes::F32OrBf16,
          WHOLE_ROW_STREAM_N, Rows::PastL2, "one-pass-moments"),
     // Fewer rows than multiprocessors: one reduction phase instead of two
     // on a latency-bound row (1.02-1.13x on all 24 cases of 1x127, 17x257
     // and 1-64 x 4096 in both dtypes, paired in 3 rounds).
-    rung(&[Operator::Layernorm, Operator::ResidualLayernorm], Dtypes::Any,
+    Rung(&[Operator::Layernorm, Operator::ResidualLayernorm], Dtypes::Any,
          from(0), Rows::FewerThanSms, "one-pass-moments"),
     // Fewer rows than multiprocessors: every chunk's columns (at most 8)
     // loaded early, so their round trip overlaps the row's loads and
@@ -367,10 +345,10 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // -residual-layernorm-bf16-decode-early-columns-h100, cold inputs); in
     // more chunks 0.89-0.96x on three (3x300, 1x640, 9x1000), 1.10x on
     // 60x800.
-    rung(NORMS, Dtypes::F32, span(0, 4096), Rows::FewerThanSms, "early-columns=8"),
-    rung(&[Operator::Rmsnorm, Operator::Layernorm], Dtypes::Bits16,
+    Rung(NORMS, Dtypes::F32, span(0, 4096), Rows::FewerThanSms, "early-columns=8"),
+    Rung(&[Operator::Rmsnorm, Operator::Layernorm], Dtypes::Bits16,
          span(0, 8192), Rows::FewerThanSms, "early-columns=8"),
-    rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
+    Rung(&[Operator::ResidualLayernorm], Dtypes::Bits16,
          span(0, 512), Rows::AlignedFewerThanSms, "early-columns=8"),
     // layernorm f32 from 131072: the first chunk's weight and bias loaded
     // before the cluster's exchange (paired in 3 rounds: 4096x131072
@@ -379,17 +357,17 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // covers the wait, nor rmsnorm f32, whose registers went 80 -> 106).
     // Only where part of the row sits in shared memory
     // ([`early_columns_only_with_shared_chunks`]).
-    rung(&[Operator::Layernorm], Dtypes::F32,
+    Rung(&[Operator::Layernorm], Dtypes::F32,
          from(EARLY_COLUMNS_LONG_N), Rows::Any, "early-columns=1"),
     // rmsnorm 16-bit from 262144: the weight staged in shared memory by
     // `cp.async` (1024x262144 370 -> 349; 4096x131072 588 -> 828, so not
     // there). f32 pushes unstaged (below).
-    rung(&[Operator::Rmsnorm], Dtypes::Bits16, from(262144), Rows::Any, "staged-columns"),
+    Rung(&[Operator::Rmsnorm], Dtypes::Bits16, from(262144), Rows::Any, "staged-columns"),
     // Rows that span a cluster push their partials with `st.async`:
     // residual_layernorm from 32768, where its f32 default on 4096x32768 is
     // already a cluster of eight groups (651 -> 522 µs; the long rows
     // 1.22-1.37x).
-    rung(&[Operator::ResidualLayernorm], Dtypes::Any, from(32768), Rows::Any, "push-reduce"),
+    Rung(&[Operator::ResidualLayernorm], Dtypes::Any, from(32768), Rows::Any, "push-reduce"),
     // The others from 131072 (softmax and the bf16 norms 1.10-1.34x
     // against the fenced exit; softmax f32 4096x131072 1134 -> 1034 µs,
     // bf16 1024x262144 347 -> 260). Layernorm f32 pushes without a promise
@@ -398,24 +376,14 @@ pub(super) const VARIANT_LADDERS: &[Rung] = &[
     // rmsnorm f32 pushes without the staged weight: 1024x262144 576 ->
     // 561, 4096x131072 1094 -> 1050. cross_entropy 1024x262144 1.02-1.04x
     // (on 4096x131072 it runs in one group, no cluster).
-    Rung {
-        ops: &[
-            Operator::Softmax,
-            Operator::CrossEntropy,
-            Operator::CrossEntropyWithLse,
-            Operator::Layernorm,
-            Operator::Rmsnorm,
-        ],
-        dtypes: Dtypes::Any,
-        n: from(PUSH_RUNG_MIN_N),
-        rows: Rows::Any,
-        adds: "push-reduce",
-    },
+    Rung(&[Operator::Softmax, Operator::CrossEntropy, Operator::CrossEntropyWithLse,
+           Operator::Layernorm, Operator::Rmsnorm],
+         Dtypes::Any, from(PUSH_RUNG_MIN_N), Rows::Any, "push-reduce"),
 ];
 
 /// Where the push-reduce rung starts for softmax, cross-entropy and the
 /// norms; shorter softmax rows get the push after the model's pick
-/// ([`softmax_cluster_pushed_instead`]).
+/// ([`cluster_pushed_instead`]).
 const PUSH_RUNG_MIN_N: usize = 131072;
 
 /// Each rung's tokens, parsed once (a test holds them to parsing).
@@ -425,7 +393,7 @@ fn rung_variants() -> &'static [LayoutRequest] {
         VARIANT_LADDERS
             .iter()
             .map(|rung| {
-                rung.adds
+                (rung.4)
                     .parse()
                     .unwrap_or_else(|e| panic!("variant ladder {rung:?}: {e}"))
             })
@@ -437,7 +405,8 @@ impl Rung {
     fn covers(&self, problem: &Problem, target: &Target, batch_invariant: bool) -> bool {
         let (shifted, count) = (!sixteen_byte_rows(problem), problem.shape.rows);
         let sms = target.multiprocessors as usize;
-        let rows = match self.rows {
+        let Rung(ops, dtypes, n, rows, _) = self;
+        let rows = match rows {
             Rows::Any => true,
             Rows::Misaligned => shifted,
             _ if batch_invariant => false,
@@ -450,11 +419,9 @@ impl Rung {
             Rows::PastL2 => past_l2(problem),
             Rows::AlignedPastL2 => !shifted && past_l2(problem),
         };
-        problem
-            .operator_kind()
-            .is_some_and(|op| self.ops.contains(&op))
-            && self.dtypes.contain(problem.dtype)
-            && self.n.contains(problem.shape.n)
+        problem.operator_kind().is_some_and(|op| ops.contains(&op))
+            && dtypes.contain(problem.dtype)
+            && n.contains(problem.shape.n)
             && rows
     }
 }
@@ -930,6 +897,10 @@ pub(super) fn saved_lse_backward_wide_instead(
     (plan.groups_per_row == 1).then_some(wide)
 }
 
+/// The shortest rmsnorm and f32 layernorm rows [`cluster_pushed_instead`]
+/// takes (the shortest measured).
+const PUSHED_NORM_CLUSTER_MIN_N: usize = 65536;
+
 /// Softmax rows shorter than the push-reduce rung's 131072 whose picked
 /// plan spans a cluster: the same layout, its partials pushed (each group
 /// writes its partial into every peer's shared memory: one cluster
@@ -939,15 +910,29 @@ pub(super) fn saved_lse_backward_wide_instead(
 /// 6.01 -> 2.74 µs), 1.08-1.34x at 256-4096 (bf16 4096x110000 876 -> 694
 /// µs). Only the push is added: asking for it before the model's pick
 /// moved one-group plans (f32 4096x32768, a target shape) into clusters
-/// never measured.
-pub(super) fn softmax_cluster_pushed_instead(
+/// never measured, and rmsnorm f32 2000x80000 into groups of 1024.
+///
+/// The same for rmsnorm and f32 layernorm rows of 65536 and more: A B B
+/// A, L2 cold-inputs, H100, 300-2000 rows of no list but a drawn one
+/// (`2026-12-07-norm-clusters-under-131072-pushed-h100`): 1.035-1.144x on
+/// six of six (rmsnorm f32 551x104293 221.1 -> 193.3 µs, bf16 600x70000
+/// 72.5 -> 63.8; layernorm f32 800x90000 1.08x); layernorm bf16 was not
+/// measured there.
+pub(super) fn cluster_pushed_instead(
     problem: &Problem,
     target: &Target,
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
+    let norm = match problem.operator_kind() {
+        Some(Operator::Rmsnorm) => true,
+        Some(Operator::Layernorm) => problem.dtype == DType::F32,
+        _ => false,
+    };
+    let op = problem.operator_kind() == Some(Operator::Softmax)
+        || (norm && problem.shape.n >= PUSHED_NORM_CLUSTER_MIN_N);
     let wanted = target.name == "h200"
-        && problem.operator_kind() == Some(Operator::Softmax)
+        && op
         && problem.shape.n < PUSH_RUNG_MIN_N
         && picked.groups_per_row > 1
         && !picked.pushed_cluster_reduce;
@@ -978,7 +963,7 @@ const DECODE_PUSH_MISALIGNED_MAX_ROWS: usize = 16;
 /// list (H100, L2 warm, `2026-12-06-softmax-decode-rechosen-push-h100`):
 /// 1.13-2.16x (f32 4x37000 5.98 -> 2.77 µs). Where the model already
 /// spans a cluster, re-choosing lost on two of four (0.91x), so those keep
-/// their layout ([`softmax_cluster_pushed_instead`]).
+/// their layout ([`cluster_pushed_instead`]).
 ///
 /// 16-bit rows of a length no multiple of 8 may stay in one group of
 /// aligned packs even with the push asked for (the model does not see one
@@ -1084,9 +1069,9 @@ const HALF_WAVE_CE_MAX_WORKERS: u32 = 4096;
 /// Left to the model: 96 and 128 rows (0.63-0.78x in either cluster), rows
 /// of 32000 (0.81-1.02x at 32 and 64 rows), and f16 (not measured).
 ///
-/// Past half the multiprocessors (up to as many rows), 16-byte aligned
-/// rows of [`HALF_WAVE_CE_N`] where the model spans a cluster of
-/// 1024-thread groups take four pushed groups of 256 a row: four
+/// Past half the multiprocessors (up to as many rows), rows of
+/// [`HALF_WAVE_CE_N`] where the model spans a cluster of 1024-thread
+/// groups, or misaligned, take four pushed groups of 256 a row: four
 /// quarter-size groups on four SMs, at most a wave of small groups, where
 /// the model's 2-4 full groups leave 2-4 rows an SM behind one exchange.
 /// A B B A, L2 cold-inputs, H100, rows of no list
@@ -1095,8 +1080,13 @@ const HALF_WAVE_CE_MAX_WORKERS: u32 = 4096;
 /// -> 17.0); before, on the five such picks of
 /// `2026-12-07-ce-rows-past-half-the-sms-{in-small-groups,narrower-span}-h100`,
 /// 1.04-1.32x. Against the model's one group of 1024 a row the same
-/// groups ran at par (0.96-1.14x), so those keep it; misaligned rows and
-/// wider clusters were not measured.
+/// groups ran at par (0.96-1.14x) on aligned rows, which keep it.
+/// Misaligned rows in aligned packs, against the model's one group of
+/// 1024 or cluster: 1.02-1.24x on seven of seven (bf16 82x100890, drawn,
+/// 11.20 -> 9.96 µs, 100x150001 18.5 -> 15.0; H100, A B B A, L2
+/// cold-inputs, `2026-12-07-ce-misaligned-rows-past-half-the-sms-h100`);
+/// read element by element, bf16 ran 0.996-1.11x, f32 90x100003 1.107x
+/// (1.021x in aligned packs, one row). Wider clusters were not measured.
 pub(super) fn few_rows_cross_entropy_cluster_instead(
     problem: &Problem,
     target: &Target,
@@ -1107,16 +1097,16 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
     let sms = target.multiprocessors as usize;
     let forward_ce = [Operator::CrossEntropy, Operator::CrossEntropyWithLse];
     if (sms / 2 + 1..=sms).contains(&rows) {
+        let shifted = !sixteen_byte_rows(problem);
         let wanted = target.name == "h200"
             && problem
                 .operator_kind()
                 .is_some_and(|op| forward_ce.contains(&op))
             && matches!(problem.dtype, DType::F32 | DType::Bf16)
             && HALF_WAVE_CE_N.contains(n)
-            && sixteen_byte_rows(problem)
-            && picked.groups_per_row > 1
+            && (picked.groups_per_row > 1 || shifted)
             && picked.layout.workers <= HALF_WAVE_CE_MAX_WORKERS;
-        return wanted.then(|| pushed_cluster(problem, target, pick, (4, 256), 4, false))?;
+        return wanted.then(|| pushed_cluster(problem, target, pick, (4, 256), 4, shifted))?;
     }
     if !one_group_decode_pick(problem, target, picked, &forward_ce)
         || !FEW_ROWS_CE_CLUSTER_N.contains(n)
@@ -1848,8 +1838,8 @@ mod tests {
             let mut request = LayoutRequest::default();
             crate::tuned::add_variants(&mut request, variants);
             assert_eq!(request, *variants, "{rung:?}");
-            assert_eq!(variants.to_string(), rung.adds, "written canonically");
-            assert!(!rung.ops.is_empty());
+            assert_eq!(variants.to_string(), rung.4, "written canonically");
+            assert!(!rung.0.is_empty());
         }
     }
 
