@@ -194,8 +194,8 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
          slower, H100 and H200, 2026-12-06); misaligned rows in aligned packs \
          (one group a row 1.33-1.56x slower, H200, 2026-12-06); up to as many \
          rows as multiprocessors, rows of 70000-250000 the model spans in a \
-         cluster of 1024-thread groups, or misaligned, in four groups of 256 a \
-         row, pushed (the model's picks 1.02-1.41x slower, H100, 2026-12-07)",
+         cluster of 1024-thread groups in four groups of 256 a row, pushed (the \
+         cluster picks 1.02-1.41x slower, H100, 2026-12-07)",
     ),
     (
         |p, t, m, _, pick| residual_layernorm_pushed_cluster_instead(p, t, m, pick),

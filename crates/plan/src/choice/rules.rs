@@ -1071,7 +1071,7 @@ const HALF_WAVE_CE_MAX_WORKERS: u32 = 4096;
 ///
 /// Past half the multiprocessors (up to as many rows), rows of
 /// [`HALF_WAVE_CE_N`] where the model spans a cluster of 1024-thread
-/// groups, or misaligned, take four pushed groups of 256 a row: four
+/// groups take four pushed groups of 256 a row: four
 /// quarter-size groups on four SMs, at most a wave of small groups, where
 /// the model's 2-4 full groups leave 2-4 rows an SM behind one exchange.
 /// A B B A, L2 cold-inputs, H100, rows of no list
@@ -1080,13 +1080,14 @@ const HALF_WAVE_CE_MAX_WORKERS: u32 = 4096;
 /// -> 17.0); before, on the five such picks of
 /// `2026-12-07-ce-rows-past-half-the-sms-{in-small-groups,narrower-span}-h100`,
 /// 1.04-1.32x. Against the model's one group of 1024 a row the same
-/// groups ran at par (0.96-1.14x) on aligned rows, which keep it.
-/// Misaligned rows in aligned packs, against the model's one group of
-/// 1024 or cluster: 1.02-1.24x on seven of seven (bf16 82x100890, drawn,
-/// 11.20 -> 9.96 µs, 100x150001 18.5 -> 15.0; H100, A B B A, L2
-/// cold-inputs, `2026-12-07-ce-misaligned-rows-past-half-the-sms-h100`);
-/// read element by element, bf16 ran 0.996-1.11x, f32 90x100003 1.107x
-/// (1.021x in aligned packs, one row). Wider clusters were not measured.
+/// groups ran at par (0.96-1.14x), so those keep it, misaligned rows
+/// too: 0.97-1.13x on eight (bf16 82x100890, drawn, 11.20 -> 9.96 µs,
+/// 120x131071 0.972x; `2026-12-07-ce-misaligned-rows-past-half-the-sms-
+/// h100`, `2026-12-07-ce-misaligned-rows-past-half-sms-cluster-h100`).
+/// Misaligned cluster picks take the groups in aligned packs: 1.02-1.24x
+/// on four (bf16 100x150001 18.5 -> 15.0 µs; read element by element,
+/// bf16 1.11x, f32 1.107x against aligned 1.021x on one row). Wider
+/// clusters were not measured.
 pub(super) fn few_rows_cross_entropy_cluster_instead(
     problem: &Problem,
     target: &Target,
@@ -1104,7 +1105,7 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
                 .is_some_and(|op| forward_ce.contains(&op))
             && matches!(problem.dtype, DType::F32 | DType::Bf16)
             && HALF_WAVE_CE_N.contains(n)
-            && (picked.groups_per_row > 1 || shifted)
+            && picked.groups_per_row > 1
             && picked.layout.workers <= HALF_WAVE_CE_MAX_WORKERS;
         return wanted.then(|| pushed_cluster(problem, target, pick, (4, 256), 4, shifted))?;
     }
