@@ -268,7 +268,9 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
         |p, t, m, _, pick| one_chunk_instead(p, t, m, pick),
         "short rmsnorm rows of at most a wave of 256-thread groups: one chunk a \
          worker, at most 256 workers (the narrow picks 1.04-1.30x slower in the \
-         H200 searches of 2026-12-03)",
+         H200 searches of 2026-12-03); bf16 residual_layernorm rows of 257-512 \
+         from the SM count up in groups of 256 threads (one warp a row \
+         1.10-1.16x slower in H100 A B B A on rows of no list, 2026-12-07)",
     ),
     (
         |p, t, m, request, _| softmax_decode_pushed_instead(p, t, m, request),
@@ -279,9 +281,9 @@ const RANGE_RULES: &[(RangeRule, &str)] = &[
     ),
     (
         |p, t, m, _, pick| cluster_pushed_instead(p, t, m, pick),
-        "softmax rows under 131072 spanning a cluster, and rmsnorm and f32 \
+        "softmax rows under 131072 spanning a cluster, and rmsnorm and \
          layernorm rows of 65536-131071: the same layout, partials pushed (the \
-         unpushed plans 1.08-2.19x and 1.035-1.144x slower in H100 A B B A on \
+         unpushed plans 1.08-2.19x and 1.035-1.17x slower in H100 A B B A on \
          rows of no list, 2026-12-06 and 2026-12-07)",
     ),
     (

@@ -897,7 +897,7 @@ pub(super) fn saved_lse_backward_wide_instead(
     (plan.groups_per_row == 1).then_some(wide)
 }
 
-/// The shortest rmsnorm and f32 layernorm rows [`cluster_pushed_instead`]
+/// The shortest rmsnorm and layernorm rows [`cluster_pushed_instead`]
 /// takes (the shortest measured).
 const PUSHED_NORM_CLUSTER_MIN_N: usize = 65536;
 
@@ -912,23 +912,23 @@ const PUSHED_NORM_CLUSTER_MIN_N: usize = 65536;
 /// moved one-group plans (f32 4096x32768, a target shape) into clusters
 /// never measured, and rmsnorm f32 2000x80000 into groups of 1024.
 ///
-/// The same for rmsnorm and f32 layernorm rows of 65536 and more: A B B
-/// A, L2 cold-inputs, H100, 300-2000 rows of no list but a drawn one
+/// The same for rmsnorm and layernorm rows of 65536 and more: A B B A,
+/// L2 cold-inputs, H100, 300-2000 rows of no list but a drawn one
 /// (`2026-12-07-norm-clusters-under-131072-pushed-h100`): 1.035-1.144x on
 /// six of six (rmsnorm f32 551x104293 221.1 -> 193.3 µs, bf16 600x70000
-/// 72.5 -> 63.8; layernorm f32 800x90000 1.08x); layernorm bf16 was not
-/// measured there.
+/// 72.5 -> 63.8; layernorm f32 800x90000 1.08x); layernorm bf16 1.14-1.17x
+/// on three of three (1000x70000 123.7 -> 106.0;
+/// `2026-12-07-layernorm-bf16-clusters-under-131072-pushed-h100`).
 pub(super) fn cluster_pushed_instead(
     problem: &Problem,
     target: &Target,
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    let norm = match problem.operator_kind() {
-        Some(Operator::Rmsnorm) => true,
-        Some(Operator::Layernorm) => problem.dtype == DType::F32,
-        _ => false,
-    };
+    let norm = matches!(
+        problem.operator_kind(),
+        Some(Operator::Rmsnorm | Operator::Layernorm)
+    );
     let op = problem.operator_kind() == Some(Operator::Softmax)
         || (norm && problem.shape.n >= PUSHED_NORM_CLUSTER_MIN_N);
     let wanted = target.name == "h200"
@@ -1467,6 +1467,10 @@ fn norm_register_pick_on_many_rows(problem: &Problem, target: &Target, picked: &
         && picked.residency == Residency::Registers
 }
 
+/// bf16 residual_layernorm rows [`one_chunk_instead`] takes on many rows:
+/// the measured ones (304-496), as for fewer rows than SMs.
+const SHORT_RESIDUAL_ONE_CHUNK_N: Span = span(257, 512);
+
 /// The widest worker count a one-chunk norm plan takes: a block of 256
 /// threads, the width at which the short-row searches measured one chunk
 /// a worker best.
@@ -1491,6 +1495,19 @@ const ONE_CHUNK_MAX_WORKERS: u32 = 256;
 /// 1.08x) but lost on the held-out 512x768 (2.35 µs against the pick's
 /// 2.19). On rows of 4096 one chunk lost (W=512: 1.04-1.41x), hence the
 /// width cap.
+///
+/// bf16 residual_layernorm 16-byte rows of [`SHORT_RESIDUAL_ONE_CHUNK_N`]
+/// on at least as many rows as SMs take one chunk a worker in groups of
+/// 256 threads (the model's one warp a row reads them in two chunks). A B
+/// B A, L2 cold-inputs, H100, rows of no list but a drawn one: 1.10-1.16x
+/// on six of six of 605-10000 rows (the drawn 605x304 2.85 -> 2.47 µs,
+/// torch.compile 2.60 on its card; 2000x352 4.09 -> 3.62;
+/// `2026-12-07-short-norm-rows-past-a-wave-one-chunk-h100`,
+/// `2026-12-07-short-16-bit-layernorm-rows-past-a-wave-one-chunk-h100`).
+/// bf16 layernorm, in the second campaign's bar with it, ran 1.07-1.15x on
+/// four rows and 0.80x on 20000x384 (the model's W=16 with early
+/// columns), so the bar was missed and layernorm keeps the model's pick;
+/// rmsnorm past a wave and f32 ran 0.97-1.01x.
 pub(super) fn one_chunk_instead(
     problem: &Problem,
     target: &Target,
@@ -1502,15 +1519,26 @@ pub(super) fn one_chunk_instead(
     // One wave of 256-thread groups, the searches' range (512-1024 rows).
     let one_wave = target.multiprocessors as usize
         * (target.max_threads_per_multiprocessor / ONE_CHUNK_MAX_WORKERS) as usize;
-    if !norm_register_pick_on_many_rows(problem, target, picked)
-        || problem.operator_kind() != Some(Operator::Rmsnorm)
-        || rows > one_wave
+    let short_residual = problem.operator_kind() == Some(Operator::ResidualLayernorm)
+        && problem.dtype == DType::Bf16
+        && SHORT_RESIDUAL_ONE_CHUNK_N.contains(n)
+        && sixteen_byte_rows(problem);
+    let rmsnorm = problem.operator_kind() == Some(Operator::Rmsnorm) && rows <= one_wave;
+    if target.name != "h200"
+        || rows < target.multiprocessors as usize
+        || picked.residency != Residency::Registers
+        || !(rmsnorm || short_residual)
         || workers > ONE_CHUNK_MAX_WORKERS
         || picked.layout.chunks(n) < 2
     {
         return None;
     }
-    let one = one_chunk_request(pick, picked, workers, 1);
+    let group_rows = if short_residual {
+        ONE_CHUNK_MAX_WORKERS / workers
+    } else {
+        1
+    };
+    let one = one_chunk_request(pick, picked, workers, group_rows);
     let plan = plan_rows(problem, target, &one).ok()?;
     (plan.layout.chunks(n) == 1 && plan.residency == Residency::Registers).then_some(one)
 }
