@@ -2716,3 +2716,24 @@ fn regression_short_bf16_residual_rows_on_many_rows_take_one_chunk() {
         );
     }
 }
+
+/// Regression: the rules beside the model were handed the model's pick
+/// planned on the default group size, so a pick of 256-thread cluster
+/// groups (rmsnorm f32 2000x80000: eight groups of 256) reached them, and
+/// `lanefold plan`'s note, as four groups of 512.
+#[test]
+fn regression_rules_see_the_model_pick_on_its_own_group_size() {
+    let h200 = Target::h200();
+    let p = typed(Operator::Rmsnorm, DType::F32, "2000x80000");
+    let got = plan(&p, &h200, &automatic()).unwrap();
+    assert_eq!(got.threads_per_group, 256, "{}", got.describe());
+    let note = automatic_note(&p, &h200, &automatic()).unwrap();
+    let pick = note
+        .split("the cost model's pick ")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        pick.contains("cluster=8") && pick.contains("group-threads=256"),
+        "{note}"
+    );
+}
