@@ -171,6 +171,8 @@ pub struct CaseScore {
     pub misses: Vec<String>,
     /// Peers that did not run or failed validation (not counted).
     pub notes: Vec<String>,
+    /// Today's default plan for the problem is not the one measured.
+    pub plan_moved: bool,
 }
 
 impl CaseScore {
@@ -403,6 +405,7 @@ fn judge(p: &CorpusProblem, case: &CaseResult, source: &Source, t: &CorpusTarget
         }
     }
     CaseScore {
+        plan_moved: moved_plan(p, &case.plan.describe).is_some(),
         dir: source.dir.clone(),
         lanefold_us,
         predicted_us: case.plan.predicted_us,
@@ -416,15 +419,36 @@ fn judge(p: &CorpusProblem, case: &CaseResult, source: &Source, t: &CorpusTarget
     }
 }
 
-/// Bytes a problem moves (inputs read once, outputs written once), from
-/// the plan this binary's mapper picks on the H200 (None: it refuses).
-fn planned_bytes(p: &CorpusProblem) -> Option<u64> {
-    let target = lanefold_plan::Target::h200();
+/// The plan this binary's mapper picks for a problem on the H200 (None:
+/// it refuses).
+fn todays_plan(p: &CorpusProblem) -> Option<lanefold_plan::Plan> {
     let problem =
         lanefold_plan::Problem::operator(p.op, OperatorOptions::default(), p.dtype, p.shape);
-    let plan =
-        lanefold_plan::plan(&problem, &target, &lanefold_plan::LayoutRequest::default()).ok()?;
-    Some(lanefold_plan::Features::of(&plan, &target).bytes_moved)
+    let request = lanefold_plan::LayoutRequest::default();
+    lanefold_plan::plan(&problem, &lanefold_plan::Target::h200(), &request).ok()
+}
+
+/// Bytes a problem moves (inputs read once, outputs written once), from
+/// [`todays_plan`].
+fn planned_bytes(p: &CorpusProblem) -> Option<u64> {
+    let target = lanefold_plan::Target::h200();
+    Some(lanefold_plan::Features::of(&todays_plan(p)?, &target).bytes_moved)
+}
+
+/// Today's plan for `p` where it is not the one `recorded` (a plan's
+/// description), leaving out the tokens the benching run settles from the
+/// compiled kernel (its occupancy promise and cold path). `lanefold plan`
+/// shows it.
+fn moved_plan(p: &CorpusProblem, recorded: &str) -> Option<String> {
+    let layout = |describe: &str| -> Vec<String> {
+        describe
+            .split_whitespace()
+            .filter(|t| !t.starts_with("occupancy=") && *t != "no-cold-path")
+            .map(str::to_string)
+            .collect()
+    };
+    let today = todays_plan(p)?.describe();
+    (layout(&today) != layout(recorded)).then_some(today)
 }
 
 fn name(p: &CorpusProblem) -> String {
@@ -702,6 +726,9 @@ pub fn markdown(card: &Card) -> String {
                     if !c.notes.is_empty() {
                         let _ = write!(verdict, " ({})", c.notes.join("; "));
                     }
+                    if c.plan_moved {
+                        verdict += " (plan moved since)";
+                    }
                     let _ = write!(
                         md,
                         " {} | {} | {peer} | {} | {} | {} | {verdict} |",
@@ -761,6 +788,21 @@ mod tests {
             &[source(REPORT_DIR)],
             targets,
         )
+    }
+
+    /// A card names today's plan where it is not the one measured, but not
+    /// for the tokens the benching run settles from the compiled kernel.
+    #[test]
+    fn a_plan_the_mapper_has_moved_since_is_named() {
+        let p = &corpus()[0];
+        let today = todays_plan(p).unwrap().describe();
+        assert_eq!(moved_plan(p, &format!("{today} occupancy=2")), None);
+        assert_eq!(moved_plan(p, &format!("{today} no-cold-path")), None);
+        let other = "W=1 V=1 U=1 G=1 registers";
+        assert_eq!(moved_plan(p, other), Some(today));
+        // The committed report run predates today's rules: its cards say so.
+        let md = markdown(&report_card(&targets_from(&committed_targets_text())));
+        assert!(md.contains("(plan moved since)"), "{md}");
     }
 
     fn row<'a>(card: &'a Card, key: &str) -> &'a Row {
