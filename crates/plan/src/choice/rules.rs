@@ -1455,7 +1455,7 @@ pub(super) fn early_columns_instead(
 }
 
 /// An H200 register pick for rmsnorm or layernorm on at least as many rows
-/// as multiprocessors: where the early-columns and one-chunk rules were
+/// as multiprocessors: where the early-columns and rmsnorm widening rules were
 /// measured (on fewer rows the variant ladder decides).
 fn norm_register_pick_on_many_rows(problem: &Problem, target: &Target, picked: &Plan) -> bool {
     target.name == "h200"

@@ -2640,10 +2640,10 @@ fn regression_residual_layernorm_fenced_clusters_past_the_l2_push() {
     );
 }
 
-/// rmsnorm and f32 layernorm rows of 65536-131071 spanned fenced clusters,
-/// 1.035-1.144x slower than the same layout pushed (rmsnorm f32
-/// 551x104293 221.1 against 193.3 µs, H100). Only the push is added: the
-/// layout stays the model's. bf16 layernorm 1.14-1.17x.
+/// rmsnorm and layernorm rows of 65536-131071 spanned fenced clusters,
+/// 1.035-1.17x slower than the same layout pushed (rmsnorm f32 551x104293
+/// 221.1 against 193.3 µs, H100). Only the push is added: the layout
+/// stays the model's.
 #[test]
 fn regression_norm_clusters_under_131072_push_their_partials() {
     let h200 = Target::h200();
