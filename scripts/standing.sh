@@ -86,8 +86,9 @@ trap 'rm -f "$tmp" "$corpus_tmp"' EXIT
     fi
     echo
     # The runs are listed above each card, so its tables leave out the
-    # columns naming each problem's run and its model (all drawn).
-    sed '1,2{/^# \|^$/d}' <<< "$drawn" | trailing_only |
+    # columns naming each problem's run (and the list its letters) and
+    # its model (all drawn).
+    sed '1,2{/^# \|^$/d}; s/^- [a-z]*: 20/- 20/' <<< "$drawn" | trailing_only |
       sed '/^| /s/ [^|]* |$//; /^|---/s/---|$//; /^| /s/^| [^|]* |/|/; /^|---/s/^|---|/|/' |
       # Problems trailing within every target are counted, not listed (the
       # cards grow with each draw), and the model's column goes (its
@@ -100,7 +101,7 @@ trap 'rm -f "$tmp" "$corpus_tmp"' EXIT
   # Each verdict's notes of peers not measured: the line above says which.
   # Each card's runs listed by the short GPU name, samples a side implied.
   sed '/^| /s/ ([^)]*not measured)//;
-    /^- 20/{s/, NVIDIA \(H[0-9]*\)[^,]*,/, \1,/; s/ ms per side)/ ms)/}' > "$corpus_tmp"
+    /^- [a-z]*:* *20/{s/, NVIDIA \(H[0-9]*\)[^,]*,/, \1,/; s/ ms per side)/ ms)/}' > "$corpus_tmp"
 mv "$tmp" "$out"
 mv "$corpus_tmp" "$corpus_out"
 trap - EXIT

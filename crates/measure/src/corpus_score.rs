@@ -211,8 +211,21 @@ pub struct Card {
     pub min_rows: usize,
     pub rows: Vec<Row>,
     pub goals: Vec<Goal>,
-    /// Each directory a case was taken from: its time, conditions and count.
-    pub sources: Vec<String>,
+    /// Each directory a case was taken from, in time order: its name, and
+    /// its time, conditions and count.
+    pub sources: Vec<(String, String)>,
+}
+
+/// The short name a card's table gives its `index`-th source: `a`-`z`,
+/// then `aa`, `ab`, ... (a directory's name on every row would make the
+/// tables mostly names).
+fn source_label(index: usize) -> String {
+    let letter = |i: usize| char::from(b'a' + (i % 26) as u8);
+    if index < 26 {
+        letter(index).to_string()
+    } else {
+        format!("{}{}", letter(index / 26 - 1), letter(index))
+    }
 }
 
 /// Judges the cases of `sources` that are problems of `corpus` in `part`;
@@ -278,12 +291,13 @@ pub fn score(
         .into_iter()
         .map(|(s, n)| {
             let c = &s.file.config;
+            let dir = s.dir.clone();
             let l2 = match c.l2 {
                 L2Mode::Cold => "cold",
                 L2Mode::ColdInputs => "cold inputs",
                 L2Mode::Warm => "warm",
             };
-            format!(
+            let text = format!(
                 "{} ({}, {}, L2 {l2}, {} samples of {} ms per side): {n} problem{}",
                 s.dir,
                 s.file.environment.utc_time,
@@ -295,7 +309,8 @@ pub fn score(
                 c.samples,
                 c.sample_ms,
                 if n == 1 { "" } else { "s" }
-            )
+            );
+            (dir, text)
         })
         .collect();
     Card {
@@ -652,14 +667,19 @@ pub fn markdown(card: &Card) -> String {
     let measured = card.rows.iter().filter(|r| r.case.is_some()).count();
     let _ = writeln!(
         md,
-        "# Shape corpus: {part}\n\n{measured} of {} problems measured. Ratio: the best valid peer's gpu p50 over lanefold's (above 1: lanefold faster); TB/s: bytes moved over lanefold's gpu p50; cost model µs: what the benching binary's cost model predicted for the plan it ran. Each problem's figures come from the latest bench run holding it (one run, not a replay):\n",
+        "# Shape corpus: {part}\n\n{measured} of {} problems measured. Ratio: the best valid peer's gpu p50 over lanefold's (above 1: lanefold faster); TB/s: bytes moved over lanefold's gpu p50; cost model µs: what the benching binary's cost model predicted for the plan it ran. Each problem's figures come from the latest bench run holding it (one run, not a replay; `from` names it by its letter here):\n",
         card.rows.len()
     );
     if card.sources.is_empty() {
         md += "- no results file holds a problem of this part\n";
     }
-    for s in &card.sources {
-        let _ = writeln!(md, "- {s}");
+    let many_sources = card.sources.len() > 1;
+    for (i, (_, text)) in card.sources.iter().enumerate() {
+        if many_sources {
+            let _ = writeln!(md, "- {}: {text}", source_label(i));
+        } else {
+            let _ = writeln!(md, "- {text}");
+        }
     }
     md += "\n## Targets\n\n| target | threshold | measured | verdict |\n|---|---|---|---|\n";
     for g in &card.goals {
@@ -675,7 +695,6 @@ pub fn markdown(card: &Card) -> String {
     if let Some(line) = model_calibration(card) {
         let _ = writeln!(md, "\n{line}");
     }
-    let many_sources = card.sources.len() > 1;
     let ops: Vec<Operator> = Operator::SIX
         .into_iter()
         .chain(Operator::BACKWARD)
@@ -739,7 +758,9 @@ pub fn markdown(card: &Card) -> String {
                         num(c.tbps, 2)
                     );
                     if many_sources {
-                        let _ = write!(md, " {} |", c.dir);
+                        let i = card.sources.iter().position(|(dir, _)| *dir == c.dir);
+                        let label = i.map_or_else(|| c.dir.clone(), source_label);
+                        let _ = write!(md, " {label} |");
                     }
                     md.push('\n');
                 }
@@ -752,6 +773,12 @@ pub fn markdown(card: &Card) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn source_labels_run_a_to_z_then_two_letters() {
+        let labels: Vec<String> = [0, 1, 25, 26, 27, 51, 52].map(source_label).into();
+        assert_eq!(labels, ["a", "b", "z", "aa", "ab", "az", "ba"]);
+    }
     use crate::scorecard::Targets;
     use std::path::Path;
 
@@ -1095,6 +1122,11 @@ mod tests {
         assert_eq!(card.sources.len(), 2);
         let md = markdown(&card);
         assert!(md.contains(" from |"), "{md}");
+        // Rows name their run by the letter its line in the list carries.
+        assert!(md.contains("- b: later ("), "{md}");
+        assert!(md.contains(&format!("- a: {REPORT_DIR} (")), "{md}");
+        assert!(!md.contains("| later |"), "{md}");
+        assert!(md.contains(" | b |\n"), "{md}");
     }
 
     /// A later run with fewer peers cannot say which is best: the earlier
