@@ -165,6 +165,11 @@ fn layout_rule_beside_model(
             why: format!("the tuning database's schedule for this problem ({evidence})"),
         }));
     }
+    // The range rules hold where they were measured: the H200 target
+    // (which the H100 runs plan on too), not the CPU executor's.
+    if target.name != "h200" {
+        return Ok(None);
+    }
     let rule = RANGE_RULES
         .iter()
         .find_map(|(rule, why)| Some((rule(problem, target, &model_plan, request, pick)?, why)));

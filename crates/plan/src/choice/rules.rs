@@ -641,12 +641,10 @@ pub(super) fn short_f32_one_warp_instead(
         target.multiprocessors as usize,
     );
     let op = problem.operator_kind();
-    (target.name == "h200"
-        && matches!(
-            op,
-            Some(Operator::Rmsnorm | Operator::Layernorm | Operator::Softmax)
-        )
-        && problem.dtype == DType::F32
+    (matches!(
+        op,
+        Some(Operator::Rmsnorm | Operator::Layernorm | Operator::Softmax)
+    ) && problem.dtype == DType::F32
         && n < ONE_WARP_F32_N
         && !sixteen_byte_rows(problem)
         && (sms..SCALAR_MANY_ROWS_PER_SM * sms).contains(&rows))
@@ -686,8 +684,7 @@ pub(super) fn few_rows_narrower_instead(
     let workers = few_rows_max_workers(problem.operator_kind()?);
     let pack = picked.layout.pack;
     let chunks = problem.shape.n.div_ceil((workers * pack) as usize) as u32;
-    if target.name != "h200"
-        || problem.shape.rows >= target.multiprocessors as usize
+    if problem.shape.rows >= target.multiprocessors as usize
         || picked.layout.workers <= workers
         || picked.groups_per_row != 1
         || picked.rereads_tiles()
@@ -719,8 +716,7 @@ fn one_group_decode_pick(
     picked: &Plan,
     ops: &[Operator],
 ) -> bool {
-    target.name == "h200"
-        && problem.operator_kind().is_some_and(|op| ops.contains(&op))
+    problem.operator_kind().is_some_and(|op| ops.contains(&op))
         && matches!(problem.dtype, DType::F32 | DType::Bf16)
         && 2 * problem.shape.rows <= target.multiprocessors as usize
         && picked.groups_per_row == 1
@@ -826,8 +822,7 @@ pub(super) fn few_rows_one_chunk_instead(
 ) -> Option<LayoutRequest> {
     let op = problem.operator_kind()?;
     let workers = one_chunk_workers(problem, picked);
-    if target.name != "h200"
-        || problem.shape.rows >= target.multiprocessors as usize
+    if problem.shape.rows >= target.multiprocessors as usize
         || workers > few_rows_max_workers(op)
         || picked.layout.workers >= workers
         || !(op == Operator::Rmsnorm
@@ -876,8 +871,7 @@ pub(super) fn saved_lse_backward_wide_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    if target.name != "h200"
-        || problem.operator_kind() != Some(Operator::CrossEntropyBackward)
+    if problem.operator_kind() != Some(Operator::CrossEntropyBackward)
         || problem.dtype != DType::Bf16
         || problem.shape.rows < target.multiprocessors as usize
         || !SAVED_LSE_BACKWARD_N.contains(problem.shape.n)
@@ -931,8 +925,7 @@ pub(super) fn cluster_pushed_instead(
     );
     let op = problem.operator_kind() == Some(Operator::Softmax)
         || (norm && problem.shape.n >= PUSHED_NORM_CLUSTER_MIN_N);
-    let wanted = target.name == "h200"
-        && op
+    let wanted = op
         && problem.shape.n < PUSH_RUNG_MIN_N
         && picked.groups_per_row > 1
         && !picked.pushed_cluster_reduce;
@@ -983,8 +976,7 @@ pub(super) fn softmax_decode_pushed_instead(
     picked: &Plan,
     request: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    let wanted = target.name == "h200"
-        && problem.operator_kind() == Some(Operator::Softmax)
+    let wanted = problem.operator_kind() == Some(Operator::Softmax)
         && DECODE_PUSH_N.contains(problem.shape.n)
         && problem.shape.rows <= DECODE_PUSH_MAX_ROWS
         && picked.groups_per_row == 1;
@@ -1099,10 +1091,9 @@ pub(super) fn few_rows_cross_entropy_cluster_instead(
     let forward_ce = [Operator::CrossEntropy, Operator::CrossEntropyWithLse];
     if (sms / 2 + 1..=sms).contains(&rows) {
         let shifted = !sixteen_byte_rows(problem);
-        let wanted = target.name == "h200"
-            && problem
-                .operator_kind()
-                .is_some_and(|op| forward_ce.contains(&op))
+        let wanted = problem
+            .operator_kind()
+            .is_some_and(|op| forward_ce.contains(&op))
             && matches!(problem.dtype, DType::F32 | DType::Bf16)
             && HALF_WAVE_CE_N.contains(n)
             && picked.groups_per_row > 1
@@ -1196,8 +1187,7 @@ pub(super) fn residual_layernorm_pushed_cluster_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    let wanted = target.name == "h200"
-        && problem.operator_kind() == Some(Operator::ResidualLayernorm)
+    let wanted = problem.operator_kind() == Some(Operator::ResidualLayernorm)
         && RESIDUAL_PUSHED_CLUSTER_N.contains(problem.shape.n)
         && past_l2(problem)
         && sixteen_byte_rows(problem)
@@ -1230,12 +1220,10 @@ pub(super) fn tiny_rows_one_thread_instead(
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
     let Shape { rows, n } = problem.shape;
-    if target.name != "h200"
-        || !matches!(
-            problem.operator_kind(),
-            Some(Operator::Sum | Operator::Softmax)
-        )
-        || !matches!(problem.dtype, DType::F32 | DType::Bf16)
+    if !matches!(
+        problem.operator_kind(),
+        Some(Operator::Sum | Operator::Softmax)
+    ) || !matches!(problem.dtype, DType::F32 | DType::Bf16)
         || n > TINY_ROW_N
         || rows < 256 * target.multiprocessors as usize
         || picked.layout.workers == 1
@@ -1273,8 +1261,7 @@ pub(super) fn online_register_instead(
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
     let n = problem.shape.n;
-    if target.name != "h200"
-        || problem.operator_kind()? != Operator::Softmax
+    if problem.operator_kind()? != Operator::Softmax
         || problem.dtype.size_bytes() != 2
         || !pick.online_normalizer
         || !ONLINE_SOFTMAX_N.contains(n)
@@ -1326,8 +1313,7 @@ pub(super) fn hinted_stream_instead(
     // any register pick, one group or a cluster.
     let long_softmax = long_softmax_stream(problem);
     // Measured on the H200 only; other targets keep the model's pick.
-    if target.name != "h200"
-        || !measured_faster
+    if !measured_faster
         || picked.residency != Residency::Registers
         || !(wide_tile || long_softmax)
         || !past_l2(problem)
@@ -1458,12 +1444,10 @@ pub(super) fn early_columns_instead(
 /// as multiprocessors: where the early-columns and rmsnorm widening rules were
 /// measured (on fewer rows the variant ladder decides).
 fn norm_register_pick_on_many_rows(problem: &Problem, target: &Target, picked: &Plan) -> bool {
-    target.name == "h200"
-        && matches!(
-            problem.operator_kind(),
-            Some(Operator::Rmsnorm | Operator::Layernorm)
-        )
-        && problem.shape.rows >= target.multiprocessors as usize
+    matches!(
+        problem.operator_kind(),
+        Some(Operator::Rmsnorm | Operator::Layernorm)
+    ) && problem.shape.rows >= target.multiprocessors as usize
         && picked.residency == Residency::Registers
 }
 
@@ -1524,8 +1508,7 @@ pub(super) fn one_chunk_instead(
         && SHORT_RESIDUAL_ONE_CHUNK_N.contains(n)
         && sixteen_byte_rows(problem);
     let rmsnorm = problem.operator_kind() == Some(Operator::Rmsnorm) && rows <= one_wave;
-    if target.name != "h200"
-        || rows < target.multiprocessors as usize
+    if rows < target.multiprocessors as usize
         || picked.residency != Residency::Registers
         || !(rmsnorm || short_residual)
         || workers > ONE_CHUNK_MAX_WORKERS
@@ -1697,7 +1680,7 @@ pub(super) fn whole_row_stream_instead(
     picked: &Plan,
     pick: &LayoutRequest,
 ) -> Option<LayoutRequest> {
-    if target.name != "h200" || !streams_whole_row(problem) || picked.groups_per_row != 1 {
+    if !streams_whole_row(problem) || picked.groups_per_row != 1 {
         return None;
     }
     const STRIPE_ELEMENTS: u32 = 2048;

@@ -2737,3 +2737,19 @@ fn regression_rules_see_the_model_pick_on_its_own_group_size() {
         "{note}"
     );
 }
+
+/// The range rules hold for the target they were measured on: the CPU
+/// executor's target takes the cost model's pick where the H200's takes a
+/// rule (here the whole-row stream of rows of 4096-8192 past the L2, which
+/// asks nothing of the SM count).
+#[test]
+fn range_rules_apply_to_the_h200_target_only() {
+    let p = typed(Operator::Softmax, DType::F32, "5873x4483");
+    let h200 = automatic_note(&p, &Target::h200(), &automatic()).unwrap();
+    assert!(h200.contains("rows of 4096-8192"), "{h200}");
+    let cpu = Target::cpu();
+    let note = automatic_note(&p, &cpu, &automatic());
+    assert!(note.is_none(), "{note:?}");
+    let got = plan(&p, &cpu, &automatic()).unwrap();
+    assert_eq!(got.residency, Residency::Registers, "{}", got.describe());
+}
