@@ -291,7 +291,6 @@ pub fn score(
         .into_iter()
         .map(|(s, n)| {
             let c = &s.file.config;
-            let dir = s.dir.clone();
             let l2 = match c.l2 {
                 L2Mode::Cold => "cold",
                 L2Mode::ColdInputs => "cold inputs",
@@ -310,7 +309,7 @@ pub fn score(
                 c.sample_ms,
                 if n == 1 { "" } else { "s" }
             );
-            (dir, text)
+            (s.dir.clone(), text)
         })
         .collect();
     Card {
@@ -773,14 +772,14 @@ pub fn markdown(card: &Card) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scorecard::Targets;
+    use std::path::Path;
 
     #[test]
     fn source_labels_run_a_to_z_then_two_letters() {
         let labels: Vec<String> = [0, 1, 25, 26, 27, 51, 52].map(source_label).into();
         assert_eq!(labels, ["a", "b", "z", "aa", "ab", "az", "ba"]);
     }
-    use crate::scorecard::Targets;
-    use std::path::Path;
 
     fn root() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
