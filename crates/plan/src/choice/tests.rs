@@ -1710,12 +1710,10 @@ fn regression_norm_register_plans_of_three_chunks_within_the_l2_load_columns_ear
         (Operator::Layernorm, DType::Bf16, "2048x4096"),
     ] {
         let p = typed(op, dtype, shape);
-        let got = plan(&p, &h200, &automatic()).unwrap();
+        let got = ruled(&p, "before the reduction");
         let chunks = got.layout.chunks(p.shape.n) as u32;
         assert!(chunks >= 3, "{}", got.describe());
         assert_eq!(got.early_columns, chunks.min(8), "{}", got.describe());
-        let note = automatic_note(&p, &h200, &automatic()).unwrap();
-        assert!(note.contains("before the reduction"), "{note}");
     }
     // Not: past the L2, a two-chunk pick, an operator without the
     // evidence, fewer rows than multiprocessors (the ladder decides
@@ -1736,6 +1734,15 @@ fn regression_norm_register_plans_of_three_chunks_within_the_l2_load_columns_ear
         ..automatic()
     };
     assert_eq!(plan(&p, &h200, &invariant).unwrap().early_columns, 0);
+}
+
+/// The automatic plan of `p` on the H200, asserting that the rule whose
+/// note holds `rule` made it.
+fn ruled(p: &Problem, rule: &str) -> Plan {
+    let h200 = Target::h200();
+    let note = automatic_note(p, &h200, &automatic()).unwrap();
+    assert!(note.contains(rule), "{note}");
+    plan(p, &h200, &automatic()).unwrap()
 }
 
 /// A rule beside the model, named by `note`, leaves these automatic H200
@@ -1765,14 +1772,9 @@ fn regression_short_norm_rows_of_a_wave_take_one_chunk_a_worker() {
         (Operator::Rmsnorm, DType::F32, "512x896", 256),
     ] {
         let p = typed(op, dtype, shape);
-        let got = plan(&p, &h200, &automatic()).unwrap();
+        let got = ruled(&p, "at most a wave of 256-thread groups");
         assert_eq!(got.layout.chunks(p.shape.n), 1, "{}", got.describe());
         assert_eq!(got.layout.workers, workers, "{}", got.describe());
-        let note = automatic_note(&p, &h200, &automatic()).unwrap();
-        assert!(
-            note.contains("at most a wave of 256-thread groups"),
-            "{note}"
-        );
     }
     // Not: more rows than a wave of 256-thread groups, fewer rows than
     // multiprocessors, rows of 4096 (one chunk would take W=512), an
@@ -2502,14 +2504,11 @@ fn regression_misaligned_norm_decode_rows_from_9999_read_aligned_packs() {
 /// more rows, bf16 and softmax keep the model's pick.
 #[test]
 fn regression_one_wave_f32_rmsnorm_rows_of_20000_take_a_full_group() {
-    let h200 = Target::h200();
     for shape in ["200x20000", "245x24768", "260x28000"] {
         let p = typed(Operator::Rmsnorm, DType::F32, shape);
-        let got = plan(&p, &h200, &automatic()).unwrap();
+        let got = ruled(&p, "one group of 1024");
         assert_eq!(got.layout.workers, 1024, "{shape}: {}", got.describe());
         assert_eq!(got.early_columns, 0, "{shape}: {}", got.describe());
-        let note = automatic_note(&p, &h200, &automatic()).unwrap();
-        assert!(note.contains("one group of 1024"), "{note}");
     }
     let p = typed(Operator::Rmsnorm, DType::F32, "245x24768");
     assert_rule_absent(
@@ -2557,7 +2556,6 @@ fn regression_misaligned_norm_rows_under_256_keep_plain_packs() {
 /// rows keep the model's pick.
 #[test]
 fn regression_ce_rows_past_half_the_sms_in_clusters_take_four_small_groups() {
-    let h200 = Target::h200();
     for (dtype, shape) in [
         (DType::Bf16, "100x180000"),
         (DType::Bf16, "90x250000"),
@@ -2567,7 +2565,7 @@ fn regression_ce_rows_past_half_the_sms_in_clusters_take_four_small_groups() {
         (DType::F32, "90x100003"),
     ] {
         let p = typed(Operator::CrossEntropy, dtype, shape);
-        let got = plan(&p, &h200, &automatic()).unwrap();
+        let got = ruled(&p, "in four groups of 256 a row, pushed");
         assert_eq!(
             (
                 got.layout.workers,
@@ -2578,11 +2576,6 @@ fn regression_ce_rows_past_half_the_sms_in_clusters_take_four_small_groups() {
             (1024, 256, 4, true),
             "{shape}: {}",
             got.describe()
-        );
-        let note = automatic_note(&p, &h200, &automatic()).unwrap();
-        assert!(
-            note.contains("in four groups of 256 a row, pushed"),
-            "{note}"
         );
     }
     let p = typed(Operator::CrossEntropy, DType::F32, "75x120000");
@@ -2605,14 +2598,13 @@ fn regression_ce_rows_past_half_the_sms_in_clusters_take_four_small_groups() {
 /// pick.
 #[test]
 fn regression_residual_layernorm_fenced_clusters_past_the_l2_push() {
-    let h200 = Target::h200();
     for (dtype, shape, pack) in [
         (DType::Bf16, "1839x28352", 8),
         (DType::Bf16, "1300x31000", 8),
         (DType::F32, "1200x26000", 4),
     ] {
         let p = typed(Operator::ResidualLayernorm, dtype, shape);
-        let got = plan(&p, &h200, &automatic()).unwrap();
+        let got = ruled(&p, "picked in a fenced cluster");
         assert_eq!(
             (
                 got.layout.workers,
@@ -2624,8 +2616,6 @@ fn regression_residual_layernorm_fenced_clusters_past_the_l2_push() {
             "{shape}: {}",
             got.describe()
         );
-        let note = automatic_note(&p, &h200, &automatic()).unwrap();
-        assert!(note.contains("picked in a fenced cluster"), "{note}");
     }
     let p = typed(Operator::ResidualLayernorm, DType::Bf16, "1839x28352");
     assert_rule_absent(
