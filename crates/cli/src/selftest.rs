@@ -1406,11 +1406,20 @@ pub fn l2_prefetch_checks(backend: &Backend, report: &mut Report) {
 /// The row's last chunks held in shared memory (`shared_chunks`): every
 /// operator, f32 and bf16, in register plans of one group and of a
 /// cluster, plain, packed, and pushed with one-pass moments (the long-row
-/// layernorm form), with part of the row and all of it in shared memory.
-/// Same bits as without; marked exactly on register plans of one row per
-/// group whose one row input stays resident.
+/// layernorm form), with part of the row and all of it in shared memory,
+/// and rows ending in a partial chunk (kept in registers beside the
+/// shared ones) or in a partial pack (no shared chunks). Same bits as
+/// without; marked exactly on register plans of one row per group whose
+/// one row input stays resident and whose packs are whole.
 pub fn shared_chunk_checks(backend: &Backend, report: &mut Report) {
     use lanefold_plan::Residency;
+    let mut layouts = REGISTER_FORM_LAYOUTS.to_vec();
+    layouts.extend([
+        (256, 4, 4000),
+        (256, 8, 5000),
+        (2048, 4, 9000),
+        (256, 4, 4002),
+    ]);
     same_bits_over_bases(
         backend,
         report,
@@ -1419,13 +1428,14 @@ pub fn shared_chunk_checks(backend: &Backend, report: &mut Report) {
             "shared chunks, packed",
             "shared chunks, pushed",
         ]),
-        &REGISTER_FORM_LAYOUTS,
+        &layouts,
         37,
         |request| request.shared_chunks = 2,
         |plan| plan.shared_chunks.is_some(),
         |plan| {
             plan.residency == Residency::Registers
                 && plan.layout.rows_per_group == 1
+                && plan.shape().n.is_multiple_of(plan.layout.pack as usize)
                 && plan
                     .analysis
                     .resident_row_load(&plan.problem.program)

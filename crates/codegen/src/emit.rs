@@ -1411,7 +1411,12 @@ impl Ctx<'_> {
             self.line(&format!("const int i0 = ({chunk} * LF_W + w) * LF_V;"));
         }
         let vector = if guarded.is_none() { self.vector } else { None };
-        let shared = self.shared_tile().filter(|_| guarded.is_none());
+        // Shared chunks are complete ones: a row's partial chunk (guarded,
+        // or of whole packs at `LF_FULL`) stays in registers.
+        let shared = self
+            .shared_tile()
+            .filter(|_| guarded.is_none() && chunk != "LF_FULL");
+        let in_shared = |v: Value| shared.as_ref().is_some_and(|(s, _)| *s == v);
         if let Some((val, _)) = &shared {
             // Static once the chunk loop is unrolled.
             self.line(&format!(
@@ -1493,7 +1498,7 @@ impl Ctx<'_> {
                             ));
                         } else {
                             let access = self.vector_access(p, *val, buffer, k);
-                            if self.is_shared_tile(*val) {
+                            if in_shared(*val) {
                                 self.line(&format!(
                                     "const {ty} a = lf_shc ? lf_sh[((({chunk}) - LF_SH0) * {} + {k}) * LF_T + tid] : {access};",
                                     vec.words / vec.per_access
@@ -1519,11 +1524,7 @@ impl Ctx<'_> {
                     if self.packs(*val) {
                         // The loaded words are the packed slots (except
                         // where shared memory holds them).
-                        let guard = if self.is_shared_tile(*val) {
-                            "if (!lf_shc) "
-                        } else {
-                            ""
-                        };
+                        let guard = if in_shared(*val) { "if (!lf_shc) " } else { "" };
                         for k in 0..vec.words {
                             self.line(&format!(
                                 "{guard}r{}[({chunk}) * (LF_V / 2) + {k}] = wd[{k}];",
@@ -1614,13 +1615,13 @@ impl Ctx<'_> {
                 _ if kept && self.packs(val) => {
                     let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
                     let slots = format!("lf_rewiden<{p}>({slot}, e & 1)");
-                    if self.is_shared_tile(val) {
+                    if in_shared(val) {
                         format!("lf_shc ? s{}[e] : {slots}", val.0)
                     } else {
                         slots
                     }
                 }
-                _ if kept && self.is_shared_tile(val) => {
+                _ if kept && in_shared(val) => {
                     format!("lf_shc ? s{0}[e] : r{0}[{chunk} * LF_V + e]", val.0)
                 }
                 _ if kept => format!("r{}[{chunk} * LF_V + e]", val.0),
@@ -1650,7 +1651,7 @@ impl Ctx<'_> {
                         "if ((e & 1) == 0) {slot} = lf_bits({t}); else {slot} |= lf_bits({t}) << 16;"
                     )),
                     (false, _) => {
-                        let guard = if self.is_shared_tile(val) { "if (!lf_shc) " } else { "" };
+                        let guard = if in_shared(val) { "if (!lf_shc) " } else { "" };
                         self.line(&format!("{guard}r{}[{chunk} * LF_V + e] = {t};", val.0))
                     }
                 }

@@ -2006,6 +2006,52 @@ fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
     assert_eq!(p.shared_chunks, None, "{}", p.describe());
 }
 
+/// Regression (shared chunks refused on every row ending in a partial
+/// chunk, so f32 layernorm rows of 17.8 chunks ran at three groups an SM
+/// where rows of 16 ran four): the complete chunks before the partial one
+/// are shared, the partial chunk stays in registers, and a row ending in
+/// a partial pack (no vector copies) keeps none.
+#[test]
+fn shared_chunks_sit_before_a_partial_chunk_held_in_registers() {
+    let plan = |shape| {
+        make_with(
+            Operator::Rmsnorm,
+            DType::F32,
+            shape,
+            LayoutRequest {
+                workers: 256,
+                pack: 4,
+                unroll: 1,
+                residency: lanefold_plan::ResidencyRequest::Registers,
+                shared_chunks: 2,
+                ..Default::default()
+            },
+        )
+    };
+    // 3 complete chunks of 1024 and one of 928 (232 whole packs).
+    let p = plan("4x4000");
+    assert_eq!(
+        p.shared_chunks.map(|s| s.chunks),
+        Some(2),
+        "{}",
+        p.describe()
+    );
+    let src = kernel(&p).source;
+    assert!(src.contains("#define LF_SH0 1 "), "{src}");
+    let partial = src.split("{ // the partial").skip(1).collect::<Vec<_>>();
+    assert_eq!(partial.len(), 2, "one partial chunk a phase");
+    for block in partial {
+        let block = &block[..block.find("// ---- phase").unwrap_or(block.len())];
+        assert!(
+            !block.contains("lf_sh") && !block.contains("s0["),
+            "{block}"
+        );
+        assert!(block.contains("r0[LF_FULL * LF_V + e]"), "{block}");
+    }
+    let p = plan("4x4002");
+    assert_eq!(p.shared_chunks, None, "{}", p.describe());
+}
+
 /// The fused output form on a bf16 row: `h * rstd + (-(mean * rstd))`,
 /// which NVCC contracts into one FMA per element, then weight and bias.
 #[test]

@@ -253,9 +253,11 @@ pub(crate) fn plan_rows(
     // registers, so they count before the fit: a 1024-thread group holds
     // an f32 row slice of 64 slots only so. Nothing else may claim that
     // shared memory (staged columns, prefetched rows, persistent loops).
+    // The shared chunks are the row's last complete ones, copied a vector
+    // pack at a time: a partial chunk after them stays in registers.
     let shared_chunk_count = (request.shared_chunks > 0
         && rows_per_group == 1
-        && whole_vector_packs
+        && vector_access(problem.dtype, pack as usize, n).is_some()
         && !request.stage_columns
         && !request.prefetch_rows
         && !request.persistent_clusters
