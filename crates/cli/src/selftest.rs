@@ -1645,6 +1645,8 @@ pub fn staged_column_checks(backend: &Backend, report: &mut Report) {
 /// per register (`pack_resident`): every operator, f32, bf16 and f16, on a
 /// cluster and on single groups (V=4 and V=8). Same bits as the unpacked
 /// plan; marked exactly where a 16-bit plan holds a tile in registers.
+/// Rows ending in a partial chunk pack in explicit register plans (that
+/// chunk's words read element by element), rows of a partial pack never.
 pub fn packed_resident_checks(backend: &Backend, report: &mut Report) {
     same_bits_policy_checks(
         backend,
@@ -1657,6 +1659,27 @@ pub fn packed_resident_checks(backend: &Backend, report: &mut Report) {
         |request| request.pack_resident = true,
         |plan| plan.packed_resident,
         |plan| plan.dtype() != DType::F32 && plan.resident_slots > 0,
+    );
+    same_bits_policy_checks(
+        backend,
+        report,
+        "packed resident, partial chunk",
+        &[DType::F32, DType::Bf16, DType::F16],
+        &[
+            (2048, 8, 36000),
+            (256, 4, 4000),
+            (512, 8, 5000),
+            (256, 4, 4002),
+        ],
+        300,
+        in_registers,
+        |request| request.pack_resident = true,
+        |plan| plan.packed_resident,
+        |plan| {
+            plan.dtype() != DType::F32
+                && plan.resident_slots > 0
+                && plan.shape().n.is_multiple_of(plan.layout.pack as usize)
+        },
     );
 }
 

@@ -1641,8 +1641,9 @@ impl Ctx<'_> {
             self.line(&format!("const float {t} = {expr};"));
             // A resident tile's first phase fills its slots; a packed
             // load's slots are its loaded words (`emit_pack`), a packed
-            // rounded tile's are its storage bits, two to a word.
-            let loaded = matches!(instr, Instr::Load { .. });
+            // rounded tile's, and a guarded load's (read element by
+            // element, widened exactly), are its storage bits, two to a word.
+            let loaded = matches!(instr, Instr::Load { .. }) && guarded.is_none();
             if self.is_resident(val) && !kept {
                 let slot = format!("r{}[({chunk} * LF_V + e) >> 1]", val.0);
                 match (self.packs(val), loaded) {
@@ -2848,9 +2849,7 @@ pub(crate) fn generate(plan: &Plan, options: &CodegenOptions) -> Result<Kernel, 
     if stage.is_some() && (cluster < 2 || g > 1 || !registers || partial > 0 || vector.is_none()) {
         return inconsistent(format!("staged columns in {}", plan.describe()));
     }
-    if plan.packed_resident
-        && (!registers || partial > 0 || vector.is_none() || plan.dtype().size_bytes() != 2)
-    {
+    if plan.packed_resident && (!registers || vector.is_none() || plan.dtype().size_bytes() != 2) {
         return inconsistent(format!("packed resident tiles in {}", plan.describe()));
     }
     if plan.rounded_resident && !registers {

@@ -2052,6 +2052,51 @@ fn shared_chunks_sit_before_a_partial_chunk_held_in_registers() {
     assert_eq!(p.shared_chunks, None, "{}", p.describe());
 }
 
+/// Regression (packed 16-bit tiles refused on every row ending in a
+/// partial chunk, so such bf16 softmax rows past the L2 streamed): the
+/// partial chunk's elements, read one by one, fill their packed slots
+/// with their storage bits, and later phases widen them from there.
+#[test]
+fn packed_tiles_fill_a_partial_chunk_from_storage_bits() {
+    let plan = |shape| {
+        make_with(
+            Operator::Softmax,
+            DType::Bf16,
+            shape,
+            LayoutRequest {
+                workers: 256,
+                pack: 4,
+                unroll: 1,
+                residency: lanefold_plan::ResidencyRequest::Registers,
+                pack_resident: true,
+                ..Default::default()
+            },
+        )
+    };
+    let p = plan("4x4000");
+    assert!(p.packed_resident, "{}", p.describe());
+    let src = kernel(&p).source;
+    let partial: Vec<&str> = src
+        .split("{ // the partial")
+        .skip(1)
+        .map(|b| &b[..b.find("// ---- phase").unwrap_or(b.len())])
+        .collect();
+    let slot = "r0[(LF_FULL * LF_V + e) >> 1]";
+    assert!(
+        partial[0].contains(&format!("{slot} = lf_bits(")),
+        "{}",
+        partial[0]
+    );
+    assert!(
+        partial[1..]
+            .iter()
+            .any(|b| b.contains(&format!("lf_rewiden<1>({slot}"))),
+        "{src}"
+    );
+    // Rows of a partial pack read no vector packs: never packed.
+    assert!(!plan("4x4002").packed_resident);
+}
+
 /// The fused output form on a bf16 row: `h * rstd + (-(mean * rstd))`,
 /// which NVCC contracts into one FMA per element, then weight and bias.
 #[test]

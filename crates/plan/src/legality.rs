@@ -189,12 +189,17 @@ pub(crate) fn plan_rows(
     } else {
         layout.slot_bound(n)
     };
-    // Packed tiles and staged columns move whole vector packs only.
-    let whole_vector_packs =
-        !layout.has_partial_pack(n) && vector_access(problem.dtype, pack as usize, n).is_some();
+    // Rows of vector packs; staged columns move whole chunks only.
+    let vector_packs = vector_access(problem.dtype, pack as usize, n).is_some();
+    let whole_vector_packs = !layout.has_partial_pack(n) && vector_packs;
     // Packed 16-bit tiles asked for and possible: their slots hold loaded
-    // words.
-    let packs = request.pack_resident && problem.dtype.size_bytes() == 2 && whole_vector_packs;
+    // words (a partial chunk's, read element by element, their bits).
+    // Beside a partial chunk only in an explicit register request: the
+    // automatic choice has measured packing on rows of whole chunks only.
+    let packs = request.pack_resident
+        && problem.dtype.size_bytes() == 2
+        && (whole_vector_packs
+            || (vector_packs && request.residency == ResidencyRequest::Registers));
     // An explicit register request with packed 16-bit tiles is budgeted
     // in packed words (two slots a register): the whole 32768-element row
     // of a 1024-thread group, as Inductor holds rows, fits only so. The
@@ -257,7 +262,7 @@ pub(crate) fn plan_rows(
     // pack at a time: a partial chunk after them stays in registers.
     let shared_chunk_count = (request.shared_chunks > 0
         && rows_per_group == 1
-        && vector_access(problem.dtype, pack as usize, n).is_some()
+        && vector_packs
         && !request.stage_columns
         && !request.prefetch_rows
         && !request.persistent_clusters
