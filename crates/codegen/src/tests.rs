@@ -510,7 +510,8 @@ fn golden_layernorm_bf16_w256_v8_packed_resident() {
     insta::assert_snapshot!(golden(&p));
 }
 
-/// Packing applies to 16-bit register plans with whole vector packs only.
+/// Packing applies to 16-bit register plans of vector packs only, and
+/// beside a partial chunk only where registers are asked for explicitly.
 #[test]
 fn packed_resident_is_left_out_of_f32_streamed_and_partial_pack_plans() {
     let packed = |dtype, shape: &str, residency| {
@@ -528,12 +529,14 @@ fn packed_resident_is_left_out_of_f32_streamed_and_partial_pack_plans() {
         )
         .packed_resident
     };
-    use lanefold_plan::ResidencyRequest::{Registers, Stream};
+    use lanefold_plan::ResidencyRequest::{Auto, Registers, Stream};
     assert!(packed(DType::Bf16, "2x4096", Registers));
     assert!(packed(DType::F16, "2x4096", Registers));
     assert!(!packed(DType::F32, "2x4096", Registers));
     assert!(!packed(DType::Bf16, "2x4096", Stream));
-    assert!(!packed(DType::Bf16, "2x4000", Registers));
+    assert!(packed(DType::Bf16, "2x4000", Registers));
+    assert!(!packed(DType::Bf16, "2x4000", Auto));
+    assert!(!packed(DType::Bf16, "2x4004", Registers));
 }
 
 /// Staged columns: each group of a cluster starts copying its weight and
@@ -1193,7 +1196,7 @@ fn prefetched_rows_are_left_out_where_they_cannot_apply() {
         )
         .row_prefetch
     };
-    use lanefold_plan::ResidencyRequest::{Registers, Stream};
+    use lanefold_plan::ResidencyRequest::{Auto, Registers, Stream};
     let (rms, rln) = (Operator::Rmsnorm, Operator::ResidualLayernorm);
     assert!(prefetched(rms, DType::F32, "4096x32768", 512, Registers)
         .is_some_and(|p| p.launched_groups == Target::h200().multiprocessors));
@@ -2093,8 +2096,6 @@ fn packed_tiles_fill_a_partial_chunk_from_storage_bits() {
             .any(|b| b.contains(&format!("lf_rewiden<1>({slot}"))),
         "{src}"
     );
-    // Rows of a partial pack read no vector packs: never packed.
-    assert!(!plan("4x4002").packed_resident);
 }
 
 /// The fused output form on a bf16 row: `h * rstd + (-(mean * rstd))`,
