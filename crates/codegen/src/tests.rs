@@ -1196,7 +1196,7 @@ fn prefetched_rows_are_left_out_where_they_cannot_apply() {
         )
         .row_prefetch
     };
-    use lanefold_plan::ResidencyRequest::{Auto, Registers, Stream};
+    use lanefold_plan::ResidencyRequest::{Registers, Stream};
     let (rms, rln) = (Operator::Rmsnorm, Operator::ResidualLayernorm);
     assert!(prefetched(rms, DType::F32, "4096x32768", 512, Registers)
         .is_some_and(|p| p.launched_groups == Target::h200().multiprocessors));
@@ -2009,6 +2009,33 @@ fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
     assert_eq!(p.shared_chunks, None, "{}", p.describe());
 }
 
+/// A register plan of 256 workers and packs of four, edited by `edit`.
+fn in_registers_w256_v4(
+    op: Operator,
+    dtype: DType,
+    shape: &str,
+    edit: impl FnOnce(&mut LayoutRequest),
+) -> Plan {
+    let mut request = LayoutRequest {
+        workers: 256,
+        pack: 4,
+        unroll: 1,
+        residency: lanefold_plan::ResidencyRequest::Registers,
+        ..Default::default()
+    };
+    edit(&mut request);
+    make_with(op, dtype, shape, request)
+}
+
+/// Each phase's partial-chunk block of a kernel source, up to the next
+/// phase.
+fn partial_chunk_blocks(src: &str) -> Vec<&str> {
+    src.split("{ // the partial")
+        .skip(1)
+        .map(|b| &b[..b.find("// ---- phase").unwrap_or(b.len())])
+        .collect()
+}
+
 /// Regression (shared chunks refused on every row ending in a partial
 /// chunk, so f32 layernorm rows of 17.8 chunks ran at three groups an SM
 /// where rows of 16 ran four): the complete chunks before the partial one
@@ -2017,19 +2044,9 @@ fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
 #[test]
 fn shared_chunks_sit_before_a_partial_chunk_held_in_registers() {
     let plan = |shape| {
-        make_with(
-            Operator::Rmsnorm,
-            DType::F32,
-            shape,
-            LayoutRequest {
-                workers: 256,
-                pack: 4,
-                unroll: 1,
-                residency: lanefold_plan::ResidencyRequest::Registers,
-                shared_chunks: 2,
-                ..Default::default()
-            },
-        )
+        in_registers_w256_v4(Operator::Rmsnorm, DType::F32, shape, |r| {
+            r.shared_chunks = 2
+        })
     };
     // 3 complete chunks of 1024 and one of 928 (232 whole packs).
     let p = plan("4x4000");
@@ -2041,10 +2058,9 @@ fn shared_chunks_sit_before_a_partial_chunk_held_in_registers() {
     );
     let src = kernel(&p).source;
     assert!(src.contains("#define LF_SH0 1 "), "{src}");
-    let partial = src.split("{ // the partial").skip(1).collect::<Vec<_>>();
+    let partial = partial_chunk_blocks(&src);
     assert_eq!(partial.len(), 2, "one partial chunk a phase");
     for block in partial {
-        let block = &block[..block.find("// ---- phase").unwrap_or(block.len())];
         assert!(
             !block.contains("lf_sh") && !block.contains("s0["),
             "{block}"
@@ -2061,29 +2077,12 @@ fn shared_chunks_sit_before_a_partial_chunk_held_in_registers() {
 /// with their storage bits, and later phases widen them from there.
 #[test]
 fn packed_tiles_fill_a_partial_chunk_from_storage_bits() {
-    let plan = |shape| {
-        make_with(
-            Operator::Softmax,
-            DType::Bf16,
-            shape,
-            LayoutRequest {
-                workers: 256,
-                pack: 4,
-                unroll: 1,
-                residency: lanefold_plan::ResidencyRequest::Registers,
-                pack_resident: true,
-                ..Default::default()
-            },
-        )
-    };
-    let p = plan("4x4000");
+    let p = in_registers_w256_v4(Operator::Softmax, DType::Bf16, "4x4000", |r| {
+        r.pack_resident = true
+    });
     assert!(p.packed_resident, "{}", p.describe());
     let src = kernel(&p).source;
-    let partial: Vec<&str> = src
-        .split("{ // the partial")
-        .skip(1)
-        .map(|b| &b[..b.find("// ---- phase").unwrap_or(b.len())])
-        .collect();
+    let partial = partial_chunk_blocks(&src);
     let slot = "r0[(LF_FULL * LF_V + e) >> 1]";
     assert!(
         partial[0].contains(&format!("{slot} = lf_bits(")),
