@@ -68,6 +68,13 @@ const VARIANTS: [&str; 20] = [
     "W=32 V=8 registers aligned-packs computed-resident early-columns=2",
 ];
 
+/// Forms that apply to a row ending in a partial chunk of whole vector
+/// packs (`2x1000`: one chunk of 512 and 61 packs of eight), run there.
+const PARTIAL_CHUNK_VARIANTS: [&str; 2] = [
+    "W=64 V=8 registers packed-resident",
+    "W=64 V=8 registers packed-resident one-pass-moments",
+];
+
 fn cases() -> Vec<Case> {
     let target = Target::h200();
     let mut out = vec![];
@@ -82,9 +89,9 @@ fn cases() -> Vec<Case> {
             }
             // The gradients' shapes: one odd, one of partial chunks.
             let shapes: &[&str] = if op.forward().is_some() {
-                &["3x1001", "2x4103"]
+                &["3x1001", "2x4103", "2x1000"]
             } else {
-                &["3x1001", "2x1002", "5x130", "2x4103"]
+                &["3x1001", "2x1002", "5x130", "2x4103", "2x1000"]
             };
             for &shape in shapes.iter().filter(|&&s| !f16 || s == "2x1002") {
                 let problem = Problem::operator(
@@ -94,12 +101,12 @@ fn cases() -> Vec<Case> {
                     shape.parse().unwrap(),
                 );
                 // The variants on one shape each: their paths, not sizes.
-                let variants = if shape == "3x1001" {
-                    &VARIANTS[..]
-                } else {
-                    &[]
+                let (layouts, variants): (&[&str], &[&str]) = match shape {
+                    "3x1001" => (&LAYOUTS, &VARIANTS),
+                    "2x1000" => (&[], &PARTIAL_CHUNK_VARIANTS),
+                    _ => (&LAYOUTS, &[]),
                 };
-                for text in LAYOUTS.iter().chain(variants) {
+                for text in layouts.iter().chain(variants) {
                     let request: LayoutRequest = match *text {
                         "auto" => LayoutRequest::default(),
                         t => t.parse().unwrap_or_else(|e| panic!("{t}: {e}")),
@@ -199,6 +206,14 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
         count("_stream")
     );
     assert!(count("_cp") >= 20, "cold-path kernels: {}", count("_cp"));
+    let packed_partial = cases
+        .iter()
+        .filter(|c| c.plan.packed_resident && c.plan.layout.has_partial_pack(c.plan.shape().n))
+        .count();
+    assert!(
+        packed_partial >= 6,
+        "packed partial-chunk kernels: {packed_partial}"
+    );
     assert_same_bits(&host, &cases);
 }
 

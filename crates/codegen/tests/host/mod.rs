@@ -177,6 +177,9 @@ fn host_helper(name: &str, dtype: DType) -> Option<String> {
                 .to_string()
         }
         "lf_exp" => "inline float lf_exp(float x) { return expf(x); }\n".to_string(),
+        // bf16's `prmt` selects the same bits the shift and mask do.
+        "lf_rewiden" => "template <unsigned P> inline float lf_rewiden(unsigned w, bool high) { return lf_widen_bits(high ? w >> 16 : w & 0xffffu); }\n"
+            .to_string(),
         "lf_tid_again" => "inline int lf_tid_again() { return (int)threadIdx.x; }\n".to_string(),
         "lf_ctaid_again" => "inline int lf_ctaid_again() { return (int)blockIdx.x; }\n".to_string(),
         n if n.starts_with("lf_policy_") => {
@@ -203,7 +206,9 @@ fn host_source(kernel: &Kernel, dtype: DType) -> Option<String> {
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
-        if !line.starts_with("__device__") {
+        let helper = line.starts_with("__device__")
+            || (line.starts_with("template") && line.contains("__device__"));
+        if !helper {
             out.push_str(line);
             out.push('\n');
             i += 1;
