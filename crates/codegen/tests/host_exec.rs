@@ -70,9 +70,12 @@ const VARIANTS: [&str; 20] = [
 
 /// Forms that apply to a row ending in a partial chunk of whole vector
 /// packs (`2x1000`: one chunk of 512 and 61 packs of eight), run there.
-const PARTIAL_CHUNK_VARIANTS: [&str; 2] = [
+const PARTIAL_CHUNK_VARIANTS: [&str; 5] = [
     "W=64 V=8 registers packed-resident",
     "W=64 V=8 registers packed-resident one-pass-moments",
+    "W=64 V=4 registers shared-chunks=2",
+    "W=64 V=8 registers shared-chunks=1",
+    "W=64 V=4 registers packed-resident shared-chunks=2",
 ];
 
 fn cases() -> Vec<Case> {
@@ -214,6 +217,7 @@ fn generated_kernels_run_on_the_host_give_the_cpu_executors_bits() {
         packed_partial >= 6,
         "packed partial-chunk kernels: {packed_partial}"
     );
+    assert!(count("_sh") >= 12, "shared-chunk kernels: {}", count("_sh"));
     assert_same_bits(&host, &cases);
 }
 
