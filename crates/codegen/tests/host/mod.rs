@@ -272,8 +272,8 @@ fn host_source(kernel: &Kernel, dtype: DType) -> Option<String> {
     ))
 }
 
-/// Kernels a host can run: no clusters, asynchronous copies, transaction
-/// barriers or persistent grids.
+/// Kernels a host can run: no clusters, bulk copies, transaction barriers
+/// or persistent grids (`cp.async` of shared chunks runs as a copy).
 pub fn runs_on_the_host(k: &Kernel) -> bool {
     k.cluster.is_none()
         && k.persistent_rows.is_none()
