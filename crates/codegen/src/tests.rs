@@ -1960,20 +1960,10 @@ fn golden_layernorm_f32_w2048_v4_pushed_shared_chunks() {
 #[test]
 fn shared_chunks_are_copied_first_and_waited_for_inside_phase_zero() {
     let in_registers = |op, dtype, packed, shared_chunks| {
-        make_with(
-            op,
-            dtype,
-            "4x4096",
-            LayoutRequest {
-                workers: 256,
-                pack: 4,
-                unroll: 1,
-                residency: lanefold_plan::ResidencyRequest::Registers,
-                pack_resident: packed,
-                shared_chunks,
-                ..Default::default()
-            },
-        )
+        in_registers_w256_v4(op, dtype, "4x4096", |r| {
+            r.pack_resident = packed;
+            r.shared_chunks = shared_chunks;
+        })
     };
     for packed in [false, true] {
         let p = in_registers(Operator::Rmsnorm, DType::Bf16, packed, 3);
